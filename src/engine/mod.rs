@@ -1,0 +1,251 @@
+//! The generation loop and the embedding API.
+//!
+//! [`Engine`] owns a loaded model and its tokenizer. [`Engine::generate`] runs
+//! prefill (in chunks) and decode, samples each token through the
+//! [`crate::sampling`] pipeline, streams text as it becomes complete, and stops on an
+//! end-of-generation token, a stop string, `max_tokens` or the context limit.
+
+pub mod stop;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::gguf::GgufFile;
+use crate::model::{self, DeviceChoice, LoadOptions, Model};
+use crate::sampling::{Sampler, SamplingParams};
+use crate::tokenizer::Tokenizer;
+use crate::{Error, Result};
+
+use stop::StopMatcher;
+
+/// Prompt tokens processed per forward pass during prefill.
+pub const PREFILL_CHUNK: usize = 256;
+
+/// Parameters of one generation.
+#[derive(Debug, Clone)]
+pub struct GenerateParams {
+    /// Maximum new tokens.
+    pub max_tokens: usize,
+    /// Sampling pipeline settings.
+    pub sampling: SamplingParams,
+    /// Stop when the generated text contains any of these (the stop string is not
+    /// returned).
+    pub stop: Vec<String>,
+    /// Stop on the model's end-of-generation tokens (EOS, end-of-turn).
+    pub stop_on_eog: bool,
+}
+
+impl Default for GenerateParams {
+    fn default() -> Self {
+        Self { max_tokens: 256, sampling: SamplingParams::default(), stop: Vec::new(), stop_on_eog: true }
+    }
+}
+
+/// Why generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// An end-of-generation token or a stop string.
+    Stop,
+    /// `max_tokens` or the context window was reached.
+    Length,
+}
+
+impl FinishReason {
+    /// The OpenAI `finish_reason` string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Stop => "stop",
+            Self::Length => "length",
+        }
+    }
+}
+
+/// The result of one generation.
+#[derive(Debug, Clone)]
+pub struct Generation {
+    /// Generated text (stop string and end-of-turn token excluded).
+    pub text: String,
+    /// Generated token ids (the end-of-generation token, if any, included).
+    pub tokens: Vec<u32>,
+    /// Tokens in the prompt.
+    pub prompt_tokens: usize,
+    /// Tokens generated.
+    pub completion_tokens: usize,
+    /// Why it stopped.
+    pub finish_reason: FinishReason,
+    /// Wall time of prefill (prompt processing up to the first sampled token).
+    pub prompt_time: Duration,
+    /// Wall time of decoding the remaining tokens.
+    pub decode_time: Duration,
+}
+
+impl Generation {
+    /// Prompt tokens per second.
+    pub fn prompt_tps(&self) -> f64 {
+        self.prompt_tokens as f64 / self.prompt_time.as_secs_f64().max(1e-9)
+    }
+
+    /// Decode tokens per second (tokens after the first, over decode time).
+    pub fn decode_tps(&self) -> f64 {
+        self.completion_tokens.saturating_sub(1) as f64 / self.decode_time.as_secs_f64().max(1e-9)
+    }
+}
+
+/// A loaded model with its tokenizer.
+pub struct Engine {
+    model: Box<dyn Model>,
+    tokenizer: Tokenizer,
+    gguf: GgufFile,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("gguf", &self.gguf).field("tokenizer", &self.tokenizer).finish()
+    }
+}
+
+impl Engine {
+    /// Load a GGUF model file with default options on `device`.
+    ///
+    /// # Errors
+    /// Any GGUF, tokenizer, architecture or device error.
+    pub fn load(path: impl AsRef<Path>, device: DeviceChoice) -> Result<Self> {
+        Self::load_with(path, &LoadOptions { device, ..LoadOptions::default() })
+    }
+
+    /// Load a GGUF model file.
+    ///
+    /// # Errors
+    /// Any GGUF, tokenizer, architecture or device error.
+    pub fn load_with(path: impl AsRef<Path>, opts: &LoadOptions) -> Result<Self> {
+        let gguf = GgufFile::open(path)?;
+        let tokenizer = Tokenizer::from_gguf(&gguf)?;
+        let model = model::load(&gguf, opts)?;
+        if model.vocab_size() < tokenizer.vocab_size() {
+            return Err(Error::Tensor {
+                path: gguf.path().to_path_buf(),
+                name: "output.weight".into(),
+                reason: format!("{} logits for {} tokens", model.vocab_size(), tokenizer.vocab_size()),
+            });
+        }
+        Ok(Self { model, tokenizer, gguf })
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// The GGUF file (metadata such as the chat template).
+    pub fn gguf(&self) -> &GgufFile {
+        &self.gguf
+    }
+
+    /// The model.
+    pub fn model(&mut self) -> &mut dyn Model {
+        self.model.as_mut()
+    }
+
+    /// Generate from a raw text prompt (BOS added if the model wants it; special-token
+    /// text in `prompt` is text unless `parse_special`).
+    ///
+    /// # Errors
+    /// As [`Engine::generate`].
+    pub fn generate_text(
+        &mut self,
+        prompt: &str,
+        params: &GenerateParams,
+        on_text: impl FnMut(&str),
+    ) -> Result<Generation> {
+        let ids = self.tokenizer.encode_prompt(prompt, false)?;
+        self.generate(&ids, params, on_text)
+    }
+
+    /// Generate a continuation of `prompt` (token ids), calling `on_text` with each
+    /// piece of text as soon as it is complete and cannot be part of a stop string.
+    ///
+    /// The KV cache is reset first (no state carries over between calls).
+    ///
+    /// # Errors
+    /// [`Error::ContextOverflow`] if the prompt does not fit; [`Error::InvalidParameter`]
+    /// for bad sampling parameters or an empty prompt; model errors.
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        params: &GenerateParams,
+        mut on_text: impl FnMut(&str),
+    ) -> Result<Generation> {
+        if prompt.is_empty() {
+            return Err(Error::InvalidParameter { name: "prompt", reason: "empty prompt".into() });
+        }
+        let ctx = self.model.context_length();
+        if prompt.len() >= ctx {
+            return Err(Error::ContextOverflow { prompt_tokens: prompt.len(), context_length: ctx });
+        }
+        let mut sampler = Sampler::new(params.sampling.clone())?;
+        for &t in prompt {
+            sampler.accept(t);
+        }
+        let started = Instant::now();
+        self.model.truncate(0);
+        let mut logits = Vec::new();
+        for chunk in prompt.chunks(PREFILL_CHUNK) {
+            logits = self.model.forward(chunk)?;
+        }
+        let eog = self.tokenizer.eog_tokens().to_vec();
+        let mut detok = self.tokenizer.detokenizer(true);
+        let mut stops = StopMatcher::new(&params.stop);
+        let mut tokens = Vec::new();
+        let mut prompt_time = Duration::ZERO;
+        let mut finish = FinishReason::Length;
+        let mut stop_hit = false;
+        let mut decode_started = Instant::now();
+        while tokens.len() < params.max_tokens {
+            let next = sampler.sample(&mut logits, None)?;
+            if tokens.is_empty() {
+                prompt_time = started.elapsed();
+                decode_started = Instant::now();
+            }
+            tokens.push(next);
+            sampler.accept(next);
+            if params.stop_on_eog && eog.contains(&next) {
+                finish = FinishReason::Stop;
+                break;
+            }
+            let piece = detok.push(next);
+            let (emit, hit) = stops.push(&piece);
+            if !emit.is_empty() {
+                on_text(&emit);
+            }
+            if hit {
+                finish = FinishReason::Stop;
+                stop_hit = true;
+                break;
+            }
+            if tokens.len() >= params.max_tokens || self.model.position() + 1 >= ctx {
+                break;
+            }
+            logits = self.model.forward(&[next])?;
+        }
+        if !stop_hit {
+            let tail = detok.finish();
+            let (emit, _) = stops.push(&tail);
+            let rest = stops.flush();
+            for s in [emit, rest] {
+                if !s.is_empty() {
+                    on_text(&s);
+                }
+            }
+        }
+        let decode_time = if tokens.is_empty() { Duration::ZERO } else { decode_started.elapsed() };
+        Ok(Generation {
+            text: stops.text().to_string(),
+            completion_tokens: tokens.len(),
+            tokens,
+            prompt_tokens: prompt.len(),
+            finish_reason: finish,
+            prompt_time,
+            decode_time,
+        })
+    }
+}

@@ -1,0 +1,91 @@
+//! The crate-wide error type. Every fallible public function returns [`Result`].
+//!
+//! Errors are values: a bad GGUF file, an unsupported architecture, a prompt that does
+//! not fit the context window each produce a variant that names the input and the
+//! problem. Nothing in the library panics on input.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong in toolgate's library.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The file could not be opened or read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The file is not a valid GGUF file (bad magic, truncated, corrupt header).
+    #[error("{path}: not a valid GGUF file: {reason}")]
+    InvalidGguf {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A metadata key the loader needs is missing or has the wrong type.
+    #[error("{path}: GGUF metadata `{key}`: {reason}")]
+    Metadata {
+        /// The file.
+        path: PathBuf,
+        /// The metadata key.
+        key: String,
+        /// Missing, or the type found.
+        reason: String,
+    },
+    /// A tensor the architecture needs is missing, has the wrong shape or cannot be read.
+    #[error("{path}: tensor `{name}`: {reason}")]
+    Tensor {
+        /// The file.
+        path: PathBuf,
+        /// The tensor name.
+        name: String,
+        /// What was wrong.
+        reason: String,
+    },
+    /// `general.architecture` names an architecture toolgate does not implement.
+    #[error("{path}: unsupported architecture `{arch}` (supported: {supported})")]
+    UnsupportedArchitecture {
+        /// The file.
+        path: PathBuf,
+        /// The architecture found.
+        arch: String,
+        /// The supported list, comma-separated.
+        supported: String,
+    },
+    /// The tokenizer described by the GGUF metadata cannot be built.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    /// The prompt plus the requested tokens do not fit the model's context window.
+    #[error("context overflow: the prompt has {prompt_tokens} tokens and the context window is {context_length}")]
+    ContextOverflow {
+        /// Tokens in the prompt.
+        prompt_tokens: usize,
+        /// The model's context length.
+        context_length: usize,
+    },
+    /// An invalid generation parameter (for example a negative temperature).
+    #[error("invalid parameter `{name}`: {reason}")]
+    InvalidParameter {
+        /// The parameter.
+        name: &'static str,
+        /// Why it is invalid.
+        reason: String,
+    },
+    /// The requested device is not compiled in or not available.
+    #[error("device `{device}` unavailable: {reason}")]
+    Device {
+        /// The device name.
+        device: String,
+        /// Why.
+        reason: String,
+    },
+    /// An error inside candle during a forward pass.
+    #[error("model execution: {0}")]
+    Candle(#[from] candle_core::Error),
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,364 @@
+//! Read-only view of a GGUF file: typed metadata access and tensor loading.
+//!
+//! One reader for the whole crate, built on candle's [`gguf_file`] parser. Opening a
+//! file reads only the header (metadata and the tensor directory); tensor data is read
+//! on demand by [`GgufFile::tensor`]. Every error names the file and what was wrong;
+//! truncated, non-GGUF or corrupt files never panic.
+//!
+//! ```no_run
+//! let gguf = toolgate::gguf::GgufFile::open("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+//! assert_eq!(gguf.architecture()?, "llama");
+//! let layers = gguf.u32("llama.block_count")?;
+//! # Ok::<(), toolgate::Error>(())
+//! ```
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufReader, Read, Seek};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use candle_core::quantized::{gguf_file, QTensor};
+use candle_core::Device;
+
+pub use candle_core::quantized::gguf_file::Value;
+
+use crate::{Error, Result};
+
+/// An open GGUF file: its parsed header plus a handle to read tensors.
+///
+/// Cost: [`GgufFile::open`] reads the header only (for a 135M model a few MB of
+/// vocabulary); tensors are read when asked for.
+pub struct GgufFile {
+    path: PathBuf,
+    content: gguf_file::Content,
+    reader: Mutex<BufReader<File>>,
+    file_size: u64,
+}
+
+impl std::fmt::Debug for GgufFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GgufFile")
+            .field("path", &self.path)
+            .field("metadata_keys", &self.content.metadata.len())
+            .field("tensors", &self.content.tensor_infos.len())
+            .finish()
+    }
+}
+
+/// Parse a GGUF header from any seekable reader (a file, or bytes fetched by range
+/// requests). `name` is used in error messages.
+///
+/// # Errors
+/// [`Error::InvalidGguf`] when the magic, version or header structure is invalid or
+/// the data ends early.
+pub fn read_header<R: Read + Seek>(reader: &mut R, name: &Path) -> Result<gguf_file::Content> {
+    let mut magic = [0u8; 4];
+    reader.read_exact(&mut magic).map_err(|_| Error::InvalidGguf {
+        path: name.to_path_buf(),
+        reason: "file is shorter than the 4-byte magic".into(),
+    })?;
+    if &magic != b"GGUF" {
+        return Err(Error::InvalidGguf {
+            path: name.to_path_buf(),
+            reason: format!("bad magic {magic:02x?}, expected \"GGUF\""),
+        });
+    }
+    reader.rewind().map_err(|e| Error::Io { path: name.to_path_buf(), source: e })?;
+    gguf_file::Content::read(reader)
+        .map_err(|e| Error::InvalidGguf { path: name.to_path_buf(), reason: header_reason(e) })
+}
+
+fn header_reason(e: candle_core::Error) -> String {
+    let s = e.to_string();
+    if s.contains("failed to fill whole buffer") || s.contains("UnexpectedEof") {
+        "header is truncated (file ends inside the metadata)".into()
+    } else {
+        s
+    }
+}
+
+impl GgufFile {
+    /// Open a GGUF file and parse its header.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if the file cannot be opened; [`Error::InvalidGguf`] if it is not
+    /// GGUF, is truncated, or a tensor's data would lie past the end of the file.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let file = File::open(&path).map_err(|e| Error::Io { path: path.clone(), source: e })?;
+        let file_size = file.metadata().map_err(|e| Error::Io { path: path.clone(), source: e })?.len();
+        let mut reader = BufReader::new(file);
+        let content = read_header(&mut reader, &path)?;
+        let this = Self { path, content, reader: Mutex::new(reader), file_size };
+        this.check_tensor_extents()?;
+        Ok(this)
+    }
+
+    /// Every tensor must lie inside the file: a truncated download is caught at open,
+    /// not in the middle of loading.
+    fn check_tensor_extents(&self) -> Result<()> {
+        for (name, info) in &self.content.tensor_infos {
+            let elems = info.shape.elem_count();
+            let bs = info.ggml_dtype.block_size();
+            if elems % bs != 0 {
+                return Err(Error::Tensor {
+                    path: self.path.clone(),
+                    name: name.clone(),
+                    reason: format!("{elems} elements is not a multiple of the block size {bs}"),
+                });
+            }
+            let bytes = (elems / bs) as u64 * info.ggml_dtype.type_size() as u64;
+            let end = self.content.tensor_data_offset.saturating_add(info.offset).saturating_add(bytes);
+            if end > self.file_size {
+                return Err(Error::InvalidGguf {
+                    path: self.path.clone(),
+                    reason: format!(
+                        "truncated: tensor `{name}` ends at byte {end} but the file has {} bytes",
+                        self.file_size
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The path this file was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// All metadata, keyed by name.
+    pub fn metadata(&self) -> &HashMap<String, Value> {
+        &self.content.metadata
+    }
+
+    /// The raw value of one metadata key, if present.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.content.metadata.get(key)
+    }
+
+    fn meta_err(&self, key: &str, reason: impl Into<String>) -> Error {
+        Error::Metadata { path: self.path.clone(), key: key.to_string(), reason: reason.into() }
+    }
+
+    fn require(&self, key: &str) -> Result<&Value> {
+        self.get(key).ok_or_else(|| self.meta_err(key, "missing"))
+    }
+
+    /// `general.architecture`, e.g. `"llama"`, `"gemma3"`.
+    ///
+    /// # Errors
+    /// [`Error::Metadata`] if the key is missing or not a string.
+    pub fn architecture(&self) -> Result<&str> {
+        self.string("general.architecture")
+    }
+
+    /// A string value.
+    ///
+    /// # Errors
+    /// [`Error::Metadata`] if missing or of another type.
+    pub fn string(&self, key: &str) -> Result<&str> {
+        match self.require(key)? {
+            Value::String(s) => Ok(s),
+            v => Err(self.meta_err(key, format!("expected a string, found {:?}", v.value_type()))),
+        }
+    }
+
+    /// An unsigned integer value of any integer width, as `u32`.
+    ///
+    /// # Errors
+    /// [`Error::Metadata`] if missing, not an integer, negative or too large.
+    pub fn u32(&self, key: &str) -> Result<u32> {
+        let v = self.require(key)?;
+        value_to_u64(v)
+            .and_then(|x| u32::try_from(x).ok())
+            .ok_or_else(|| self.meta_err(key, format!("expected an unsigned integer, found {v:?}")))
+    }
+
+    /// A float value (f32 or f64 stored), as `f32`.
+    ///
+    /// # Errors
+    /// [`Error::Metadata`] if missing or not a number.
+    pub fn f32(&self, key: &str) -> Result<f32> {
+        match self.require(key)? {
+            Value::F32(x) => Ok(*x),
+            Value::F64(x) => Ok(*x as f32),
+            v => value_to_u64(v)
+                .map(|x| x as f32)
+                .ok_or_else(|| self.meta_err(key, format!("expected a number, found {v:?}"))),
+        }
+    }
+
+    /// A boolean value.
+    ///
+    /// # Errors
+    /// [`Error::Metadata`] if missing or not a boolean.
+    pub fn bool(&self, key: &str) -> Result<bool> {
+        match self.require(key)? {
+            Value::Bool(b) => Ok(*b),
+            v => Err(self.meta_err(key, format!("expected a bool, found {:?}", v.value_type()))),
+        }
+    }
+
+    /// `Some(u32)` if the key is present, `None` if absent.
+    ///
+    /// # Errors
+    /// [`Error::Metadata`] if present with the wrong type.
+    pub fn opt_u32(&self, key: &str) -> Result<Option<u32>> {
+        if self.get(key).is_some() {
+            self.u32(key).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// `Some(f32)` if the key is present, `None` if absent.
+    ///
+    /// # Errors
+    /// [`Error::Metadata`] if present with the wrong type.
+    pub fn opt_f32(&self, key: &str) -> Result<Option<f32>> {
+        if self.get(key).is_some() {
+            self.f32(key).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// `Some(bool)` if the key is present, `None` if absent.
+    ///
+    /// # Errors
+    /// [`Error::Metadata`] if present with the wrong type.
+    pub fn opt_bool(&self, key: &str) -> Result<Option<bool>> {
+        if self.get(key).is_some() {
+            self.bool(key).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// `Some(&str)` if the key is present, `None` if absent.
+    ///
+    /// # Errors
+    /// [`Error::Metadata`] if present with the wrong type.
+    pub fn opt_string(&self, key: &str) -> Result<Option<&str>> {
+        if self.get(key).is_some() {
+            self.string(key).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// An array of strings (e.g. `tokenizer.ggml.tokens`).
+    ///
+    /// # Errors
+    /// [`Error::Metadata`] if missing, not an array, or an element is not a string.
+    pub fn string_array(&self, key: &str) -> Result<Vec<String>> {
+        self.array(key)?
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match v {
+                Value::String(s) => Ok(s.clone()),
+                v => Err(self.meta_err(key, format!("element {i} is {:?}, not a string", v.value_type()))),
+            })
+            .collect()
+    }
+
+    /// An array of numbers as `f32` (e.g. `tokenizer.ggml.scores`).
+    ///
+    /// # Errors
+    /// [`Error::Metadata`] if missing, not an array, or an element is not a number.
+    pub fn f32_array(&self, key: &str) -> Result<Vec<f32>> {
+        self.array(key)?
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match v {
+                Value::F32(x) => Ok(*x),
+                Value::F64(x) => Ok(*x as f32),
+                v => value_to_i64(v)
+                    .map(|x| x as f32)
+                    .ok_or_else(|| self.meta_err(key, format!("element {i} is not a number"))),
+            })
+            .collect()
+    }
+
+    /// An array of integers as `i64` (e.g. `tokenizer.ggml.token_type`).
+    ///
+    /// # Errors
+    /// [`Error::Metadata`] if missing, not an array, or an element is not an integer.
+    pub fn int_array(&self, key: &str) -> Result<Vec<i64>> {
+        self.array(key)?
+            .iter()
+            .enumerate()
+            .map(|(i, v)| value_to_i64(v).ok_or_else(|| self.meta_err(key, format!("element {i} is not an integer"))))
+            .collect()
+    }
+
+    fn array(&self, key: &str) -> Result<&Vec<Value>> {
+        match self.require(key)? {
+            Value::Array(a) => Ok(a),
+            v => Err(self.meta_err(key, format!("expected an array, found {:?}", v.value_type()))),
+        }
+    }
+
+    /// Whether a tensor with this name exists.
+    pub fn has_tensor(&self, name: &str) -> bool {
+        self.content.tensor_infos.contains_key(name)
+    }
+
+    /// The shape (in GGUF's order reversed to row-major, as candle reports it) of a tensor.
+    pub fn tensor_dims(&self, name: &str) -> Option<&[usize]> {
+        self.content.tensor_infos.get(name).map(|i| i.shape.dims())
+    }
+
+    /// Names of all tensors, unordered.
+    pub fn tensor_names(&self) -> impl Iterator<Item = &str> {
+        self.content.tensor_infos.keys().map(|s| s.as_str())
+    }
+
+    /// Read one tensor onto `device`, keeping its quantized type.
+    ///
+    /// Cost: reads the tensor's bytes from disk (one seek + one read).
+    ///
+    /// # Errors
+    /// [`Error::Tensor`] if the tensor is absent or its data cannot be read.
+    pub fn tensor(&self, name: &str, device: &Device) -> Result<QTensor> {
+        if !self.has_tensor(name) {
+            return Err(Error::Tensor { path: self.path.clone(), name: name.into(), reason: "missing".into() });
+        }
+        let mut reader = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+        self.content.tensor(&mut *reader, name, device).map_err(|e| Error::Tensor {
+            path: self.path.clone(),
+            name: name.into(),
+            reason: e.to_string(),
+        })
+    }
+}
+
+fn value_to_u64(v: &Value) -> Option<u64> {
+    match *v {
+        Value::U8(x) => Some(x as u64),
+        Value::U16(x) => Some(x as u64),
+        Value::U32(x) => Some(x as u64),
+        Value::U64(x) => Some(x),
+        Value::I8(x) => u64::try_from(x).ok(),
+        Value::I16(x) => u64::try_from(x).ok(),
+        Value::I32(x) => u64::try_from(x).ok(),
+        Value::I64(x) => u64::try_from(x).ok(),
+        _ => None,
+    }
+}
+
+fn value_to_i64(v: &Value) -> Option<i64> {
+    match *v {
+        Value::U8(x) => Some(x as i64),
+        Value::U16(x) => Some(x as i64),
+        Value::U32(x) => Some(x as i64),
+        Value::U64(x) => i64::try_from(x).ok(),
+        Value::I8(x) => Some(x as i64),
+        Value::I16(x) => Some(x as i64),
+        Value::I32(x) => Some(x as i64),
+        Value::I64(x) => Some(x),
+        _ => None,
+    }
+}

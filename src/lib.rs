@@ -1,0 +1,34 @@
+//! # toolgate
+//!
+//! A pure-Rust inference engine for LLM tool calling. This crate runs GGUF-quantized
+//! models on [candle](https://github.com/huggingface/candle) and is organised as a
+//! one-way pipeline; each module owns one stage:
+//!
+//! | module | stage |
+//! |---|---|
+//! | [`gguf`] | read-only view of a GGUF file: metadata and tensors |
+//! | [`tokenizer`] | GGUF vocabulary → [`tokenizers::Tokenizer`], special tokens, per-token bytes |
+//! | [`model`] | architectures on candle behind the [`model::Model`] trait, KV cache, device choice |
+//! | [`sampling`] | logits → next token: mask, penalties, temperature, top-k/top-p/min-p, seeded draw |
+//! | [`engine`] | the generation loop: prompt → tokens → streamed text, stop conditions |
+//!
+//! ```no_run
+//! use toolgate::engine::{Engine, GenerateParams};
+//! use toolgate::model::DeviceChoice;
+//!
+//! let mut engine = Engine::load("SmolLM2-135M-Instruct.Q4_1.gguf", DeviceChoice::Cpu)?;
+//! let params = GenerateParams { max_tokens: 16, ..GenerateParams::default() };
+//! let out = engine.generate_text("The capital of France is", &params, |piece| print!("{piece}"))?;
+//! println!("\n{} tokens", out.completion_tokens);
+//! # Ok::<(), toolgate::Error>(())
+//! ```
+#![warn(missing_docs)]
+
+pub mod engine;
+pub mod error;
+pub mod gguf;
+pub mod model;
+pub mod sampling;
+pub mod tokenizer;
+
+pub use error::{Error, Result};

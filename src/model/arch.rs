@@ -1,0 +1,94 @@
+//! Architecture table: what differs between the decoder-only families toolgate runs.
+//!
+//! Everything that can be read off the GGUF file (fused QKV, biases, Q/K norms, fused
+//! gate+up, tied output) is detected from the tensors present; what cannot is written
+//! here, one match arm per `general.architecture`. Adding an architecture that fits
+//! the generic decoder is one arm here plus one test.
+
+/// How rotary embeddings pair up dimensions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Adjacent pairs `(x0,x1),(x2,x3)…` — llama.cpp's `LLAMA_ROPE_TYPE_NORM` (GGUF llama
+    /// weights are permuted for it).
+    Interleaved,
+    /// First half with second half — `LLAMA_ROPE_TYPE_NEOX` (Qwen, Gemma, Phi-3).
+    Halves,
+}
+
+/// The feed-forward gate activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// SiLU (SwiGLU).
+    Silu,
+    /// GELU, tanh approximation (GeGLU).
+    GeluTanh,
+}
+
+/// Interleaved sliding-window attention.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SlidingWindow {
+    /// Every `pattern`-th layer (1-based) is global; the others attend to a window.
+    pub pattern: usize,
+    /// RoPE base of the windowed (local) layers.
+    pub local_rope_base: f32,
+}
+
+/// The per-architecture facts the generic decoder needs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ArchSpec {
+    /// `general.architecture`.
+    pub name: &'static str,
+    /// Rotary pairing.
+    pub rope: RopeStyle,
+    /// Feed-forward activation.
+    pub activation: Activation,
+    /// Multiply token embeddings by `sqrt(n_embd)` (Gemma).
+    pub embed_scale: bool,
+    /// RMS-normalise the attention and FFN outputs before the residual add (Gemma's
+    /// `post_attention_norm` / `post_ffw_norm`).
+    pub sandwich_norms: bool,
+    /// Interleaved local/global attention, if any.
+    pub sliding_window: Option<SlidingWindow>,
+}
+
+/// Architectures toolgate can load, for error messages.
+pub const SUPPORTED: &[&str] = &["llama", "qwen2", "qwen3", "gemma3", "phi3"];
+
+/// The spec for a `general.architecture` value, or `None` if unsupported.
+///
+/// ```
+/// use toolgate::model::arch::{spec_for, RopeStyle};
+/// assert_eq!(spec_for("llama").unwrap().rope, RopeStyle::Interleaved);
+/// assert!(spec_for("gemma3").unwrap().sandwich_norms);
+/// assert!(spec_for("bert").is_none());
+/// ```
+pub fn spec_for(arch: &str) -> Option<ArchSpec> {
+    let base = ArchSpec {
+        name: "",
+        rope: RopeStyle::Halves,
+        activation: Activation::Silu,
+        embed_scale: false,
+        sandwich_norms: false,
+        sliding_window: None,
+    };
+    Some(match arch {
+        // Llama 2/3.x, Mistral, SmolLM: interleaved RoPE, SwiGLU.
+        "llama" => ArchSpec { name: "llama", rope: RopeStyle::Interleaved, ..base },
+        // Qwen 2/2.5: QKV biases (detected), NeoX RoPE.
+        "qwen2" => ArchSpec { name: "qwen2", ..base },
+        // Qwen 3: per-head Q/K RMS norms (detected), NeoX RoPE.
+        "qwen3" => ArchSpec { name: "qwen3", ..base },
+        // Phi-3: fused QKV and fused gate+up (detected), NeoX RoPE.
+        "phi3" => ArchSpec { name: "phi3", ..base },
+        // Gemma 3: GeGLU, scaled embeddings, sandwich norms, Q/K norms, 5 local : 1 global.
+        "gemma3" => ArchSpec {
+            name: "gemma3",
+            activation: Activation::GeluTanh,
+            embed_scale: true,
+            sandwich_norms: true,
+            sliding_window: Some(SlidingWindow { pattern: 6, local_rope_base: 10_000.0 }),
+            ..base
+        },
+        _ => return None,
+    })
+}

@@ -1,0 +1,81 @@
+//! Hyperparameters read from GGUF metadata (`{arch}.*` keys).
+
+use crate::gguf::GgufFile;
+use crate::Result;
+
+/// The shape of a decoder-only transformer, as its GGUF file records it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hyperparams {
+    /// Number of transformer blocks (`{arch}.block_count`).
+    pub n_layer: usize,
+    /// Residual width (`{arch}.embedding_length`).
+    pub n_embd: usize,
+    /// Query heads (`{arch}.attention.head_count`).
+    pub n_head: usize,
+    /// Key/value heads (`{arch}.attention.head_count_kv`, default `n_head`).
+    pub n_head_kv: usize,
+    /// Per-head width of Q and K (`{arch}.attention.key_length`, default `n_embd / n_head`).
+    pub head_dim: usize,
+    /// Per-head width of V (`{arch}.attention.value_length`, default `head_dim`).
+    pub v_head_dim: usize,
+    /// RMS-norm epsilon.
+    pub rms_eps: f32,
+    /// RoPE base frequency (`{arch}.rope.freq_base`, default 10000).
+    pub rope_base: f32,
+    /// Rotated dimensions per head (`{arch}.rope.dimension_count`, default `head_dim`).
+    pub rope_dim: usize,
+    /// Linear RoPE scaling factor for global layers (`{arch}.rope.scaling.factor` with
+    /// type `linear`), 1.0 if none.
+    pub rope_linear_scale: f32,
+    /// Training context length (`{arch}.context_length`).
+    pub context_length: usize,
+    /// Sliding attention window (`{arch}.attention.sliding_window`), if any.
+    pub sliding_window: Option<usize>,
+}
+
+impl Hyperparams {
+    /// Read the hyperparameters of architecture `arch` from `gguf`.
+    ///
+    /// # Errors
+    /// [`crate::Error::Metadata`] if a required key is missing or mistyped, or the head
+    /// counts are inconsistent.
+    pub fn from_gguf(gguf: &GgufFile, arch: &str) -> Result<Self> {
+        let k = |s: &str| format!("{arch}.{s}");
+        let n_layer = gguf.u32(&k("block_count"))? as usize;
+        let n_embd = gguf.u32(&k("embedding_length"))? as usize;
+        let n_head = gguf.u32(&k("attention.head_count"))? as usize;
+        let n_head_kv = gguf.opt_u32(&k("attention.head_count_kv"))?.map(|x| x as usize).unwrap_or(n_head);
+        let bad =
+            |key: &str, reason: String| crate::Error::Metadata { path: gguf.path().to_path_buf(), key: k(key), reason };
+        if n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 {
+            return Err(bad(
+                "attention.head_count_kv",
+                format!("{n_head} query heads cannot be grouped over {n_head_kv} key/value heads"),
+            ));
+        }
+        let head_dim = gguf.opt_u32(&k("attention.key_length"))?.map(|x| x as usize).unwrap_or(n_embd / n_head);
+        let v_head_dim = gguf.opt_u32(&k("attention.value_length"))?.map(|x| x as usize).unwrap_or(head_dim);
+        let rope_dim = gguf.opt_u32(&k("rope.dimension_count"))?.map(|x| x as usize).unwrap_or(head_dim);
+        if rope_dim > head_dim || rope_dim % 2 != 0 {
+            return Err(bad("rope.dimension_count", format!("{rope_dim} rotated dims for head width {head_dim}")));
+        }
+        let rope_linear_scale = match gguf.opt_string(&k("rope.scaling.type"))? {
+            Some("linear") => gguf.opt_f32(&k("rope.scaling.factor"))?.unwrap_or(1.0),
+            _ => 1.0,
+        };
+        Ok(Self {
+            n_layer,
+            n_embd,
+            n_head,
+            n_head_kv,
+            head_dim,
+            v_head_dim,
+            rms_eps: gguf.opt_f32(&k("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-5),
+            rope_base: gguf.opt_f32(&k("rope.freq_base"))?.unwrap_or(10_000.0),
+            rope_dim,
+            rope_linear_scale,
+            context_length: gguf.opt_u32(&k("context_length"))?.map(|x| x as usize).unwrap_or(2048),
+            sliding_window: gguf.opt_u32(&k("attention.sliding_window"))?.map(|x| x as usize).filter(|&w| w > 0),
+        })
+    }
+}

@@ -1,0 +1,482 @@
+//! The generic decoder-only transformer every supported architecture runs on.
+//!
+//! Shapes (batch is always 1): token ids `(t)` → hidden `(1, t, n_embd)`; per layer
+//! Q `(1, n_head, t, head_dim)`, K/V `(1, n_kv_head, t, head_dim)` appended to the
+//! [`KvCache`]; logits of the last position `(vocab)`.
+
+use std::sync::Arc;
+
+use candle_core::quantized::QTensor;
+use candle_core::{DType, Device, Tensor, D};
+
+use super::arch::{Activation, ArchSpec, RopeStyle};
+use super::config::Hyperparams;
+use super::kv_cache::KvCache;
+use super::qlinear::QLinear;
+use crate::gguf::GgufFile;
+use crate::{Error, Result};
+
+#[derive(Debug)]
+enum Qkv {
+    Separate { q: QLinear, k: QLinear, v: QLinear },
+    Fused(QLinear),
+}
+
+#[derive(Debug)]
+enum Ffn {
+    GateUp {
+        gate: QLinear,
+        up: QLinear,
+        down: QLinear,
+    },
+    /// Phi-3: `ffn_up` holds gate and up concatenated along the output axis.
+    FusedGateUp {
+        gate_up: QLinear,
+        down: QLinear,
+    },
+}
+
+#[derive(Debug)]
+struct Layer {
+    attn_norm: Tensor,
+    qkv: Qkv,
+    q_norm: Option<Tensor>,
+    k_norm: Option<Tensor>,
+    attn_out: QLinear,
+    post_attn_norm: Option<Tensor>,
+    ffn_norm: Tensor,
+    ffn: Ffn,
+    post_ffn_norm: Option<Tensor>,
+    /// Attend only to the last `window` positions.
+    window: Option<usize>,
+    /// Index into `Decoder::rope_tables`.
+    rope: usize,
+    cache: KvCache,
+}
+
+#[derive(Debug)]
+struct RopeTable {
+    cos: Tensor,
+    sin: Tensor,
+}
+
+/// A loaded decoder: weights, RoPE tables and per-layer KV caches.
+#[derive(Debug)]
+pub struct Decoder {
+    spec: ArchSpec,
+    hp: Hyperparams,
+    embed: QLinear,
+    layers: Vec<Layer>,
+    output_norm: Tensor,
+    output: QLinear,
+    rope_tables: Vec<RopeTable>,
+    max_context: usize,
+    device: Device,
+    pos: usize,
+}
+
+struct Loader<'a> {
+    gguf: &'a GgufFile,
+    device: &'a Device,
+}
+
+impl Loader<'_> {
+    fn qtensor(&self, name: &str) -> Result<Arc<QTensor>> {
+        Ok(Arc::new(self.gguf.tensor(name, self.device)?))
+    }
+
+    fn f32(&self, name: &str) -> Result<Tensor> {
+        let t = self.gguf.tensor(name, self.device)?;
+        Ok(t.dequantize(self.device)?.to_dtype(DType::F32)?)
+    }
+
+    fn opt_f32(&self, name: &str) -> Result<Option<Tensor>> {
+        if self.gguf.has_tensor(name) {
+            self.f32(name).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    fn linear(&self, name: &str) -> Result<QLinear> {
+        let w = self.qtensor(&format!("{name}.weight"))?;
+        let b = self.opt_f32(&format!("{name}.bias"))?;
+        let lin = QLinear::new(w, b).map_err(|e| self.bad(name, e))?;
+        Ok(lin)
+    }
+
+    fn bad(&self, name: &str, e: impl std::fmt::Display) -> Error {
+        Error::Tensor { path: self.gguf.path().to_path_buf(), name: name.to_string(), reason: e.to_string() }
+    }
+
+    fn expect_width(&self, name: &str, lin: &QLinear, input: usize, output: usize) -> Result<()> {
+        if lin.in_features() != input || lin.out_features() != output {
+            return Err(self.bad(
+                name,
+                format!(
+                    "shape ({}, {}) but the hyperparameters need ({output}, {input})",
+                    lin.out_features(),
+                    lin.in_features()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn expect_norm(&self, name: &str, t: &Tensor, width: usize) -> Result<()> {
+        if t.dims() != [width] {
+            return Err(self.bad(name, format!("shape {:?}, expected [{width}]", t.dims())));
+        }
+        Ok(())
+    }
+}
+
+impl Decoder {
+    /// Load all weights of `gguf` onto `device`.
+    ///
+    /// `max_context` bounds the positions this instance will process (RoPE tables are
+    /// precomputed up to it); it is clamped to the model's training context.
+    ///
+    /// # Errors
+    /// [`Error::Metadata`] / [`Error::Tensor`] when a key or tensor is missing or has
+    /// a shape inconsistent with the hyperparameters.
+    pub fn load(gguf: &GgufFile, spec: ArchSpec, device: &Device, max_context: usize) -> Result<Self> {
+        let hp = Hyperparams::from_gguf(gguf, spec.name)?;
+        let ld = Loader { gguf, device };
+        let embed_w = ld.qtensor("token_embd.weight")?;
+        let embed = QLinear::new(embed_w.clone(), None).map_err(|e| ld.bad("token_embd.weight", e))?;
+        if embed.in_features() != hp.n_embd {
+            return Err(ld.bad("token_embd.weight", format!("width {} != n_embd {}", embed.in_features(), hp.n_embd)));
+        }
+        let output = if gguf.has_tensor("output.weight") { ld.linear("output")? } else { QLinear::new(embed_w, None)? };
+        let output_norm = ld.f32("output_norm.weight")?;
+        ld.expect_norm("output_norm.weight", &output_norm, hp.n_embd)?;
+
+        let q_width = hp.n_head * hp.head_dim;
+        let kv_width = hp.n_head_kv * hp.head_dim;
+        let v_width = hp.n_head_kv * hp.v_head_dim;
+        let freq_factors = ld.opt_f32("rope_freqs.weight")?;
+        let mut rope_tables = Vec::new();
+        let max_context = max_context.min(hp.context_length).max(1);
+        rope_tables.push(rope_table(
+            &hp,
+            hp.rope_base,
+            hp.rope_linear_scale,
+            freq_factors.as_ref(),
+            max_context,
+            device,
+        )?);
+        let local_rope = spec.sliding_window.map(|sw| sw.local_rope_base);
+        if let Some(base) = local_rope {
+            rope_tables.push(rope_table(&hp, base, 1.0, None, max_context, device)?);
+        }
+
+        let mut layers = Vec::with_capacity(hp.n_layer);
+        for i in 0..hp.n_layer {
+            let p = |s: &str| format!("blk.{i}.{s}");
+            let qkv = if gguf.has_tensor(&p("attn_qkv.weight")) {
+                let l = ld.linear(&p("attn_qkv"))?;
+                ld.expect_width(&p("attn_qkv.weight"), &l, hp.n_embd, q_width + kv_width + v_width)?;
+                Qkv::Fused(l)
+            } else {
+                let (q, k, v) = (ld.linear(&p("attn_q"))?, ld.linear(&p("attn_k"))?, ld.linear(&p("attn_v"))?);
+                ld.expect_width(&p("attn_q.weight"), &q, hp.n_embd, q_width)?;
+                ld.expect_width(&p("attn_k.weight"), &k, hp.n_embd, kv_width)?;
+                ld.expect_width(&p("attn_v.weight"), &v, hp.n_embd, v_width)?;
+                Qkv::Separate { q, k, v }
+            };
+            let attn_out = ld.linear(&p("attn_output"))?;
+            ld.expect_width(&p("attn_output.weight"), &attn_out, hp.n_head * hp.v_head_dim, hp.n_embd)?;
+            let ffn = if gguf.has_tensor(&p("ffn_gate.weight")) {
+                Ffn::GateUp {
+                    gate: ld.linear(&p("ffn_gate"))?,
+                    up: ld.linear(&p("ffn_up"))?,
+                    down: ld.linear(&p("ffn_down"))?,
+                }
+            } else {
+                let gate_up = ld.linear(&p("ffn_up"))?;
+                if gate_up.out_features() % 2 != 0 {
+                    return Err(ld.bad(&p("ffn_up.weight"), "fused gate+up has an odd width"));
+                }
+                Ffn::FusedGateUp { gate_up, down: ld.linear(&p("ffn_down"))? }
+            };
+            let attn_norm = ld.f32(&p("attn_norm.weight"))?;
+            ld.expect_norm(&p("attn_norm.weight"), &attn_norm, hp.n_embd)?;
+            let ffn_norm = ld.f32(&p("ffn_norm.weight"))?;
+            ld.expect_norm(&p("ffn_norm.weight"), &ffn_norm, hp.n_embd)?;
+            let (post_attn_norm, post_ffn_norm) = if spec.sandwich_norms {
+                (Some(ld.f32(&p("post_attention_norm.weight"))?), Some(ld.f32(&p("post_ffw_norm.weight"))?))
+            } else {
+                (None, None)
+            };
+            let is_local = match spec.sliding_window {
+                Some(sw) => (i + 1) % sw.pattern != 0,
+                None => false,
+            };
+            layers.push(Layer {
+                attn_norm,
+                qkv,
+                q_norm: ld.opt_f32(&p("attn_q_norm.weight"))?,
+                k_norm: ld.opt_f32(&p("attn_k_norm.weight"))?,
+                attn_out,
+                post_attn_norm,
+                ffn_norm,
+                ffn,
+                post_ffn_norm,
+                window: if is_local { hp.sliding_window } else { None },
+                rope: if is_local { 1 } else { 0 },
+                cache: KvCache::default(),
+            });
+        }
+        Ok(Self {
+            spec,
+            hp,
+            embed,
+            layers,
+            output_norm,
+            output,
+            rope_tables,
+            max_context,
+            device: device.clone(),
+            pos: 0,
+        })
+    }
+
+    /// The hyperparameters.
+    pub fn hyperparams(&self) -> &Hyperparams {
+        &self.hp
+    }
+
+    /// The architecture spec.
+    pub fn spec(&self) -> &ArchSpec {
+        &self.spec
+    }
+
+    /// Positions this instance can hold.
+    pub fn max_context(&self) -> usize {
+        self.max_context
+    }
+
+    /// Number of positions in the KV cache.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Output vocabulary width.
+    pub fn vocab_size(&self) -> usize {
+        self.output.out_features()
+    }
+
+    /// Drop cached positions `len..`.
+    pub fn truncate(&mut self, len: usize) {
+        self.pos = self.pos.min(len);
+        for l in &mut self.layers {
+            l.cache.truncate(self.pos);
+        }
+    }
+
+    /// Process `tokens` at positions `position()..position()+t`, append them to the KV
+    /// cache and return the logits of the last one, shape `(vocab)`.
+    ///
+    /// # Errors
+    /// [`Error::ContextOverflow`] past `max_context`; candle errors otherwise.
+    pub fn forward(&mut self, tokens: &[u32]) -> Result<Tensor> {
+        let t = tokens.len();
+        if t == 0 {
+            return Err(Error::InvalidParameter { name: "tokens", reason: "empty input".into() });
+        }
+        if self.pos + t > self.max_context {
+            return Err(Error::ContextOverflow { prompt_tokens: self.pos + t, context_length: self.max_context });
+        }
+        let vocab = self.embed_rows();
+        if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= vocab) {
+            return Err(Error::InvalidParameter { name: "tokens", reason: format!("token id {bad} >= vocab {vocab}") });
+        }
+        let ids = Tensor::new(tokens, &self.device)?;
+        let mut x = self.embed.embedding(&ids)?.unsqueeze(0)?; // (1, t, n_embd)
+        if self.spec.embed_scale {
+            x = (x * (self.hp.n_embd as f64).sqrt())?;
+        }
+        let pos = self.pos;
+        for li in 0..self.layers.len() {
+            x = self.layer_forward(li, &x, pos)?;
+        }
+        self.pos += t;
+        let last = x.narrow(1, t - 1, 1)?; // (1, 1, n_embd)
+        let last = candle_nn::ops::rms_norm(&last, &self.output_norm, self.hp.rms_eps)?;
+        let logits = self.output.forward(&last)?; // (1, 1, vocab)
+        Ok(logits.flatten_all()?)
+    }
+
+    fn embed_rows(&self) -> usize {
+        self.embed.out_features()
+    }
+
+    fn layer_forward(&mut self, li: usize, x: &Tensor, pos: usize) -> Result<Tensor> {
+        let hp = &self.hp;
+        let (_, t, _) = x.dims3()?;
+        let layer = &mut self.layers[li];
+        let h = candle_nn::ops::rms_norm(x, &layer.attn_norm, hp.rms_eps)?;
+        let (q, k, v) = match &layer.qkv {
+            Qkv::Separate { q, k, v } => (q.forward(&h)?, k.forward(&h)?, v.forward(&h)?),
+            Qkv::Fused(w) => {
+                let qkv = w.forward(&h)?;
+                let qw = hp.n_head * hp.head_dim;
+                let kw = hp.n_head_kv * hp.head_dim;
+                let vw = hp.n_head_kv * hp.v_head_dim;
+                (qkv.narrow(2, 0, qw)?, qkv.narrow(2, qw, kw)?, qkv.narrow(2, qw + kw, vw)?)
+            }
+        };
+        // (1, t, heads*d) -> (1, heads, t, d)
+        let q = q.reshape((1, t, hp.n_head, hp.head_dim))?.transpose(1, 2)?.contiguous()?;
+        let k = k.reshape((1, t, hp.n_head_kv, hp.head_dim))?.transpose(1, 2)?.contiguous()?;
+        let v = v.reshape((1, t, hp.n_head_kv, hp.v_head_dim))?.transpose(1, 2)?.contiguous()?;
+        let q = match &layer.q_norm {
+            Some(w) => candle_nn::ops::rms_norm(&q, w, hp.rms_eps)?,
+            None => q,
+        };
+        let k = match &layer.k_norm {
+            Some(w) => candle_nn::ops::rms_norm(&k, w, hp.rms_eps)?,
+            None => k,
+        };
+        let table = &self.rope_tables[layer.rope];
+        let q = apply_rope(&q, table, pos, hp.rope_dim, self.spec.rope)?;
+        let k = apply_rope(&k, table, pos, hp.rope_dim, self.spec.rope)?;
+
+        let (k_all, v_all) = layer.cache.append(&k, &v)?;
+        let total = pos + t;
+        // Keys outside every query's window are dropped up front.
+        let first_key = match layer.window {
+            Some(w) if pos + 1 > w => pos + 1 - w,
+            _ => 0,
+        };
+        let (k_all, v_all) = if first_key > 0 {
+            (k_all.narrow(2, first_key, total - first_key)?, v_all.narrow(2, first_key, total - first_key)?)
+        } else {
+            (k_all, v_all)
+        };
+        let n_rep = hp.n_head / hp.n_head_kv;
+        let k_all = repeat_kv(&k_all, n_rep)?;
+        let v_all = repeat_kv(&v_all, n_rep)?;
+        let scale = 1.0 / (hp.head_dim as f64).sqrt();
+        let scores = (q.matmul(&k_all.t()?)? * scale)?; // (1, h, t, keys)
+        let keys = total - first_key;
+        let scores = if t > 1 || layer.window.is_some_and(|w| keys > w) {
+            let mask = attention_mask(t, pos, first_key, keys, layer.window, &self.device)?;
+            scores.broadcast_add(&mask)?
+        } else {
+            scores
+        };
+        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+        let o = probs.matmul(&v_all)?; // (1, h, t, dv)
+        let o = o.transpose(1, 2)?.reshape((1, t, hp.n_head * hp.v_head_dim))?;
+        let mut o = layer.attn_out.forward(&o)?;
+        if let Some(w) = &layer.post_attn_norm {
+            o = candle_nn::ops::rms_norm(&o, w, hp.rms_eps)?;
+        }
+        let x = (x + o)?;
+
+        let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, hp.rms_eps)?;
+        let act = |g: &Tensor| -> Result<Tensor> {
+            Ok(match self.spec.activation {
+                Activation::Silu => candle_nn::ops::silu(g)?,
+                Activation::GeluTanh => g.gelu()?,
+            })
+        };
+        let mut f = match &layer.ffn {
+            Ffn::GateUp { gate, up, down } => down.forward(&(act(&gate.forward(&h)?)? * up.forward(&h)?)?)?,
+            Ffn::FusedGateUp { gate_up, down } => {
+                let gu = gate_up.forward(&h)?;
+                let half = gu.dim(D::Minus1)? / 2;
+                down.forward(&(act(&gu.narrow(2, 0, half)?)? * gu.narrow(2, half, half)?)?)?
+            }
+        };
+        if let Some(w) = &layer.post_ffn_norm {
+            f = candle_nn::ops::rms_norm(&f, w, hp.rms_eps)?;
+        }
+        Ok((x + f)?)
+    }
+}
+
+fn repeat_kv(x: &Tensor, n_rep: usize) -> Result<Tensor> {
+    if n_rep == 1 {
+        return Ok(x.contiguous()?);
+    }
+    let (b, h, t, d) = x.dims4()?;
+    Ok(Tensor::cat(&vec![x; n_rep], 2)?.reshape((b, h * n_rep, t, d))?)
+}
+
+/// `mask[i][j] = 0` where query `pos+i` may see key `first_key+j`, `-inf` otherwise.
+fn attention_mask(
+    t: usize,
+    pos: usize,
+    first_key: usize,
+    keys: usize,
+    window: Option<usize>,
+    device: &Device,
+) -> Result<Tensor> {
+    let mut m = vec![0f32; t * keys];
+    for i in 0..t {
+        let qp = pos + i;
+        for j in 0..keys {
+            let kp = first_key + j;
+            let visible = kp <= qp && window.is_none_or(|w| qp - kp < w);
+            if !visible {
+                m[i * keys + j] = f32::NEG_INFINITY;
+            }
+        }
+    }
+    Ok(Tensor::from_vec(m, (1, 1, t, keys), device)?)
+}
+
+fn rope_table(
+    hp: &Hyperparams,
+    base: f32,
+    linear_scale: f32,
+    freq_factors: Option<&Tensor>,
+    max_context: usize,
+    device: &Device,
+) -> Result<RopeTable> {
+    let half = hp.rope_dim / 2;
+    let factors: Option<Vec<f32>> = freq_factors.map(|f| f.to_vec1::<f32>()).transpose()?;
+    let inv_freq: Vec<f32> = (0..half)
+        .map(|i| {
+            let f = 1.0 / base.powf(2.0 * i as f32 / hp.rope_dim as f32) / linear_scale;
+            match &factors {
+                Some(ff) if i < ff.len() => f / ff[i],
+                _ => f,
+            }
+        })
+        .collect();
+    let mut angles = Vec::with_capacity(max_context * half);
+    for p in 0..max_context {
+        for f in &inv_freq {
+            angles.push(p as f32 * f);
+        }
+    }
+    let angles = Tensor::from_vec(angles, (max_context, half), device)?;
+    Ok(RopeTable { cos: angles.cos()?, sin: angles.sin()? })
+}
+
+fn apply_rope(x: &Tensor, table: &RopeTable, pos: usize, rope_dim: usize, style: RopeStyle) -> Result<Tensor> {
+    let (_, _, t, d) = x.dims4()?;
+    let cos = table.cos.narrow(0, pos, t)?.contiguous()?;
+    let sin = table.sin.narrow(0, pos, t)?.contiguous()?;
+    let rot = |x: &Tensor| -> Result<Tensor> {
+        Ok(match style {
+            RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(x, &cos, &sin)?,
+            RopeStyle::Halves => candle_nn::rotary_emb::rope(x, &cos, &sin)?,
+        })
+    };
+    if rope_dim == d {
+        return rot(x);
+    }
+    let head = x.narrow(3, 0, rope_dim)?.contiguous()?;
+    let tail = x.narrow(3, rope_dim, d - rope_dim)?;
+    Ok(Tensor::cat(&[rot(&head)?, tail], 3)?)
+}

@@ -1,0 +1,67 @@
+//! A growable key/value cache for one attention layer.
+//!
+//! Keys and values are stored as `(1, n_kv_head, capacity, head_dim)` buffers that
+//! double when full, so appending a token is a copy of that token only. The cache can
+//! be truncated (to reuse a shared prompt prefix or roll back a speculative step).
+
+use candle_core::{DType, Device, Tensor};
+
+use crate::Result;
+
+/// Keys and values of the positions seen so far, for one layer.
+#[derive(Debug, Clone, Default)]
+pub struct KvCache {
+    k: Option<Tensor>,
+    v: Option<Tensor>,
+    len: usize,
+}
+
+impl KvCache {
+    /// Number of cached positions.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Forget positions `len..`; the buffers are kept.
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    /// Append `k`, `v` of shape `(1, n_kv_head, t, d)` and return views of all cached
+    /// keys and values, `(1, n_kv_head, len + t, d)`.
+    ///
+    /// Cost: copies the `t` new positions; amortised O(1) regrowth.
+    ///
+    /// # Errors
+    /// On a shape mismatch with earlier appends.
+    pub fn append(&mut self, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+        let t = k.dim(2)?;
+        let need = self.len + t;
+        let cap = self.k.as_ref().map(|b| b.dim(2)).transpose()?.unwrap_or(0);
+        if need > cap {
+            let new_cap = need.max(cap * 2).max(256);
+            self.k = Some(grow(self.k.as_ref(), k, self.len, new_cap)?);
+            self.v = Some(grow(self.v.as_ref(), v, self.len, new_cap)?);
+        }
+        let (kb, vb) = (self.k.as_ref().expect("allocated above"), self.v.as_ref().expect("allocated above"));
+        kb.slice_set(&k.contiguous()?, 2, self.len)?;
+        vb.slice_set(&v.contiguous()?, 2, self.len)?;
+        self.len = need;
+        Ok((kb.narrow(2, 0, need)?, vb.narrow(2, 0, need)?))
+    }
+}
+
+fn grow(old: Option<&Tensor>, like: &Tensor, len: usize, cap: usize) -> Result<Tensor> {
+    let (b, h, _, d) = like.dims4()?;
+    let dev: &Device = like.device();
+    let buf = Tensor::zeros((b, h, cap, d), DType::F32, dev)?;
+    if let (Some(old), true) = (old, len > 0) {
+        buf.slice_set(&old.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
+    }
+    Ok(buf)
+}

@@ -1,0 +1,161 @@
+//! Architectures on candle behind one [`Model`] trait, device choice and KV cache.
+//!
+//! All supported architectures (see [`arch::SUPPORTED`]) run on the generic
+//! [`decoder::Decoder`]; per-family differences live in [`arch::spec_for`], and every
+//! projection goes through the [`qlinear::QLinear`] seam.
+//!
+//! ```no_run
+//! use toolgate::gguf::GgufFile;
+//! use toolgate::model::{load, DeviceChoice, LoadOptions};
+//! let gguf = GgufFile::open("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+//! let mut model = load(&gguf, &LoadOptions::default())?;
+//! let logits = model.forward(&[1, 2, 3])?; // logits of the last position
+//! assert_eq!(logits.len(), model.vocab_size());
+//! # Ok::<(), toolgate::Error>(())
+//! ```
+
+pub mod arch;
+pub mod config;
+pub mod decoder;
+pub mod kv_cache;
+pub mod qlinear;
+
+use candle_core::Device;
+
+use crate::gguf::GgufFile;
+use crate::{Error, Result};
+
+/// A causal language model with a KV cache.
+pub trait Model: Send {
+    /// Feed `tokens` after the cached positions and return the next-token logits of the
+    /// last one (length [`Model::vocab_size`]).
+    ///
+    /// # Errors
+    /// [`Error::ContextOverflow`] when the cache would exceed [`Model::context_length`].
+    fn forward(&mut self, tokens: &[u32]) -> Result<Vec<f32>>;
+    /// Positions currently cached.
+    fn position(&self) -> usize;
+    /// Drop cached positions `len..` (0 clears the cache).
+    fn truncate(&mut self, len: usize);
+    /// Maximum positions (prompt + generated).
+    fn context_length(&self) -> usize;
+    /// Width of the logits.
+    fn vocab_size(&self) -> usize;
+    /// `general.architecture`.
+    fn architecture(&self) -> &str;
+}
+
+impl Model for decoder::Decoder {
+    fn forward(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        let logits = decoder::Decoder::forward(self, tokens)?;
+        Ok(logits.to_dtype(candle_core::DType::F32)?.to_vec1::<f32>()?)
+    }
+    fn position(&self) -> usize {
+        decoder::Decoder::position(self)
+    }
+    fn truncate(&mut self, len: usize) {
+        decoder::Decoder::truncate(self, len)
+    }
+    fn context_length(&self) -> usize {
+        self.max_context()
+    }
+    fn vocab_size(&self) -> usize {
+        decoder::Decoder::vocab_size(self)
+    }
+    fn architecture(&self) -> &str {
+        self.spec().name
+    }
+}
+
+/// Where the model runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceChoice {
+    /// CPU, all cores (rayon's pool; set `RAYON_NUM_THREADS` to limit).
+    #[default]
+    Cpu,
+    /// CUDA device `n` (needs the `cuda` feature).
+    Cuda(usize),
+    /// Metal (needs the `metal` feature).
+    Metal,
+}
+
+impl std::str::FromStr for DeviceChoice {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "cpu" => Ok(Self::Cpu),
+            "metal" => Ok(Self::Metal),
+            "cuda" => Ok(Self::Cuda(0)),
+            s => match s.strip_prefix("cuda:").and_then(|n| n.parse().ok()) {
+                Some(n) => Ok(Self::Cuda(n)),
+                None => Err(Error::Device { device: s.into(), reason: "expected cpu, cuda, cuda:N or metal".into() }),
+            },
+        }
+    }
+}
+
+impl DeviceChoice {
+    /// Open the device.
+    ///
+    /// # Errors
+    /// [`Error::Device`] if the feature is not compiled in or no device is present.
+    pub fn open(self) -> Result<Device> {
+        match self {
+            Self::Cpu => Ok(Device::Cpu),
+            Self::Cuda(n) => {
+                if !cfg!(feature = "cuda") {
+                    return Err(Error::Device {
+                        device: format!("cuda:{n}"),
+                        reason: "built without the `cuda` feature".into(),
+                    });
+                }
+                Device::new_cuda(n).map_err(|e| Error::Device { device: format!("cuda:{n}"), reason: e.to_string() })
+            }
+            Self::Metal => {
+                if !cfg!(feature = "metal") {
+                    return Err(Error::Device {
+                        device: "metal".into(),
+                        reason: "built without the `metal` feature".into(),
+                    });
+                }
+                Device::new_metal(0).map_err(|e| Error::Device { device: "metal".into(), reason: e.to_string() })
+            }
+        }
+    }
+}
+
+/// Options for [`load`].
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// Device to run on.
+    pub device: DeviceChoice,
+    /// Context window to allocate (prompt + generated tokens); `None` uses
+    /// `min(training context, 8192)`.
+    pub context_length: Option<usize>,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self { device: DeviceChoice::Cpu, context_length: None }
+    }
+}
+
+/// The default context window when none is asked for.
+pub const DEFAULT_CONTEXT: usize = 8192;
+
+/// Load the model in `gguf`.
+///
+/// # Errors
+/// [`Error::UnsupportedArchitecture`] for an architecture not in [`arch::SUPPORTED`];
+/// metadata, tensor and device errors as they occur.
+pub fn load(gguf: &GgufFile, opts: &LoadOptions) -> Result<Box<dyn Model>> {
+    let arch_name = gguf.architecture()?;
+    let spec = arch::spec_for(arch_name).ok_or_else(|| Error::UnsupportedArchitecture {
+        path: gguf.path().to_path_buf(),
+        arch: arch_name.to_string(),
+        supported: arch::SUPPORTED.join(", "),
+    })?;
+    let device = opts.device.open()?;
+    let ctx = opts.context_length.unwrap_or(DEFAULT_CONTEXT);
+    Ok(Box::new(decoder::Decoder::load(gguf, spec, &device, ctx)?))
+}

@@ -1,0 +1,301 @@
+//! The logits pipeline: constraint mask → penalties → temperature → top-k → top-p →
+//! min-p → seeded draw.
+//!
+//! A [`Sampler`] owns its random state, so the same seed and the same logits give the
+//! same tokens. `temperature == 0` is greedy (argmax after mask and penalties).
+//!
+//! ```
+//! use toolgate::sampling::{Sampler, SamplingParams, TokenMask};
+//! let mut s = Sampler::new(SamplingParams::greedy())?;
+//! let mut logits = vec![0.1, 2.0, 0.3];
+//! assert_eq!(s.sample(&mut logits, None)?, 1);
+//! let mut mask = TokenMask::new(3);
+//! mask.allow(2);
+//! let mut logits = vec![0.1, 2.0, 0.3];
+//! assert_eq!(s.sample(&mut logits, Some(&mask))?, 2);
+//! # Ok::<(), toolgate::Error>(())
+//! ```
+
+use std::collections::HashMap;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::{Error, Result};
+
+/// A set of allowed token ids (a bitset over the vocabulary).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenMask {
+    bits: Vec<u64>,
+    len: usize,
+}
+
+impl TokenMask {
+    /// An empty mask (nothing allowed) over `vocab` tokens.
+    pub fn new(vocab: usize) -> Self {
+        Self { bits: vec![0; vocab.div_ceil(64)], len: vocab }
+    }
+
+    /// A mask allowing every token.
+    pub fn all(vocab: usize) -> Self {
+        let mut m = Self { bits: vec![u64::MAX; vocab.div_ceil(64)], len: vocab };
+        m.clear_tail();
+        m
+    }
+
+    fn clear_tail(&mut self) {
+        let rem = self.len % 64;
+        if rem != 0 {
+            if let Some(last) = self.bits.last_mut() {
+                *last &= (1u64 << rem) - 1;
+            }
+        }
+    }
+
+    /// Allow token `id` (ignored if out of range).
+    pub fn allow(&mut self, id: u32) {
+        if (id as usize) < self.len {
+            self.bits[id as usize / 64] |= 1 << (id % 64);
+        }
+    }
+
+    /// Disallow token `id`.
+    pub fn forbid(&mut self, id: u32) {
+        if (id as usize) < self.len {
+            self.bits[id as usize / 64] &= !(1 << (id % 64));
+        }
+    }
+
+    /// Whether `id` is allowed.
+    pub fn is_allowed(&self, id: u32) -> bool {
+        (id as usize) < self.len && self.bits[id as usize / 64] & (1 << (id % 64)) != 0
+    }
+
+    /// Number of allowed tokens.
+    pub fn count(&self) -> usize {
+        self.bits.iter().map(|w| w.count_ones() as usize).sum()
+    }
+
+    /// Vocabulary size the mask covers.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the mask covers no tokens at all.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The raw words, 64 tokens each, for kernels.
+    pub fn words(&self) -> &[u64] {
+        &self.bits
+    }
+
+    /// Mutable raw words; bits past `len()` must stay zero.
+    pub fn words_mut(&mut self) -> &mut [u64] {
+        &mut self.bits
+    }
+}
+
+/// Sampling parameters. The defaults are greedy decoding with no penalties.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingParams {
+    /// Softmax temperature; `0` means greedy.
+    pub temperature: f32,
+    /// Keep the `k` most likely tokens (`0` = off).
+    pub top_k: usize,
+    /// Keep the smallest set whose probability reaches `p` (`1.0` = off).
+    pub top_p: f32,
+    /// Drop tokens below `min_p × p(max)` (`0` = off).
+    pub min_p: f32,
+    /// Divide positive / multiply negative logits of recently seen tokens (`1.0` = off).
+    pub repeat_penalty: f32,
+    /// How many recent tokens the penalties look at.
+    pub penalty_last_n: usize,
+    /// Subtract from logits of tokens seen at least once (OpenAI semantics).
+    pub presence_penalty: f32,
+    /// Subtract `count × frequency_penalty` from logits of seen tokens.
+    pub frequency_penalty: f32,
+    /// RNG seed: the same seed gives the same output.
+    pub seed: u64,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        Self::greedy()
+    }
+}
+
+impl SamplingParams {
+    /// Greedy decoding, no penalties.
+    pub fn greedy() -> Self {
+        Self {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repeat_penalty: 1.0,
+            penalty_last_n: 64,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            seed: 0,
+        }
+    }
+
+    /// Check ranges.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] naming the first bad parameter.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |name, reason: &str| Err(Error::InvalidParameter { name, reason: reason.into() });
+        if !self.temperature.is_finite() || self.temperature < 0.0 {
+            return bad("temperature", "must be a finite number >= 0");
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return bad("top_p", "must be in (0, 1]");
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return bad("min_p", "must be in [0, 1]");
+        }
+        if !self.repeat_penalty.is_finite() || self.repeat_penalty <= 0.0 {
+            return bad("repeat_penalty", "must be a finite number > 0");
+        }
+        if !self.presence_penalty.is_finite() || self.presence_penalty.abs() > 2.0 {
+            return bad("presence_penalty", "must be in [-2, 2]");
+        }
+        if !self.frequency_penalty.is_finite() || self.frequency_penalty.abs() > 2.0 {
+            return bad("frequency_penalty", "must be in [-2, 2]");
+        }
+        Ok(())
+    }
+}
+
+/// Seeded sampler with penalty history.
+#[derive(Debug, Clone)]
+pub struct Sampler {
+    params: SamplingParams,
+    rng: StdRng,
+    history: Vec<u32>,
+}
+
+impl Sampler {
+    /// A sampler for `params`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] if `params` fail [`SamplingParams::validate`].
+    pub fn new(params: SamplingParams) -> Result<Self> {
+        params.validate()?;
+        let rng = StdRng::seed_from_u64(params.seed);
+        Ok(Self { params, rng, history: Vec::new() })
+    }
+
+    /// The parameters.
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+
+    /// Record a token (prompt or generated) for the penalties.
+    pub fn accept(&mut self, token: u32) {
+        self.history.push(token);
+    }
+
+    /// Choose the next token from `logits` (modified in place), allowing only tokens in
+    /// `mask` if given.
+    ///
+    /// Cost: O(vocab) for greedy and min-p; O(vocab log vocab) when top-k/top-p sort.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] if the mask allows nothing or every logit is `NaN`/`-inf`.
+    pub fn sample(&mut self, logits: &mut [f32], mask: Option<&TokenMask>) -> Result<u32> {
+        if let Some(mask) = mask {
+            for (i, l) in logits.iter_mut().enumerate() {
+                if !mask.is_allowed(i as u32) {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+        }
+        self.apply_penalties(logits);
+        let best = argmax(logits).ok_or_else(|| Error::InvalidParameter {
+            name: "mask",
+            reason: "no token is allowed at this step".into(),
+        })?;
+        let p = &self.params;
+        if p.temperature == 0.0 {
+            return Ok(best as u32);
+        }
+        // Candidates sorted by logit, descending.
+        let mut cand: Vec<(u32, f32)> =
+            logits.iter().enumerate().filter(|(_, l)| l.is_finite()).map(|(i, &l)| (i as u32, l)).collect();
+        if p.top_k > 0 && p.top_k < cand.len() {
+            cand.select_nth_unstable_by(p.top_k - 1, |a, b| b.1.total_cmp(&a.1));
+            cand.truncate(p.top_k);
+        }
+        cand.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let max = cand[0].1;
+        let mut probs: Vec<f32> = cand.iter().map(|(_, l)| ((l - max) / p.temperature).exp()).collect();
+        let sum: f32 = probs.iter().sum();
+        probs.iter_mut().for_each(|x| *x /= sum);
+        if p.top_p < 1.0 {
+            let mut acc = 0.0;
+            let mut keep = probs.len();
+            for (i, x) in probs.iter().enumerate() {
+                acc += x;
+                if acc >= p.top_p {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            probs.truncate(keep);
+        }
+        if p.min_p > 0.0 {
+            let floor = probs[0] * p.min_p;
+            let keep = probs.iter().take_while(|&&x| x >= floor).count().max(1);
+            probs.truncate(keep);
+        }
+        let total: f32 = probs.iter().sum();
+        let mut r = self.rng.random::<f32>() * total;
+        for (i, x) in probs.iter().enumerate() {
+            if r < *x {
+                return Ok(cand[i].0);
+            }
+            r -= x;
+        }
+        Ok(cand[probs.len() - 1].0)
+    }
+
+    fn apply_penalties(&self, logits: &mut [f32]) {
+        let p = &self.params;
+        if p.repeat_penalty == 1.0 && p.presence_penalty == 0.0 && p.frequency_penalty == 0.0 {
+            return;
+        }
+        let start = self.history.len().saturating_sub(p.penalty_last_n);
+        let mut counts: HashMap<u32, u32> = HashMap::new();
+        for &t in &self.history[start..] {
+            *counts.entry(t).or_default() += 1;
+        }
+        for (&t, &c) in &counts {
+            let Some(l) = logits.get_mut(t as usize) else { continue };
+            if !l.is_finite() {
+                continue;
+            }
+            if p.repeat_penalty != 1.0 {
+                *l = if *l > 0.0 { *l / p.repeat_penalty } else { *l * p.repeat_penalty };
+            }
+            *l -= c as f32 * p.frequency_penalty + p.presence_penalty;
+        }
+    }
+}
+
+/// Index of the largest finite value (first on ties), `None` if there is none.
+pub fn argmax(xs: &[f32]) -> Option<usize> {
+    let mut best: Option<(usize, f32)> = None;
+    for (i, &x) in xs.iter().enumerate() {
+        if x.is_nan() || x == f32::NEG_INFINITY {
+            continue;
+        }
+        if best.is_none_or(|(_, b)| x > b) {
+            best = Some((i, x));
+        }
+    }
+    best.map(|(i, _)| i)
+}

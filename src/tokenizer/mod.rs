@@ -1,0 +1,609 @@
+//! GGUF vocabulary → [`tokenizers::Tokenizer`], special tokens and per-token bytes.
+//!
+//! Two vocabulary kinds are supported, selected by `tokenizer.ggml.model`:
+//!
+//! * `gpt2`: byte-level BPE with merges; the pre-tokenizer regexes are chosen by
+//!   `tokenizer.ggml.pre` (see [`pretokenize`]).
+//! * `llama`: SentencePiece BPE with scores and byte fallback (Gemma, Llama 2, Mistral).
+//!   The merge table is derived from the scores: every pair of pieces whose
+//!   concatenation is a piece, ranked by that piece's score.
+//!
+//! Special tokens are handled here, not inside the `tokenizers` model, so the caller
+//! decides whether a string may produce them: [`Tokenizer::encode`] with
+//! `parse_special: false` (all user text) never yields a control token, even for
+//! text such as `<|im_end|>`. Template output that legitimately contains control
+//! tokens is encoded with `parse_special: true`. User-defined tokens (GGUF token type
+//! 4, e.g. Gemma's whitespace runs) are matched in any text, as llama.cpp does.
+//!
+//! ```no_run
+//! use toolgate::gguf::GgufFile;
+//! use toolgate::tokenizer::{EncodeOptions, Tokenizer};
+//! let gguf = GgufFile::open("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+//! let tok = Tokenizer::from_gguf(&gguf)?;
+//! let ids = tok.encode("Hello world", EncodeOptions::TEXT)?;
+//! assert_eq!(tok.decode(&ids, false), "Hello world");
+//! # Ok::<(), toolgate::Error>(())
+//! ```
+
+pub mod pretokenize;
+
+use std::collections::HashMap;
+
+use tokenizers::decoders::byte_fallback::ByteFallback;
+use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
+use tokenizers::decoders::fuse::Fuse;
+use tokenizers::decoders::sequence::Sequence as DecoderSequence;
+use tokenizers::decoders::DecoderWrapper;
+use tokenizers::models::bpe::BPE;
+use tokenizers::normalizers::replace::Replace;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+use tokenizers::SplitDelimiterBehavior;
+
+use crate::gguf::GgufFile;
+use crate::{Error, Result};
+
+/// The prefix byte of a special token's byte string. `0xFF` never occurs in UTF-8,
+/// so no text can spell a special token's bytes.
+pub const SPECIAL_PREFIX: u8 = 0xFF;
+
+/// A token's type, as GGUF's `tokenizer.ggml.token_type` records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenKind {
+    /// Ordinary text piece.
+    Normal,
+    /// The unknown token.
+    Unknown,
+    /// Control token (`<|im_end|>`, `<bos>`): only template text may produce it.
+    Control,
+    /// User-defined token: matched literally in any text.
+    UserDefined,
+    /// Unused slot.
+    Unused,
+    /// A byte-fallback token `<0xNN>`.
+    Byte,
+}
+
+impl TokenKind {
+    fn from_gguf(v: i64) -> Self {
+        match v {
+            2 => Self::Unknown,
+            3 => Self::Control,
+            4 => Self::UserDefined,
+            5 => Self::Unused,
+            6 => Self::Byte,
+            _ => Self::Normal,
+        }
+    }
+
+    /// Whether this kind is a special token (never produced from user text).
+    pub fn is_special(self) -> bool {
+        matches!(self, Self::Control | Self::Unknown | Self::Unused)
+    }
+}
+
+/// The vocabulary's algorithm.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VocabKind {
+    /// Byte-level BPE (`tokenizer.ggml.model = gpt2`) with its pre-tokenizer name.
+    BytePairGpt2 {
+        /// `tokenizer.ggml.pre`.
+        pre: String,
+    },
+    /// SentencePiece BPE with byte fallback (`tokenizer.ggml.model = llama`).
+    SentencePiece,
+}
+
+/// How to encode a string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EncodeOptions {
+    /// Prepend BOS (only if the vocabulary has one).
+    pub add_bos: bool,
+    /// Recognise control tokens spelled in the text. `false` for all user content.
+    pub parse_special: bool,
+}
+
+impl EncodeOptions {
+    /// Plain text: no BOS, no special tokens.
+    pub const TEXT: Self = Self { add_bos: false, parse_special: false };
+    /// Rendered chat-template output: special tokens recognised, no extra BOS (the
+    /// template writes its own).
+    pub const TEMPLATE: Self = Self { add_bos: false, parse_special: true };
+}
+
+/// A tokenizer built from GGUF metadata.
+///
+/// Holds a text-only [`tokenizers::Tokenizer`] (no added tokens), the token table
+/// with kinds, each token's bytes, and the special ids.
+#[derive(Clone)]
+pub struct Tokenizer {
+    hf: tokenizers::Tokenizer,
+    kind: VocabKind,
+    tokens: Vec<String>,
+    kinds: Vec<TokenKind>,
+    bytes: Vec<Vec<u8>>,
+    ids: HashMap<String, u32>,
+    /// Control/unknown/user-defined token ids, longest text first.
+    partition: Vec<u32>,
+    bos: Option<u32>,
+    eos: Option<u32>,
+    eog: Vec<u32>,
+    add_bos: bool,
+    add_space_prefix: bool,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer")
+            .field("kind", &self.kind)
+            .field("vocab_size", &self.tokens.len())
+            .field("bos", &self.bos)
+            .field("eos", &self.eos)
+            .field("eog", &self.eog)
+            .finish()
+    }
+}
+
+/// Names llama.cpp also treats as end-of-generation when they are control tokens.
+const EOG_NAMES: &[&str] = &[
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|eom_id|>",
+    "<EOT>",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<|return|>",
+    "<|call|>",
+];
+
+impl Tokenizer {
+    /// Build the tokenizer described by a GGUF file's `tokenizer.ggml.*` metadata.
+    ///
+    /// Cost: linear in the vocabulary; for a SentencePiece vocabulary the merge table
+    /// is derived from all splits of every piece (about a second for 262k pieces).
+    ///
+    /// # Errors
+    /// [`Error::Metadata`] for missing/mistyped keys; [`Error::Tokenizer`] for an
+    /// unknown `tokenizer.ggml.model` or `tokenizer.ggml.pre`.
+    pub fn from_gguf(gguf: &GgufFile) -> Result<Self> {
+        let model = gguf.string("tokenizer.ggml.model")?.to_string();
+        let tokens = gguf.string_array("tokenizer.ggml.tokens")?;
+        if tokens.is_empty() {
+            return Err(Error::Tokenizer("tokenizer.ggml.tokens is empty".into()));
+        }
+        let kinds: Vec<TokenKind> = match gguf.get("tokenizer.ggml.token_type") {
+            Some(_) => gguf.int_array("tokenizer.ggml.token_type")?.into_iter().map(TokenKind::from_gguf).collect(),
+            None => vec![TokenKind::Normal; tokens.len()],
+        };
+        if kinds.len() != tokens.len() {
+            return Err(Error::Tokenizer(format!(
+                "token_type has {} entries for {} tokens",
+                kinds.len(),
+                tokens.len()
+            )));
+        }
+        let id_of =
+            |key: &str| -> Result<Option<u32>> { Ok(gguf.opt_u32(key)?.filter(|&id| (id as usize) < tokens.len())) };
+        let bos = id_of("tokenizer.ggml.bos_token_id")?;
+        let eos = id_of("tokenizer.ggml.eos_token_id")?;
+        let unk = id_of("tokenizer.ggml.unknown_token_id")?;
+        let add_space_prefix = gguf.opt_bool("tokenizer.ggml.add_space_prefix")?;
+
+        let (hf, kind, bytes, add_bos_default, add_space_prefix) = match model.as_str() {
+            "gpt2" => {
+                let pre = gguf.opt_string("tokenizer.ggml.pre")?.unwrap_or("default").to_string();
+                let merges = gguf.string_array("tokenizer.ggml.merges")?;
+                let hf = build_gpt2(&tokens, &merges, &pre)?;
+                let bytes = gpt2_token_bytes(&tokens, &kinds);
+                (hf, VocabKind::BytePairGpt2 { pre }, bytes, false, false)
+            }
+            "llama" => {
+                let scores = match gguf.get("tokenizer.ggml.scores") {
+                    Some(_) => gguf.f32_array("tokenizer.ggml.scores")?,
+                    None => vec![0.0; tokens.len()],
+                };
+                let hf = build_spm(&tokens, &scores, &kinds, unk)?;
+                let bytes = spm_token_bytes(&tokens, &kinds);
+                (hf, VocabKind::SentencePiece, bytes, true, add_space_prefix.unwrap_or(true))
+            }
+            other => {
+                return Err(Error::Tokenizer(format!(
+                    "unsupported tokenizer.ggml.model `{other}` (supported: gpt2, llama)"
+                )))
+            }
+        };
+        let add_bos = gguf.opt_bool("tokenizer.ggml.add_bos_token")?.unwrap_or(add_bos_default) && bos.is_some();
+
+        let ids: HashMap<String, u32> = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).rev().collect();
+        let mut partition: Vec<u32> = (0..tokens.len() as u32)
+            .filter(|&i| {
+                let k = kinds[i as usize];
+                matches!(k, TokenKind::Control | TokenKind::Unknown | TokenKind::UserDefined)
+                    && !tokens[i as usize].is_empty()
+            })
+            .collect();
+        partition.sort_by_key(|&i| std::cmp::Reverse(tokens[i as usize].len()));
+
+        let mut eog = Vec::new();
+        for key in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"] {
+            if let Some(id) = id_of(key)? {
+                if !eog.contains(&id) {
+                    eog.push(id);
+                }
+            }
+        }
+        for name in EOG_NAMES {
+            if let Some(&id) = ids.get(*name) {
+                if kinds[id as usize] == TokenKind::Control && !eog.contains(&id) {
+                    eog.push(id);
+                }
+            }
+        }
+
+        Ok(Self { hf, kind, tokens, kinds, bytes, ids, partition, bos, eos, eog, add_bos, add_space_prefix })
+    }
+
+    /// Encode a string.
+    ///
+    /// Special tokens are split out first (longest first, as llama.cpp does): control
+    /// tokens only when `opts.parse_special`, user-defined tokens always; every other
+    /// span is tokenized as text.
+    ///
+    /// # Errors
+    /// [`Error::Tokenizer`] if the underlying model fails (it does not on valid UTF-8).
+    pub fn encode(&self, text: &str, opts: EncodeOptions) -> Result<Vec<u32>> {
+        let mut out = Vec::with_capacity(text.len() / 3 + 2);
+        if opts.add_bos {
+            if let Some(bos) = self.bos {
+                out.push(bos);
+            }
+        }
+        let fragments = self.partition_specials(text, opts.parse_special);
+        let mut prev_special = true;
+        for frag in fragments {
+            match frag {
+                Fragment::Token(id) => {
+                    out.push(id);
+                    prev_special = true;
+                }
+                Fragment::Text(s) => {
+                    let enc = if self.kind == VocabKind::SentencePiece && self.add_space_prefix && prev_special {
+                        self.encode_plain(&format!(" {s}"))?
+                    } else {
+                        self.encode_plain(s)?
+                    };
+                    out.extend(enc);
+                    prev_special = false;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Encode a prompt the way the model expects a raw prompt: BOS if the GGUF asks for
+    /// it, special tokens recognised when `parse_special`.
+    ///
+    /// # Errors
+    /// As [`Tokenizer::encode`].
+    pub fn encode_prompt(&self, text: &str, parse_special: bool) -> Result<Vec<u32>> {
+        self.encode(text, EncodeOptions { add_bos: self.add_bos, parse_special })
+    }
+
+    fn encode_plain(&self, text: &str) -> Result<Vec<u32>> {
+        if text.is_empty() {
+            return Ok(Vec::new());
+        }
+        let enc = self.hf.encode(text, false).map_err(|e| Error::Tokenizer(e.to_string()))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    fn partition_specials<'a>(&self, text: &'a str, parse_special: bool) -> Vec<Fragment<'a>> {
+        let mut frags = vec![Fragment::Text(text)];
+        for &id in &self.partition {
+            let kind = self.kinds[id as usize];
+            if !parse_special && kind != TokenKind::UserDefined {
+                continue;
+            }
+            let needle = self.tokens[id as usize].as_str();
+            if !frags.iter().any(|f| matches!(f, Fragment::Text(t) if t.contains(needle))) {
+                continue;
+            }
+            let mut next = Vec::with_capacity(frags.len() + 2);
+            for f in frags {
+                match f {
+                    Fragment::Text(mut t) => {
+                        while let Some(pos) = t.find(needle) {
+                            if pos > 0 {
+                                next.push(Fragment::Text(&t[..pos]));
+                            }
+                            next.push(Fragment::Token(id));
+                            t = &t[pos + needle.len()..];
+                        }
+                        if !t.is_empty() {
+                            next.push(Fragment::Text(t));
+                        }
+                    }
+                    tok => next.push(tok),
+                }
+            }
+            frags = next;
+        }
+        frags
+    }
+
+    /// Decode ids to text. Special tokens are written as their text unless
+    /// `skip_special`; invalid UTF-8 (a split multi-byte character) becomes U+FFFD.
+    pub fn decode(&self, ids: &[u32], skip_special: bool) -> String {
+        let mut buf = Vec::new();
+        for &id in ids {
+            buf.extend_from_slice(&self.piece_bytes(id, skip_special));
+        }
+        String::from_utf8_lossy(&buf).into_owned()
+    }
+
+    /// The bytes a token contributes to decoded text (special tokens as their text,
+    /// or nothing when `skip_special`).
+    pub fn piece_bytes(&self, id: u32, skip_special: bool) -> Vec<u8> {
+        match self.bytes.get(id as usize) {
+            Some(b) if b.first() == Some(&SPECIAL_PREFIX) => {
+                if skip_special {
+                    Vec::new()
+                } else {
+                    b[1..].to_vec()
+                }
+            }
+            Some(b) => b.clone(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Each token's bytes, for token masks: text tokens as the bytes they decode to,
+    /// special tokens as `0xFF` followed by their text (bytes no text can spell).
+    pub fn token_bytes(&self) -> &[Vec<u8>] {
+        &self.bytes
+    }
+
+    /// The token's vocabulary string, as stored in the GGUF.
+    pub fn token_str(&self, id: u32) -> Option<&str> {
+        self.tokens.get(id as usize).map(|s| s.as_str())
+    }
+
+    /// The id of a vocabulary string, if present.
+    pub fn token_id(&self, piece: &str) -> Option<u32> {
+        self.ids.get(piece).copied()
+    }
+
+    /// The kind of a token.
+    pub fn token_kind(&self, id: u32) -> Option<TokenKind> {
+        self.kinds.get(id as usize).copied()
+    }
+
+    /// Number of tokens in the vocabulary.
+    pub fn vocab_size(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// The vocabulary's algorithm.
+    pub fn kind(&self) -> &VocabKind {
+        &self.kind
+    }
+
+    /// Beginning-of-sequence token.
+    pub fn bos(&self) -> Option<u32> {
+        self.bos
+    }
+
+    /// End-of-sequence token.
+    pub fn eos(&self) -> Option<u32> {
+        self.eos
+    }
+
+    /// Whether the GGUF asks for BOS before a prompt.
+    pub fn add_bos(&self) -> bool {
+        self.add_bos
+    }
+
+    /// End-of-generation tokens: EOS, EOT/EOM and the known end-of-turn control tokens.
+    pub fn eog_tokens(&self) -> &[u32] {
+        &self.eog
+    }
+
+    /// The text of BOS/EOS, for chat templates.
+    pub fn special_text(&self, id: Option<u32>) -> &str {
+        id.and_then(|i| self.token_str(i)).unwrap_or("")
+    }
+
+    /// The inner text-only `tokenizers::Tokenizer` (no special tokens registered).
+    pub fn hf(&self) -> &tokenizers::Tokenizer {
+        &self.hf
+    }
+
+    /// A streaming detokenizer over this vocabulary.
+    pub fn detokenizer(&self, skip_special: bool) -> Detokenizer<'_> {
+        Detokenizer { tok: self, pending: Vec::new(), skip_special }
+    }
+}
+
+enum Fragment<'a> {
+    Text(&'a str),
+    Token(u32),
+}
+
+/// Turns a stream of token ids into a stream of complete UTF-8 text pieces, holding
+/// back bytes of a character split across tokens.
+pub struct Detokenizer<'a> {
+    tok: &'a Tokenizer,
+    pending: Vec<u8>,
+    skip_special: bool,
+}
+
+impl Detokenizer<'_> {
+    /// Add one token; returns the text that became complete (possibly empty).
+    pub fn push(&mut self, id: u32) -> String {
+        self.pending.extend_from_slice(&self.tok.piece_bytes(id, self.skip_special));
+        let valid = match std::str::from_utf8(&self.pending) {
+            Ok(_) => self.pending.len(),
+            Err(e) if e.error_len().is_none() => e.valid_up_to(),
+            // An invalid sequence (not just incomplete) is flushed lossily.
+            Err(_) => self.pending.len(),
+        };
+        let out: Vec<u8> = self.pending.drain(..valid).collect();
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    /// Flush what is left (an incomplete character becomes U+FFFD).
+    pub fn finish(&mut self) -> String {
+        let out = String::from_utf8_lossy(&self.pending).into_owned();
+        self.pending.clear();
+        out
+    }
+}
+
+fn build_gpt2(tokens: &[String], merges: &[String], pre: &str) -> Result<tokenizers::Tokenizer> {
+    let rule = pretokenize::rule_for(pre).ok_or_else(|| {
+        Error::Tokenizer(format!("unsupported tokenizer.ggml.pre `{pre}` for a gpt2 (byte-level BPE) vocabulary"))
+    })?;
+    let vocab: tokenizers::models::bpe::Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+    let merges = merges
+        .iter()
+        .map(|m| {
+            m.split_once(' ')
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .ok_or_else(|| Error::Tokenizer(format!("invalid merge `{m}`")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .ignore_merges(rule.ignore_merges)
+        .build()
+        .map_err(|e| Error::Tokenizer(format!("building BPE: {e}")))?;
+    let mut steps: Vec<PreTokenizerWrapper> = Vec::new();
+    for re in rule.regexes {
+        let split = Split::new(SplitPattern::Regex(re.to_string()), SplitDelimiterBehavior::Isolated, false)
+            .map_err(|e| Error::Tokenizer(format!("pre-tokenizer regex: {e}")))?;
+        steps.push(split.into());
+    }
+    steps.push(ByteLevel::new(false, false, false).into());
+    let mut tk = tokenizers::Tokenizer::new(bpe);
+    tk.with_pre_tokenizer(Some(Sequence::new(steps)));
+    tk.with_decoder(Some(ByteLevelDecoder::new(false, false, false)));
+    Ok(tk)
+}
+
+fn build_spm(
+    tokens: &[String],
+    scores: &[f32],
+    kinds: &[TokenKind],
+    unk: Option<u32>,
+) -> Result<tokenizers::Tokenizer> {
+    if scores.len() != tokens.len() {
+        return Err(Error::Tokenizer(format!("{} scores for {} tokens", scores.len(), tokens.len())));
+    }
+    let vocab: tokenizers::models::bpe::Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+    // Pieces that may be the result of a merge: text pieces only, so user text can
+    // never merge into a control token.
+    let mergeable = |id: u32| matches!(kinds[id as usize], TokenKind::Normal | TokenKind::UserDefined);
+    let mut merges: Vec<(f32, u32, String, String)> = Vec::new();
+    for (id, piece) in tokens.iter().enumerate() {
+        let id = id as u32;
+        if !mergeable(id) || piece.chars().nth(1).is_none() {
+            continue;
+        }
+        for (split, _) in piece.char_indices().skip(1) {
+            let (a, b) = piece.split_at(split);
+            if let (Some(&ia), Some(&ib)) = (vocab.get(a), vocab.get(b)) {
+                if mergeable(ia) && mergeable(ib) {
+                    merges.push((scores[id as usize], id, a.to_string(), b.to_string()));
+                }
+            }
+        }
+    }
+    // Highest score first; equal scores by id, as SentencePiece ranks pieces.
+    merges.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1)));
+    let merges: Vec<(String, String)> = merges.into_iter().map(|(_, _, a, b)| (a, b)).collect();
+    let mut builder = BPE::builder().vocab_and_merges(vocab, merges).byte_fallback(true);
+    if let Some(u) = unk {
+        builder = builder.unk_token(tokens[u as usize].clone());
+    }
+    let bpe = builder.build().map_err(|e| Error::Tokenizer(format!("building SentencePiece BPE: {e}")))?;
+    let mut tk = tokenizers::Tokenizer::new(bpe);
+    tk.with_normalizer(Some(Replace::new(" ", "\u{2581}").map_err(|e| Error::Tokenizer(e.to_string()))?))
+        .map_err(|e| Error::Tokenizer(e.to_string()))?;
+    let decoder = DecoderSequence::new(vec![
+        DecoderWrapper::Replace(Replace::new("\u{2581}", " ").map_err(|e| Error::Tokenizer(e.to_string()))?),
+        DecoderWrapper::ByteFallback(ByteFallback::new()),
+        DecoderWrapper::Fuse(Fuse::new()),
+    ]);
+    tk.with_decoder(Some(decoder));
+    Ok(tk)
+}
+
+/// GPT-2's reversible byte ↔ printable-char table: char → byte.
+fn gpt2_char_to_byte() -> HashMap<char, u8> {
+    let mut bs: Vec<u32> = (b'!' as u32..=b'~' as u32).chain(0xA1..=0xAC).chain(0xAE..=0xFF).collect();
+    let mut cs = bs.clone();
+    let mut n = 0;
+    for b in 0..=255u32 {
+        if !bs.contains(&b) {
+            bs.push(b);
+            cs.push(256 + n);
+            n += 1;
+        }
+    }
+    bs.into_iter().zip(cs).filter_map(|(b, c)| char::from_u32(c).map(|c| (c, b as u8))).collect()
+}
+
+fn special_bytes(text: &str) -> Vec<u8> {
+    let mut v = Vec::with_capacity(text.len() + 1);
+    v.push(SPECIAL_PREFIX);
+    v.extend_from_slice(text.as_bytes());
+    v
+}
+
+fn gpt2_token_bytes(tokens: &[String], kinds: &[TokenKind]) -> Vec<Vec<u8>> {
+    let table = gpt2_char_to_byte();
+    tokens
+        .iter()
+        .zip(kinds)
+        .map(|(t, k)| match k {
+            k if k.is_special() => special_bytes(t),
+            TokenKind::UserDefined => t.as_bytes().to_vec(),
+            _ => {
+                let mut out = Vec::with_capacity(t.len());
+                for c in t.chars() {
+                    match table.get(&c) {
+                        Some(&b) => out.push(b),
+                        None => {
+                            let mut buf = [0u8; 4];
+                            out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+                        }
+                    }
+                }
+                out
+            }
+        })
+        .collect()
+}
+
+fn spm_token_bytes(tokens: &[String], kinds: &[TokenKind]) -> Vec<Vec<u8>> {
+    tokens
+        .iter()
+        .zip(kinds)
+        .map(|(t, k)| match k {
+            k if k.is_special() => special_bytes(t),
+            TokenKind::Byte => parse_byte_token(t).map(|b| vec![b]).unwrap_or_else(|| special_bytes(t)),
+            TokenKind::UserDefined => t.as_bytes().to_vec(),
+            _ => t.replace('\u{2581}', " ").into_bytes(),
+        })
+        .collect()
+}
+
+fn parse_byte_token(t: &str) -> Option<u8> {
+    let hex = t.strip_prefix("<0x")?.strip_suffix('>')?;
+    u8::from_str_radix(hex, 16).ok()
+}
