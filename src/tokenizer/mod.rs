@@ -146,7 +146,9 @@ impl std::fmt::Debug for Tokenizer {
     }
 }
 
-/// Names llama.cpp also treats as end-of-generation when they are control tokens.
+/// Token texts that end generation. As in llama.cpp, a token with one of these texts
+/// is a control token whatever its GGUF type says (Gemma 3 stores `</s>` as
+/// user-defined; llama.cpp promotes it to control and end-of-generation).
 const EOG_NAMES: &[&str] = &[
     "<|eot_id|>",
     "<|im_end|>",
@@ -159,6 +161,7 @@ const EOG_NAMES: &[&str] = &[
     "<end_of_utterance>",
     "<|return|>",
     "<|call|>",
+    "</s>",
 ];
 
 impl Tokenizer {
@@ -176,7 +179,7 @@ impl Tokenizer {
         if tokens.is_empty() {
             return Err(Error::Tokenizer("tokenizer.ggml.tokens is empty".into()));
         }
-        let kinds: Vec<TokenKind> = match gguf.get("tokenizer.ggml.token_type") {
+        let mut kinds: Vec<TokenKind> = match gguf.get("tokenizer.ggml.token_type") {
             Some(_) => gguf.int_array("tokenizer.ggml.token_type")?.into_iter().map(TokenKind::from_gguf).collect(),
             None => vec![TokenKind::Normal; tokens.len()],
         };
@@ -186,6 +189,11 @@ impl Tokenizer {
                 kinds.len(),
                 tokens.len()
             )));
+        }
+        for (t, k) in tokens.iter().zip(kinds.iter_mut()) {
+            if EOG_NAMES.contains(&t.as_str()) && matches!(*k, TokenKind::UserDefined | TokenKind::Normal) {
+                *k = TokenKind::Control;
+            }
         }
         let id_of =
             |key: &str| -> Result<Option<u32>> { Ok(gguf.opt_u32(key)?.filter(|&id| (id as usize) < tokens.len())) };

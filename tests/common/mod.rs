@@ -1,0 +1,30 @@
+//! Shared helpers for the integration tests: where the real models live.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+/// The model cache `scripts/fetch-models` fills (`TOOLGATE_MODELS` overrides).
+pub fn models_dir() -> PathBuf {
+    if let Ok(d) = std::env::var("TOOLGATE_MODELS") {
+        return PathBuf::from(d);
+    }
+    let base = std::env::var("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache"));
+    base.join("toolgate").join("models")
+}
+
+/// Path of a real model; panics with the fix if it has not been fetched.
+pub fn model(file: &str) -> PathBuf {
+    let p = models_dir().join(file);
+    assert!(p.exists(), "{} is missing: run scripts/fetch-models first", p.display());
+    p
+}
+
+pub const SMOLLM2: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+pub const GEMMA3: &str = "gemma-3-270m-q4_k_m.gguf";
+
+pub fn fixture(name: &str) -> serde_json::Value {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
+    serde_json::from_str(&std::fs::read_to_string(&p).expect("fixture")).expect("fixture json")
+}
