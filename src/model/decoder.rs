@@ -408,7 +408,8 @@ fn repeat_kv(x: &Tensor, n_rep: usize) -> Result<Tensor> {
         return Ok(x.contiguous()?);
     }
     let (b, h, t, d) = x.dims4()?;
-    Ok(Tensor::cat(&vec![x; n_rep], 2)?.reshape((b, h * n_rep, t, d))?)
+    let x = x.contiguous()?;
+    Ok(Tensor::cat(&vec![&x; n_rep], 2)?.reshape((b, h * n_rep, t, d))?)
 }
 
 /// `mask[i][j] = 0` where query `pos+i` may see key `first_key+j`, `-inf` otherwise.
