@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""Measure llama.cpp (through llama-cpp-python) on the same GGUF, prompt and threads
+as benches/speed.rs: 128-token prompt prefill, 64 greedy decode tokens, best of 3.
+
+    /tmp/oracle/bin/python scripts/bench-llama-cpp.py [MODELS_DIR] [THREADS]
+
+Prints one JSON line per model. Dev-time only.
+"""
+import json
+import os
+import sys
+import time
+
+from llama_cpp import Llama
+
+TEXT = "The quick brown fox jumps over the lazy dog. "
+MODELS = ["SmolLM2-135M-Instruct.Q4_1.gguf", "gemma-3-270m-q4_k_m.gguf"]
+PROMPT_TOKENS, DECODE_TOKENS, RUNS = 128, 64, 3
+
+
+def main():
+    cache = sys.argv[1] if len(sys.argv) > 1 else os.path.expanduser("~/.cache/toolgate/models")
+    threads = int(sys.argv[2]) if len(sys.argv) > 2 else 2
+    for m in MODELS:
+        llm = Llama(os.path.join(cache, m), n_ctx=512, n_threads=threads, n_threads_batch=threads,
+                    n_batch=512, verbose=False)
+        ids = llm.tokenize((TEXT * 40).encode(), add_bos=True, special=False)[:PROMPT_TOKENS]
+        best_pp = best_tg = 0.0
+        for _ in range(RUNS):
+            llm.reset()
+            t0 = time.perf_counter()
+            llm.eval(ids)
+            t1 = time.perf_counter()
+            for _ in range(DECODE_TOKENS):
+                logits = llm.scores[llm.n_tokens - 1]
+                llm.eval([int(logits.argmax())])
+            t2 = time.perf_counter()
+            best_pp = max(best_pp, PROMPT_TOKENS / (t1 - t0))
+            best_tg = max(best_tg, DECODE_TOKENS / (t2 - t1))
+        print(json.dumps({"engine": "llama.cpp", "model": m, "threads": threads, "prompt_tokens": PROMPT_TOKENS,
+                          "prefill_tps": round(best_pp, 2), "decode_tokens": DECODE_TOKENS,
+                          "decode_tps": round(best_tg, 2)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

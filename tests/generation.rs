@@ -1,0 +1,89 @@
+//! Generation on the real models: seeds, stop strings, end-of-turn, streaming, CLI.
+
+mod common;
+
+use toolgate::engine::{Engine, FinishReason, GenerateParams};
+use toolgate::model::DeviceChoice;
+use toolgate::sampling::SamplingParams;
+
+fn sampled(seed: u64) -> GenerateParams {
+    GenerateParams {
+        max_tokens: 24,
+        sampling: SamplingParams { temperature: 0.9, top_p: 0.95, seed, ..SamplingParams::greedy() },
+        stop: vec![],
+        stop_on_eog: false,
+    }
+}
+
+#[test]
+fn same_seed_same_output_and_streaming_equals_final_text() {
+    let mut engine = Engine::load(common::model(common::SMOLLM2), DeviceChoice::Cpu).unwrap();
+    let mut streamed = String::new();
+    let a = engine.generate_text("Once upon a time", &sampled(11), |p| streamed.push_str(p)).unwrap();
+    let b = engine.generate_text("Once upon a time", &sampled(11), |_| {}).unwrap();
+    let c = engine.generate_text("Once upon a time", &sampled(12), |_| {}).unwrap();
+    assert_eq!(a.tokens, b.tokens);
+    assert_ne!(a.tokens, c.tokens, "a different seed should change a 24-token sample");
+    assert_eq!(streamed, a.text);
+    assert_eq!(a.text, engine.tokenizer().decode(&a.tokens, true));
+}
+
+#[test]
+fn stop_strings_cut_the_text_and_are_never_streamed() {
+    let mut engine = Engine::load(common::model(common::SMOLLM2), DeviceChoice::Cpu).unwrap();
+    // Greedy continuation of this prompt is " Paris.\n\n..." (see the fixtures).
+    for (stops, want) in [(vec!["."], " Paris"), (vec![".", "is."], " Par"), (vec!["\n\n"], " Paris.")] {
+        let stop = stops.iter().map(|s| s.to_string()).collect();
+        let params = GenerateParams { max_tokens: 32, stop, ..GenerateParams::default() };
+        let mut streamed = String::new();
+        let g = engine.generate_text("The capital of France is", &params, |p| streamed.push_str(p)).unwrap();
+        assert_eq!(g.finish_reason, FinishReason::Stop);
+        assert_eq!(g.text, want, "stops {stops:?}");
+        assert_eq!(streamed, want, "stops {stops:?}");
+    }
+}
+
+#[test]
+fn chat_turn_ends_on_the_end_of_turn_token() {
+    let mut engine = Engine::load(common::model(common::SMOLLM2), DeviceChoice::Cpu).unwrap();
+    let prompt = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n\
+                  <|im_start|>user\nSay hello.<|im_end|>\n<|im_start|>assistant\n";
+    let ids = engine.tokenizer().encode_prompt(prompt, true).unwrap();
+    let params = GenerateParams { max_tokens: 64, ..GenerateParams::default() };
+    let g = engine.generate(&ids, &params, |_| {}).unwrap();
+    assert_eq!(g.finish_reason, FinishReason::Stop, "{:?}", g.text);
+    let im_end = engine.tokenizer().token_id("<|im_end|>").unwrap();
+    assert_eq!(*g.tokens.last().unwrap(), im_end);
+    assert!(!g.text.contains("<|im_end|>"));
+    assert!(!g.text.trim().is_empty());
+}
+
+#[test]
+fn cli_run_streams_text_and_reports_speed() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["run", "--model"])
+        .arg(common::model(common::SMOLLM2))
+        .args(["--prompt", "The capital of France is", "--max-tokens", "4"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stdout.contains("Paris"), "{stdout}");
+    assert!(stderr.contains("prompt 5 tokens") && stderr.contains("tok/s"), "{stderr}");
+}
+
+#[test]
+fn cli_reports_a_bad_model_without_panicking() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("broken.gguf");
+    std::fs::write(&p, b"GGUF\x03\x00\x00\x00garbage").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["run", "--prompt", "x", "--model"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("broken.gguf") && !stderr.contains("panicked"), "{stderr}");
+}
