@@ -82,6 +82,17 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// A chat template failed to parse or render (it raised, looped, or is malformed).
+    #[error("chat template `{template}`: {reason}")]
+    Template {
+        /// The template's name (file or source).
+        template: String,
+        /// What went wrong, with minijinja's location when it has one.
+        reason: String,
+    },
+    /// The model's chat template cannot do tool calling; the model is refused at load.
+    #[error("{0}")]
+    NotToolCapable(String),
     /// An error inside candle during a forward pass.
     #[error("model execution: {0}")]
     Candle(#[from] candle_core::Error),

@@ -29,6 +29,7 @@ pub mod error;
 pub mod gguf;
 pub mod model;
 pub mod sampling;
+pub mod template;
 pub mod tokenizer;
 
 pub use error::{Error, Result};

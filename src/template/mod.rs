@@ -1,0 +1,11 @@
+//! Chat templates: an HF-compatible minijinja environment, rendering, the capability
+//! prober and the load gate.
+//!
+//! The gate judges the template that will actually be used; see [`caps`] for how
+//! capabilities are read off a template by running it.
+
+pub mod env;
+pub mod render;
+
+pub use env::Clock;
+pub use render::{ChatTemplate, RenderRequest};
