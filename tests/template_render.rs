@@ -42,10 +42,11 @@ fn renders_byte_identical_to_transformers() {
         let req = RenderRequest {
             messages: input["messages"].as_array().unwrap().clone(),
             tools: input["tools"].as_array().cloned(),
+            // transformers passes `tools=None` when there are none.
             add_generation_prompt: case["add_generation_prompt"].as_bool().unwrap(),
             bos_token: case["bos_token"].as_str().unwrap().into(),
             eos_token: case["eos_token"].as_str().unwrap().into(),
-            extra: Default::default(),
+            extra: [("tools".to_string(), serde_json::Value::Null)].into_iter().collect(),
         };
         let got = ChatTemplate::with_clock(name, source, clock()).and_then(|t| t.render(&req));
         let case_name = case["case"].as_str().unwrap();
@@ -62,7 +63,9 @@ fn renders_byte_identical_to_transformers() {
             (Err(_), None, Some(_)) => pass += 1,
             // Python's sandbox refusing `list.append` is not the template's error.
             (Ok(_), None, Some(e)) if e.as_str().unwrap_or("").contains("SecurityError") => pass += 1,
-            (Ok(text), Some(want), _) => failures.push(format!("{label}: differs\n--- want\n{}\n--- got\n{text}", want.as_str().unwrap())),
+            (Ok(text), Some(want), _) => {
+                failures.push(format!("{label}: differs\n--- want\n{}\n--- got\n{text}", want.as_str().unwrap()))
+            }
             (Err(e), Some(_), _) => failures.push(format!("{label}: raised {e}")),
             (Ok(_), None, Some(e)) => failures.push(format!("{label}: rendered, transformers raised {e}")),
             _ => failures.push(format!("{label}: malformed case")),
@@ -72,5 +75,9 @@ fn renders_byte_identical_to_transformers() {
     assert_eq!(total, 160);
     assert_eq!(pass + KNOWN.len(), total);
     std::fs::write(std::env::temp_dir().join("toolgate-render-failures.txt"), failures.join("\n\n")).ok();
-    assert!(failures.is_empty(), "{pass}/{total}; first failures:\n{}", failures.iter().take(5).cloned().collect::<Vec<_>>().join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{pass}/{total}; first failures:\n{}",
+        failures.iter().take(5).cloned().collect::<Vec<_>>().join("\n\n")
+    );
 }

@@ -61,7 +61,9 @@ pub fn environment(clock: Clock) -> Environment<'static> {
         Ok(Value::from(out))
     });
     // Python: `None is iterable` is False (minijinja iterates none as empty).
-    env.add_test("iterable", |v: Value| !matches!(v.kind(), ValueKind::None | ValueKind::Undefined) && v.try_iter().is_ok());
+    env.add_test("iterable", |v: Value| {
+        !matches!(v.kind(), ValueKind::None | ValueKind::Undefined) && v.try_iter().is_ok()
+    });
     // Python raises when a `for` loop iterates None; templates are rewritten so every
     // loop iterable passes through this filter.
     env.add_filter("__pyiter", |v: Value| -> Result<Value, JinjaError> {
@@ -229,7 +231,10 @@ fn write_json(out: &mut String, v: &Value, o: &JsonOpts, depth: usize) -> Result
         ValueKind::String => json_str(out, v.as_str().unwrap_or_default()),
         ValueKind::Iterable => {
             // A lazy iterable is a Python generator (`map`, `select`, …): json.dumps refuses it.
-            return Err(JinjaError::new(ErrorKind::InvalidOperation, "Object of type generator is not JSON serializable"));
+            return Err(JinjaError::new(
+                ErrorKind::InvalidOperation,
+                "Object of type generator is not JSON serializable",
+            ));
         }
         ValueKind::Seq => {
             let items: Vec<Value> = v.try_iter()?.collect();

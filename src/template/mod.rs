@@ -4,8 +4,11 @@
 //! The gate judges the template that will actually be used; see [`caps`] for how
 //! capabilities are read off a template by running it.
 
+pub mod caps;
 pub mod env;
 pub mod render;
+pub mod source;
+pub mod transform;
 
 pub use env::Clock;
 pub use render::{ChatTemplate, RenderRequest};

@@ -13,7 +13,8 @@ pub struct RenderRequest {
     /// OpenAI-style messages (`role`, `content` as string or parts, `tool_calls`,
     /// `tool_call_id`, `reasoning_content` …), passed to the template as they are.
     pub messages: Vec<serde_json::Value>,
-    /// Tool definitions (`{"type":"function","function":{…}}`), or `None`.
+    /// Tool definitions (`{"type":"function","function":{…}}`); `None` leaves the
+    /// `tools` variable undefined.
     pub tools: Option<Vec<serde_json::Value>>,
     /// Append the assistant-turn opener.
     pub add_generation_prompt: bool,
@@ -86,6 +87,44 @@ fn strip_generation_tags(src: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// Python templates mutate lists with `{% set _ = xs.append(v) %}` (or `{% do … %}`);
+/// minijinja values are immutable, so such a tag becomes `{% set xs = xs + [v] %}`,
+/// which gives the same result for the namespace attributes and loop-local lists
+/// templates use this on.
+fn rewrite_appends(src: &str) -> String {
+    let mut out = String::with_capacity(src.len());
+    let mut rest = src;
+    while let Some(start) = rest.find("{%") {
+        let Some(len) = rest[start..].find("%}") else { break };
+        let tag = &rest[start..start + len + 2];
+        out.push_str(&rest[..start]);
+        out.push_str(&rewrite_append_tag(tag).unwrap_or_else(|| tag.to_string()));
+        rest = &rest[start + len + 2..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn rewrite_append_tag(tag: &str) -> Option<String> {
+    let open_len = 2 + tag[2..].chars().take_while(|c| *c == '-' || *c == '+').count();
+    let close_len = 2 + tag[..tag.len() - 2].chars().rev().take_while(|c| *c == '-' || *c == '+').count();
+    let body = tag[open_len..tag.len() - close_len].trim();
+    let call = if let Some(rest) = body.strip_prefix("do ") {
+        rest.trim()
+    } else {
+        let rest = body.strip_prefix("set ")?.trim_start();
+        let (_, rhs) = rest.split_once('=')?;
+        rhs.trim()
+    };
+    let (target, arg) = call.split_once(".append(")?;
+    let arg = arg.strip_suffix(')')?;
+    let target = target.trim();
+    if target.is_empty() || !target.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '.') {
+        return None;
+    }
+    Some(format!("{}set {target} = {target} + [{arg}] {}", &tag[..open_len], &tag[tag.len() - close_len..]))
 }
 
 /// Rewrite `{% for … in EXPR … %}` to `{% for … in (EXPR)|__pyiter … %}` so a loop over
@@ -174,7 +213,7 @@ impl ChatTemplate {
     /// [`Error::Template`] if the source does not parse.
     pub fn with_clock(name: impl Into<String>, source: impl Into<String>, clock: Clock) -> Result<Self> {
         let name = name.into();
-        let source = guard_for_loops(&strip_generation_tags(&source.into()));
+        let source = rewrite_appends(&guard_for_loops(&strip_generation_tags(&source.into())));
         let env = environment(clock);
         env.template_from_str(&source).map_err(|e| Error::Template { template: name.clone(), reason: describe(&e) })?;
         Ok(Self { name, source, env })
@@ -203,10 +242,11 @@ impl ChatTemplate {
             ctx.insert(k.clone(), v.clone());
         }
         ctx.insert("messages".into(), serde_json::Value::Array(req.messages.clone()));
-        ctx.insert(
-            "tools".into(),
-            req.tools.clone().map(serde_json::Value::Array).unwrap_or(serde_json::Value::Null),
-        );
+        // No tools: `tools` stays undefined (or whatever `extra` sets), so templates that
+        // loop over it without a guard still render.
+        if let Some(tools) = &req.tools {
+            ctx.insert("tools".into(), serde_json::Value::Array(tools.clone()));
+        }
         ctx.insert("add_generation_prompt".into(), req.add_generation_prompt.into());
         ctx.insert("bos_token".into(), req.bos_token.clone().into());
         ctx.insert("eos_token".into(), req.eos_token.clone().into());

@@ -1,0 +1,161 @@
+//! Request-side transforms that make a conversation acceptable to a template:
+//! folding the system message into the first user turn when the template has no
+//! system role, and merging consecutive same-role messages when it demands strict
+//! user/assistant alternation.
+//!
+//! Whether a template needs them is decided from three sources, in this order of
+//! authority: positive signals in the template text (`[SYSTEM_PROMPT]`,
+//! `[AVAILABLE_TOOLS]`), negative signals ("System role not supported",
+//! "Conversation roles must alternate") together with the prober's result, and an
+//! architecture registry for GGUFs that carry no template.
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// Signals read from a template's source text.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct TemplateSignals {
+    /// The template names a system slot (`[SYSTEM_PROMPT]`, `[AVAILABLE_TOOLS]`).
+    pub system_positive: bool,
+    /// The template refuses system messages ("System role not supported").
+    pub system_negative: bool,
+    /// The template refuses non-alternating turns ("Conversation roles must alternate").
+    pub strict_turns: bool,
+}
+
+/// Scan template source for the signals.
+///
+/// ```
+/// use toolgate::template::transform::signals;
+/// let s = signals("{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}");
+/// assert!(s.strict_turns && !s.system_positive);
+/// ```
+pub fn signals(source: &str) -> TemplateSignals {
+    let lower = source.to_lowercase();
+    TemplateSignals {
+        system_positive: source.contains("[SYSTEM_PROMPT]") || source.contains("[AVAILABLE_TOOLS]"),
+        system_negative: lower.contains("system role not supported"),
+        strict_turns: lower.contains("conversation roles must alternate"),
+    }
+}
+
+/// What the conversation must look like for this template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ConversationPolicy {
+    /// The template renders a `system` message.
+    pub system_role: bool,
+    /// Consecutive messages of the same role must be merged.
+    pub strict_alternation: bool,
+}
+
+/// Architecture backstop for files without a template (or without signals).
+///
+/// Returns `(system_role, strict_alternation)`.
+pub fn arch_policy(arch: &str) -> Option<(bool, bool)> {
+    match arch {
+        "mistral" => Some((false, true)),
+        "mistral3" => Some((true, true)),
+        _ => None,
+    }
+}
+
+/// Combine the prober's `supports_system_role`, the template signals and the
+/// architecture backstop. Positive signals win over negative ones.
+pub fn policy(
+    probed_system_role: bool,
+    sig: TemplateSignals,
+    arch: Option<&str>,
+    has_template: bool,
+) -> ConversationPolicy {
+    let backstop = if has_template { None } else { arch.and_then(arch_policy) };
+    let system_role = if sig.system_positive {
+        true
+    } else if sig.system_negative {
+        false
+    } else if let Some((sys, _)) = backstop {
+        sys
+    } else {
+        probed_system_role
+    };
+    let strict_alternation = sig.strict_turns || backstop.is_some_and(|(_, strict)| strict);
+    ConversationPolicy { system_role, strict_alternation }
+}
+
+fn content_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| {
+                if p.get("type").and_then(Value::as_str) == Some("text") {
+                    p.get("text").and_then(Value::as_str)
+                } else {
+                    None
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// Apply `policy` to OpenAI-style messages.
+///
+/// * no system role: system messages are removed and their text is prepended to the
+///   first user message (separated by a blank line), or becomes a user message if
+///   there is none;
+/// * strict alternation: consecutive `user` (or `assistant` without tool calls)
+///   messages are merged with a blank line between their texts.
+///
+/// ```
+/// use serde_json::json;
+/// use toolgate::template::transform::{apply, ConversationPolicy};
+/// let msgs = vec![json!({"role":"system","content":"Be brief."}), json!({"role":"user","content":"Hi"}),
+///                 json!({"role":"user","content":"Still there?"})];
+/// let out = apply(msgs, ConversationPolicy { system_role: false, strict_alternation: true });
+/// assert_eq!(out, vec![json!({"role":"user","content":"Be brief.\n\nHi\n\nStill there?"})]);
+/// ```
+pub fn apply(messages: Vec<Value>, policy: ConversationPolicy) -> Vec<Value> {
+    let mut msgs = messages;
+    if !policy.system_role {
+        let system: Vec<String> = msgs
+            .iter()
+            .filter(|m| m.get("role").and_then(Value::as_str) == Some("system"))
+            .map(|m| content_text(m.get("content").unwrap_or(&Value::Null)))
+            .collect();
+        if !system.is_empty() {
+            msgs.retain(|m| m.get("role").and_then(Value::as_str) != Some("system"));
+            let sys = system.join("\n\n");
+            match msgs.iter_mut().find(|m| m.get("role").and_then(Value::as_str) == Some("user")) {
+                Some(first_user) => {
+                    let text = content_text(first_user.get("content").unwrap_or(&Value::Null));
+                    first_user["content"] = Value::String(format!("{sys}\n\n{text}"));
+                }
+                None => msgs.insert(0, serde_json::json!({"role": "user", "content": sys})),
+            }
+        }
+    }
+    if policy.strict_alternation {
+        let mut merged: Vec<Value> = Vec::with_capacity(msgs.len());
+        for m in msgs {
+            let role = m.get("role").and_then(Value::as_str).unwrap_or("").to_string();
+            let mergeable = |x: &Value| {
+                (role == "user" || role == "assistant")
+                    && x.get("tool_calls").is_none_or(|t| t.is_null())
+                    && m.get("tool_calls").is_none_or(|t| t.is_null())
+            };
+            if let Some(prev) = merged.last_mut() {
+                if prev.get("role").and_then(Value::as_str) == Some(role.as_str()) && mergeable(prev) {
+                    let a = content_text(prev.get("content").unwrap_or(&Value::Null));
+                    let b = content_text(m.get("content").unwrap_or(&Value::Null));
+                    prev["content"] = Value::String(format!("{a}\n\n{b}"));
+                    continue;
+                }
+            }
+            merged.push(m);
+        }
+        msgs = merged;
+    }
+    msgs
+}
