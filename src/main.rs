@@ -6,8 +6,11 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use toolgate::engine::{Engine, GenerateParams};
+use toolgate::gguf::GgufFile;
 use toolgate::model::{DeviceChoice, LoadOptions};
 use toolgate::sampling::SamplingParams;
+use toolgate::template::source::GgufTemplates;
+use toolgate::template::{ChatTemplate, ToolFallback};
 
 /// toolgate: a pure-Rust inference engine and server for LLM tool calling.
 #[derive(Debug, Parser)]
@@ -24,6 +27,60 @@ struct Cli {
 enum Command {
     /// Generate text from a raw prompt and stream it to stdout; speed goes to stderr.
     Run(RunArgs),
+    /// One chat turn through the model's own chat template, behind the tool-calling gate.
+    Chat(ChatArgs),
+    /// Probe a GGUF model (metadata only) or a Jinja template file: capabilities,
+    /// reasons, tool-call family, as JSON.
+    Probe(ProbeArgs),
+}
+
+#[derive(Debug, Args)]
+struct GateArgs {
+    /// Use this Jinja chat template instead of the model's.
+    #[arg(long, env = "TOOLGATE_CHAT_TEMPLATE")]
+    chat_template: Option<PathBuf>,
+    /// For a model whose template cannot do tools: `none` refuses it, `generic` serves
+    /// it with toolgate's generic tool template.
+    #[arg(long, env = "TOOLGATE_TOOL_FALLBACK", default_value = "none")]
+    tool_fallback: ToolFallback,
+}
+
+#[derive(Debug, Args)]
+struct ChatArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    gate: GateArgs,
+    /// The user message.
+    #[arg(long)]
+    message: String,
+    /// An optional system message.
+    #[arg(long)]
+    system: Option<String>,
+    /// A JSON file with an array of OpenAI tools (`{"type":"function","function":{…}}`).
+    #[arg(long)]
+    tools: Option<PathBuf>,
+    /// Maximum tokens to generate.
+    #[arg(long, short = 'n', default_value_t = 256)]
+    max_tokens: usize,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// Random seed.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Print the rendered prompt to stderr.
+    #[arg(long)]
+    show_prompt: bool,
+}
+
+#[derive(Debug, Args)]
+struct ProbeArgs {
+    /// A `.gguf` model file (only its header is read) or a Jinja template file.
+    target: PathBuf,
+    /// Probe this template instead of the model's.
+    #[arg(long)]
+    chat_template: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -84,14 +141,23 @@ struct RunArgs {
     ignore_eos: bool,
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() {
     let cli = Cli::parse();
+    if let Err(e) = real_main(cli) {
+        eprintln!("Error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn real_main(cli: Cli) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
         .init();
     match cli.command {
         Command::Run(args) => run(args),
+        Command::Chat(args) => chat(args),
+        Command::Probe(args) => probe(args),
     }
 }
 
@@ -136,5 +202,100 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         gen.decode_tps(),
         gen.finish_reason.as_str()
     );
+    Ok(())
+}
+
+fn model_id(path: &std::path::Path) -> String {
+    path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_else(|| path.display().to_string())
+}
+
+fn chat(args: ChatArgs) -> anyhow::Result<()> {
+    let mut engine = load(&args.model)?;
+    let templates = GgufTemplates::from_gguf(engine.gguf())?;
+    let arch = engine.gguf().architecture().ok().map(str::to_string);
+    let setup = toolgate::template::gate(
+        &model_id(&args.model.model),
+        &templates,
+        arch.as_deref(),
+        args.gate.chat_template.as_deref(),
+        args.gate.tool_fallback,
+    )?;
+    let mut messages = Vec::new();
+    if let Some(sys) = &args.system {
+        messages.push(serde_json::json!({"role": "system", "content": sys}));
+    }
+    messages.push(serde_json::json!({"role": "user", "content": args.message}));
+    let tools = match &args.tools {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            let v: Vec<serde_json::Value> = serde_json::from_str(&text)
+                .with_context(|| format!("{}: expected a JSON array of tools", p.display()))?;
+            Some(v)
+        }
+        None => None,
+    };
+    let (prompt_text, ids) =
+        toolgate::engine::chat::encode_chat(&setup, engine.tokenizer(), messages, tools, Default::default())?;
+    if args.show_prompt {
+        eprintln!("--- prompt ({} tokens, template: {}) ---\n{prompt_text}\n---", ids.len(), setup.source);
+    }
+    let params = GenerateParams {
+        max_tokens: args.max_tokens,
+        sampling: SamplingParams { temperature: args.temperature, seed: args.seed, ..SamplingParams::default() },
+        ..GenerateParams::default()
+    };
+    let mut out = std::io::stdout().lock();
+    let gen = engine.generate(&ids, &params, |piece| {
+        let _ = out.write_all(piece.as_bytes());
+        let _ = out.flush();
+    })?;
+    let _ = writeln!(out);
+    eprintln!(
+        "prompt {} tokens, {:.1} tok/s | decode {} tokens, {:.1} tok/s | finish: {}",
+        gen.prompt_tokens,
+        gen.prompt_tps(),
+        gen.completion_tokens,
+        gen.decode_tps(),
+        gen.finish_reason.as_str()
+    );
+    Ok(())
+}
+
+fn probe(args: ProbeArgs) -> anyhow::Result<()> {
+    let t0 = std::time::Instant::now();
+    let is_gguf = std::fs::File::open(&args.target)
+        .and_then(|mut f| {
+            let mut magic = [0u8; 4];
+            std::io::Read::read_exact(&mut f, &mut magic).map(|_| &magic == b"GGUF")
+        })
+        .with_context(|| format!("reading {}", args.target.display()))?;
+    let (templates, arch, n_params) = if is_gguf {
+        let gguf = GgufFile::open(&args.target)?;
+        let arch = gguf.architecture().ok().map(str::to_string);
+        (GgufTemplates::from_gguf(&gguf)?, arch, Some(gguf.n_params()))
+    } else {
+        let src =
+            std::fs::read_to_string(&args.target).with_context(|| format!("reading {}", args.target.display()))?;
+        ChatTemplate::new(args.target.display().to_string(), src.clone())?;
+        (GgufTemplates { default: Some(src), tool_use: None }, None, None)
+    };
+    let setup = toolgate::template::inspect(&templates, arch.as_deref(), args.chat_template.as_deref())?;
+    let caps = setup.report.caps;
+    let info = serde_json::json!({
+        "type": "model_info",
+        "model": model_id(&args.target),
+        "architecture": arch,
+        "n_params": n_params,
+        "supports_tools": caps.tool_capable(),
+        "caps": caps,
+        "reasons": setup.report.reasons,
+        "chat_format": setup.family,
+        "has_tool_use_template": templates.tool_use.is_some(),
+        "template_source": setup.source.to_string(),
+        "conversation_policy": setup.policy,
+        "template_signals": setup.signals,
+        "probe_ms": t0.elapsed().as_secs_f64() * 1000.0,
+    });
+    println!("{}", serde_json::to_string_pretty(&info)?);
     Ok(())
 }

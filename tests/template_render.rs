@@ -81,3 +81,41 @@ fn renders_byte_identical_to_transformers() {
         failures.iter().take(5).cloned().collect::<Vec<_>>().join("\n\n")
     );
 }
+
+#[test]
+fn printed_values_and_tojson_follow_python() {
+    let t = ChatTemplate::new(
+        "py",
+        "{{ a }}|{{ b }}|{{ c }}|{{ d }}|{{ e }}|{{ f }}|{{ d | tojson }}|{{ d | tojson(indent=2) }}|{{ '<&>' | tojson }}",
+    )
+    .unwrap();
+    let mut req = RenderRequest::new(vec![]);
+    req.extra = serde_json::json!({
+        "a": true, "b": null, "c": 1.0, "d": {"k": [1, "x", false], "é": "ü\n"}, "e": 1e16, "f": "it's"
+    })
+    .as_object()
+    .unwrap()
+    .clone();
+    let out = t.render(&req).unwrap();
+    assert_eq!(
+        out,
+        "True|None|1.0|{'k': [1, 'x', False], 'é': 'ü\\n'}|1e+16|it's|{\"k\": [1, \"x\", false], \"é\": \"ü\\n\"}|{\n  \"k\": [\n    1,\n    \"x\",\n    false\n  ],\n  \"é\": \"ü\\n\"\n}|\"<&>\""
+    );
+}
+
+#[test]
+fn python_list_append_and_none_loops_behave_as_in_python() {
+    let t = ChatTemplate::new(
+        "append",
+        "{%- set ns = namespace(ids=[]) -%}{%- for m in messages -%}{%- set _ = ns.ids.append(m.role) -%}{%- endfor -%}{{ ns.ids | join(',') }}",
+    )
+    .unwrap();
+    let req = RenderRequest::new(vec![serde_json::json!({"role": "user"}), serde_json::json!({"role": "assistant"})]);
+    assert_eq!(t.render(&req).unwrap(), "user,assistant");
+    // Iterating None raises, as in Python; an undefined variable iterates as empty.
+    let t = ChatTemplate::new("none", "{% for t in tools %}{{ t }}{% endfor %}ok").unwrap();
+    let mut req = RenderRequest::new(vec![]);
+    assert_eq!(t.render(&req).unwrap(), "ok");
+    req.extra.insert("tools".into(), serde_json::Value::Null);
+    assert!(t.render(&req).unwrap_err().to_string().contains("'NoneType' object is not iterable"));
+}

@@ -5,6 +5,7 @@
 //! [`crate::sampling`] pipeline, streams text as it becomes complete, and stops on an
 //! end-of-generation token, a stop string, `max_tokens` or the context limit.
 
+pub mod chat;
 pub mod stop;
 
 use std::path::Path;

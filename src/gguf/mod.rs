@@ -311,6 +311,11 @@ impl GgufFile {
         self.content.tensor_infos.get(name).map(|i| i.shape.dims())
     }
 
+    /// Total number of weights (elements over all tensors), from the header only.
+    pub fn n_params(&self) -> u64 {
+        self.content.tensor_infos.values().map(|i| i.shape.elem_count() as u64).sum()
+    }
+
     /// Names of all tensors, unordered.
     pub fn tensor_names(&self) -> impl Iterator<Item = &str> {
         self.content.tensor_infos.keys().map(|s| s.as_str())

@@ -143,7 +143,6 @@ fn python_float(f: f64) -> String {
         let e = format!("{f:e}");
         let (m, exp) = e.split_once('e').unwrap_or((&e, "0"));
         let exp: i32 = exp.parse().unwrap_or(0);
-        let m = if m.contains('.') { m.to_string() } else { m.to_string() };
         return format!("{m}e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs());
     }
     s

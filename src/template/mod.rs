@@ -6,9 +6,12 @@
 
 pub mod caps;
 pub mod env;
+pub mod family;
+pub mod gate;
 pub mod render;
 pub mod source;
 pub mod transform;
 
 pub use env::Clock;
+pub use gate::{gate, inspect, ChatSetup, ToolFallback};
 pub use render::{ChatTemplate, RenderRequest};

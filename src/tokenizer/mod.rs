@@ -344,6 +344,15 @@ impl Tokenizer {
         frags
     }
 
+    /// Whether `text` contains the text of any control token (which, in user content,
+    /// must be kept from becoming that token).
+    pub fn contains_special_text(&self, text: &str) -> bool {
+        self.partition
+            .iter()
+            .filter(|&&id| self.kinds[id as usize] != TokenKind::UserDefined)
+            .any(|&id| text.contains(self.tokens[id as usize].as_str()))
+    }
+
     /// Decode ids to text. Special tokens are written as their text unless
     /// `skip_special`; invalid UTF-8 (a split multi-byte character) becomes U+FFFD.
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> String {

@@ -1,0 +1,50 @@
+//! Recognise the tool-call family a template writes, by rendering a known tool call
+//! and matching the shape of the output.
+//!
+//! The table is data: adding a family is one row here (and, with the tool-calling
+//! stage, one file in `grammars/`).
+
+use serde_json::json;
+
+use super::render::{ChatTemplate, RenderRequest};
+
+/// `(family, markers that must all appear in the rendered call)`, most specific first.
+pub const FAMILIES: &[(&str, &[&str])] = &[
+    ("gemma4", &["<|tool_call>call:"]),
+    ("qwen3-coder", &["<function=", "<parameter="]),
+    ("functionary-v3.1", &["<function="]),
+    ("kimi-k2", &["<|tool_calls_section_begin|>"]),
+    ("deepseek-v3", &["<｜tool▁calls▁begin｜>"]),
+    ("mistral", &["[TOOL_CALLS]"]),
+    ("granite", &["<|tool_call|>"]),
+    ("functools", &["functools["]),
+    ("gpt-oss", &["to=functions."]),
+    ("command-r", &["<|START_ACTION|>"]),
+    ("hermes", &["<tool_call>"]),
+    ("llama3-python-tag", &["<|python_tag|>"]),
+    ("llama3-json", &["\"parameters\""]),
+    ("pythonic", &["[probe_fn(", "=\"needle\")]"]),
+];
+
+/// The family of `template`, or `"unknown"` when no row matches (or the template
+/// cannot render a tool call).
+pub fn detect(template: &ChatTemplate) -> &'static str {
+    let call = json!({"id": "call_0001", "type": "function", "function": {"name": "probe_fn", "arguments": {"arg": "needle"}}});
+    let tool = json!({"type": "function", "function": {"name": "probe_fn", "description": "d",
+        "parameters": {"type": "object", "properties": {"arg": {"type": "string"}}}}});
+    let mut req = RenderRequest::new(vec![
+        json!({"role": "user", "content": "hi"}),
+        json!({"role": "assistant", "content": "", "tool_calls": [call]}),
+    ]);
+    req.tools = Some(vec![tool]);
+    req.add_generation_prompt = false;
+    let Ok(out) = template.render(&req) else { return "unknown" };
+    let Some(at) = out.rfind("probe_fn") else { return "unknown" };
+    // Look at the text around the rendered call only (not the tool list).
+    let window = &out[out[..at].char_indices().rev().nth(200).map(|(i, _)| i).unwrap_or(0)..];
+    FAMILIES
+        .iter()
+        .find(|(_, markers)| markers.iter().all(|m| window.contains(m)))
+        .map(|(name, _)| *name)
+        .unwrap_or("unknown")
+}

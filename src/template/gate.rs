@@ -1,0 +1,114 @@
+//! The load gate: a model is served for tool calling only if the template that will
+//! actually be used can do it.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::caps::{probe, ProbeReport};
+use super::render::ChatTemplate;
+use super::source::{self, GgufTemplates, TemplateSource};
+use super::transform::{self, ConversationPolicy, TemplateSignals};
+use crate::{Error, Result};
+
+/// What to do with a model whose template cannot do tools.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolFallback {
+    /// Refuse it (the default).
+    #[default]
+    None,
+    /// Use toolgate's generic tool template (`grammars/generic.jinja`).
+    Generic,
+}
+
+impl std::str::FromStr for ToolFallback {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "none" => Ok(Self::None),
+            "generic" => Ok(Self::Generic),
+            other => Err(Error::InvalidParameter {
+                name: "tool-fallback",
+                reason: format!("`{other}`: expected none or generic"),
+            }),
+        }
+    }
+}
+
+/// The chat setup of a model that passed the gate.
+#[derive(Debug, Clone)]
+pub struct ChatSetup {
+    /// The template requests are rendered with.
+    pub template: ChatTemplate,
+    /// Where it came from.
+    pub source: TemplateSource,
+    /// The prober's flags and reasons for it.
+    pub report: ProbeReport,
+    /// Signals found in the template text.
+    pub signals: TemplateSignals,
+    /// System folding / turn merging to apply to requests.
+    pub policy: ConversationPolicy,
+    /// The tool-call family the template writes (see [`super::family`]).
+    pub family: &'static str,
+    /// The gate of the model's own template, when the generic fallback replaced it.
+    pub native_report: Option<ProbeReport>,
+}
+
+/// Probe without judging: the effective template, its report and family.
+///
+/// # Errors
+/// [`Error::Template`] if the chosen template does not parse; [`Error::Io`] for an
+/// unreadable override.
+pub fn inspect(templates: &GgufTemplates, arch: Option<&str>, override_path: Option<&Path>) -> Result<ChatSetup> {
+    let (template, source) = source::select(templates, override_path)?;
+    Ok(setup(template, source, arch, None))
+}
+
+fn setup(template: ChatTemplate, source: TemplateSource, arch: Option<&str>, native: Option<ProbeReport>) -> ChatSetup {
+    let report = probe(&template);
+    let signals = transform::signals(template.source());
+    let has_template = !matches!(source, TemplateSource::ChatMlDefault);
+    let policy = transform::policy(report.caps.supports_system_role, signals, arch, has_template);
+    let family = super::family::detect(&template);
+    ChatSetup { template, source, report, signals, policy, family, native_report: native }
+}
+
+/// Choose, probe and judge the template of model `model_id`.
+///
+/// # Errors
+/// [`Error::NotToolCapable`] when the effective template lacks `supports_tools &&
+/// supports_tool_calls` and `fallback` is [`ToolFallback::None`]; template and I/O
+/// errors as [`inspect`].
+pub fn gate(
+    model_id: &str,
+    templates: &GgufTemplates,
+    arch: Option<&str>,
+    override_path: Option<&Path>,
+    fallback: ToolFallback,
+) -> Result<ChatSetup> {
+    let native = inspect(templates, arch, override_path)?;
+    if native.report.caps.tool_capable() {
+        return Ok(native);
+    }
+    match fallback {
+        ToolFallback::Generic => {
+            let (template, source) = source::generic()?;
+            let s = setup(template, source, arch, Some(native.report));
+            debug_assert!(s.report.caps.tool_capable(), "the generic template must pass the prober");
+            Ok(s)
+        }
+        ToolFallback::None => Err(Error::NotToolCapable(refusal(model_id, &native))),
+    }
+}
+
+fn refusal(model_id: &str, s: &ChatSetup) -> String {
+    let c = &s.report.caps;
+    let failing = if !c.supports_tools { "supports_tools" } else { "supports_tool_calls" };
+    format!(
+        "Model {model_id} rejected: its chat template does not support tool calling (supports_tools={}, supports_tool_calls={}). \
+         toolgate only loads tool-capable models. Template: {}. Probe: {failing}: {}. \
+         Use --tool-fallback generic to serve it with toolgate's generic tool template, or --chat-template FILE.",
+        c.supports_tools, c.supports_tool_calls, s.source, s.report.reasons[failing]
+    )
+}
