@@ -90,6 +90,14 @@ pub enum Error {
         /// What went wrong, with minijinja's location when it has one.
         reason: String,
     },
+    /// A JSON Schema is invalid or uses a keyword toolgate cannot enforce.
+    #[error("schema at `{pointer}`: {reason}")]
+    Schema {
+        /// JSON pointer of the offending keyword (`#/properties/x/format`).
+        pointer: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// The model's chat template cannot do tool calling; the model is refused at load.
     #[error("{0}")]
     NotToolCapable(String),

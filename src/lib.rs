@@ -27,6 +27,7 @@
 pub mod engine;
 pub mod error;
 pub mod gguf;
+pub mod grammar;
 pub mod model;
 pub mod sampling;
 pub mod template;

@@ -7,6 +7,9 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use toolgate::engine::{Engine, GenerateParams};
 use toolgate::gguf::GgufFile;
+use toolgate::grammar::regex::Json;
+use toolgate::grammar::schema::Mode;
+use toolgate::grammar::{Grammar, TokenVocab};
 use toolgate::model::{DeviceChoice, LoadOptions};
 use toolgate::sampling::SamplingParams;
 use toolgate::template::source::GgufTemplates;
@@ -139,6 +142,12 @@ struct RunArgs {
     /// Keep generating past end-of-turn tokens.
     #[arg(long)]
     ignore_eos: bool,
+    /// Constrain the output to JSON valid for this JSON Schema file.
+    #[arg(long)]
+    json_schema: Option<PathBuf>,
+    /// Unsupported schema keywords: `strict` refuses them, `lenient` ignores them.
+    #[arg(long, default_value = "strict", value_parser = ["strict", "lenient"])]
+    schema_mode: String,
 }
 
 fn main() {
@@ -188,10 +197,23 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let prompt = engine.tokenizer().encode_prompt(&args.prompt, args.special)?;
     let mut out = std::io::stdout().lock();
-    let gen = engine.generate(&prompt, &params, |piece| {
+    let mut emit = |piece: &str| {
         let _ = out.write_all(piece.as_bytes());
         let _ = out.flush();
-    })?;
+    };
+    let gen = match &args.json_schema {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            let schema: serde_json::Value =
+                serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
+            let mode = if args.schema_mode == "lenient" { Mode::Lenient } else { Mode::Strict };
+            let grammar = std::sync::Arc::new(Grammar::from_schema(&schema, mode, &Json)?);
+            let vocab = std::sync::Arc::new(TokenVocab::from_tokenizer(engine.tokenizer()));
+            let mut matcher = grammar.matcher(vocab);
+            engine.generate_constrained(&prompt, &params, &mut matcher, &mut emit)?
+        }
+        None => engine.generate(&prompt, &params, &mut emit)?,
+    };
     let _ = writeln!(out);
     eprintln!(
         "load {:.2}s | prompt {} tokens, {:.1} tok/s | decode {} tokens, {:.1} tok/s | finish: {}",

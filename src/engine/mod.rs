@@ -174,6 +174,34 @@ impl Engine {
         &mut self,
         prompt: &[u32],
         params: &GenerateParams,
+        on_text: impl FnMut(&str),
+    ) -> Result<Generation> {
+        self.generate_with(prompt, params, None, on_text)
+    }
+
+    /// Like [`Engine::generate`], with every token constrained by `matcher` (a grammar
+    /// compiled from a JSON Schema): only tokens the grammar allows are sampled,
+    /// end-of-turn only where the output is complete, and tokens the grammar forces
+    /// are appended without sampling. Generation ends when the grammar is complete.
+    ///
+    /// # Errors
+    /// As [`Engine::generate`]; [`Error::InvalidParameter`] if the grammar allows no
+    /// token (it cannot, for a grammar built from a satisfiable schema).
+    pub fn generate_constrained(
+        &mut self,
+        prompt: &[u32],
+        params: &GenerateParams,
+        matcher: &mut crate::grammar::Matcher,
+        on_text: impl FnMut(&str),
+    ) -> Result<Generation> {
+        self.generate_with(prompt, params, Some(matcher), on_text)
+    }
+
+    fn generate_with(
+        &mut self,
+        prompt: &[u32],
+        params: &GenerateParams,
+        mut constraint: Option<&mut crate::grammar::Matcher>,
         mut on_text: impl FnMut(&str),
     ) -> Result<Generation> {
         if prompt.is_empty() {
@@ -201,8 +229,27 @@ impl Engine {
         let mut finish = FinishReason::Length;
         let mut stop_hit = false;
         let mut decode_started = Instant::now();
+        let mut mask = crate::sampling::TokenMask::new(self.tokenizer.vocab_size());
         while tokens.len() < params.max_tokens {
-            let next = sampler.sample(&mut logits, None)?;
+            let next = match constraint.as_deref_mut() {
+                Some(m) => {
+                    if m.is_finished() {
+                        finish = FinishReason::Stop;
+                        break;
+                    }
+                    match m.forced_token() {
+                        Some(t) => t,
+                        None => {
+                            m.fill_mask(&mut mask)?;
+                            sampler.sample(&mut logits, Some(&mask))?
+                        }
+                    }
+                }
+                None => sampler.sample(&mut logits, None)?,
+            };
+            if let Some(m) = constraint.as_deref_mut() {
+                m.commit(next)?;
+            }
             if tokens.is_empty() {
                 prompt_time = started.elapsed();
                 decode_started = Instant::now();

@@ -1,0 +1,357 @@
+//! Regex → lazy DFA → token masks, and the [`Matcher`] that follows generation.
+//!
+//! Masks are computed by walking a trie of all token byte strings through the DFA
+//! (pruning at dead states) and cached per DFA state, so a state seen before costs a
+//! hash lookup. DFA states are built lazily on first visit (regex-automata's hybrid
+//! DFA) in a bounded cache; if that cache is ever cleared, the mask cache is dropped
+//! and the matcher's state is recomputed from its committed bytes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use regex_automata::hybrid::dfa::{Cache, DFA};
+use regex_automata::hybrid::LazyStateID;
+use regex_automata::util::syntax;
+use regex_automata::{nfa::thompson, Anchored, Input};
+
+use super::regex::{to_regex, Dialect};
+use super::schema::{compile, Mode};
+use crate::sampling::TokenMask;
+use crate::tokenizer::Tokenizer;
+use crate::{Error, Result};
+
+/// Lazy-DFA cache per matcher (bytes). States beyond it are evicted and rebuilt.
+pub const DFA_CACHE_BYTES: usize = 32 << 20;
+
+/// All token byte strings of a vocabulary, as a trie, plus the end-of-generation ids.
+#[derive(Debug)]
+pub struct TokenVocab {
+    /// `(first child, child count)` ranges into `edges`, per node.
+    nodes: Vec<TrieNode>,
+    eog: Vec<u32>,
+    len: usize,
+    bytes: Vec<Vec<u8>>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct TrieNode {
+    children: Vec<(u8, u32)>,
+    tokens: Vec<u32>,
+}
+
+impl TokenVocab {
+    /// Build from explicit token byte strings. Empty tokens are never allowed.
+    pub fn new(bytes: Vec<Vec<u8>>, eog: Vec<u32>) -> Self {
+        let mut nodes = vec![TrieNode::default()];
+        for (id, b) in bytes.iter().enumerate() {
+            if b.is_empty() {
+                continue;
+            }
+            let mut at = 0usize;
+            for &byte in b {
+                at = match nodes[at].children.iter().find(|(c, _)| *c == byte) {
+                    Some(&(_, next)) => next as usize,
+                    None => {
+                        nodes.push(TrieNode::default());
+                        let next = nodes.len() - 1;
+                        nodes[at].children.push((byte, next as u32));
+                        next
+                    }
+                };
+            }
+            nodes[at].tokens.push(id as u32);
+        }
+        for n in &mut nodes {
+            n.children.sort_unstable();
+        }
+        Self { nodes, eog, len: bytes.len(), bytes }
+    }
+
+    /// From a tokenizer: text tokens as their bytes, special tokens as `0xFF`+text.
+    pub fn from_tokenizer(tok: &Tokenizer) -> Self {
+        Self::new(tok.token_bytes().to_vec(), tok.eog_tokens().to_vec())
+    }
+
+    /// Vocabulary size.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the vocabulary is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes of a token.
+    pub fn token_bytes(&self, id: u32) -> &[u8] {
+        self.bytes.get(id as usize).map(|b| b.as_slice()).unwrap_or(&[])
+    }
+
+    /// End-of-generation tokens (allowed only where the grammar accepts).
+    pub fn eog(&self) -> &[u32] {
+        &self.eog
+    }
+
+    /// Number of trie nodes (for diagnostics).
+    pub fn trie_nodes(&self) -> usize {
+        self.nodes.len()
+    }
+}
+
+/// A compiled grammar: the lazy DFA of one regex.
+#[derive(Debug)]
+pub struct Grammar {
+    dfa: DFA,
+    regex: String,
+}
+
+impl Grammar {
+    /// Compile a regex (anchored at both ends).
+    ///
+    /// # Errors
+    /// [`Error::Schema`] if the regex does not compile (it names the regex size).
+    pub fn from_regex(regex: &str) -> Result<Self> {
+        let dfa = DFA::builder()
+            .configure(DFA::config().cache_capacity(DFA_CACHE_BYTES).minimum_cache_clear_count(None))
+            .syntax(syntax::Config::new().utf8(false))
+            .thompson(thompson::Config::new().utf8(false))
+            .build(&format!("^(?:{regex})$"))
+            .map_err(|e| Error::Schema { pointer: "#".into(), reason: format!("grammar does not compile: {e}") })?;
+        Ok(Self { dfa, regex: regex.to_string() })
+    }
+
+    /// Compile a JSON Schema in a dialect.
+    ///
+    /// # Errors
+    /// [`Error::Schema`] from [`compile`] or the regex compiler.
+    pub fn from_schema(schema: &serde_json::Value, mode: Mode, dialect: &dyn Dialect) -> Result<Self> {
+        let node = compile(schema, mode)?;
+        Self::from_regex(&to_regex(&node, dialect))
+    }
+
+    /// The regex this grammar was built from.
+    pub fn regex(&self) -> &str {
+        &self.regex
+    }
+
+    /// Whether `text` is a complete instance. Cost: O(len).
+    pub fn matches(&self, text: &[u8]) -> bool {
+        let mut cache = self.dfa.create_cache();
+        match self.walk(&mut cache, text) {
+            Some(s) => self.accepting(&mut cache, s),
+            None => false,
+        }
+    }
+
+    /// Whether `text` can be extended to an instance. Cost: O(len).
+    pub fn is_prefix(&self, text: &[u8]) -> bool {
+        let mut cache = self.dfa.create_cache();
+        self.walk(&mut cache, text).is_some()
+    }
+
+    fn start(&self, cache: &mut Cache) -> LazyStateID {
+        self.dfa
+            .start_state_forward(cache, &Input::new(&[] as &[u8]).anchored(Anchored::Yes))
+            .expect("anchored start state of a regex without look-behind")
+    }
+
+    fn step(&self, cache: &mut Cache, s: LazyStateID, b: u8) -> Option<LazyStateID> {
+        let n = self.dfa.next_state(cache, s, b).ok()?;
+        if n.is_dead() || n.is_quit() {
+            None
+        } else {
+            Some(n)
+        }
+    }
+
+    fn walk(&self, cache: &mut Cache, bytes: &[u8]) -> Option<LazyStateID> {
+        let mut s = self.start(cache);
+        for &b in bytes {
+            s = self.step(cache, s, b)?;
+        }
+        Some(s)
+    }
+
+    fn accepting(&self, cache: &mut Cache, s: LazyStateID) -> bool {
+        self.dfa.next_eoi_state(cache, s).is_ok_and(|e| e.is_match())
+    }
+
+    /// A fresh matcher over `vocab`.
+    pub fn matcher(self: &Arc<Self>, vocab: Arc<TokenVocab>) -> Matcher {
+        let mut cache = self.dfa.create_cache();
+        let state = self.start(&mut cache);
+        Matcher {
+            grammar: self.clone(),
+            vocab,
+            clear_count: cache.clear_count(),
+            cache,
+            state,
+            bytes: Vec::new(),
+            tokens: Vec::new(),
+            masks: HashMap::new(),
+            finished: false,
+        }
+    }
+}
+
+/// Follows one generation through a grammar: which tokens may come next.
+///
+/// Cost: the first visit of a DFA state walks the token trie (milliseconds for a
+/// 262k vocabulary inside a string); later visits are a hash lookup.
+#[derive(Debug)]
+pub struct Matcher {
+    grammar: Arc<Grammar>,
+    vocab: Arc<TokenVocab>,
+    cache: Cache,
+    clear_count: usize,
+    state: LazyStateID,
+    bytes: Vec<u8>,
+    tokens: Vec<u32>,
+    masks: HashMap<LazyStateID, Arc<TokenMask>>,
+    finished: bool,
+}
+
+impl Matcher {
+    fn sync_cache(&mut self) {
+        if self.cache.clear_count() != self.clear_count {
+            // States were evicted: every cached id is stale.
+            self.masks.clear();
+            let bytes = std::mem::take(&mut self.bytes);
+            self.state = self.grammar.walk(&mut self.cache, &bytes).unwrap_or(self.state);
+            self.bytes = bytes;
+            self.clear_count = self.cache.clear_count();
+        }
+    }
+
+    fn text_mask(&mut self) -> Arc<TokenMask> {
+        self.sync_cache();
+        if let Some(m) = self.masks.get(&self.state) {
+            return m.clone();
+        }
+        let mut mask = TokenMask::new(self.vocab.len());
+        let start_clears = self.cache.clear_count();
+        let mut stack: Vec<(u32, LazyStateID)> = vec![(0, self.state)];
+        while let Some((node, s)) = stack.pop() {
+            for &(byte, child) in &self.vocab.nodes[node as usize].children {
+                if let Some(n) = self.grammar.step(&mut self.cache, s, byte) {
+                    for &t in &self.vocab.nodes[child as usize].tokens {
+                        mask.allow(t);
+                    }
+                    stack.push((child, n));
+                }
+            }
+        }
+        let mask = Arc::new(mask);
+        if self.cache.clear_count() == start_clears {
+            self.masks.insert(self.state, mask.clone());
+        } else {
+            self.sync_cache();
+            return self.text_mask();
+        }
+        mask
+    }
+
+    /// Write the allowed next tokens into `out` (which must cover the vocabulary).
+    /// End-of-generation tokens are allowed only when the output so far is complete.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] if `out` has the wrong size.
+    pub fn fill_mask(&mut self, out: &mut TokenMask) -> Result<()> {
+        if out.len() != self.vocab.len() {
+            return Err(Error::InvalidParameter {
+                name: "mask",
+                reason: format!("mask covers {} tokens, vocabulary has {}", out.len(), self.vocab.len()),
+            });
+        }
+        let m = if self.finished { Arc::new(TokenMask::new(self.vocab.len())) } else { self.text_mask() };
+        out.words_mut().copy_from_slice(m.words());
+        if !self.finished && self.is_accepting() {
+            for &e in self.vocab.eog() {
+                out.allow(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Advance by one token.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] if the grammar does not allow `token` here (the
+    /// matcher is unchanged).
+    pub fn commit(&mut self, token: u32) -> Result<()> {
+        self.sync_cache();
+        if self.vocab.eog().contains(&token) && self.is_accepting() && !self.finished {
+            self.finished = true;
+            self.tokens.push(token);
+            return Ok(());
+        }
+        let bytes = self.vocab.token_bytes(token).to_vec();
+        let reject = || Error::InvalidParameter {
+            name: "token",
+            reason: format!("token {token} is not allowed by the grammar here"),
+        };
+        if self.finished || bytes.is_empty() {
+            return Err(reject());
+        }
+        let mut s = self.state;
+        for &b in &bytes {
+            s = self.grammar.step(&mut self.cache, s, b).ok_or_else(reject)?;
+        }
+        self.state = s;
+        self.bytes.extend_from_slice(&bytes);
+        self.tokens.push(token);
+        Ok(())
+    }
+
+    /// Undo the last `n` tokens. Cost: replays the remaining bytes.
+    pub fn rollback(&mut self, n: usize) {
+        let keep = self.tokens.len().saturating_sub(n);
+        self.tokens.truncate(keep);
+        self.finished = false;
+        let mut bytes = Vec::new();
+        for &t in &self.tokens {
+            if self.vocab.eog().contains(&t) {
+                self.finished = true;
+            } else {
+                bytes.extend_from_slice(self.vocab.token_bytes(t));
+            }
+        }
+        self.state = self.grammar.walk(&mut self.cache, &bytes).expect("a prefix that was accepted before");
+        self.bytes = bytes;
+        self.clear_count = self.cache.clear_count();
+    }
+
+    /// Whether the output so far is a complete instance.
+    pub fn is_accepting(&mut self) -> bool {
+        self.finished || self.grammar.accepting(&mut self.cache, self.state)
+    }
+
+    /// Whether generation must stop: an end token was committed, or the output is
+    /// complete and no byte can extend it.
+    pub fn is_finished(&mut self) -> bool {
+        self.finished || (self.is_accepting() && self.text_mask().count() == 0)
+    }
+
+    /// If exactly one token can come next (and ending is not allowed), that token:
+    /// the engine appends it without sampling.
+    pub fn forced_token(&mut self) -> Option<u32> {
+        if self.finished || self.is_accepting() {
+            return None;
+        }
+        let m = self.text_mask();
+        if m.count() != 1 {
+            return None;
+        }
+        m.words().iter().enumerate().find(|(_, w)| **w != 0).map(|(i, w)| (i * 64) as u32 + w.trailing_zeros())
+    }
+
+    /// Bytes committed so far.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// DFA states whose masks are cached.
+    pub fn cached_states(&self) -> usize {
+        self.masks.len()
+    }
+}

@@ -1,0 +1,479 @@
+//! JSON Schema → value grammar ([`Node`]).
+//!
+//! The subset of draft 2020-12 that tool `parameters` and `response_format` use. A
+//! keyword toolgate cannot enforce is an error naming the keyword and its JSON pointer
+//! in [`Mode::Strict`], or ignored (the grammar then accepts more than the schema) in
+//! [`Mode::Lenient`].
+
+use serde_json::{Map, Value};
+
+use crate::{Error, Result};
+
+/// How unsupported keywords are treated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Unsupported keyword → error with its pointer.
+    #[default]
+    Strict,
+    /// Unsupported keyword → ignored (documented over-approximation).
+    Lenient,
+}
+
+/// Depth to which `$ref` recursion and "any JSON value" are expanded.
+pub const MAX_DEPTH: usize = 4;
+
+/// String formats with a built-in grammar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `YYYY-MM-DD`.
+    Date,
+    /// `hh:mm:ss[.frac](Z|±hh:mm)`.
+    Time,
+    /// RFC 3339 date-time.
+    DateTime,
+    /// 8-4-4-4-12 hex.
+    Uuid,
+    /// `local@domain.tld` (simplified).
+    Email,
+    /// `scheme:rest` without spaces (simplified).
+    Uri,
+    /// Dotted quad, each 0–255.
+    Ipv4,
+}
+
+/// The value grammar a schema compiles to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Node {
+    /// Matches nothing (an exhausted recursion, an empty `enum`).
+    Never,
+    /// `null`.
+    Null,
+    /// `true` / `false`.
+    Boolean,
+    /// An integer in `[min, max]`.
+    Integer {
+        /// Inclusive lower bound.
+        min: Option<i64>,
+        /// Inclusive upper bound.
+        max: Option<i64>,
+    },
+    /// Any JSON number.
+    Number,
+    /// A string.
+    String {
+        /// Minimum length in characters.
+        min_len: usize,
+        /// Maximum length in characters.
+        max_len: Option<usize>,
+        /// A regex the (unescaped) value must match.
+        pattern: Option<String>,
+        /// A built-in format.
+        format: Option<Format>,
+    },
+    /// One of these literal JSON values.
+    Literals(Vec<Value>),
+    /// An array.
+    Array {
+        /// Positional items (`prefixItems`).
+        prefix: Vec<Node>,
+        /// Items after the prefix (`None`: no more items).
+        items: Option<Box<Node>>,
+        /// `minItems`.
+        min: usize,
+        /// `maxItems`.
+        max: Option<usize>,
+    },
+    /// An object with properties in schema order.
+    Object {
+        /// `(name, grammar, required)`.
+        properties: Vec<(String, Node, bool)>,
+        /// Extra properties allowed after the declared ones, with this value grammar.
+        additional: Option<Box<Node>>,
+    },
+    /// Any of these.
+    AnyOf(Vec<Node>),
+}
+
+/// Compile a JSON Schema into a [`Node`].
+///
+/// ```
+/// use toolgate::grammar::schema::{compile, Mode, Node};
+/// let n = compile(&serde_json::json!({"type": "integer", "minimum": 1, "maximum": 9}), Mode::Strict)?;
+/// assert_eq!(n, Node::Integer { min: Some(1), max: Some(9) });
+/// let err = compile(&serde_json::json!({"type": "string", "contentEncoding": "base64"}), Mode::Strict).unwrap_err();
+/// assert!(err.to_string().contains("contentEncoding") && err.to_string().contains("#/"));
+/// # Ok::<(), toolgate::Error>(())
+/// ```
+///
+/// # Errors
+/// [`Error::Schema`] for an invalid schema, an unresolvable `$ref`, or (strict mode) an
+/// unsupported keyword.
+pub fn compile(schema: &Value, mode: Mode) -> Result<Node> {
+    let c = Compiler { root: schema, mode };
+    c.node(schema, "#", 0)
+}
+
+struct Compiler<'a> {
+    root: &'a Value,
+    mode: Mode,
+}
+
+const IGNORED: &[&str] = &[
+    "description",
+    "title",
+    "default",
+    "examples",
+    "$schema",
+    "$id",
+    "$comment",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+    "$defs",
+    "definitions",
+    "strict",
+    "discriminator",
+    "nullable",
+];
+
+fn err(pointer: &str, reason: impl Into<String>) -> Error {
+    Error::Schema { pointer: pointer.to_string(), reason: reason.into() }
+}
+
+fn escape_ptr(s: &str) -> String {
+    s.replace('~', "~0").replace('/', "~1")
+}
+
+impl Compiler<'_> {
+    fn node(&self, s: &Value, ptr: &str, depth: usize) -> Result<Node> {
+        let obj = match s {
+            Value::Bool(true) => return Ok(any_value(depth)),
+            Value::Bool(false) => return Ok(Node::Never),
+            Value::Object(o) => o,
+            _ => return Err(err(ptr, "a schema must be an object or a boolean")),
+        };
+        if let Some(r) = obj.get("$ref") {
+            let r = r.as_str().ok_or_else(|| err(ptr, "`$ref` must be a string"))?;
+            if depth >= MAX_DEPTH {
+                return Ok(Node::Never);
+            }
+            let target = self.resolve(r, ptr)?;
+            let base = self.node(target, &format!("{ptr}/$ref"), depth + 1)?;
+            // Siblings of $ref (2020-12) narrow it; support the common no-sibling case.
+            let siblings: Vec<&String> =
+                obj.keys().filter(|k| *k != "$ref" && !IGNORED.contains(&k.as_str())).collect();
+            if let (Some(k), Mode::Strict) = (siblings.first(), self.mode) {
+                return Err(err(
+                    &format!("{ptr}/{}", escape_ptr(k)),
+                    format!("keyword `{k}` next to `$ref` is not supported"),
+                ));
+            }
+            return Ok(base);
+        }
+        if let Some(all) = obj.get("allOf") {
+            let merged = self.merge_all_of(obj, all, ptr)?;
+            return self.node(&Value::Object(merged), ptr, depth);
+        }
+        for key in ["anyOf", "oneOf"] {
+            if let Some(alts) = obj.get(key) {
+                let alts = alts.as_array().ok_or_else(|| err(ptr, format!("`{key}` must be an array")))?;
+                let mut rest = obj.clone();
+                rest.remove(key);
+                let mut nodes = Vec::new();
+                for (i, a) in alts.iter().enumerate() {
+                    // Keywords beside anyOf apply to every branch.
+                    let branch = merge_objects(&rest, a).unwrap_or_else(|| a.clone());
+                    nodes.push(self.node(&branch, &format!("{ptr}/{key}/{i}"), depth)?);
+                }
+                return Ok(simplify_any(nodes));
+            }
+        }
+        if let Some(c) = obj.get("const") {
+            return Ok(Node::Literals(vec![c.clone()]));
+        }
+        if let Some(e) = obj.get("enum") {
+            let e = e.as_array().ok_or_else(|| err(&format!("{ptr}/enum"), "`enum` must be an array"))?;
+            return Ok(if e.is_empty() { Node::Never } else { Node::Literals(e.clone()) });
+        }
+        let types: Vec<&str> = match obj.get("type") {
+            None => Vec::new(),
+            Some(Value::String(t)) => vec![t.as_str()],
+            Some(Value::Array(ts)) => ts
+                .iter()
+                .map(|t| t.as_str().ok_or_else(|| err(&format!("{ptr}/type"), "type names must be strings")))
+                .collect::<Result<_>>()?,
+            Some(_) => return Err(err(&format!("{ptr}/type"), "`type` must be a string or an array")),
+        };
+        let types: Vec<&str> = if types.is_empty() { infer_types(obj) } else { types };
+        self.check_keywords(obj, ptr, &types)?;
+        if types.is_empty() {
+            return Ok(any_value(depth));
+        }
+        let mut nodes = Vec::new();
+        for t in types {
+            nodes.push(match t {
+                "null" => Node::Null,
+                "boolean" => Node::Boolean,
+                "integer" => self.integer(obj, ptr)?,
+                "number" => self.number(obj, ptr)?,
+                "string" => self.string(obj, ptr)?,
+                "array" => self.array(obj, ptr, depth)?,
+                "object" => self.object(obj, ptr, depth)?,
+                other => return Err(err(&format!("{ptr}/type"), format!("unknown type `{other}`"))),
+            });
+        }
+        Ok(simplify_any(nodes))
+    }
+
+    fn resolve(&self, r: &str, ptr: &str) -> Result<&Value> {
+        let frag =
+            r.strip_prefix('#').ok_or_else(|| err(ptr, format!("only local `$ref`s are supported, got `{r}`")))?;
+        if frag.is_empty() {
+            return Ok(self.root);
+        }
+        self.root.pointer(frag).ok_or_else(|| err(ptr, format!("`$ref` `{r}` does not resolve")))
+    }
+
+    fn merge_all_of(&self, obj: &Map<String, Value>, all: &Value, ptr: &str) -> Result<Map<String, Value>> {
+        let all = all.as_array().ok_or_else(|| err(ptr, "`allOf` must be an array"))?;
+        let mut merged = obj.clone();
+        merged.remove("allOf");
+        for (i, part) in all.iter().enumerate() {
+            let part = match part.get("$ref").and_then(Value::as_str) {
+                Some(r) => self.resolve(r, ptr)?.clone(),
+                None => part.clone(),
+            };
+            merged = merge_objects(&merged, &part)
+                .and_then(|v| v.as_object().cloned())
+                .ok_or_else(|| err(&format!("{ptr}/allOf/{i}"), "cannot merge this `allOf` branch"))?;
+        }
+        Ok(merged)
+    }
+
+    fn check_keywords(&self, obj: &Map<String, Value>, ptr: &str, types: &[&str]) -> Result<()> {
+        if self.mode == Mode::Lenient {
+            return Ok(());
+        }
+        for k in obj.keys() {
+            let known = IGNORED.contains(&k.as_str())
+                || matches!(k.as_str(), "type" | "enum" | "const")
+                || (types.contains(&"integer") || types.contains(&"number"))
+                    && matches!(k.as_str(), "minimum" | "maximum" | "exclusiveMinimum" | "exclusiveMaximum")
+                || types.contains(&"string") && matches!(k.as_str(), "minLength" | "maxLength" | "pattern" | "format")
+                || types.contains(&"array") && matches!(k.as_str(), "items" | "prefixItems" | "minItems" | "maxItems")
+                || types.contains(&"object")
+                    && matches!(k.as_str(), "properties" | "required" | "additionalProperties");
+            if !known {
+                return Err(err(&format!("{ptr}/{}", escape_ptr(k)), format!("unsupported keyword `{k}`")));
+            }
+        }
+        Ok(())
+    }
+
+    fn integer(&self, obj: &Map<String, Value>, ptr: &str) -> Result<Node> {
+        let bound = |k: &str| -> Result<Option<f64>> {
+            match obj.get(k) {
+                None => Ok(None),
+                Some(Value::Number(n)) => Ok(n.as_f64()),
+                Some(Value::Bool(_)) if k.starts_with("exclusive") => {
+                    Err(err(&format!("{ptr}/{k}"), "draft-4 boolean `exclusive*` is not supported; use a number"))
+                }
+                Some(_) => Err(err(&format!("{ptr}/{k}"), format!("`{k}` must be a number"))),
+            }
+        };
+        let mut min = bound("minimum")?.map(|x| x.ceil());
+        let mut max = bound("maximum")?.map(|x| x.floor());
+        if let Some(x) = bound("exclusiveMinimum")? {
+            let v = x.floor() + 1.0;
+            min = Some(min.map_or(v, |m| m.max(v)));
+        }
+        if let Some(x) = bound("exclusiveMaximum")? {
+            let v = x.ceil() - 1.0;
+            max = Some(max.map_or(v, |m| m.min(v)));
+        }
+        let clamp = |x: f64| x.clamp(-1e15, 1e15) as i64;
+        let (min, max) = (min.map(clamp), max.map(clamp));
+        if let (Some(a), Some(b)) = (min, max) {
+            if a > b {
+                return Ok(Node::Never);
+            }
+        }
+        Ok(Node::Integer { min, max })
+    }
+
+    fn number(&self, obj: &Map<String, Value>, ptr: &str) -> Result<Node> {
+        if self.mode == Mode::Strict {
+            for k in ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"] {
+                if obj.contains_key(k) {
+                    return Err(err(&format!("{ptr}/{k}"), format!("`{k}` is only enforced for integers")));
+                }
+            }
+        }
+        Ok(Node::Number)
+    }
+
+    fn string(&self, obj: &Map<String, Value>, ptr: &str) -> Result<Node> {
+        let usize_of = |k: &str| -> Result<Option<usize>> {
+            match obj.get(k) {
+                None => Ok(None),
+                Some(v) => v
+                    .as_u64()
+                    .map(|x| Some(x as usize))
+                    .ok_or_else(|| err(&format!("{ptr}/{k}"), format!("`{k}` must be a non-negative integer"))),
+            }
+        };
+        let format = match obj.get("format").and_then(Value::as_str) {
+            None => None,
+            Some("date") => Some(Format::Date),
+            Some("time") => Some(Format::Time),
+            Some("date-time") => Some(Format::DateTime),
+            Some("uuid") => Some(Format::Uuid),
+            Some("email") => Some(Format::Email),
+            Some("uri") => Some(Format::Uri),
+            Some("ipv4") => Some(Format::Ipv4),
+            Some(f) if self.mode == Mode::Strict => {
+                return Err(err(&format!("{ptr}/format"), format!("unsupported format `{f}`")))
+            }
+            Some(_) => None,
+        };
+        let pattern = obj.get("pattern").and_then(Value::as_str).map(str::to_string);
+        if let Some(p) = &pattern {
+            regex_syntax::Parser::new()
+                .parse(p)
+                .map_err(|e| err(&format!("{ptr}/pattern"), format!("invalid or unsupported regex: {e}")))?;
+        }
+        Ok(Node::String {
+            min_len: usize_of("minLength")?.unwrap_or(0),
+            max_len: usize_of("maxLength")?,
+            pattern,
+            format,
+        })
+    }
+
+    fn array(&self, obj: &Map<String, Value>, ptr: &str, depth: usize) -> Result<Node> {
+        let mut prefix = Vec::new();
+        if let Some(p) = obj.get("prefixItems") {
+            let p = p.as_array().ok_or_else(|| err(&format!("{ptr}/prefixItems"), "must be an array"))?;
+            for (i, s) in p.iter().enumerate() {
+                prefix.push(self.node(s, &format!("{ptr}/prefixItems/{i}"), depth + 1)?);
+            }
+        }
+        let items = match obj.get("items") {
+            None => Some(Box::new(any_value(depth + 1))),
+            Some(Value::Bool(false)) => None,
+            Some(s) => Some(Box::new(self.node(s, &format!("{ptr}/items"), depth + 1)?)),
+        };
+        let items = items.filter(|n| **n != Node::Never);
+        let min = obj.get("minItems").and_then(Value::as_u64).unwrap_or(0) as usize;
+        let max = obj.get("maxItems").and_then(Value::as_u64).map(|x| x as usize);
+        Ok(Node::Array { prefix, items, min, max })
+    }
+
+    fn object(&self, obj: &Map<String, Value>, ptr: &str, depth: usize) -> Result<Node> {
+        let required: Vec<&str> = match obj.get("required") {
+            None => Vec::new(),
+            Some(Value::Array(r)) => r.iter().filter_map(Value::as_str).collect(),
+            Some(_) => return Err(err(&format!("{ptr}/required"), "`required` must be an array of names")),
+        };
+        let mut properties = Vec::new();
+        if let Some(p) = obj.get("properties") {
+            let p = p.as_object().ok_or_else(|| err(&format!("{ptr}/properties"), "`properties` must be an object"))?;
+            for (name, s) in p {
+                let node = self.node(s, &format!("{ptr}/properties/{}", escape_ptr(name)), depth + 1)?;
+                properties.push((name.clone(), node, required.contains(&name.as_str())));
+            }
+        }
+        for r in &required {
+            if !properties.iter().any(|(n, _, _)| n == r) {
+                if self.mode == Mode::Strict {
+                    return Err(err(
+                        &format!("{ptr}/required"),
+                        format!("required property `{r}` is not declared in `properties`"),
+                    ));
+                }
+                properties.push((r.to_string(), any_value(depth + 1), true));
+            }
+        }
+        let additional = match obj.get("additionalProperties") {
+            // Absent: no extra properties (as OpenAI strict mode): a tool call carries
+            // only the declared arguments.
+            None | Some(Value::Bool(false)) => None,
+            Some(Value::Bool(true)) => Some(Box::new(any_value(depth + 1))),
+            Some(s) => Some(Box::new(self.node(s, &format!("{ptr}/additionalProperties"), depth + 1)?)),
+        };
+        Ok(Node::Object { properties, additional })
+    }
+}
+
+fn infer_types(obj: &Map<String, Value>) -> Vec<&'static str> {
+    let mut t = Vec::new();
+    if obj.contains_key("properties") || obj.contains_key("required") || obj.contains_key("additionalProperties") {
+        t.push("object");
+    }
+    if obj.contains_key("items") || obj.contains_key("prefixItems") {
+        t.push("array");
+    }
+    if obj.contains_key("pattern")
+        || obj.contains_key("minLength")
+        || obj.contains_key("maxLength")
+        || obj.contains_key("format")
+    {
+        t.push("string");
+    }
+    t
+}
+
+fn merge_objects(a: &Map<String, Value>, b: &Value) -> Option<Value> {
+    let b = b.as_object()?;
+    let mut out = a.clone();
+    for (k, v) in b {
+        match (k.as_str(), out.get(k)) {
+            ("properties", Some(Value::Object(pa))) => {
+                let mut p = pa.clone();
+                for (pk, pv) in v.as_object()? {
+                    p.insert(pk.clone(), pv.clone());
+                }
+                out.insert(k.clone(), Value::Object(p));
+            }
+            ("required", Some(Value::Array(ra))) => {
+                let mut r = ra.clone();
+                for x in v.as_array()? {
+                    if !r.contains(x) {
+                        r.push(x.clone());
+                    }
+                }
+                out.insert(k.clone(), Value::Array(r));
+            }
+            (_, Some(existing)) if existing != v && !IGNORED.contains(&k.as_str()) => return None,
+            _ => {
+                out.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    Some(Value::Object(out))
+}
+
+fn simplify_any(nodes: Vec<Node>) -> Node {
+    let mut nodes: Vec<Node> = nodes.into_iter().filter(|n| *n != Node::Never).collect();
+    match nodes.len() {
+        0 => Node::Never,
+        1 => nodes.pop().expect("one"),
+        _ => Node::AnyOf(nodes),
+    }
+}
+
+/// Any JSON value, with containers nested at most `MAX_DEPTH - depth` levels.
+pub fn any_value(depth: usize) -> Node {
+    let mut alts = vec![
+        Node::Null,
+        Node::Boolean,
+        Node::Number,
+        Node::String { min_len: 0, max_len: None, pattern: None, format: None },
+    ];
+    if depth < MAX_DEPTH {
+        let inner = any_value(depth + 1);
+        alts.push(Node::Array { prefix: vec![], items: Some(Box::new(inner.clone())), min: 0, max: None });
+        alts.push(Node::Object { properties: vec![], additional: Some(Box::new(inner)) });
+    }
+    Node::AnyOf(alts)
+}
