@@ -19,8 +19,11 @@ pub enum Mode {
     Lenient,
 }
 
-/// Depth to which `$ref` recursion and "any JSON value" are expanded.
+/// Nesting depth to which "any JSON value" (`{}`, `additionalProperties: true`) is expanded.
 pub const MAX_DEPTH: usize = 4;
+/// How many `$ref`s deep a recursive schema is expanded; deeper, the recursive branch
+/// matches nothing (so a tree's innermost `children` must be empty).
+pub const MAX_REF_DEPTH: usize = 6;
 
 /// String formats with a built-in grammar.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,13 +112,15 @@ pub enum Node {
 /// [`Error::Schema`] for an invalid schema, an unresolvable `$ref`, or (strict mode) an
 /// unsupported keyword.
 pub fn compile(schema: &Value, mode: Mode) -> Result<Node> {
-    let c = Compiler { root: schema, mode };
+    let c = Compiler { root: schema, mode, refs: std::cell::Cell::new(0) };
     c.node(schema, "#", 0)
 }
 
 struct Compiler<'a> {
     root: &'a Value,
     mode: Mode,
+    /// `$ref`s being expanded on the current path.
+    refs: std::cell::Cell<usize>,
 }
 
 const IGNORED: &[&str] = &[
@@ -154,11 +159,14 @@ impl Compiler<'_> {
         };
         if let Some(r) = obj.get("$ref") {
             let r = r.as_str().ok_or_else(|| err(ptr, "`$ref` must be a string"))?;
-            if depth >= MAX_DEPTH {
+            if self.refs.get() >= MAX_REF_DEPTH {
                 return Ok(Node::Never);
             }
             let target = self.resolve(r, ptr)?;
-            let base = self.node(target, &format!("{ptr}/$ref"), depth + 1)?;
+            self.refs.set(self.refs.get() + 1);
+            let base = self.node(target, &format!("{ptr}/$ref"), depth);
+            self.refs.set(self.refs.get() - 1);
+            let base = base?;
             // Siblings of $ref (2020-12) narrow it; support the common no-sibling case.
             let siblings: Vec<&String> =
                 obj.keys().filter(|k| *k != "$ref" && !IGNORED.contains(&k.as_str())).collect();

@@ -1,0 +1,312 @@
+//! The constraint engine: schema keywords, masks on real vocabularies, and
+//! constrained generation that always validates.
+
+mod common;
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use toolgate::engine::{Engine, GenerateParams};
+use toolgate::gguf::GgufFile;
+use toolgate::grammar::regex::{Gemma4, Json};
+use toolgate::grammar::schema::Mode;
+use toolgate::grammar::{Grammar, TokenVocab};
+use toolgate::model::DeviceChoice;
+use toolgate::sampling::{SamplingParams, TokenMask};
+use toolgate::tokenizer::{Tokenizer, TokenKind};
+use toolgate::Error;
+
+fn grammar(schema: Value) -> Grammar {
+    Grammar::from_schema(&schema, Mode::Strict, &Json).unwrap()
+}
+
+fn check(schema: Value, valid: &[&str], invalid: &[&str]) {
+    let g = grammar(schema.clone());
+    for v in valid {
+        assert!(g.matches(v.as_bytes()), "{schema}: should accept {v}");
+        serde_json::from_str::<Value>(v).expect("test instance is JSON");
+    }
+    for v in invalid {
+        assert!(!g.matches(v.as_bytes()), "{schema}: should reject {v}");
+    }
+}
+
+#[test]
+fn types_and_unions() {
+    check(json!({"type": "null"}), &["null"], &["nul", "\"null\""]);
+    check(json!({"type": "boolean"}), &["true", "false"], &["True", "1"]);
+    check(json!({"type": ["string", "null"]}), &["\"a\"", "null"], &["1"]);
+    check(
+        json!({"type": "number"}),
+        &["0", "-1.5", "3e10", "2.25E-3", "12345"],
+        &["01", "1.", ".5", "+1", "NaN", "1e"],
+    );
+    check(json!({"type": "integer"}), &["0", "-7", "42"], &["-0", "1.0", "007"]);
+}
+
+#[test]
+fn integer_bounds() {
+    check(json!({"type": "integer", "minimum": -3, "maximum": 12}), &["-3", "0", "9", "12"], &["-4", "13", "100"]);
+    check(json!({"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 100}), &["1", "99"], &["0", "100"]);
+    check(json!({"type": "integer", "minimum": 1000}), &["1000", "99999"], &["999", "-1"]);
+    check(json!({"type": "integer", "maximum": -10}), &["-10", "-500"], &["-9", "0"]);
+}
+
+#[test]
+fn strings_escapes_unicode_and_lengths() {
+    check(
+        json!({"type": "string"}),
+        &["\"\"", "\"a b\"", "\"\\\"q\\\"\"", "\"\\u00e9\\n\"", "\"日本語 😀\""],
+        &["\"a", "\"\\x\"", "\"line\nbreak\"", "'a'"],
+    );
+    check(json!({"type": "string", "minLength": 2, "maxLength": 3}), &["\"ab\"", "\"日本語\""], &["\"a\"", "\"abcd\""]);
+    check(json!({"type": "string", "pattern": "^[A-Z]{3}-[0-9]+$"}), &["\"ABC-12\""], &["\"AB-1\"", "\"ABC-\""]);
+    check(json!({"type": "string", "pattern": "cat"}), &["\"a cat!\"", "\"cat\""], &["\"dog\""]);
+}
+
+#[test]
+fn formats() {
+    check(json!({"type": "string", "format": "date"}), &["\"2026-11-22\""], &["\"2026-13-01\"", "\"26-1-1\""]);
+    check(json!({"type": "string", "format": "time"}), &["\"12:30:00Z\"", "\"23:59:59.5+01:00\""], &["\"24:00:00Z\""]);
+    check(json!({"type": "string", "format": "date-time"}), &["\"2026-11-22T10:00:00Z\""], &["\"2026-11-22 10:00\""]);
+    check(
+        json!({"type": "string", "format": "uuid"}),
+        &["\"123e4567-e89b-12d3-a456-426614174000\""],
+        &["\"123e4567e89b12d3a456426614174000\""],
+    );
+    check(json!({"type": "string", "format": "email"}), &["\"a.b@example.org\""], &["\"a@b\"", "\"@x.org\""]);
+    check(json!({"type": "string", "format": "uri"}), &["\"https://example.org/a?b=c\""], &["\"no scheme\""]);
+    check(json!({"type": "string", "format": "ipv4"}), &["\"192.168.0.1\"", "\"0.0.0.0\""], &["\"256.1.1.1\"", "\"1.2.3\""]);
+}
+
+#[test]
+fn enum_const_anyof_oneof_allof() {
+    check(json!({"enum": ["a", 1, null, {"k": [true]}]}), &["\"a\"", "1", "null", "{\"k\":[true]}"], &["\"b\"", "2"]);
+    check(json!({"const": "fixed"}), &["\"fixed\""], &["\"other\""]);
+    check(json!({"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 1}]}), &["5", "\"x\""], &["\"xy\""]);
+    check(json!({"oneOf": [{"type": "boolean"}, {"type": "null"}]}), &["true", "null"], &["0"]);
+    check(
+        json!({"allOf": [
+            {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+            {"properties": {"b": {"type": "string"}}, "required": ["b"]}
+        ]}),
+        &["{\"a\":1,\"b\":\"x\"}"],
+        &["{\"a\":1}", "{\"b\":\"x\"}"],
+    );
+}
+
+#[test]
+fn objects_keep_schema_order_and_skip_optionals() {
+    let schema = json!({"type": "object", "properties": {
+        "a": {"type": "integer"}, "b": {"type": "string"}, "c": {"type": "boolean"}, "d": {"type": "null"}
+    }, "required": ["b", "d"]});
+    check(
+        schema.clone(),
+        &["{\"b\":\"x\",\"d\":null}", "{\"a\":1,\"b\":\"x\",\"d\":null}", "{\"a\": 1, \"b\": \"x\", \"c\": true, \"d\": null}"],
+        &["{\"d\":null,\"b\":\"x\"}", "{\"b\":\"x\"}", "{\"b\":\"x\",\"d\":null,\"e\":1}", "{\"b\":\"x\",  \"d\":null}", "{ \"b\":\"x\",\"d\":null}"],
+    );
+    check(json!({"type": "object"}), &["{}"], &["{\"x\":1}"]);
+    check(
+        json!({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": {"type": "string"}}),
+        &["{\"a\":1,\"x\":\"y\"}", "{\"x\":\"y\",\"z\":\"w\"}", "{}"],
+        &["{\"x\":1}"],
+    );
+    check(json!({"type": "object", "additionalProperties": true}), &["{\"x\":{\"y\":[1,null]}}"], &["{\"x\":}"]);
+}
+
+#[test]
+fn arrays() {
+    check(json!({"type": "array", "items": {"type": "integer"}}), &["[]", "[1]", "[1,2, 3]"], &["[1,]", "[\"a\"]"]);
+    check(json!({"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 3}), &["[1,2]", "[1,2,3]"], &["[1]", "[1,2,3,4]"]);
+    check(
+        json!({"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}], "items": false}),
+        &["[\"a\",1]"],
+        &["[1,\"a\"]", "[\"a\",1,2]"],
+    );
+}
+
+#[test]
+fn refs_and_bounded_recursion() {
+    let schema = json!({
+        "$defs": {"node": {"type": "object", "properties": {
+            "v": {"type": "integer"},
+            "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}
+        }, "required": ["v", "kids"]}},
+        "$ref": "#/$defs/node"
+    });
+    check(
+        schema,
+        &["{\"v\":1,\"kids\":[]}", "{\"v\":1,\"kids\":[{\"v\":2,\"kids\":[{\"v\":3,\"kids\":[]}]}]}"],
+        &["{\"v\":1}", "{\"v\":1,\"kids\":[{\"v\":2}]}"],
+    );
+}
+
+#[test]
+fn unsupported_keywords_name_the_pointer_or_are_ignored_in_lenient_mode() {
+    let schema = json!({"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 3}}});
+    match Grammar::from_schema(&schema, Mode::Strict, &Json) {
+        Err(Error::Schema { pointer, reason }) => {
+            assert_eq!(pointer, "#/properties/n/multipleOf");
+            assert!(reason.contains("multipleOf"));
+        }
+        other => panic!("expected a schema error, got {other:?}"),
+    }
+    let lenient = Grammar::from_schema(&schema, Mode::Lenient, &Json).unwrap();
+    assert!(lenient.matches(b"{\"n\":4}"));
+    for bad in [json!({"type": "strin"}), json!({"$ref": "#/nowhere"}), json!(3), json!({"type": "string", "pattern": "(("})] {
+        assert!(matches!(Grammar::from_schema(&bad, Mode::Strict, &Json), Err(Error::Schema { .. })), "{bad}");
+    }
+}
+
+#[test]
+fn gemma4_dialect_requires_the_special_quote_token() {
+    let schema = json!({"type": "object", "properties": {"city": {"type": "string"}, "n": {"type": "integer"}}, "required": ["city"]});
+    let g = Arc::new(Grammar::from_schema(&schema, Mode::Strict, &Gemma4).unwrap());
+    let q = |s: &str| {
+        let mut v = vec![0xFF];
+        v.extend_from_slice(b"<|\"|>");
+        let mut out = Vec::new();
+        for (i, part) in s.split('|').enumerate() {
+            if i > 0 {
+                out.extend_from_slice(&v);
+            }
+            out.extend_from_slice(part.as_bytes());
+        }
+        out
+    };
+    assert!(g.matches(&q("{city:|Paris|}")));
+    assert!(g.matches(&q("{city:|Paris \"x\"|,n:3}")));
+    // Text spelling the quote is not the quote token.
+    assert!(!g.matches(b"{city:<|\"|>Paris<|\"|>}"));
+    // A vocabulary where the quote is one special token.
+    let mut bytes: Vec<Vec<u8>> = ["{", "}", "city", ":", "Par", "is", ",", "n", "3", "<|\"|>"].iter().map(|s| s.as_bytes().to_vec()).collect();
+    let mut special = vec![0xFF];
+    special.extend_from_slice(b"<|\"|>");
+    bytes.push(special); // id 10
+    bytes.push(vec![]); // id 11: empty token, never allowed
+    let vocab = Arc::new(TokenVocab::new(bytes, vec![]));
+    let mut m = g.matcher(vocab);
+    for t in [0, 2, 3] {
+        m.commit(t).unwrap();
+    }
+    let mut mask = TokenMask::new(12);
+    m.fill_mask(&mut mask).unwrap();
+    assert!(mask.is_allowed(10) && !mask.is_allowed(9) && !mask.is_allowed(11));
+    assert_eq!(mask.count(), 1);
+    assert_eq!(m.forced_token(), Some(10));
+}
+
+fn smollm2_vocab() -> (Tokenizer, Arc<TokenVocab>) {
+    let gguf = GgufFile::open(common::model(common::SMOLLM2)).unwrap();
+    let tok = Tokenizer::from_gguf(&gguf).unwrap();
+    let vocab = Arc::new(TokenVocab::from_tokenizer(&tok));
+    (tok, vocab)
+}
+
+#[test]
+fn masks_never_allow_special_tokens_and_end_only_when_complete() {
+    let (tok, vocab) = smollm2_vocab();
+    let g = Arc::new(grammar(json!({"type": "object", "properties": {"s": {"type": "string"}}, "required": ["s"]})));
+    let mut m = g.matcher(vocab.clone());
+    let mut mask = TokenMask::new(vocab.len());
+    let specials: Vec<u32> =
+        (0..tok.vocab_size() as u32).filter(|&i| tok.token_kind(i).unwrap() == TokenKind::Control).collect();
+    assert!(!specials.is_empty());
+    let text = "{\"s\": \"a <|im_end|> b";
+    for id in tok.encode(text, toolgate::tokenizer::EncodeOptions::TEXT).unwrap() {
+        m.fill_mask(&mut mask).unwrap();
+        assert!(mask.is_allowed(id), "token {id} should be allowed");
+        assert!(specials.iter().all(|&s| !mask.is_allowed(s)), "a special token is allowed inside JSON");
+        m.commit(id).unwrap();
+    }
+    assert!(!m.is_accepting());
+    m.commit(tok.encode("\"}", toolgate::tokenizer::EncodeOptions::TEXT).unwrap()[0]).unwrap();
+    let rest = tok.encode("}", toolgate::tokenizer::EncodeOptions::TEXT).unwrap();
+    if !m.is_accepting() {
+        m.commit(rest[0]).unwrap();
+    }
+    assert!(m.is_accepting());
+    m.fill_mask(&mut mask).unwrap();
+    let im_end = tok.token_id("<|im_end|>").unwrap();
+    assert!(mask.is_allowed(im_end), "end of turn is allowed once complete");
+    // Rollback restores the earlier state exactly.
+    let before = m.bytes().len();
+    m.rollback(1);
+    assert!(m.bytes().len() < before);
+    assert!(m.cached_states() > 0);
+}
+
+#[test]
+fn multibyte_characters_split_across_tokens() {
+    let (tok, vocab) = smollm2_vocab();
+    let g = Arc::new(grammar(json!({"enum": ["日本語", "ümlaut"]})));
+    let target = "\"日本語\"";
+    let ids = tok.encode(target, toolgate::tokenizer::EncodeOptions::TEXT).unwrap();
+    // gpt2 byte-level tokens split these characters mid-sequence.
+    assert!(ids.iter().any(|&i| std::str::from_utf8(&vocab.token_bytes(i)).is_err()));
+    let mut m = g.matcher(vocab.clone());
+    let mut mask = TokenMask::new(vocab.len());
+    for id in ids {
+        m.fill_mask(&mut mask).unwrap();
+        assert!(mask.is_allowed(id));
+        m.commit(id).unwrap();
+    }
+    assert!(m.is_accepting());
+    assert!(m.commit(tok.encode("x", toolgate::tokenizer::EncodeOptions::TEXT).unwrap()[0]).is_err());
+}
+
+fn constrained(engine: &mut Engine, prompt: &str, schema: &Value, seed: u64, temperature: f32) -> String {
+    let tok = engine.tokenizer();
+    let ids = tok.encode_prompt(prompt, true).unwrap();
+    let vocab = Arc::new(TokenVocab::from_tokenizer(tok));
+    let g = Arc::new(Grammar::from_schema(schema, Mode::Strict, &Json).unwrap());
+    let mut m = g.matcher(vocab);
+    let params = GenerateParams {
+        max_tokens: 200,
+        sampling: SamplingParams { temperature, seed, top_p: 0.95, ..SamplingParams::greedy() },
+        stop: vec![],
+        stop_on_eog: true,
+    };
+    let gen = engine.generate_constrained(&ids, &params, &mut m, |_| {}).unwrap();
+    assert!(g.matches(gen.text.as_bytes()), "output does not match the grammar: {:?}", gen.text);
+    gen.text
+}
+
+#[test]
+fn constrained_generation_always_validates_on_real_models() {
+    let schemas = [
+        json!({"type": "object", "properties": {
+            "city": {"type": "string", "maxLength": 24},
+            "unit": {"enum": ["celsius", "fahrenheit"]},
+            "days": {"type": "integer", "minimum": 1, "maximum": 14}
+        }, "required": ["city", "unit"]}),
+        json!({"type": "object", "properties": {
+            "tags": {"type": "array", "items": {"type": "string", "maxLength": 10}, "minItems": 1, "maxItems": 3},
+            "ok": {"type": "boolean"},
+            "score": {"type": "number"}
+        }, "required": ["tags", "ok", "score"]}),
+    ];
+    for model in [common::SMOLLM2, common::GEMMA3] {
+        let mut engine = Engine::load(common::model(model), DeviceChoice::Cpu).unwrap();
+        for schema in &schemas {
+            for (seed, temp) in [(0, 0.0), (1, 1.0), (2, 1.3)] {
+                let text = constrained(&mut engine, "Answer in JSON. The weather in Paris:", schema, seed, temp);
+                let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{model}: {text:?}: {e}"));
+                let obj = v.as_object().unwrap();
+                for req in schema["required"].as_array().unwrap() {
+                    assert!(obj.contains_key(req.as_str().unwrap()), "{model}: {text} lacks {req}");
+                }
+                if let Some(d) = obj.get("days") {
+                    assert!((1..=14).contains(&d.as_i64().unwrap()), "{text}");
+                }
+                if let Some(u) = obj.get("unit") {
+                    assert!(u == "celsius" || u == "fahrenheit", "{text}");
+                }
+                if let Some(t) = obj.get("tags") {
+                    let n = t.as_array().unwrap().len();
+                    assert!((1..=3).contains(&n), "{text}");
+                }
+            }
+        }
+    }
+}
