@@ -13,7 +13,7 @@ use toolgate::grammar::schema::Mode;
 use toolgate::grammar::{Grammar, TokenVocab};
 use toolgate::model::DeviceChoice;
 use toolgate::sampling::{SamplingParams, TokenMask};
-use toolgate::tokenizer::{Tokenizer, TokenKind};
+use toolgate::tokenizer::{TokenKind, Tokenizer};
 use toolgate::Error;
 
 fn grammar(schema: Value) -> Grammar {
@@ -76,7 +76,11 @@ fn formats() {
     );
     check(json!({"type": "string", "format": "email"}), &["\"a.b@example.org\""], &["\"a@b\"", "\"@x.org\""]);
     check(json!({"type": "string", "format": "uri"}), &["\"https://example.org/a?b=c\""], &["\"no scheme\""]);
-    check(json!({"type": "string", "format": "ipv4"}), &["\"192.168.0.1\"", "\"0.0.0.0\""], &["\"256.1.1.1\"", "\"1.2.3\""]);
+    check(
+        json!({"type": "string", "format": "ipv4"}),
+        &["\"192.168.0.1\"", "\"0.0.0.0\""],
+        &["\"256.1.1.1\"", "\"1.2.3\""],
+    );
 }
 
 #[test]
@@ -102,8 +106,18 @@ fn objects_keep_schema_order_and_skip_optionals() {
     }, "required": ["b", "d"]});
     check(
         schema.clone(),
-        &["{\"b\":\"x\",\"d\":null}", "{\"a\":1,\"b\":\"x\",\"d\":null}", "{\"a\": 1, \"b\": \"x\", \"c\": true, \"d\": null}"],
-        &["{\"d\":null,\"b\":\"x\"}", "{\"b\":\"x\"}", "{\"b\":\"x\",\"d\":null,\"e\":1}", "{\"b\":\"x\",  \"d\":null}", "{ \"b\":\"x\",\"d\":null}"],
+        &[
+            "{\"b\":\"x\",\"d\":null}",
+            "{\"a\":1,\"b\":\"x\",\"d\":null}",
+            "{\"a\": 1, \"b\": \"x\", \"c\": true, \"d\": null}",
+        ],
+        &[
+            "{\"d\":null,\"b\":\"x\"}",
+            "{\"b\":\"x\"}",
+            "{\"b\":\"x\",\"d\":null,\"e\":1}",
+            "{\"b\":\"x\",  \"d\":null}",
+            "{ \"b\":\"x\",\"d\":null}",
+        ],
     );
     check(json!({"type": "object"}), &["{}"], &["{\"x\":1}"]);
     check(
@@ -117,7 +131,11 @@ fn objects_keep_schema_order_and_skip_optionals() {
 #[test]
 fn arrays() {
     check(json!({"type": "array", "items": {"type": "integer"}}), &["[]", "[1]", "[1,2, 3]"], &["[1,]", "[\"a\"]"]);
-    check(json!({"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 3}), &["[1,2]", "[1,2,3]"], &["[1]", "[1,2,3,4]"]);
+    check(
+        json!({"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 3}),
+        &["[1,2]", "[1,2,3]"],
+        &["[1]", "[1,2,3,4]"],
+    );
     check(
         json!({"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}], "items": false}),
         &["[\"a\",1]"],
@@ -153,7 +171,9 @@ fn unsupported_keywords_name_the_pointer_or_are_ignored_in_lenient_mode() {
     }
     let lenient = Grammar::from_schema(&schema, Mode::Lenient, &Json).unwrap();
     assert!(lenient.matches(b"{\"n\":4}"));
-    for bad in [json!({"type": "strin"}), json!({"$ref": "#/nowhere"}), json!(3), json!({"type": "string", "pattern": "(("})] {
+    for bad in
+        [json!({"type": "strin"}), json!({"$ref": "#/nowhere"}), json!(3), json!({"type": "string", "pattern": "(("})]
+    {
         assert!(matches!(Grammar::from_schema(&bad, Mode::Strict, &Json), Err(Error::Schema { .. })), "{bad}");
     }
 }
@@ -179,7 +199,8 @@ fn gemma4_dialect_requires_the_special_quote_token() {
     // Text spelling the quote is not the quote token.
     assert!(!g.matches(b"{city:<|\"|>Paris<|\"|>}"));
     // A vocabulary where the quote is one special token.
-    let mut bytes: Vec<Vec<u8>> = ["{", "}", "city", ":", "Par", "is", ",", "n", "3", "<|\"|>"].iter().map(|s| s.as_bytes().to_vec()).collect();
+    let mut bytes: Vec<Vec<u8>> =
+        ["{", "}", "city", ":", "Par", "is", ",", "n", "3", "<|\"|>"].iter().map(|s| s.as_bytes().to_vec()).collect();
     let mut special = vec![0xFF];
     special.extend_from_slice(b"<|\"|>");
     bytes.push(special); // id 10

@@ -24,7 +24,8 @@ fn wrap_if_special(v: &mut Value, tok: &Tokenizer) {
 
 /// Render `messages` (and `tools`) with the model's chat setup and tokenize.
 ///
-/// The conversation is first adapted to the template ([`transform::apply`]). Any
+/// The conversation is first adapted to the template ([`transform::shape_fields`],
+/// [`transform::apply`]). Any
 /// message string that spells a control token is marked before rendering and
 /// tokenized as plain text afterwards, so `<|im_end|>` typed by a user stays text;
 /// everything the template itself writes is tokenized with special tokens.
@@ -38,6 +39,8 @@ pub fn encode_chat(
     tools: Option<Vec<Value>>,
     extra: serde_json::Map<String, Value>,
 ) -> Result<(String, Vec<u32>)> {
+    let caps = setup.report.caps;
+    let messages = transform::shape_fields(messages, caps.supports_object_arguments, caps.supports_typed_content);
     let mut messages = transform::apply(messages, setup.policy);
     messages.iter_mut().for_each(|m| wrap_if_special(m, tok));
     let req = RenderRequest {

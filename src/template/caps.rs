@@ -10,7 +10,7 @@
 //! ```
 //! use toolgate::template::{caps::probe, ChatTemplate};
 //! let t = ChatTemplate::new("chatml", toolgate::template::source::CHATML)?;
-//! let caps = probe(&t);
+//! let caps = probe(&t).caps;
 //! assert!(caps.supports_system_role && !caps.supports_tools);
 //! # Ok::<(), toolgate::Error>(())
 //! ```

@@ -159,3 +159,47 @@ pub fn apply(messages: Vec<Value>, policy: ConversationPolicy) -> Vec<Value> {
     }
     msgs
 }
+
+/// Shape message fields the way the template's capabilities need them:
+///
+/// * tool-call `arguments` become JSON objects when the template renders object
+///   arguments (OpenAI clients send them as JSON strings), and stay strings otherwise;
+/// * content given as typed parts is flattened to text unless the template requires
+///   typed parts, and string content is wrapped as `[{"type":"text"}]` when it does.
+///
+/// ```
+/// use serde_json::json;
+/// use toolgate::template::transform::shape_fields;
+/// let m = vec![json!({"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"{\"a\":1}"}}]})];
+/// let out = shape_fields(m, true, false);
+/// assert_eq!(out[0]["tool_calls"][0]["function"]["arguments"], json!({"a": 1}));
+/// ```
+pub fn shape_fields(messages: Vec<Value>, object_arguments: bool, typed_content: bool) -> Vec<Value> {
+    messages
+        .into_iter()
+        .map(|mut m| {
+            if let Some(calls) = m.get_mut("tool_calls").and_then(Value::as_array_mut) {
+                for c in calls {
+                    let Some(args) = c.get_mut("function").and_then(|f| f.get_mut("arguments")) else { continue };
+                    match (&*args, object_arguments) {
+                        (Value::String(s), true) => {
+                            if let Ok(v @ Value::Object(_)) = serde_json::from_str::<Value>(s) {
+                                *args = v;
+                            }
+                        }
+                        (Value::Object(_), false) => *args = Value::String(args.to_string()),
+                        _ => {}
+                    }
+                }
+            }
+            if let Some(content) = m.get_mut("content") {
+                match (&*content, typed_content) {
+                    (Value::Array(_), false) => *content = Value::String(content_text(content)),
+                    (Value::String(s), true) => *content = serde_json::json!([{"type": "text", "text": s}]),
+                    _ => {}
+                }
+            }
+            m
+        })
+        .collect()
+}
