@@ -264,7 +264,7 @@ fn multibyte_characters_split_across_tokens() {
     let target = "\"日本語\"";
     let ids = tok.encode(target, toolgate::tokenizer::EncodeOptions::TEXT).unwrap();
     // gpt2 byte-level tokens split these characters mid-sequence.
-    assert!(ids.iter().any(|&i| std::str::from_utf8(&vocab.token_bytes(i)).is_err()));
+    assert!(ids.iter().any(|&i| std::str::from_utf8(vocab.token_bytes(i)).is_err()));
     let mut m = g.matcher(vocab.clone());
     let mut mask = TokenMask::new(vocab.len());
     for id in ids {

@@ -261,7 +261,7 @@ pub fn int_range(min: Option<i64>, max: Option<i64>) -> String {
     let cap = 10i64.pow(16) - 1;
     let mut alts = Vec::new();
     match (min, max) {
-        (None, None) => return format!("(?:-?[1-9][0-9]{{0,15}}|0)"),
+        (None, None) => return "(?:-?[1-9][0-9]{0,15}|0)".to_string(),
         (Some(lo), None) => {
             if lo <= 0 {
                 alts.push(ANY_POS.to_string());
