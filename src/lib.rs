@@ -32,5 +32,6 @@ pub mod model;
 pub mod sampling;
 pub mod template;
 pub mod tokenizer;
+pub mod tools;
 
 pub use error::{Error, Result};

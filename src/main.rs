@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
+use toolgate::engine::chat::{tool_turn, ToolMode};
 use toolgate::engine::{Engine, GenerateParams};
 use toolgate::gguf::GgufFile;
 use toolgate::grammar::regex::Json;
@@ -75,6 +76,15 @@ struct ChatArgs {
     /// Print the rendered prompt to stderr.
     #[arg(long)]
     show_prompt: bool,
+    /// With --tools: `auto`, `none`, `required`, or a function name.
+    #[arg(long, default_value = "auto")]
+    tool_choice: String,
+    /// With --tools: allow several calls in one turn.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    parallel_tool_calls: bool,
+    /// `constrained`: calls always valid for the schemas; `native`: free generation + parser.
+    #[arg(long, env = "TOOLGATE_TOOL_MODE", default_value = "constrained", value_parser = ["constrained", "native"])]
+    tool_mode: String,
 }
 
 #[derive(Debug, Args)]
@@ -256,6 +266,25 @@ fn chat(args: ChatArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
+    if let Some(tools) = &tools {
+        let tools: Vec<toolgate::tools::Tool> = serde_json::from_value(serde_json::Value::Array(tools.clone()))
+            .context("tools must be OpenAI function tools")?;
+        let choice = match args.tool_choice.as_str() {
+            "auto" | "none" | "required" => {
+                toolgate::tools::ToolChoice::from_json(&serde_json::json!(args.tool_choice))?
+            }
+            name => toolgate::tools::ToolChoice::Named(name.to_string()),
+        };
+        let mode = if args.tool_mode == "native" { ToolMode::Native } else { ToolMode::Constrained };
+        let params = GenerateParams {
+            max_tokens: args.max_tokens,
+            sampling: SamplingParams { temperature: args.temperature, seed: args.seed, ..SamplingParams::default() },
+            ..GenerateParams::default()
+        };
+        let turn = tool_turn(&mut engine, &setup, messages, &tools, &choice, args.parallel_tool_calls, mode, &params)?;
+        println!("{}", serde_json::to_string_pretty(&turn)?);
+        return Ok(());
+    }
     let (prompt_text, ids) =
         toolgate::engine::chat::encode_chat(&setup, engine.tokenizer(), messages, tools, Default::default())?;
     if args.show_prompt {

@@ -3,9 +3,16 @@
 
 use serde_json::Value;
 
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::{Engine, FinishReason, GenerateParams, Generation, LazyConstraint};
+use crate::grammar::{Grammar, TokenVocab};
 use crate::template::{transform, ChatSetup, RenderRequest};
 use crate::tokenizer::{EncodeOptions, Tokenizer};
-use crate::Result;
+use crate::tools::{self, format, Tool, ToolCall, ToolChoice};
+use crate::{Error, Result};
 
 const OPEN: char = '\u{F8F0}';
 const CLOSE: char = '\u{F8F1}';
@@ -67,4 +74,105 @@ pub fn encode_chat(
     ids.extend(tok.encode(rest, EncodeOptions::TEMPLATE)?);
     plain.push_str(rest);
     Ok((plain, ids))
+}
+
+/// Constrained (the default) or native tool calling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolMode {
+    /// Calls are forced to be valid for the declared schemas.
+    #[default]
+    Constrained,
+    /// Free generation, then the family's parser: what the model does on its own.
+    Native,
+}
+
+/// One assistant turn with tools.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChatTurn {
+    /// Text outside tool calls.
+    pub content: String,
+    /// Parsed calls.
+    pub tool_calls: Vec<ToolCall>,
+    /// `"tool_calls"`, `"stop"` or `"length"`.
+    pub finish_reason: &'static str,
+    /// Call blocks that did not parse (native mode only; always 0 when constrained).
+    pub parse_failures: usize,
+    /// Tokens in the prompt.
+    pub prompt_tokens: usize,
+    /// Tokens generated.
+    pub completion_tokens: usize,
+}
+
+/// Run one assistant turn: render, generate (constrained per `choice` in
+/// [`ToolMode::Constrained`]), parse the calls.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] when the family has no format file, the named tool does
+/// not exist, or tools are given for `tool_choice: none`; schema, template and model
+/// errors.
+#[allow(clippy::too_many_arguments)]
+pub fn tool_turn(
+    engine: &mut Engine,
+    setup: &ChatSetup,
+    messages: Vec<Value>,
+    tools: &[Tool],
+    choice: &ToolChoice,
+    parallel: bool,
+    mode: ToolMode,
+    params: &GenerateParams,
+) -> Result<ChatTurn> {
+    let fmt = format::for_family(setup.family)?.ok_or_else(|| Error::InvalidParameter {
+        name: "tools",
+        reason: format!(
+            "no tool-call format for the `{}` family yet (formats: {}); use --tool-fallback generic",
+            setup.family,
+            format::all().map(|a| a.into_iter().map(|f| f.family).collect::<Vec<_>>().join(", ")).unwrap_or_default()
+        ),
+    })?;
+    let tool_json: Option<Vec<Value>> = if tools.is_empty() || *choice == ToolChoice::None {
+        None
+    } else {
+        Some(tools.iter().map(|t| serde_json::to_value(t).unwrap_or(Value::Null)).collect())
+    };
+    let tok = engine.tokenizer().clone();
+    let (_, ids) = encode_chat(setup, &tok, messages, tool_json, Default::default())?;
+    let gen: Generation = match (mode, choice, tools.is_empty()) {
+        (_, ToolChoice::None, _) | (_, _, true) | (ToolMode::Native, _, _) => engine.generate(&ids, params, |_| {})?,
+        (ToolMode::Constrained, ToolChoice::Auto, false) => {
+            let regex = tools::calls_regex(&fmt, tools, choice, parallel, &tok)?;
+            let lazy = LazyConstraint {
+                grammar: Arc::new(Grammar::from_regex(&regex)?),
+                vocab: Arc::new(TokenVocab::from_tokenizer(&tok)),
+                trigger: tools::marker_bytes(&fmt.call_start, &tok),
+            };
+            engine.generate_lazy(&ids, params, lazy, |_| {})?
+        }
+        (ToolMode::Constrained, _, false) => {
+            let regex = tools::calls_regex(&fmt, tools, choice, parallel, &tok)?;
+            let grammar = Arc::new(Grammar::from_regex(&regex)?);
+            let mut m = grammar.matcher(Arc::new(TokenVocab::from_tokenizer(&tok)));
+            engine.generate_constrained(&ids, params, &mut m, |_| {})?
+        }
+    };
+    let eog = tok.eog_tokens();
+    let body: Vec<u32> = gen.tokens.iter().copied().filter(|t| !eog.contains(t)).collect();
+    let text = tok.decode(&body, false);
+    let (content, calls, failures) =
+        if *choice == ToolChoice::None { (text.trim().to_string(), vec![], 0) } else { tools::parse(&fmt, &text) };
+    let finish_reason = if !calls.is_empty() {
+        "tool_calls"
+    } else if gen.finish_reason == FinishReason::Length {
+        "length"
+    } else {
+        "stop"
+    };
+    Ok(ChatTurn {
+        content,
+        tool_calls: calls,
+        finish_reason,
+        parse_failures: failures,
+        prompt_tokens: gen.prompt_tokens,
+        completion_tokens: gen.completion_tokens,
+    })
 }

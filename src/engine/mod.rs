@@ -19,6 +19,57 @@ use crate::{Error, Result};
 
 use stop::StopMatcher;
 
+/// A constraint that switches on when its trigger appears in the output.
+#[derive(Debug, Clone)]
+pub struct LazyConstraint {
+    /// The grammar of the constrained region, trigger included.
+    pub grammar: std::sync::Arc<crate::grammar::Grammar>,
+    /// The vocabulary's token bytes.
+    pub vocab: std::sync::Arc<crate::grammar::TokenVocab>,
+    /// The bytes that switch the constraint on (special tokens as `0xFF`+text).
+    pub trigger: Vec<u8>,
+}
+
+enum Constraint<'a> {
+    None,
+    Always(&'a mut crate::grammar::Matcher),
+    /// The lazy constraint, its matcher once triggered, and the bytes generated so far.
+    Lazy(LazyConstraint, Option<crate::grammar::Matcher>, Vec<u8>),
+}
+
+impl Constraint<'_> {
+    fn active(&mut self) -> Option<&mut crate::grammar::Matcher> {
+        match self {
+            Constraint::None => None,
+            Constraint::Always(m) => Some(m),
+            Constraint::Lazy(_, Some(m), _) => Some(m),
+            Constraint::Lazy(_, None, _) => None,
+        }
+    }
+
+    /// Record a freely sampled token; switch the constraint on if the trigger is now
+    /// in the output.
+    fn observe(&mut self, token: u32) -> Result<()> {
+        let Constraint::Lazy(lazy, slot @ None, seen) = self else { return Ok(()) };
+        seen.extend_from_slice(lazy.vocab.token_bytes(token));
+        if let Some(at) = find(seen, &lazy.trigger) {
+            // If the text after the trigger cannot start a call, stay free.
+            if let Ok(m) = lazy.grammar.matcher_with_prefix(lazy.vocab.clone(), &seen[at..]) {
+                *slot = Some(m);
+            }
+            seen.clear();
+        }
+        Ok(())
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() || hay.len() < needle.len() {
+        return None;
+    }
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
 /// Prompt tokens processed per forward pass during prefill.
 pub const PREFILL_CHUNK: usize = 256;
 
@@ -176,7 +227,23 @@ impl Engine {
         params: &GenerateParams,
         on_text: impl FnMut(&str),
     ) -> Result<Generation> {
-        self.generate_with(prompt, params, None, on_text)
+        self.generate_with(prompt, params, Constraint::None, on_text)
+    }
+
+    /// Generate freely until the bytes of `lazy.trigger` appear (a tool-call marker),
+    /// then constrain the rest with `lazy.grammar`, which must start with the trigger.
+    /// This is `tool_choice: auto`: text stays free, a call that starts is always valid.
+    ///
+    /// # Errors
+    /// As [`Engine::generate`].
+    pub fn generate_lazy(
+        &mut self,
+        prompt: &[u32],
+        params: &GenerateParams,
+        lazy: LazyConstraint,
+        on_text: impl FnMut(&str),
+    ) -> Result<Generation> {
+        self.generate_with(prompt, params, Constraint::Lazy(lazy, None, Vec::new()), on_text)
     }
 
     /// Like [`Engine::generate`], with every token constrained by `matcher` (a grammar
@@ -194,14 +261,14 @@ impl Engine {
         matcher: &mut crate::grammar::Matcher,
         on_text: impl FnMut(&str),
     ) -> Result<Generation> {
-        self.generate_with(prompt, params, Some(matcher), on_text)
+        self.generate_with(prompt, params, Constraint::Always(matcher), on_text)
     }
 
     fn generate_with(
         &mut self,
         prompt: &[u32],
         params: &GenerateParams,
-        mut constraint: Option<&mut crate::grammar::Matcher>,
+        mut constraint: Constraint<'_>,
         mut on_text: impl FnMut(&str),
     ) -> Result<Generation> {
         if prompt.is_empty() {
@@ -231,7 +298,7 @@ impl Engine {
         let mut decode_started = Instant::now();
         let mut mask = crate::sampling::TokenMask::new(self.tokenizer.vocab_size());
         while tokens.len() < params.max_tokens {
-            let next = match constraint.as_deref_mut() {
+            let next = match constraint.active() {
                 Some(m) => {
                     if m.is_finished() {
                         finish = FinishReason::Stop;
@@ -247,8 +314,10 @@ impl Engine {
                 }
                 None => sampler.sample(&mut logits, None)?,
             };
-            if let Some(m) = constraint.as_deref_mut() {
+            if let Some(m) = constraint.active() {
                 m.commit(next)?;
+            } else {
+                constraint.observe(next)?;
             }
             if tokens.is_empty() {
                 prompt_time = started.elapsed();

@@ -176,6 +176,22 @@ impl Grammar {
         self.dfa.next_eoi_state(cache, s).is_ok_and(|e| e.is_match())
     }
 
+    /// A matcher that has already consumed `prefix` (bytes generated before the
+    /// constraint took over, e.g. a tool-call trigger).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] if `prefix` is not a valid start.
+    pub fn matcher_with_prefix(self: &Arc<Self>, vocab: Arc<TokenVocab>, prefix: &[u8]) -> Result<Matcher> {
+        let mut m = self.matcher(vocab);
+        m.state = self.walk(&mut m.cache, prefix).ok_or_else(|| Error::InvalidParameter {
+            name: "prefix",
+            reason: "the text so far cannot start this grammar".into(),
+        })?;
+        m.prefix = prefix.to_vec();
+        m.bytes = prefix.to_vec();
+        Ok(m)
+    }
+
     /// A fresh matcher over `vocab`.
     pub fn matcher(self: &Arc<Self>, vocab: Arc<TokenVocab>) -> Matcher {
         let mut cache = self.dfa.create_cache();
@@ -187,6 +203,7 @@ impl Grammar {
             cache,
             state,
             bytes: Vec::new(),
+            prefix: Vec::new(),
             tokens: Vec::new(),
             masks: HashMap::new(),
             finished: false,
@@ -206,6 +223,7 @@ pub struct Matcher {
     clear_count: usize,
     state: LazyStateID,
     bytes: Vec<u8>,
+    prefix: Vec<u8>,
     tokens: Vec<u32>,
     masks: HashMap<LazyStateID, Arc<TokenMask>>,
     finished: bool,
@@ -308,7 +326,7 @@ impl Matcher {
         let keep = self.tokens.len().saturating_sub(n);
         self.tokens.truncate(keep);
         self.finished = false;
-        let mut bytes = Vec::new();
+        let mut bytes = self.prefix.clone();
         for &t in &self.tokens {
             if self.vocab.eog().contains(&t) {
                 self.finished = true;

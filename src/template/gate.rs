@@ -70,7 +70,7 @@ fn setup(template: ChatTemplate, source: TemplateSource, arch: Option<&str>, nat
     let signals = transform::signals(template.source());
     let has_template = !matches!(source, TemplateSource::ChatMlDefault);
     let policy = transform::policy(report.caps.supports_system_role, signals, arch, has_template);
-    let family = super::family::detect(&template);
+    let family = if source == TemplateSource::GenericFallback { "generic" } else { super::family::detect(&template) };
     ChatSetup { template, source, report, signals, policy, family, native_report: native }
 }
 

@@ -1,0 +1,174 @@
+//! Tool calling end to end on the real SmolLM2 with the generic fallback, and the
+//! parser on real template output.
+
+mod common;
+
+use std::path::PathBuf;
+
+use serde_json::{json, Value};
+use toolgate::engine::chat::{tool_turn, ToolMode};
+use toolgate::engine::{Engine, GenerateParams};
+use toolgate::model::DeviceChoice;
+use toolgate::template::source::GgufTemplates;
+use toolgate::template::{gate, ChatTemplate, RenderRequest, ToolFallback};
+use toolgate::tools::{format, parse, Tool, ToolChoice};
+
+fn tools() -> Vec<Tool> {
+    serde_json::from_value(json!([
+        {"type": "function", "function": {"name": "get_weather", "description": "Get the current weather for a city",
+            "parameters": {"type": "object", "properties": {
+                "city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+                "required": ["city"]}}},
+        {"type": "function", "function": {"name": "add", "description": "Add two integers",
+            "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                "required": ["a", "b"]}}}
+    ]))
+    .unwrap()
+}
+
+fn valid(call: &toolgate::tools::ToolCall) -> bool {
+    let args: Value = serde_json::from_str(&call.function.arguments).unwrap();
+    match call.function.name.as_str() {
+        "get_weather" => {
+            args["city"].is_string()
+                && args.get("unit").is_none_or(|u| u == "celsius" || u == "fahrenheit")
+                && args.as_object().unwrap().keys().all(|k| k == "city" || k == "unit")
+        }
+        "add" => args["a"].is_i64() && args["b"].is_i64() && args.as_object().unwrap().len() == 2,
+        _ => false,
+    }
+}
+
+#[test]
+fn every_format_file_parses() {
+    let all = format::all().unwrap();
+    assert!(all.iter().any(|f| f.family == "hermes"));
+    assert!(all.iter().any(|f| f.family == "generic"));
+}
+
+#[test]
+fn parser_reads_calls_rendered_by_real_templates() {
+    let shared = std::env::var("TOOLGATE_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"));
+    let call = json!({"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}});
+    for (template, family) in
+        [("Qwen-Qwen2.5-7B-Instruct.jinja", "hermes"), ("NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", "hermes")]
+    {
+        let src = std::fs::read_to_string(shared.join("templates").join(template)).unwrap();
+        let t = ChatTemplate::new(template, src).unwrap();
+        let mut req = RenderRequest::new(vec![
+            json!({"role": "user", "content": "hi"}),
+            json!({"role": "assistant", "content": "", "tool_calls": [call.clone(), call.clone()]}),
+        ]);
+        req.add_generation_prompt = false;
+        let out = t.render(&req).unwrap();
+        // The assistant turn only.
+        let turn = &out[out.rfind("assistant").unwrap()..];
+        let f = format::for_family(family).unwrap().unwrap();
+        let (_, calls, failures) = parse(&f, turn);
+        assert_eq!(failures, 0, "{template}");
+        assert_eq!(calls.len(), 2, "{template}: {turn}");
+        let args: Value = serde_json::from_str(&calls[0].function.arguments).unwrap();
+        assert_eq!(args, json!({"city": "Paris", "unit": "celsius"}));
+    }
+    let (t, _) = toolgate::template::source::generic().unwrap();
+    let mut req = RenderRequest::new(vec![json!({"role": "assistant", "content": "ok", "tool_calls": [call]})]);
+    req.add_generation_prompt = false;
+    let (content, calls, _) = parse(&format::for_family("generic").unwrap().unwrap(), &t.render(&req).unwrap());
+    assert_eq!(calls[0].function.name, "get_weather");
+    assert!(content.contains("ok"));
+}
+
+#[test]
+fn constrained_tool_calls_on_smollm2_are_always_valid() {
+    let mut engine = Engine::load(common::model(common::SMOLLM2), DeviceChoice::Cpu).unwrap();
+    let templates = GgufTemplates::from_gguf(engine.gguf()).unwrap();
+    let setup = gate("smollm2", &templates, Some("llama"), None, ToolFallback::Generic).unwrap();
+    let tools = tools();
+    let params = GenerateParams { max_tokens: 48, ..GenerateParams::default() };
+    let msg = |q: &str| vec![json!({"role": "user", "content": q})];
+    let none =
+        tool_turn(&mut engine, &setup, msg("Hi"), &tools, &ToolChoice::None, true, ToolMode::Constrained, &params)
+            .unwrap();
+    assert!(none.tool_calls.is_empty());
+    for q in ["What is the weather in Paris?", "Tell me a joke."] {
+        // required, parallel: at least one call, every call valid.
+        let turn =
+            tool_turn(&mut engine, &setup, msg(q), &tools, &ToolChoice::Required, true, ToolMode::Constrained, &params)
+                .unwrap();
+        assert!(!turn.tool_calls.is_empty(), "{q}: {turn:?}");
+        assert!(turn.tool_calls.iter().all(valid), "{q}: {turn:?}");
+        assert_eq!(turn.finish_reason, "tool_calls");
+        assert_eq!(turn.parse_failures, 0);
+        // required, not parallel: exactly one.
+        let one = tool_turn(
+            &mut engine,
+            &setup,
+            msg(q),
+            &tools,
+            &ToolChoice::Required,
+            false,
+            ToolMode::Constrained,
+            &params,
+        )
+        .unwrap();
+        assert_eq!(one.tool_calls.len(), 1, "{q}: {one:?}");
+        assert!(valid(&one.tool_calls[0]));
+        // named: only that function.
+        let named = tool_turn(
+            &mut engine,
+            &setup,
+            msg(q),
+            &tools,
+            &ToolChoice::Named("add".into()),
+            false,
+            ToolMode::Constrained,
+            &params,
+        )
+        .unwrap();
+        assert_eq!(named.tool_calls.len(), 1);
+        assert_eq!(named.tool_calls[0].function.name, "add");
+        assert!(valid(&named.tool_calls[0]));
+        // auto: whatever the model does, any call it starts is valid.
+        let auto =
+            tool_turn(&mut engine, &setup, msg(q), &tools, &ToolChoice::Auto, true, ToolMode::Constrained, &params)
+                .unwrap();
+        assert!(auto.tool_calls.iter().all(valid), "{q}: {auto:?}");
+    }
+    // Unknown named tool: a clear error.
+    let err = tool_turn(
+        &mut engine,
+        &setup,
+        msg("x"),
+        &tools,
+        &ToolChoice::Named("nope".into()),
+        true,
+        ToolMode::Constrained,
+        &params,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("nope"), "{err}");
+}
+
+#[test]
+fn native_mode_parses_what_the_model_writes() {
+    let mut engine = Engine::load(common::model(common::SMOLLM2), DeviceChoice::Cpu).unwrap();
+    let templates = GgufTemplates::from_gguf(engine.gguf()).unwrap();
+    let setup = gate("smollm2", &templates, Some("llama"), None, ToolFallback::Generic).unwrap();
+    let params = GenerateParams { max_tokens: 40, ..GenerateParams::default() };
+    let turn = tool_turn(
+        &mut engine,
+        &setup,
+        vec![json!({"role": "user", "content": "What is the weather in Paris?"})],
+        &tools(),
+        &ToolChoice::Auto,
+        true,
+        ToolMode::Native,
+        &params,
+    )
+    .unwrap();
+    // No guarantee in native mode; the parser must not lose text or invent calls.
+    assert!(turn.tool_calls.iter().all(|c| serde_json::from_str::<Value>(&c.function.arguments).is_ok()));
+    assert!(!turn.content.is_empty() || !turn.tool_calls.is_empty());
+}
