@@ -34,7 +34,7 @@ enum Constraint<'a> {
     None,
     Always(&'a mut crate::grammar::Matcher),
     /// The lazy constraint, its matcher once triggered, and the bytes generated so far.
-    Lazy(LazyConstraint, Option<crate::grammar::Matcher>, Vec<u8>),
+    Lazy(LazyConstraint, Option<Box<crate::grammar::Matcher>>, Vec<u8>),
 }
 
 impl Constraint<'_> {
@@ -55,7 +55,7 @@ impl Constraint<'_> {
         if let Some(at) = find(seen, &lazy.trigger) {
             // If the text after the trigger cannot start a call, stay free.
             if let Ok(m) = lazy.grammar.matcher_with_prefix(lazy.vocab.clone(), &seen[at..]) {
-                *slot = Some(m);
+                *slot = Some(Box::new(m));
             }
             seen.clear();
         }
