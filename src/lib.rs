@@ -30,6 +30,7 @@ pub mod gguf;
 pub mod grammar;
 pub mod model;
 pub mod sampling;
+pub mod server;
 pub mod template;
 pub mod tokenizer;
 pub mod tools;

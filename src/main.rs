@@ -33,6 +33,9 @@ enum Command {
     Run(RunArgs),
     /// One chat turn through the model's own chat template, behind the tool-calling gate.
     Chat(ChatArgs),
+    /// Serve the OpenAI-compatible API (`/v1/chat/completions` with tools, `/v1/models`,
+    /// `/props`, `/health`). The model must pass the tool-calling gate.
+    Serve(ServeArgs),
     /// Probe a GGUF model (metadata only) or a Jinja template file: capabilities,
     /// reasons, tool-call family, as JSON.
     Probe(ProbeArgs),
@@ -83,6 +86,23 @@ struct ChatArgs {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     parallel_tool_calls: bool,
     /// `constrained`: calls always valid for the schemas; `native`: free generation + parser.
+    #[arg(long, env = "TOOLGATE_TOOL_MODE", default_value = "constrained", value_parser = ["constrained", "native"])]
+    tool_mode: String,
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    gate: GateArgs,
+    /// Address to bind.
+    #[arg(long, env = "TOOLGATE_HOST", default_value = "127.0.0.1")]
+    host: String,
+    /// Port to bind (0 picks a free one).
+    #[arg(long, env = "TOOLGATE_PORT", default_value_t = 8080)]
+    port: u16,
+    /// `constrained`: tool calls always valid for the schemas; `native`: free generation + parser.
     #[arg(long, env = "TOOLGATE_TOOL_MODE", default_value = "constrained", value_parser = ["constrained", "native"])]
     tool_mode: String,
 }
@@ -177,6 +197,7 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
         Command::Run(args) => run(args),
         Command::Chat(args) => chat(args),
         Command::Probe(args) => probe(args),
+        Command::Serve(args) => serve(args),
     }
 }
 
@@ -348,5 +369,24 @@ fn probe(args: ProbeArgs) -> anyhow::Result<()> {
         "probe_ms": t0.elapsed().as_secs_f64() * 1000.0,
     });
     println!("{}", serde_json::to_string_pretty(&info)?);
+    Ok(())
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let engine = load(&args.model)?;
+    let templates = GgufTemplates::from_gguf(engine.gguf())?;
+    let arch = engine.gguf().architecture().ok().map(str::to_string);
+    let id = args.model.model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let setup = toolgate::template::gate(
+        &model_id(&args.model.model),
+        &templates,
+        arch.as_deref(),
+        args.gate.chat_template.as_deref(),
+        args.gate.tool_fallback,
+    )?;
+    let mode = if args.tool_mode == "native" { ToolMode::Native } else { ToolMode::Constrained };
+    let state = std::sync::Arc::new(toolgate::server::AppState::new(engine, setup, id, mode));
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(toolgate::server::serve(state, &args.host, args.port))?;
     Ok(())
 }

@@ -1,0 +1,261 @@
+//! The HTTP server: OpenAI-compatible `/v1/chat/completions` with tools, plus
+//! `/v1/models`, `/props` and `/health`, on axum.
+//!
+//! One model per process; requests run one at a time on a blocking thread (the
+//! engine holds a single KV cache). Every error is an OpenAI error object with the
+//! right status. Not yet here (see the issue tracker): streaming, the Anthropic
+//! endpoint, queue limits with 429, metrics.
+
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+use crate::engine::chat::{encode_chat, tool_turn, ToolMode};
+use crate::engine::{Engine, GenerateParams};
+use crate::grammar::regex::Json as JsonDialect;
+use crate::grammar::schema::Mode;
+use crate::grammar::{Grammar, TokenVocab};
+use crate::sampling::SamplingParams;
+use crate::template::ChatSetup;
+use crate::tools::{Tool, ToolChoice};
+use crate::Error;
+
+/// Request bodies larger than this get 413.
+pub const MAX_BODY_BYTES: usize = 4 << 20;
+
+/// What the server serves.
+pub struct AppState {
+    engine: Mutex<Engine>,
+    setup: ChatSetup,
+    model_id: String,
+    tool_mode: ToolMode,
+}
+
+impl AppState {
+    /// Serve `engine` (which passed the gate with `setup`) as `model_id`.
+    pub fn new(engine: Engine, setup: ChatSetup, model_id: String, tool_mode: ToolMode) -> Self {
+        Self { engine: Mutex::new(engine), setup, model_id, tool_mode }
+    }
+}
+
+/// An OpenAI-style error response.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    kind: &'static str,
+    message: String,
+    param: Option<String>,
+}
+
+impl ApiError {
+    fn bad(message: impl Into<String>, param: Option<&str>) -> Self {
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            kind: "invalid_request_error",
+            message: message.into(),
+            param: param.map(String::from),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": null}});
+        (self.status, Json(body)).into_response()
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::ContextOverflow { .. }
+            | Error::InvalidParameter { .. }
+            | Error::Schema { .. }
+            | Error::Template { .. } => ApiError::bad(e.to_string(), None),
+            other => {
+                tracing::error!("internal error: {other}");
+                ApiError {
+                    status: StatusCode::INTERNAL_SERVER_ERROR,
+                    kind: "server_error",
+                    message: "internal error while generating".into(),
+                    param: None,
+                }
+            }
+        }
+    }
+}
+
+/// The router.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/v1/models", get(models))
+        .route("/props", get(props))
+        .route("/v1/chat/completions", post(chat_completions))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+async fn models(State(s): State<Arc<AppState>>) -> Json<Value> {
+    Json(json!({"object": "list", "data": [{
+        "id": s.model_id, "object": "model", "owned_by": "toolgate",
+        "caps": s.setup.report.caps, "chat_format": s.setup.family,
+    }]}))
+}
+
+async fn props(State(s): State<Arc<AppState>>) -> Json<Value> {
+    Json(json!({
+        "model": s.model_id,
+        "caps": s.setup.report.caps,
+        "reasons": s.setup.report.reasons,
+        "template_source": s.setup.source.to_string(),
+        "chat_format": s.setup.family,
+        "tool_mode": s.tool_mode,
+        "conversation_policy": s.setup.policy,
+    }))
+}
+
+fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+async fn chat_completions(State(s): State<Arc<AppState>>, body: Bytes) -> Result<Json<Value>, ApiError> {
+    let req: Value =
+        serde_json::from_slice(&body).map_err(|e| ApiError::bad(format!("malformed JSON body: {e}"), None))?;
+    let obj = req.as_object().ok_or_else(|| ApiError::bad("the body must be a JSON object", None))?;
+    if let Some(m) = obj.get("model").and_then(Value::as_str) {
+        if m != s.model_id && m != "default" {
+            return Err(ApiError {
+                status: StatusCode::NOT_FOUND,
+                kind: "invalid_request_error",
+                message: format!("model `{m}` not found (this server serves `{}`)", s.model_id),
+                param: Some("model".into()),
+            });
+        }
+    }
+    if obj.get("stream").and_then(Value::as_bool) == Some(true) {
+        return Err(ApiError::bad(
+            "stream=true is not supported yet by this server; send stream=false",
+            Some("stream"),
+        ));
+    }
+    if obj.get("n").and_then(Value::as_u64).is_some_and(|n| n != 1) {
+        return Err(ApiError::bad("only n=1 is supported", Some("n")));
+    }
+    let messages = obj
+        .get("messages")
+        .and_then(Value::as_array)
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| ApiError::bad("`messages` must be a non-empty array", Some("messages")))?
+        .clone();
+    let tools: Vec<Tool> = match obj.get("tools") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(t) => serde_json::from_value(t.clone())
+            .map_err(|e| ApiError::bad(format!("invalid `tools`: {e}"), Some("tools")))?,
+    };
+    let choice = match obj.get("tool_choice") {
+        None | Some(Value::Null) => ToolChoice::Auto,
+        Some(v) => ToolChoice::from_json(v).map_err(|e| ApiError::bad(e.to_string(), Some("tool_choice")))?,
+    };
+    let parallel = obj.get("parallel_tool_calls").and_then(Value::as_bool).unwrap_or(true);
+    let max_tokens =
+        obj.get("max_completion_tokens").or_else(|| obj.get("max_tokens")).and_then(Value::as_u64).unwrap_or(512)
+            as usize;
+    let sampling = SamplingParams {
+        temperature: obj.get("temperature").and_then(Value::as_f64).unwrap_or(1.0) as f32,
+        top_p: obj.get("top_p").and_then(Value::as_f64).unwrap_or(1.0) as f32,
+        presence_penalty: obj.get("presence_penalty").and_then(Value::as_f64).unwrap_or(0.0) as f32,
+        frequency_penalty: obj.get("frequency_penalty").and_then(Value::as_f64).unwrap_or(0.0) as f32,
+        seed: obj.get("seed").and_then(Value::as_u64).unwrap_or_else(now),
+        ..SamplingParams::greedy()
+    };
+    sampling.validate().map_err(ApiError::from)?;
+    let stop = match obj.get("stop") {
+        None | Some(Value::Null) => vec![],
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).map(String::from).collect(),
+        Some(_) => return Err(ApiError::bad("`stop` must be a string or an array of strings", Some("stop"))),
+    };
+    let schema = match obj.get("response_format") {
+        Some(rf) if rf.get("type").and_then(Value::as_str) == Some("json_schema") => Some((
+            rf.pointer("/json_schema/schema")
+                .cloned()
+                .ok_or_else(|| ApiError::bad("json_schema.schema is missing", Some("response_format")))?,
+            rf.pointer("/json_schema/strict").and_then(Value::as_bool).unwrap_or(false),
+        )),
+        Some(rf) if rf.get("type").and_then(Value::as_str) == Some("json_object") => {
+            Some((json!({"type": "object", "additionalProperties": true}), false))
+        }
+        _ => None,
+    };
+    let params = GenerateParams { max_tokens, sampling, stop, stop_on_eog: true };
+    let state = s.clone();
+    let result = tokio::task::spawn_blocking(move || -> Result<Value, ApiError> {
+        let mut engine = state.engine.lock().unwrap_or_else(|p| p.into_inner());
+        let (message, finish, usage) = if !tools.is_empty() && choice != ToolChoice::None {
+            let turn = tool_turn(&mut engine, &state.setup, messages, &tools, &choice, parallel, state.tool_mode, &params)?;
+            let mut msg = json!({"role": "assistant", "content": if turn.content.is_empty() && !turn.tool_calls.is_empty() { Value::Null } else { Value::String(turn.content) }});
+            if !turn.tool_calls.is_empty() {
+                msg["tool_calls"] = serde_json::to_value(&turn.tool_calls).unwrap_or(Value::Null);
+            }
+            (msg, turn.finish_reason, (turn.prompt_tokens, turn.completion_tokens))
+        } else {
+            let tok = engine.tokenizer().clone();
+            let (_, ids) = encode_chat(&state.setup, &tok, messages, None, Default::default())?;
+            let gen = match &schema {
+                Some((schema, strict)) => {
+                    let mode = if *strict { Mode::Strict } else { Mode::Lenient };
+                    let grammar = Arc::new(Grammar::from_schema(schema, mode, &JsonDialect)?);
+                    let mut m = grammar.matcher(Arc::new(TokenVocab::from_tokenizer(&tok)));
+                    engine.generate_constrained(&ids, &params, &mut m, |_| {})?
+                }
+                None => engine.generate(&ids, &params, |_| {})?,
+            };
+            (json!({"role": "assistant", "content": gen.text}), gen.finish_reason.as_str(), (gen.prompt_tokens, gen.completion_tokens))
+        };
+        Ok(json!({
+            "id": format!("chatcmpl-{:x}", now() ^ (usage.0 as u64) << 20),
+            "object": "chat.completion",
+            "created": now(),
+            "model": state.model_id,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": null}],
+            "usage": {"prompt_tokens": usage.0, "completion_tokens": usage.1, "total_tokens": usage.0 + usage.1},
+        }))
+    })
+    .await
+    .map_err(|_| ApiError { status: StatusCode::INTERNAL_SERVER_ERROR, kind: "server_error", message: "generation task failed".into(), param: None })??;
+    Ok(Json(result))
+}
+
+/// Serve until SIGINT/SIGTERM, then finish the request in flight and return.
+///
+/// # Errors
+/// [`Error::Io`] if the address cannot be bound.
+pub async fn serve(state: Arc<AppState>, host: &str, port: u16) -> crate::Result<()> {
+    let addr = format!("{host}:{port}");
+    let listener =
+        tokio::net::TcpListener::bind(&addr).await.map_err(|e| Error::Io { path: addr.clone().into(), source: e })?;
+    let local = listener.local_addr().map_err(|e| Error::Io { path: addr.clone().into(), source: e })?;
+    eprintln!("toolgate serving {} on http://{local}", state.model_id);
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(async {
+            let ctrl_c = tokio::signal::ctrl_c();
+            #[cfg(unix)]
+            {
+                let mut term =
+                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+                tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
+            }
+            #[cfg(not(unix))]
+            let _ = ctrl_c.await;
+        })
+        .await
+        .map_err(|e| Error::Io { path: addr.into(), source: e })
+}
