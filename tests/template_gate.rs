@@ -48,7 +48,7 @@ fn smollm2_loads_with_the_generic_fallback() {
     assert_eq!(setup.source, TemplateSource::GenericFallback);
     assert!(setup.report.caps.tool_capable());
     assert!(setup.report.caps.supports_parallel_tool_calls && setup.report.caps.supports_object_arguments);
-    assert_eq!(setup.family, "hermes");
+    assert_eq!(setup.family, "generic");
     assert!(!setup.native_report.unwrap().caps.supports_tools);
 }
 
