@@ -143,6 +143,8 @@ fn answers_tool_calls_and_errors_like_openai() {
     {
         use std::io::{Read, Write};
         let mut c = std::net::TcpStream::connect(s.base.trim_start_matches("http://")).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        c.set_write_timeout(Some(Duration::from_secs(20))).unwrap();
         let head = format!(
             "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
             5 << 20
@@ -150,8 +152,12 @@ fn answers_tool_calls_and_errors_like_openai() {
         c.write_all(head.as_bytes()).unwrap();
         let _ = c.write_all(&[b' '; 4096]);
         let mut resp = [0u8; 64];
-        let n = c.read(&mut resp).unwrap();
-        assert!(String::from_utf8_lossy(&resp[..n]).starts_with("HTTP/1.1 413"), "{}", String::from_utf8_lossy(&resp[..n]));
+        let n = c.read(&mut resp).expect("the server answers before the body is sent");
+        assert!(
+            String::from_utf8_lossy(&resp[..n]).starts_with("HTTP/1.1 413"),
+            "{}",
+            String::from_utf8_lossy(&resp[..n])
+        );
     }
     let mut r = agent().get(format!("{}/props", s.base)).call().unwrap();
     let props: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();

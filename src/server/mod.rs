@@ -9,8 +9,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -99,7 +98,6 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models", get(models))
         .route("/props", get(props))
         .route("/v1/chat/completions", post(chat_completions))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }
 
@@ -126,7 +124,28 @@ fn now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
-async fn chat_completions(State(s): State<Arc<AppState>>, body: Bytes) -> Result<Json<Value>, ApiError> {
+/// Read a request body of at most [`MAX_BODY_BYTES`]: 413 as soon as the headers
+/// announce more (the body is never read), or once a chunked body passes the limit.
+async fn read_body(req: Request) -> Result<axum::body::Bytes, ApiError> {
+    let too_large = || ApiError {
+        status: StatusCode::PAYLOAD_TOO_LARGE,
+        kind: "invalid_request_error",
+        message: format!("request body is larger than {MAX_BODY_BYTES} bytes"),
+        param: None,
+    };
+    let announced = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if announced.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return Err(too_large());
+    }
+    axum::body::to_bytes(req.into_body(), MAX_BODY_BYTES).await.map_err(|_| too_large())
+}
+
+async fn chat_completions(State(s): State<Arc<AppState>>, req: Request) -> Result<Json<Value>, ApiError> {
+    let body = read_body(req).await?;
     let req: Value =
         serde_json::from_slice(&body).map_err(|e| ApiError::bad(format!("malformed JSON body: {e}"), None))?;
     let obj = req.as_object().ok_or_else(|| ApiError::bad("the body must be a JSON object", None))?;
