@@ -50,6 +50,7 @@ fn main() {
             sampling: SamplingParams::greedy(),
             stop: vec![],
             stop_on_eog: false,
+            ..GenerateParams::default()
         };
         let (mut best_pp, mut best_tg) = (0f64, 0f64);
         for _ in 0..runs {

@@ -225,6 +225,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         },
         stop: args.stop.clone(),
         stop_on_eog: !args.ignore_eos,
+        ..GenerateParams::default()
     };
     let prompt = engine.tokenizer().encode_prompt(&args.prompt, args.special)?;
     let mut out = std::io::stdout().lock();

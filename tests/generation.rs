@@ -12,6 +12,7 @@ fn sampled(seed: u64) -> GenerateParams {
         sampling: SamplingParams { temperature: 0.9, top_p: 0.95, seed, ..SamplingParams::greedy() },
         stop: vec![],
         stop_on_eog: false,
+        ..GenerateParams::default()
     }
 }
 

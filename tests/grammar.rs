@@ -287,6 +287,7 @@ fn constrained(engine: &mut Engine, prompt: &str, schema: &Value, seed: u64, tem
         sampling: SamplingParams { temperature, seed, top_p: 0.95, ..SamplingParams::greedy() },
         stop: vec![],
         stop_on_eog: true,
+        ..GenerateParams::default()
     };
     let gen = engine.generate_constrained(&ids, &params, &mut m, |_| {}).unwrap();
     assert!(g.matches(gen.text.as_bytes()), "output does not match the grammar: {:?}", gen.text);

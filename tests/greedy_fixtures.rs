@@ -77,6 +77,7 @@ fn free_running(model_file: &str, fixture: &str) {
             sampling: SamplingParams::greedy(),
             stop: vec![],
             stop_on_eog: false,
+            ..GenerateParams::default()
         };
         let got = engine.generate(&ids(&run["prompt_ids"]), &params, |_| {}).unwrap().tokens;
         assert_eq!(got.len(), want.len());

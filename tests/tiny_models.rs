@@ -200,8 +200,12 @@ fn exercise(s: Spec, prompt_len: usize) {
     let again = model.forward(&prompt[prompt.len() - 1..]).unwrap();
     assert!(max_abs_diff(&again, &stepped) < 1e-5);
 
-    let params =
-        GenerateParams { max_tokens: 12, sampling: SamplingParams::greedy(), stop: vec![], stop_on_eog: false };
+    let params = GenerateParams {
+        max_tokens: 12,
+        sampling: SamplingParams::greedy(),
+        stop_on_eog: false,
+        ..GenerateParams::default()
+    };
     let a = engine.generate(&prompt, &params, |_| {}).unwrap();
     assert_eq!(a.completion_tokens, 12);
     let b = engine.generate(&prompt, &params, |_| {}).unwrap();

@@ -39,6 +39,17 @@ fn valid(call: &toolgate::tools::ToolCall) -> bool {
     }
 }
 
+/// The calls that closed: when `max_tokens` cut the turn inside a call
+/// (`finish_reason: length`), the last one's arguments stop where generation stopped.
+fn complete(turn: &toolgate::engine::chat::ChatTurn) -> &[toolgate::tools::ToolCall] {
+    let n = turn.tool_calls.len();
+    if turn.finish_reason == "length" {
+        &turn.tool_calls[..n.saturating_sub(1)]
+    } else {
+        &turn.tool_calls
+    }
+}
+
 #[test]
 fn every_format_file_parses() {
     let all = format::all().unwrap();
@@ -98,8 +109,8 @@ fn constrained_tool_calls_on_smollm2_are_always_valid() {
             tool_turn(&mut engine, &setup, msg(q), &tools, &ToolChoice::Required, true, ToolMode::Constrained, &params)
                 .unwrap();
         assert!(!turn.tool_calls.is_empty(), "{q}: {turn:?}");
-        assert!(turn.tool_calls.iter().all(valid), "{q}: {turn:?}");
-        assert_eq!(turn.finish_reason, "tool_calls");
+        assert!(complete(&turn).iter().all(valid), "{q}: {turn:?}");
+        assert!(turn.finish_reason == "tool_calls" || turn.finish_reason == "length", "{turn:?}");
         assert_eq!(turn.parse_failures, 0);
         // required, not parallel: exactly one.
         let one = tool_turn(
@@ -134,7 +145,7 @@ fn constrained_tool_calls_on_smollm2_are_always_valid() {
         let auto =
             tool_turn(&mut engine, &setup, msg(q), &tools, &ToolChoice::Auto, true, ToolMode::Constrained, &params)
                 .unwrap();
-        assert!(auto.tool_calls.iter().all(valid), "{q}: {auto:?}");
+        assert!(complete(&auto).iter().all(valid), "{q}: {auto:?}");
     }
     // Unknown named tool: a clear error.
     let err = tool_turn(
@@ -171,4 +182,62 @@ fn native_mode_parses_what_the_model_writes() {
     // No guarantee in native mode; the parser must not lose text or invent calls.
     assert!(turn.tool_calls.iter().all(|c| serde_json::from_str::<Value>(&c.function.arguments).is_ok()));
     assert!(!turn.content.is_empty() || !turn.tool_calls.is_empty());
+}
+
+#[test]
+fn streamed_deltas_add_up_to_the_turn_and_cancel_stops_it() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use toolgate::engine::chat::prepare_turn;
+    use toolgate::tools::stream::StreamEvent;
+
+    let mut engine = Engine::load(common::model(common::SMOLLM2), DeviceChoice::Cpu).unwrap();
+    let templates = GgufTemplates::from_gguf(engine.gguf()).unwrap();
+    let setup = gate("smollm2", &templates, Some("llama"), None, ToolFallback::Generic).unwrap();
+    let tools = tools();
+    let msg = vec![json!({"role": "user", "content": "What is the weather in Paris and in Rome?"})];
+    let params = GenerateParams { max_tokens: 60, ..GenerateParams::default() };
+    for (choice, mode) in [
+        (ToolChoice::Required, ToolMode::Constrained),
+        (ToolChoice::Auto, ToolMode::Constrained),
+        (ToolChoice::Auto, ToolMode::Native),
+    ] {
+        let prepared = prepare_turn(&mut engine, &setup, msg.clone(), &tools, &choice, true, mode).unwrap();
+        let mut events = Vec::new();
+        let turn = prepared.run(&mut engine, &params, |e| events.push(e)).unwrap();
+        let mut content = String::new();
+        let mut calls: Vec<(String, String, String)> = Vec::new();
+        for e in &events {
+            match e {
+                StreamEvent::Content(c) => content.push_str(c),
+                StreamEvent::CallStart { index, id, name } => {
+                    assert_eq!(*index, calls.len());
+                    calls.push((id.clone(), name.clone(), String::new()));
+                }
+                StreamEvent::Arguments { index, fragment } => calls[*index].2.push_str(fragment),
+            }
+        }
+        assert_eq!(content, turn.content, "{choice:?} {mode:?}");
+        let want: Vec<_> = turn
+            .tool_calls
+            .iter()
+            .map(|c| (c.id.clone(), c.function.name.clone(), c.function.arguments.clone()))
+            .collect();
+        assert_eq!(calls, want, "{choice:?} {mode:?}");
+        if mode == ToolMode::Constrained && choice == ToolChoice::Required {
+            assert!(complete(&turn).iter().all(valid), "{turn:?}");
+            // Arguments arrive in pieces as tokens are generated, not in one lump.
+            let fragments = events.iter().filter(|e| matches!(e, StreamEvent::Arguments { .. })).count();
+            assert!(fragments > turn.tool_calls.len(), "{events:?}");
+        }
+    }
+
+    // Cancel from the callback: generation stops before the next token.
+    let cancel = Arc::new(AtomicBool::new(false));
+    let params = GenerateParams { max_tokens: 60, cancel: Some(cancel.clone()), ..GenerateParams::default() };
+    let prepared =
+        prepare_turn(&mut engine, &setup, msg, &tools, &ToolChoice::Required, true, ToolMode::Constrained).unwrap();
+    let turn = prepared.run(&mut engine, &params, |_| cancel.store(true, Ordering::Relaxed)).unwrap();
+    assert_eq!(turn.finish_reason, "cancelled");
+    assert!(turn.completion_tokens < 30, "{turn:?}");
 }

@@ -8,9 +8,12 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::{Engine, FinishReason, GenerateParams, Generation, LazyConstraint};
+use crate::grammar::regex::Json as JsonDialect;
+use crate::grammar::schema::Mode as SchemaMode;
 use crate::grammar::{Grammar, TokenVocab};
 use crate::template::{transform, ChatSetup, RenderRequest};
 use crate::tokenizer::{EncodeOptions, Tokenizer};
+use crate::tools::stream::{StreamEvent, StreamParser};
 use crate::tools::{self, format, Tool, ToolCall, ToolChoice};
 use crate::{Error, Result};
 
@@ -87,14 +90,15 @@ pub enum ToolMode {
     Native,
 }
 
-/// One assistant turn with tools.
+/// One assistant turn.
 #[derive(Debug, Clone, Serialize)]
 pub struct ChatTurn {
     /// Text outside tool calls.
     pub content: String,
     /// Parsed calls.
     pub tool_calls: Vec<ToolCall>,
-    /// `"tool_calls"`, `"stop"` or `"length"`.
+    /// `"tool_calls"`, `"stop"`, `"length"` (also when `max_tokens` cut a call: the
+    /// last call's arguments are then incomplete, as OpenAI does) or `"cancelled"`.
     pub finish_reason: &'static str,
     /// Call blocks that did not parse (native mode only; always 0 when constrained).
     pub parse_failures: usize,
@@ -104,13 +108,184 @@ pub struct ChatTurn {
     pub completion_tokens: usize,
 }
 
-/// Run one assistant turn: render, generate (constrained per `choice` in
-/// [`ToolMode::Constrained`]), parse the calls.
+enum TurnConstraint {
+    Free,
+    Lazy(LazyConstraint),
+    Full(Arc<Grammar>, Arc<TokenVocab>),
+}
+
+/// A turn rendered, tokenized and checked against the context window, with its
+/// constraint compiled: everything that can fail on the request's content has failed
+/// (or not) by now, so a server can still answer with a plain error. Run it with
+/// [`PreparedTurn::run`].
+pub struct PreparedTurn {
+    prompt: Vec<u32>,
+    constraint: TurnConstraint,
+    parser: StreamParser,
+    calls_possible: bool,
+}
+
+impl std::fmt::Debug for PreparedTurn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedTurn").field("prompt_tokens", &self.prompt.len()).finish_non_exhaustive()
+    }
+}
+
+fn check_context(engine: &mut Engine, prompt: &[u32]) -> Result<()> {
+    let ctx = engine.model().context_length();
+    if prompt.len() >= ctx {
+        return Err(Error::ContextOverflow { prompt_tokens: prompt.len(), context_length: ctx });
+    }
+    Ok(())
+}
+
+fn id_seed(prompt: &[u32]) -> u64 {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    prompt.iter().fold(nanos as u64 ^ 0xcbf29ce484222325, |h, &t| (h ^ t as u64).wrapping_mul(0x100000001b3))
+}
+
+/// Prepare a turn with tools: render with the tools, tokenize, and (in
+/// [`ToolMode::Constrained`]) compile the calls grammar for `choice` — lazy behind the
+/// family's call marker for `auto`, from the first token for `required` or a named
+/// tool. `tool_choice: none` or no tools: plain text.
+///
+/// Cost: one template render, one tokenization, and for constrained calls one schema →
+/// automaton compile per tool (sub-millisecond for typical schemas).
 ///
 /// # Errors
-/// [`Error::InvalidParameter`] when the family has no format file, the named tool does
-/// not exist, or tools are given for `tool_choice: none`; schema, template and model
-/// errors.
+/// [`Error::InvalidParameter`] when the family has no format file or the named tool
+/// does not exist; [`Error::Schema`] for a tool schema that cannot be compiled;
+/// [`Error::ContextOverflow`]; template and tokenizer errors.
+pub fn prepare_turn(
+    engine: &mut Engine,
+    setup: &ChatSetup,
+    messages: Vec<Value>,
+    tools: &[Tool],
+    choice: &ToolChoice,
+    parallel: bool,
+    mode: ToolMode,
+) -> Result<PreparedTurn> {
+    let calls_possible = !tools.is_empty() && *choice != ToolChoice::None;
+    let fmt = if calls_possible {
+        Some(format::for_family(setup.family)?.ok_or_else(|| Error::InvalidParameter {
+            name: "tools",
+            reason: format!(
+                "no tool-call format for the `{}` family yet (formats: {}); use --tool-fallback generic",
+                setup.family,
+                format::all()
+                    .map(|a| a.into_iter().map(|f| f.family).collect::<Vec<_>>().join(", "))
+                    .unwrap_or_default()
+            ),
+        })?)
+    } else {
+        None
+    };
+    let tool_json: Option<Vec<Value>> =
+        calls_possible.then(|| tools.iter().map(|t| serde_json::to_value(t).unwrap_or(Value::Null)).collect());
+    let tok = engine.tokenizer().clone();
+    let (_, prompt) = encode_chat(setup, &tok, messages, tool_json, Default::default())?;
+    check_context(engine, &prompt)?;
+    let constraint = match (&fmt, mode, choice) {
+        (None, _, _) | (_, ToolMode::Native, _) => TurnConstraint::Free,
+        (Some(fmt), ToolMode::Constrained, ToolChoice::Auto) => {
+            let regex = tools::calls_regex(fmt, tools, choice, parallel, &tok)?;
+            TurnConstraint::Lazy(LazyConstraint {
+                grammar: Arc::new(Grammar::from_regex(&regex)?),
+                vocab: Arc::new(TokenVocab::from_tokenizer(&tok)),
+                trigger: tools::marker_bytes(&fmt.call_start, &tok),
+            })
+        }
+        (Some(fmt), ToolMode::Constrained, _) => {
+            let regex = tools::calls_regex(fmt, tools, choice, parallel, &tok)?;
+            TurnConstraint::Full(Arc::new(Grammar::from_regex(&regex)?), Arc::new(TokenVocab::from_tokenizer(&tok)))
+        }
+    };
+    let incremental = mode == ToolMode::Constrained;
+    let parser = StreamParser::new(fmt, incremental, id_seed(&prompt));
+    Ok(PreparedTurn { prompt, constraint, parser, calls_possible })
+}
+
+/// Prepare a turn without tools whose text is `schema`-constrained JSON
+/// (`response_format: json_schema`), or free text for `schema: None`.
+///
+/// # Errors
+/// [`Error::Schema`] for a schema that cannot be compiled; [`Error::ContextOverflow`];
+/// template and tokenizer errors.
+pub fn prepare_text_turn(
+    engine: &mut Engine,
+    setup: &ChatSetup,
+    messages: Vec<Value>,
+    schema: Option<(&Value, SchemaMode)>,
+) -> Result<PreparedTurn> {
+    let tok = engine.tokenizer().clone();
+    let (_, prompt) = encode_chat(setup, &tok, messages, None, Default::default())?;
+    check_context(engine, &prompt)?;
+    let constraint = match schema {
+        Some((schema, mode)) => TurnConstraint::Full(
+            Arc::new(Grammar::from_schema(schema, mode, &JsonDialect)?),
+            Arc::new(TokenVocab::from_tokenizer(&tok)),
+        ),
+        None => TurnConstraint::Free,
+    };
+    let parser = StreamParser::new(None, false, 0);
+    Ok(PreparedTurn { prompt, constraint, parser, calls_possible: false })
+}
+
+impl PreparedTurn {
+    /// Tokens in the prompt.
+    pub fn prompt_tokens(&self) -> usize {
+        self.prompt.len()
+    }
+
+    /// Generate the turn, calling `on_event` with each delta as it is decided (see
+    /// [`StreamEvent`]); the returned turn is exactly the aggregate of the deltas.
+    /// `params.keep_special_text` is forced on so control-token markers are seen.
+    ///
+    /// Cost: one generation of at most `params.max_tokens` tokens.
+    ///
+    /// # Errors
+    /// Model and constraint errors during generation.
+    pub fn run(
+        self,
+        engine: &mut Engine,
+        params: &GenerateParams,
+        mut on_event: impl FnMut(StreamEvent),
+    ) -> Result<ChatTurn> {
+        let PreparedTurn { prompt, constraint, mut parser, calls_possible } = self;
+        let params = GenerateParams { keep_special_text: calls_possible, ..params.clone() };
+        let mut feed = |text: &str| parser.push(text).into_iter().for_each(&mut on_event);
+        let gen: Generation = match constraint {
+            TurnConstraint::Free => engine.generate(&prompt, &params, &mut feed)?,
+            TurnConstraint::Lazy(lazy) => engine.generate_lazy(&prompt, &params, lazy, &mut feed)?,
+            TurnConstraint::Full(grammar, vocab) => {
+                let mut m = grammar.matcher(vocab);
+                engine.generate_constrained(&prompt, &params, &mut m, &mut feed)?
+            }
+        };
+        parser.finish().into_iter().for_each(&mut on_event);
+        let out = parser.into_output();
+        let finish_reason = match gen.finish_reason {
+            FinishReason::Cancelled => "cancelled",
+            _ if out.truncated => "length",
+            _ if !out.calls.is_empty() => "tool_calls",
+            r => r.as_str(),
+        };
+        Ok(ChatTurn {
+            content: out.content,
+            tool_calls: out.calls,
+            finish_reason,
+            parse_failures: out.failures,
+            prompt_tokens: gen.prompt_tokens,
+            completion_tokens: gen.completion_tokens,
+        })
+    }
+}
+
+/// Run one assistant turn with tools: [`prepare_turn`] then [`PreparedTurn::run`]
+/// without watching the deltas.
+///
+/// # Errors
+/// As [`prepare_turn`] and [`PreparedTurn::run`].
 #[allow(clippy::too_many_arguments)]
 pub fn tool_turn(
     engine: &mut Engine,
@@ -122,57 +297,5 @@ pub fn tool_turn(
     mode: ToolMode,
     params: &GenerateParams,
 ) -> Result<ChatTurn> {
-    let fmt = format::for_family(setup.family)?.ok_or_else(|| Error::InvalidParameter {
-        name: "tools",
-        reason: format!(
-            "no tool-call format for the `{}` family yet (formats: {}); use --tool-fallback generic",
-            setup.family,
-            format::all().map(|a| a.into_iter().map(|f| f.family).collect::<Vec<_>>().join(", ")).unwrap_or_default()
-        ),
-    })?;
-    let tool_json: Option<Vec<Value>> = if tools.is_empty() || *choice == ToolChoice::None {
-        None
-    } else {
-        Some(tools.iter().map(|t| serde_json::to_value(t).unwrap_or(Value::Null)).collect())
-    };
-    let tok = engine.tokenizer().clone();
-    let (_, ids) = encode_chat(setup, &tok, messages, tool_json, Default::default())?;
-    let gen: Generation = match (mode, choice, tools.is_empty()) {
-        (_, ToolChoice::None, _) | (_, _, true) | (ToolMode::Native, _, _) => engine.generate(&ids, params, |_| {})?,
-        (ToolMode::Constrained, ToolChoice::Auto, false) => {
-            let regex = tools::calls_regex(&fmt, tools, choice, parallel, &tok)?;
-            let lazy = LazyConstraint {
-                grammar: Arc::new(Grammar::from_regex(&regex)?),
-                vocab: Arc::new(TokenVocab::from_tokenizer(&tok)),
-                trigger: tools::marker_bytes(&fmt.call_start, &tok),
-            };
-            engine.generate_lazy(&ids, params, lazy, |_| {})?
-        }
-        (ToolMode::Constrained, _, false) => {
-            let regex = tools::calls_regex(&fmt, tools, choice, parallel, &tok)?;
-            let grammar = Arc::new(Grammar::from_regex(&regex)?);
-            let mut m = grammar.matcher(Arc::new(TokenVocab::from_tokenizer(&tok)));
-            engine.generate_constrained(&ids, params, &mut m, |_| {})?
-        }
-    };
-    let eog = tok.eog_tokens();
-    let body: Vec<u32> = gen.tokens.iter().copied().filter(|t| !eog.contains(t)).collect();
-    let text = tok.decode(&body, false);
-    let (content, calls, failures) =
-        if *choice == ToolChoice::None { (text.trim().to_string(), vec![], 0) } else { tools::parse(&fmt, &text) };
-    let finish_reason = if !calls.is_empty() {
-        "tool_calls"
-    } else if gen.finish_reason == FinishReason::Length {
-        "length"
-    } else {
-        "stop"
-    };
-    Ok(ChatTurn {
-        content,
-        tool_calls: calls,
-        finish_reason,
-        parse_failures: failures,
-        prompt_tokens: gen.prompt_tokens,
-        completion_tokens: gen.completion_tokens,
-    })
+    prepare_turn(engine, setup, messages, tools, choice, parallel, mode)?.run(engine, params, |_| {})
 }

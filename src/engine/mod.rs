@@ -85,11 +85,25 @@ pub struct GenerateParams {
     pub stop: Vec<String>,
     /// Stop on the model's end-of-generation tokens (EOS, end-of-turn).
     pub stop_on_eog: bool,
+    /// Keep the text of control tokens (other than the end-of-generation tokens that
+    /// stop generation) in the streamed and returned text — needed where a family's
+    /// call marker is a control token (Qwen's `<tool_call>`). Default `false`.
+    pub keep_special_text: bool,
+    /// Set to `true` from anywhere to stop the generation before its next token
+    /// ([`FinishReason::Cancelled`]); the server sets it when a client disconnects.
+    pub cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Default for GenerateParams {
     fn default() -> Self {
-        Self { max_tokens: 256, sampling: SamplingParams::default(), stop: Vec::new(), stop_on_eog: true }
+        Self {
+            max_tokens: 256,
+            sampling: SamplingParams::default(),
+            stop: Vec::new(),
+            stop_on_eog: true,
+            keep_special_text: false,
+            cancel: None,
+        }
     }
 }
 
@@ -100,6 +114,8 @@ pub enum FinishReason {
     Stop,
     /// `max_tokens` or the context window was reached.
     Length,
+    /// [`GenerateParams::cancel`] was set.
+    Cancelled,
 }
 
 impl FinishReason {
@@ -108,6 +124,7 @@ impl FinishReason {
         match self {
             Self::Stop => "stop",
             Self::Length => "length",
+            Self::Cancelled => "cancelled",
         }
     }
 }
@@ -289,7 +306,7 @@ impl Engine {
             logits = self.model.forward(chunk)?;
         }
         let eog = self.tokenizer.eog_tokens().to_vec();
-        let mut detok = self.tokenizer.detokenizer(true);
+        let mut detok = self.tokenizer.detokenizer(!params.keep_special_text);
         let mut stops = StopMatcher::new(&params.stop);
         let mut tokens = Vec::new();
         let mut prompt_time = Duration::ZERO;
@@ -298,6 +315,10 @@ impl Engine {
         let mut decode_started = Instant::now();
         let mut mask = crate::sampling::TokenMask::new(self.tokenizer.vocab_size());
         while tokens.len() < params.max_tokens {
+            if params.cancel.as_ref().is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
+                finish = FinishReason::Cancelled;
+                break;
+            }
             let next = match constraint.active() {
                 Some(m) => {
                     if m.is_finished() {

@@ -2,6 +2,7 @@
 //! `tool_choice`, and the parser that turns model output into OpenAI `tool_calls`.
 
 pub mod format;
+pub mod stream;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -87,7 +88,7 @@ impl ToolChoice {
 }
 
 /// A parsed call, in OpenAI's shape.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolCall {
     /// `call_…`.
     pub id: String,
@@ -99,7 +100,7 @@ pub struct ToolCall {
 }
 
 /// The function part of a call.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CalledFunction {
     /// Function name.
     pub name: String,
@@ -189,56 +190,26 @@ pub fn calls_regex(
     })
 }
 
-/// Split model output into text content and calls. Blocks that do not parse stay in
-/// the content (that is what a client would see) and are counted in the third value.
+/// Split model output into text content and calls, reading each call whole (see
+/// [`stream::StreamParser`], which this is, fed the whole text at once). Blocks that do
+/// not parse stay in the content (that is what a client would see) and are counted in
+/// the third value. Call ids derive from a hash of `text`.
+///
+/// ```
+/// let fmt = toolgate::tools::format::for_family("hermes")?.unwrap();
+/// let (content, calls, failures) =
+///     toolgate::tools::parse(&fmt, "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>");
+/// assert_eq!((content.as_str(), calls[0].function.name.as_str(), failures), ("", "f", 0));
+/// # Ok::<(), toolgate::Error>(())
+/// ```
 pub fn parse(f: &ToolFormat, text: &str) -> (String, Vec<ToolCall>, usize) {
-    let mut content = String::new();
-    let mut calls = Vec::new();
-    let mut failures = 0;
-    let mut rest = text;
-    while let Some(s) = rest.find(&f.call_start) {
-        let after = &rest[s + f.call_start.len()..];
-        let Some(e) = after.find(&f.call_end) else { break };
-        let body = after[..e].trim();
-        match parse_body(f, body) {
-            Some((name, arguments)) => {
-                content.push_str(&rest[..s]);
-                calls.push(ToolCall {
-                    id: format!("call_{:08x}{:04x}", fxhash(text) as u32, calls.len()),
-                    kind: "function".into(),
-                    function: CalledFunction { name, arguments },
-                });
-            }
-            None => {
-                failures += 1;
-                content.push_str(&rest[..s + f.call_start.len() + e + f.call_end.len()]);
-            }
-        }
-        rest = &after[e + f.call_end.len()..];
-    }
-    // An opened call that never closed (generation cut by max_tokens) is not content.
-    match rest.find(&f.call_start) {
-        Some(s) if !calls.is_empty() || s > 0 => content.push_str(&rest[..s]),
-        _ => content.push_str(rest),
-    }
-    (content.trim().to_string(), calls, failures)
+    let mut p = stream::StreamParser::new(Some(f.clone()), false, fxhash(text));
+    p.push(text);
+    p.finish();
+    let out = p.into_output();
+    (out.content, out.calls, out.failures)
 }
 
-fn parse_body(f: &ToolFormat, body: &str) -> Option<(String, String)> {
-    match f.body {
-        BodyKind::JsonNameArguments => {
-            let v: Value = serde_json::from_str(body).ok()?;
-            let name = v.get(&f.name_key)?.as_str()?.to_string();
-            let args = match v.get(&f.arguments_key) {
-                Some(Value::String(s)) => s.clone(),
-                Some(a) => a.to_string(),
-                None => "{}".into(),
-            };
-            Some((name, args))
-        }
-    }
-}
-
-fn fxhash(s: &str) -> u64 {
+pub(crate) fn fxhash(s: &str) -> u64 {
     s.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
 }

@@ -1,0 +1,196 @@
+//! The streaming tool-call parser gives the same turn whatever the split points, and
+//! its deltas add up to that turn, for every family format, in both reading modes.
+
+use toolgate::tools::format;
+use toolgate::tools::stream::{ParsedOutput, StreamEvent, StreamParser};
+
+/// Outputs in the shape models write them (the first four are verbatim SmolLM2 and
+/// Gemma 3 constrained outputs from `tests/tools.rs` runs).
+const OUTPUTS: &[&str] = &[
+    "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}</tool_call>",
+    "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}</tool_call>\n<tool_call>{\"name\": \"get_time\", \"arguments\": {\"tz\": \"Europe/Paris\"}}</tool_call>",
+    "I will check.\n<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"rust \\\"async\\\" {braces} </tool_call> inside\", \"n\": [1, 2, {\"deep\": true}]}}\n</tool_call>",
+    "Sure!  Let me look that up for you. <tool_call>{\"name\":\"f\",\"arguments\":{\"x\":-1.5e3,\"y\":null}}</tool_call>  ",
+    "  Plain answer with no call at all, ending in a lone < sign <",
+    "<tool_call>{\"name\": \"f\", \"arguments\": {\"emoji\": \"héllo wörld 🌍\", \"cjk\": \"東京\"}}</tool_call> done",
+    "<tool_call>{\"arguments\": {\"a\": 1}, \"name\": \"reordered\"}</tool_call>",
+    "<tool_call>{\"name\": \"stringy\", \"arguments\": \"{\\\"a\\\": 1}\"}</tool_call>",
+    "<tool_call>not json at all</tool_call> and then text",
+    "<tool_call>{\"name\": \"scalar\", \"arguments\": 42}</tool_call>",
+    "Text <tool_call>{\"name\": \"cut\", \"arguments\": {\"city\": \"Par",
+    "Text <tool_call>{\"name\": \"cu",
+    "<tool_c",
+];
+
+fn run(fmt: &format::ToolFormat, incremental: bool, pieces: &[&str]) -> (Vec<StreamEvent>, ParsedOutput) {
+    let mut p = StreamParser::new(Some(fmt.clone()), incremental, 1);
+    let mut ev = Vec::new();
+    for piece in pieces {
+        ev.extend(p.push(piece));
+    }
+    ev.extend(p.finish());
+    (ev, p.into_output())
+}
+
+/// Rebuild a turn from its deltas alone, checking their order on the way.
+fn aggregate(ev: &[StreamEvent]) -> ParsedOutput {
+    let mut out = ParsedOutput::default();
+    for e in ev {
+        match e {
+            StreamEvent::Content(c) => {
+                assert!(!c.is_empty(), "empty content delta");
+                out.content.push_str(c);
+            }
+            StreamEvent::CallStart { index, id, name } => {
+                assert_eq!(*index, out.calls.len(), "call indexes are dense and ordered");
+                out.calls.push(toolgate::tools::ToolCall {
+                    id: id.clone(),
+                    kind: "function".into(),
+                    function: toolgate::tools::CalledFunction { name: name.clone(), arguments: String::new() },
+                });
+            }
+            StreamEvent::Arguments { index, fragment } => {
+                assert_eq!(*index + 1, out.calls.len(), "arguments belong to the newest call");
+                out.calls[*index].function.arguments.push_str(fragment);
+            }
+        }
+    }
+    out
+}
+
+fn char_splits(s: &str) -> Vec<usize> {
+    (0..=s.len()).filter(|&i| s.is_char_boundary(i)).collect()
+}
+
+#[test]
+fn every_split_point_gives_the_same_turn() {
+    for fmt in format::all().unwrap() {
+        for incremental in [false, true] {
+            for text in OUTPUTS {
+                let (whole_ev, whole) = run(&fmt, incremental, &[text]);
+                let mut agg = aggregate(&whole_ev);
+                agg.failures = whole.failures;
+                agg.truncated = whole.truncated;
+                assert_eq!(agg, whole, "{} incremental={incremental}: deltas ≠ turn for {text:?}", fmt.family);
+                let splits = char_splits(text);
+                for &i in &splits {
+                    let (ev, out) = run(&fmt, incremental, &[&text[..i], &text[i..]]);
+                    assert_eq!(out, whole, "{} incremental={incremental} split at {i} of {text:?}", fmt.family);
+                    let mut agg = aggregate(&ev);
+                    agg.failures = out.failures;
+                    agg.truncated = out.truncated;
+                    assert_eq!(agg, whole);
+                }
+                // Every character its own piece (the finest a tokenizer can split text).
+                let pieces: Vec<&str> = splits.windows(2).map(|w| &text[w[0]..w[1]]).collect();
+                let (ev, out) = run(&fmt, incremental, &pieces);
+                assert_eq!(out, whole, "{} incremental={incremental} char by char: {text:?}", fmt.family);
+                let mut agg = aggregate(&ev);
+                agg.failures = out.failures;
+                agg.truncated = out.truncated;
+                assert_eq!(agg, whole);
+            }
+        }
+    }
+}
+
+#[test]
+fn reads_calls_content_and_failures_as_a_client_expects() {
+    let fmt = format::for_family("hermes").unwrap().unwrap();
+    for incremental in [false, true] {
+        let (_, out) = run(&fmt, incremental, &[OUTPUTS[1]]);
+        assert_eq!(out.content, "");
+        assert_eq!(out.calls.len(), 2);
+        assert_eq!(out.calls[0].function.name, "get_weather");
+        assert_eq!(out.calls[0].function.arguments, r#"{"city": "Paris", "unit": "celsius"}"#);
+        assert_eq!(out.calls[1].function.arguments, r#"{"tz": "Europe/Paris"}"#);
+        assert_ne!(out.calls[0].id, out.calls[1].id);
+
+        // The end marker inside a string argument does not end the call.
+        let (_, out) = run(&fmt, incremental, &[OUTPUTS[2]]);
+        assert_eq!(out.content, "I will check.");
+        let args: serde_json::Value = serde_json::from_str(&out.calls[0].function.arguments).unwrap();
+        assert_eq!(args["n"][2]["deep"], true);
+        assert!(args["q"].as_str().unwrap().contains("</tool_call>"));
+
+        let (_, out) = run(&fmt, incremental, &[OUTPUTS[3]]);
+        assert_eq!(out.content, "Sure!  Let me look that up for you.");
+        assert_eq!(out.calls[0].function.arguments, r#"{"x":-1.5e3,"y":null}"#);
+
+        let (_, out) = run(&fmt, incremental, &[OUTPUTS[4]]);
+        assert_eq!(out.content, OUTPUTS[4].trim());
+
+        // Key order and string-encoded arguments are read whole in both modes.
+        let (_, out) = run(&fmt, incremental, &[OUTPUTS[6]]);
+        assert_eq!(
+            (out.calls[0].function.name.as_str(), out.calls[0].function.arguments.as_str()),
+            ("reordered", r#"{"a": 1}"#)
+        );
+        let (_, out) = run(&fmt, incremental, &[OUTPUTS[7]]);
+        assert_eq!(out.calls[0].function.arguments, r#"{"a": 1}"#);
+
+        // A body that does not parse stays visible as content and counts as a failure.
+        let (_, out) = run(&fmt, incremental, &[OUTPUTS[8]]);
+        assert_eq!((out.calls.len(), out.failures), (0, 1));
+        assert_eq!(out.content, "<tool_call>not json at all</tool_call> and then text");
+
+        // A call cut before its name was known is dropped: truncated, not content.
+        let (_, out) = run(&fmt, incremental, &[OUTPUTS[11]]);
+        assert_eq!((out.content.as_str(), out.calls.len(), out.failures, out.truncated), ("Text", 0, 0, true));
+        // A half marker at the end is content (it never became a call).
+        let (_, out) = run(&fmt, incremental, &[OUTPUTS[12]]);
+        assert_eq!(out.content, "<tool_c");
+    }
+    // Cut inside the arguments: incremental mode already streamed the call, so it stays
+    // (with the arguments as far as they went); whole mode never saw it close.
+    let (_, out) = run(&fmt, true, &[OUTPUTS[10]]);
+    assert_eq!((out.content.as_str(), out.calls[0].function.arguments.as_str()), ("Text", r#"{"city": "Par"#));
+    assert!(out.truncated);
+    let (_, out) = run(&fmt, false, &[OUTPUTS[10]]);
+    assert_eq!((out.content.as_str(), out.calls.len(), out.failures, out.truncated), ("Text", 0, 0, true));
+    let (_, out) = run(&fmt, true, &[OUTPUTS[0]]);
+    assert!(!out.truncated);
+}
+
+#[test]
+fn incremental_mode_streams_arguments_as_they_are_generated() {
+    let fmt = format::for_family("hermes").unwrap().unwrap();
+    let text = OUTPUTS[0];
+    let pieces: Vec<&str> = char_splits(text).windows(2).map(|w| &text[w[0]..w[1]]).collect();
+    let mut p = StreamParser::new(Some(fmt), true, 1);
+    let mut seen_name_at = None;
+    let mut fragments = 0;
+    for (i, piece) in pieces.iter().enumerate() {
+        for e in p.push(piece) {
+            match e {
+                StreamEvent::CallStart { name, .. } => {
+                    assert_eq!(name, "get_weather");
+                    seen_name_at = Some(i);
+                }
+                StreamEvent::Arguments { fragment, .. } => {
+                    fragments += 1;
+                    assert!(!fragment.contains("</"), "the end marker leaked: {fragment:?}");
+                }
+                StreamEvent::Content(c) => panic!("content {c:?}"),
+            }
+        }
+    }
+    // The name is out before the arguments begin, and the arguments stream piece by piece.
+    let name_end = text.find("\"arguments\": ").unwrap() + "\"arguments\": ".len();
+    assert!(seen_name_at.unwrap() <= name_end);
+    assert_eq!(fragments, r#"{"city": "Paris"}"#.len());
+    assert!(p.finish().is_empty());
+}
+
+#[test]
+fn text_only_turns_are_trimmed_like_the_whole() {
+    let text = "\n  Hello <tool_call> is just text here.  \n";
+    for i in char_splits(text) {
+        let mut p = StreamParser::new(None, false, 0);
+        let mut ev = p.push(&text[..i]);
+        ev.extend(p.push(&text[i..]));
+        ev.extend(p.finish());
+        assert_eq!(aggregate(&ev).content, text.trim());
+        assert_eq!(p.output().content, text.trim());
+    }
+}
