@@ -65,6 +65,116 @@ fn post(s: &Server, body: &str) -> (u16, Value) {
     (status, v)
 }
 
+/// POST with `stream: true`; returns the `data:` payloads in order.
+fn post_stream(s: &Server, body: &Value) -> Vec<String> {
+    let mut r = agent()
+        .post(format!("{}/v1/chat/completions", s.base))
+        .header("content-type", "application/json")
+        .send(body.to_string())
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(r.headers().get("content-type").unwrap().to_str().unwrap().starts_with("text/event-stream"));
+    let text = r.body_mut().read_to_string().unwrap();
+    text.lines().filter_map(|l| l.strip_prefix("data: ")).map(String::from).collect()
+}
+
+/// Accumulate streamed chunks the way the OpenAI SDKs do.
+fn accumulate(events: &[String]) -> (String, Vec<(String, String, String)>, String, Option<Value>) {
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let (mut content, mut calls, mut finish, mut usage) =
+        (String::new(), Vec::<(String, String, String)>::new(), String::new(), None);
+    for (i, e) in events[..events.len() - 1].iter().enumerate() {
+        let v: Value = serde_json::from_str(e).unwrap();
+        assert_eq!(v["object"], "chat.completion.chunk");
+        if !v["usage"].is_null() {
+            usage = Some(v["usage"].clone());
+            continue;
+        }
+        let c = &v["choices"][0];
+        if i == 0 {
+            assert_eq!(c["delta"]["role"], "assistant");
+        }
+        if let Some(t) = c["delta"]["content"].as_str() {
+            content.push_str(t);
+        }
+        for tc in c["delta"]["tool_calls"].as_array().into_iter().flatten() {
+            let index = tc["index"].as_u64().unwrap() as usize;
+            if let Some(id) = tc["id"].as_str() {
+                assert_eq!(index, calls.len(), "id and name come first, once per call");
+                calls.push((id.into(), tc["function"]["name"].as_str().unwrap().into(), String::new()));
+            }
+            calls[index].2.push_str(tc["function"]["arguments"].as_str().unwrap_or(""));
+        }
+        if let Some(f) = c["finish_reason"].as_str() {
+            finish = f.into();
+        }
+    }
+    (content, calls, finish, usage)
+}
+
+#[test]
+fn streams_tool_calls_as_incremental_deltas_equal_to_the_non_streamed_answer() {
+    let s = start(&["--tool-fallback", "generic"]);
+    let tools = json!([{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city", "days"]}}}]);
+    for choice in [json!("required"), json!({"type": "function", "function": {"name": "get_weather"}}), json!("auto")] {
+        let mut body = json!({
+            "messages": [{"role": "user", "content": "What's the weather in Paris for the next 3 days?"}],
+            "tools": tools, "tool_choice": choice, "parallel_tool_calls": false, "max_tokens": 48, "temperature": 0,
+        });
+        let (status, whole) = post(&s, &body.to_string());
+        assert_eq!(status, 200, "{whole}");
+        body["stream"] = json!(true);
+        body["stream_options"] = json!({"include_usage": true});
+        let events = post_stream(&s, &body);
+        let (content, calls, finish, usage) = accumulate(&events);
+        let msg = &whole["choices"][0]["message"];
+        assert_eq!(content, msg["content"].as_str().unwrap_or(""), "{choice}");
+        assert_eq!(finish, whole["choices"][0]["finish_reason"].as_str().unwrap());
+        let want: Vec<(String, String)> = msg["tool_calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                (c["function"]["name"].as_str().unwrap().into(), c["function"]["arguments"].as_str().unwrap().into())
+            })
+            .collect();
+        let got: Vec<(String, String)> = calls.iter().map(|(_, n, a)| (n.clone(), a.clone())).collect();
+        assert_eq!(got, want, "{choice}");
+        assert_eq!(usage.unwrap()["completion_tokens"], whole["usage"]["completion_tokens"]);
+        if choice != json!("auto") {
+            assert_eq!(finish, "tool_calls");
+            let args: Value = serde_json::from_str(&calls[0].2).unwrap();
+            assert!(args["city"].is_string() && args["days"].is_i64(), "{args}");
+            // Incremental: the arguments came in more than one chunk.
+            let arg_chunks = events
+                .iter()
+                .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+                .filter(|v| v["choices"][0]["delta"]["tool_calls"][0]["id"].is_null())
+                .filter(|v| v["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"].is_string())
+                .count();
+            assert!(arg_chunks > 1, "{events:?}");
+        }
+    }
+    // Plain streamed text, and an error before the stream starts is a plain JSON error.
+    let events = post_stream(
+        &s,
+        &json!({"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 8, "temperature": 0, "stream": true}),
+    );
+    let (content, calls, finish, usage) = accumulate(&events);
+    assert!(calls.is_empty() && usage.is_none());
+    assert!(finish == "stop" || finish == "length");
+    let (_, whole) = post(
+        &s,
+        &json!({"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 8, "temperature": 0}).to_string(),
+    );
+    assert_eq!(content, whole["choices"][0]["message"]["content"].as_str().unwrap());
+    let (status, v) = post(&s, &json!({"messages": [{"role": "user", "content": "x"}], "stream": true, "tool_choice": "required",
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "integer", "multipleOf": 3}, "strict": true}}]}).to_string());
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("multipleOf"), "{v}");
+}
+
 #[test]
 fn refuses_a_model_whose_template_cannot_do_tools() {
     let out = Command::new(env!("CARGO_BIN_EXE_toolgate"))
