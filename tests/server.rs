@@ -2,57 +2,12 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use common::server::{agent, free_port, start, Server};
+
+use std::process::Command;
+use std::time::Duration;
 
 use serde_json::{json, Value};
-
-struct Server {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(120)))
-        .build()
-        .into()
-}
-
-fn start(extra: &[&str]) -> Server {
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-        .arg("serve")
-        .arg("--model")
-        .arg(common::model(common::SMOLLM2))
-        .args(["--port", &port.to_string()])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        if agent().get(format!("{base}/health")).call().is_ok_and(|r| r.status() == 200) {
-            return Server { child, base };
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    panic!("server did not come up");
-}
 
 fn post(s: &Server, body: &str) -> (u16, Value) {
     let mut r = agent()

@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+pub mod server;
+
 /// The model cache `scripts/fetch-models` fills (`TOOLGATE_MODELS` overrides).
 pub fn models_dir() -> PathBuf {
     if let Ok(d) = std::env::var("TOOLGATE_MODELS") {

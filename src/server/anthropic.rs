@@ -1,0 +1,350 @@
+//! `POST /v1/messages`: the Anthropic Messages API with tools and streaming.
+//!
+//! The request is translated to the chat messages the template renders (`system`,
+//! `tool_use` blocks → assistant `tool_calls`, `tool_result` blocks → `tool`
+//! messages) and runs through the same turn as the OpenAI endpoint; the answer comes
+//! back as `text` and `tool_use` content blocks, or as the Messages streaming events
+//! (`message_start`, `content_block_start`, `content_block_delta` with `text_delta` or
+//! `input_json_delta`, `content_block_stop`, `message_delta`, `message_stop`). Errors
+//! are Anthropic error objects (`{"type":"error","error":{…}}`).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::{stream, StreamExt};
+use serde_json::{json, Map, Value};
+
+use super::{read_body, ApiError, AppState, Msg, Running};
+use crate::engine::chat::{prepare_turn, ChatTurn};
+use crate::engine::GenerateParams;
+use crate::sampling::SamplingParams;
+use crate::tools::stream::StreamEvent;
+use crate::tools::{FunctionDef, Tool, ToolChoice};
+
+/// An error in Anthropic's shape.
+pub(crate) struct AnthropicError(ApiError);
+
+impl From<ApiError> for AnthropicError {
+    fn from(e: ApiError) -> Self {
+        Self(e)
+    }
+}
+
+impl AnthropicError {
+    fn body(&self) -> Value {
+        let kind = match self.0.status {
+            StatusCode::BAD_REQUEST => "invalid_request_error",
+            StatusCode::NOT_FOUND => "not_found_error",
+            StatusCode::PAYLOAD_TOO_LARGE => "request_too_large",
+            StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
+            _ => "api_error",
+        };
+        json!({"type": "error", "error": {"type": kind, "message": self.0.message}})
+    }
+}
+
+impl IntoResponse for AnthropicError {
+    fn into_response(self) -> Response {
+        (self.0.status, Json(self.body())).into_response()
+    }
+}
+
+fn bad(message: impl Into<String>) -> AnthropicError {
+    AnthropicError(ApiError::bad(message, None))
+}
+
+/// Text of a `content` that is a string or a list of `text` blocks.
+fn text_of(v: &Value, what: &str) -> Result<String, AnthropicError> {
+    match v {
+        Value::String(s) => Ok(s.clone()),
+        Value::Null => Ok(String::new()),
+        Value::Array(blocks) => blocks
+            .iter()
+            .map(|b| match b.get("type").and_then(Value::as_str) {
+                Some("text") => Ok(b.get("text").and_then(Value::as_str).unwrap_or_default().to_string()),
+                t => Err(bad(format!("{what}: content blocks of type {t:?} are not supported (text only)"))),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(|parts| parts.join("\n")),
+        _ => Err(bad(format!("{what} must be a string or an array of content blocks"))),
+    }
+}
+
+/// Anthropic `messages` (+ `system`) → OpenAI-shaped chat messages.
+fn to_chat_messages(system: Option<&Value>, messages: &[Value]) -> Result<Vec<Value>, AnthropicError> {
+    let mut out = Vec::new();
+    if let Some(sys) = system {
+        let text = text_of(sys, "system")?;
+        if !text.is_empty() {
+            out.push(json!({"role": "system", "content": text}));
+        }
+    }
+    for (i, m) in messages.iter().enumerate() {
+        let role = m.get("role").and_then(Value::as_str).unwrap_or_default();
+        if role != "user" && role != "assistant" {
+            return Err(bad(format!("messages.{i}.role must be \"user\" or \"assistant\"")));
+        }
+        let blocks = match m.get("content") {
+            Some(Value::String(s)) => vec![json!({"type": "text", "text": s})],
+            Some(Value::Array(a)) => a.clone(),
+            _ => return Err(bad(format!("messages.{i}.content must be a string or an array of content blocks"))),
+        };
+        let mut text = Vec::new();
+        let mut calls = Vec::new();
+        for (j, b) in blocks.iter().enumerate() {
+            let at = format!("messages.{i}.content.{j}");
+            match (role, b.get("type").and_then(Value::as_str)) {
+                (_, Some("text")) => text.push(b.get("text").and_then(Value::as_str).unwrap_or_default().to_string()),
+                ("assistant", Some("tool_use")) => {
+                    let (Some(id), Some(name)) =
+                        (b.get("id").and_then(Value::as_str), b.get("name").and_then(Value::as_str))
+                    else {
+                        return Err(bad(format!("{at}: tool_use needs `id` and `name`")));
+                    };
+                    let input = b.get("input").cloned().unwrap_or_else(|| json!({}));
+                    calls.push(json!({"id": id, "type": "function",
+                        "function": {"name": name, "arguments": input.to_string()}}));
+                }
+                ("user", Some("tool_result")) => {
+                    let Some(id) = b.get("tool_use_id").and_then(Value::as_str) else {
+                        return Err(bad(format!("{at}: tool_result needs `tool_use_id`")));
+                    };
+                    let mut content = text_of(b.get("content").unwrap_or(&Value::Null), &at)?;
+                    if b.get("is_error").and_then(Value::as_bool) == Some(true) {
+                        content = format!("Error: {content}");
+                    }
+                    out.push(json!({"role": "tool", "tool_call_id": id, "content": content}));
+                }
+                (_, t) => return Err(bad(format!("{at}: content blocks of type {t:?} are not supported here"))),
+            }
+        }
+        if role == "assistant" {
+            let mut msg = json!({"role": "assistant", "content": text.join("\n")});
+            if !calls.is_empty() {
+                msg["tool_calls"] = Value::Array(calls);
+            }
+            out.push(msg);
+        } else if !text.is_empty() {
+            out.push(json!({"role": "user", "content": text.join("\n")}));
+        }
+    }
+    Ok(out)
+}
+
+fn stop_reason(turn: &ChatTurn) -> &'static str {
+    match turn.finish_reason {
+        "tool_calls" => "tool_use",
+        "length" => "max_tokens",
+        _ => "end_turn",
+    }
+}
+
+/// `content` blocks of a finished turn. A call cut by `max_tokens` whose arguments
+/// are not complete JSON gets `input: {}` (its text is in the streamed deltas).
+fn content_blocks(turn: &ChatTurn) -> Vec<Value> {
+    let mut blocks = Vec::new();
+    if !turn.content.is_empty() {
+        blocks.push(json!({"type": "text", "text": turn.content}));
+    }
+    for c in &turn.tool_calls {
+        let input: Value = serde_json::from_str(&c.function.arguments).unwrap_or_else(|_| json!({}));
+        blocks.push(json!({"type": "tool_use", "id": tool_use_id(&c.id), "name": c.function.name, "input": input}));
+    }
+    blocks
+}
+
+fn tool_use_id(call_id: &str) -> String {
+    format!("toolu_{}", call_id.trim_start_matches("call_"))
+}
+
+/// Turns stream events into Messages streaming events, opening and closing content
+/// blocks as the kind of delta changes.
+struct BlockWriter {
+    open: Option<(usize, bool)>, // (block index, is text)
+    next: usize,
+}
+
+fn sse(kind: &str, data: Value) -> Event {
+    Event::default().event(kind).data(data.to_string())
+}
+
+impl BlockWriter {
+    fn close(&mut self, out: &mut Vec<Event>) {
+        if let Some((index, _)) = self.open.take() {
+            out.push(sse("content_block_stop", json!({"type": "content_block_stop", "index": index})));
+        }
+    }
+
+    fn open(&mut self, block: Value, text: bool, out: &mut Vec<Event>) -> usize {
+        self.close(out);
+        let index = self.next;
+        self.next += 1;
+        self.open = Some((index, text));
+        out.push(sse(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": index, "content_block": block}),
+        ));
+        index
+    }
+
+    fn event(&mut self, e: &StreamEvent, out: &mut Vec<Event>) {
+        match e {
+            StreamEvent::Content(t) => {
+                let index = match self.open {
+                    Some((i, true)) => i,
+                    _ => self.open(json!({"type": "text", "text": ""}), true, out),
+                };
+                out.push(sse(
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": t}}),
+                ));
+            }
+            StreamEvent::CallStart { id, name, .. } => {
+                self.open(json!({"type": "tool_use", "id": tool_use_id(id), "name": name, "input": {}}), false, out);
+            }
+            StreamEvent::Arguments { fragment, .. } => {
+                if let Some((index, false)) = self.open {
+                    out.push(sse(
+                        "content_block_delta",
+                        json!({"type": "content_block_delta", "index": index,
+                            "delta": {"type": "input_json_delta", "partial_json": fragment}}),
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// The handler.
+pub(crate) async fn messages(State(s): State<Arc<AppState>>, req: Request) -> Result<Response, AnthropicError> {
+    let body = read_body(req).await?;
+    let req: Value = serde_json::from_slice(&body).map_err(|e| bad(format!("malformed JSON body: {e}")))?;
+    let obj: &Map<String, Value> = req.as_object().ok_or_else(|| bad("the body must be a JSON object"))?;
+    if let Some(m) = obj.get("model").and_then(Value::as_str) {
+        if m != s.model_id && m != "default" {
+            return Err(AnthropicError(ApiError {
+                status: StatusCode::NOT_FOUND,
+                kind: "not_found_error",
+                message: format!("model `{m}` not found (this server serves `{}`)", s.model_id),
+                param: Some("model".into()),
+            }));
+        }
+    }
+    let max_tokens = obj
+        .get("max_tokens")
+        .and_then(Value::as_u64)
+        .filter(|&n| n > 0)
+        .ok_or_else(|| bad("max_tokens: a positive integer is required"))? as usize;
+    let stream = obj.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    let raw_messages = obj
+        .get("messages")
+        .and_then(Value::as_array)
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| bad("messages: a non-empty array is required"))?;
+    let messages = to_chat_messages(obj.get("system"), raw_messages)?;
+    let tools: Vec<Tool> = obj
+        .get("tools")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, t)| {
+            let name =
+                t.get("name").and_then(Value::as_str).ok_or_else(|| bad(format!("tools.{i}.name is required")))?;
+            Ok(Tool {
+                kind: "function".into(),
+                function: FunctionDef {
+                    name: name.into(),
+                    description: t.get("description").and_then(Value::as_str).map(String::from),
+                    parameters: t.get("input_schema").cloned().unwrap_or_else(|| json!({"type": "object"})),
+                    strict: t.get("strict").and_then(Value::as_bool),
+                },
+            })
+        })
+        .collect::<Result<_, AnthropicError>>()?;
+    let tc = obj.get("tool_choice");
+    let choice = match tc.and_then(|c| c.get("type")).and_then(Value::as_str) {
+        None | Some("auto") => ToolChoice::Auto,
+        Some("any") => ToolChoice::Required,
+        Some("none") => ToolChoice::None,
+        Some("tool") => ToolChoice::Named(
+            tc.and_then(|c| c.get("name"))
+                .and_then(Value::as_str)
+                .ok_or_else(|| bad("tool_choice.name is required for type \"tool\""))?
+                .into(),
+        ),
+        Some(t) => return Err(bad(format!("tool_choice.type {t:?} is not one of auto, any, tool, none"))),
+    };
+    let parallel = !tc.and_then(|c| c.get("disable_parallel_tool_use")).and_then(Value::as_bool).unwrap_or(false);
+    let sampling = SamplingParams {
+        temperature: obj.get("temperature").and_then(Value::as_f64).unwrap_or(1.0) as f32,
+        top_p: obj.get("top_p").and_then(Value::as_f64).unwrap_or(1.0) as f32,
+        top_k: obj.get("top_k").and_then(Value::as_u64).unwrap_or(0) as usize,
+        seed: rand::random(),
+        ..SamplingParams::greedy()
+    };
+    sampling.validate().map_err(|e| AnthropicError(e.into()))?;
+    let stop = obj
+        .get("stop_sequences")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).map(String::from).collect())
+        .unwrap_or_default();
+    let params = GenerateParams { max_tokens, sampling, stop, ..GenerateParams::default() };
+    let prepare = move |e: &mut crate::engine::Engine, st: &AppState| {
+        prepare_turn(e, &st.setup, messages, &tools, &choice, parallel, st.tool_mode)
+    };
+    let running = Running::start(&s, prepare, params, stream).await?;
+    let id = format!("msg_{:024x}", rand::random::<u128>() >> 32);
+    let model = s.model_id.clone();
+    if !stream {
+        let turn = running.finish().await?;
+        return Ok(Json(json!({
+            "id": id, "type": "message", "role": "assistant", "model": model,
+            "content": content_blocks(&turn), "stop_reason": stop_reason(&turn), "stop_sequence": null,
+            "usage": {"input_tokens": turn.prompt_tokens, "output_tokens": turn.completion_tokens},
+        }))
+        .into_response());
+    }
+    let start = sse(
+        "message_start",
+        json!({"type": "message_start", "message": {"id": id, "type": "message", "role": "assistant", "model": model,
+            "content": [], "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": running.prompt_tokens, "output_tokens": 0}}}),
+    );
+    let writer = BlockWriter { open: None, next: 0 };
+    let events = stream::unfold(Some((running, writer)), |st| async move {
+        let (mut running, mut w) = st?;
+        let mut batch = Vec::new();
+        let go_on = match running.next().await {
+            Some(Msg::Event(e)) => {
+                w.event(&e, &mut batch);
+                true
+            }
+            Some(Msg::Done(turn)) => {
+                w.close(&mut batch);
+                batch.push(sse(
+                    "message_delta",
+                    json!({"type": "message_delta", "delta": {"stop_reason": stop_reason(&turn), "stop_sequence": null},
+                        "usage": {"output_tokens": turn.completion_tokens}}),
+                ));
+                batch.push(sse("message_stop", json!({"type": "message_stop"})));
+                false
+            }
+            Some(Msg::Failed(e)) => {
+                batch.push(sse("error", AnthropicError(e).body()));
+                false
+            }
+            Some(Msg::Started(_)) => true,
+            None => false,
+        };
+        let next = go_on.then_some((running, w));
+        Some((stream::iter(batch.into_iter().map(Ok::<Event, Infallible>)), next))
+    })
+    .flatten();
+    Ok(Sse::new(stream::iter([Ok(start)]).chain(events)).into_response())
+}

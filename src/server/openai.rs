@@ -1,0 +1,206 @@
+//! `POST /v1/chat/completions`: the OpenAI Chat Completions API with tools,
+//! `response_format` and streaming (`chat.completion.chunk` server-sent events with
+//! per-index `tool_calls` deltas, `stream_options.include_usage`, `data: [DONE]`).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::{stream, StreamExt};
+use serde_json::{json, Value};
+
+use super::{now, read_body, ApiError, AppState, Msg, Running};
+use crate::engine::chat::{prepare_text_turn, prepare_turn, ChatTurn, PreparedTurn};
+use crate::engine::{Engine, GenerateParams};
+use crate::grammar::schema::Mode;
+use crate::sampling::SamplingParams;
+use crate::tools::stream::StreamEvent;
+use crate::tools::{Tool, ToolChoice};
+
+/// A validated `/v1/chat/completions` request.
+pub(crate) struct ChatRequest {
+    messages: Vec<Value>,
+    tools: Vec<Tool>,
+    choice: ToolChoice,
+    parallel: bool,
+    schema: Option<(Value, Mode)>,
+    params: GenerateParams,
+    stream: bool,
+    include_usage: bool,
+}
+
+impl ChatRequest {
+    fn parse(s: &AppState, body: &[u8]) -> Result<Self, ApiError> {
+        let req: Value =
+            serde_json::from_slice(body).map_err(|e| ApiError::bad(format!("malformed JSON body: {e}"), None))?;
+        let obj = req.as_object().ok_or_else(|| ApiError::bad("the body must be a JSON object", None))?;
+        if let Some(m) = obj.get("model").and_then(Value::as_str) {
+            if m != s.model_id && m != "default" {
+                return Err(ApiError {
+                    status: StatusCode::NOT_FOUND,
+                    kind: "invalid_request_error",
+                    message: format!("model `{m}` not found (this server serves `{}`)", s.model_id),
+                    param: Some("model".into()),
+                });
+            }
+        }
+        let stream = match obj.get("stream") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => return Err(ApiError::bad("`stream` must be a boolean", Some("stream"))),
+        };
+        let include_usage = req.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false);
+        if obj.get("n").and_then(Value::as_u64).is_some_and(|n| n != 1) {
+            return Err(ApiError::bad("only n=1 is supported", Some("n")));
+        }
+        let messages = obj
+            .get("messages")
+            .and_then(Value::as_array)
+            .filter(|m| !m.is_empty())
+            .ok_or_else(|| ApiError::bad("`messages` must be a non-empty array", Some("messages")))?
+            .clone();
+        let tools: Vec<Tool> = match obj.get("tools") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(t) => serde_json::from_value(t.clone())
+                .map_err(|e| ApiError::bad(format!("invalid `tools`: {e}"), Some("tools")))?,
+        };
+        let choice = match obj.get("tool_choice") {
+            None | Some(Value::Null) => ToolChoice::Auto,
+            Some(v) => ToolChoice::from_json(v).map_err(|e| ApiError::bad(e.to_string(), Some("tool_choice")))?,
+        };
+        let parallel = obj.get("parallel_tool_calls").and_then(Value::as_bool).unwrap_or(true);
+        let max_tokens =
+            obj.get("max_completion_tokens").or_else(|| obj.get("max_tokens")).and_then(Value::as_u64).unwrap_or(512)
+                as usize;
+        let sampling = SamplingParams {
+            temperature: obj.get("temperature").and_then(Value::as_f64).unwrap_or(1.0) as f32,
+            top_p: obj.get("top_p").and_then(Value::as_f64).unwrap_or(1.0) as f32,
+            presence_penalty: obj.get("presence_penalty").and_then(Value::as_f64).unwrap_or(0.0) as f32,
+            frequency_penalty: obj.get("frequency_penalty").and_then(Value::as_f64).unwrap_or(0.0) as f32,
+            seed: obj.get("seed").and_then(Value::as_u64).unwrap_or_else(now),
+            ..SamplingParams::greedy()
+        };
+        sampling.validate().map_err(ApiError::from)?;
+        let stop = match obj.get("stop") {
+            None | Some(Value::Null) => vec![],
+            Some(Value::String(s)) => vec![s.clone()],
+            Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).map(String::from).collect(),
+            Some(_) => return Err(ApiError::bad("`stop` must be a string or an array of strings", Some("stop"))),
+        };
+        let schema = match obj.get("response_format") {
+            Some(rf) if rf.get("type").and_then(Value::as_str) == Some("json_schema") => Some((
+                rf.pointer("/json_schema/schema")
+                    .cloned()
+                    .ok_or_else(|| ApiError::bad("json_schema.schema is missing", Some("response_format")))?,
+                if rf.pointer("/json_schema/strict").and_then(Value::as_bool) == Some(true) {
+                    Mode::Strict
+                } else {
+                    Mode::Lenient
+                },
+            )),
+            Some(rf) if rf.get("type").and_then(Value::as_str) == Some("json_object") => {
+                Some((json!({"type": "object", "additionalProperties": true}), Mode::Lenient))
+            }
+            _ => None,
+        };
+        let params = GenerateParams { max_tokens, sampling, stop, ..GenerateParams::default() };
+        Ok(Self { messages, tools, choice, parallel, schema, params, stream, include_usage })
+    }
+
+    /// Render, tokenize and compile: every request error surfaces here, before a
+    /// stream starts.
+    fn prepare(self, engine: &mut Engine, s: &AppState) -> crate::Result<PreparedTurn> {
+        if !self.tools.is_empty() && self.choice != ToolChoice::None {
+            prepare_turn(engine, &s.setup, self.messages, &self.tools, &self.choice, self.parallel, s.tool_mode)
+        } else {
+            prepare_text_turn(engine, &s.setup, self.messages, self.schema.as_ref().map(|(v, m)| (v, *m)))
+        }
+    }
+}
+
+fn usage_json(turn: &ChatTurn) -> Value {
+    json!({"prompt_tokens": turn.prompt_tokens, "completion_tokens": turn.completion_tokens,
+        "total_tokens": turn.prompt_tokens + turn.completion_tokens})
+}
+
+fn message_json(turn: &ChatTurn) -> Value {
+    let content =
+        if turn.content.is_empty() && !turn.tool_calls.is_empty() { Value::Null } else { json!(turn.content) };
+    let mut msg = json!({"role": "assistant", "content": content});
+    if !turn.tool_calls.is_empty() {
+        msg["tool_calls"] = serde_json::to_value(&turn.tool_calls).unwrap_or(Value::Null);
+    }
+    msg
+}
+
+/// The OpenAI `delta` of one stream event.
+fn delta_json(e: &StreamEvent) -> Value {
+    match e {
+        StreamEvent::Content(c) => json!({"content": c}),
+        StreamEvent::CallStart { index, id, name } => json!({"tool_calls": [{"index": index, "id": id,
+            "type": "function", "function": {"name": name, "arguments": ""}}]}),
+        StreamEvent::Arguments { index, fragment } => {
+            json!({"tool_calls": [{"index": index, "function": {"arguments": fragment}}]})
+        }
+    }
+}
+
+/// One `chat.completion.chunk` event.
+fn chunk(head: &Value, delta: Value, finish: Option<&str>) -> Event {
+    let mut v = head.clone();
+    v["choices"] = json!([{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": null}]);
+    Event::default().data(v.to_string())
+}
+
+/// The handler.
+pub(crate) async fn chat_completions(State(s): State<Arc<AppState>>, req: Request) -> Result<Response, ApiError> {
+    let body = read_body(req).await?;
+    let mut r = ChatRequest::parse(&s, &body)?;
+    let (stream, include_usage) = (r.stream, r.include_usage);
+    let params = std::mem::take(&mut r.params);
+    let running = Running::start(&s, move |e, st| r.prepare(e, st), params, stream).await?;
+    let id = format!("chatcmpl-{:016x}", rand::random::<u64>());
+    let (created, model) = (now(), s.model_id.clone());
+    if !stream {
+        let turn = running.finish().await?;
+        return Ok(Json(json!({
+            "id": id, "object": "chat.completion", "created": created, "model": model,
+            "choices": [{"index": 0, "message": message_json(&turn), "finish_reason": turn.finish_reason,
+                "logprobs": null}],
+            "usage": usage_json(&turn),
+        }))
+        .into_response());
+    }
+    let head = json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model});
+    let first = chunk(&head, json!({"role": "assistant", "content": ""}), None);
+    let events = stream::unfold(Some((running, head)), move |st| async move {
+        let (mut running, head) = st?;
+        let (batch, go_on) = match running.next().await {
+            Some(Msg::Event(e)) => (vec![chunk(&head, delta_json(&e), None)], true),
+            Some(Msg::Done(turn)) => {
+                let mut b = vec![chunk(&head, json!({}), Some(turn.finish_reason))];
+                if include_usage {
+                    let mut v = head.clone();
+                    v["choices"] = json!([]);
+                    v["usage"] = usage_json(&turn);
+                    b.push(Event::default().data(v.to_string()));
+                }
+                b.push(Event::default().data("[DONE]"));
+                (b, false)
+            }
+            Some(Msg::Failed(e)) => {
+                (vec![Event::default().data(e.body().to_string()), Event::default().data("[DONE]")], false)
+            }
+            Some(Msg::Started(_)) => (vec![], true),
+            None => (vec![], false),
+        };
+        let next = go_on.then_some((running, head));
+        Some((stream::iter(batch.into_iter().map(Ok::<Event, Infallible>)), next))
+    })
+    .flatten();
+    Ok(Sse::new(stream::iter([Ok(first)]).chain(events)).into_response())
+}

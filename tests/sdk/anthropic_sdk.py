@@ -1,0 +1,76 @@
+"""Drive a running toolgate server with the official Anthropic Python SDK.
+
+usage: python anthropic_sdk.py BASE_URL MODEL_ID
+"""
+import json
+import sys
+
+import anthropic
+
+base, model = sys.argv[1], sys.argv[2]
+client = anthropic.Anthropic(base_url=base, api_key="unused", max_retries=0, timeout=300)
+
+TOOLS = [{
+    "name": "get_weather",
+    "description": "Current weather for a city",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+                     "required": ["city", "days"]},
+}]
+# This SDK version no longer takes `temperature` as an argument; the server still
+# reads it from the body (greedy decoding makes streamed and non-streamed comparable).
+T0 = {"temperature": 0}
+Q = [{"role": "user", "content": "What is the weather in Paris for the next 2 days?"}]
+
+# Non-streaming with tool_choice any.
+m = client.messages.create(model=model, max_tokens=60, messages=Q, tools=TOOLS, extra_body=T0,
+                           tool_choice={"type": "any", "disable_parallel_tool_use": True})
+assert m.stop_reason == "tool_use", m
+uses = [b for b in m.content if b.type == "tool_use"]
+assert len(uses) == 1 and uses[0].name == "get_weather", m
+assert isinstance(uses[0].input["city"], str) and isinstance(uses[0].input["days"], int), uses[0].input
+assert m.usage.input_tokens > 0 and m.usage.output_tokens > 0
+print("ok messages:", uses[0].input)
+
+# Streaming: the SDK accumulates input_json_delta into the same tool_use input.
+deltas = 0
+with client.messages.stream(model=model, max_tokens=60, messages=Q, tools=TOOLS, extra_body=T0,
+                            tool_choice={"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True}) as s:
+    for ev in s:
+        if ev.type == "content_block_delta" and ev.delta.type == "input_json_delta":
+            deltas += 1
+    final = s.get_final_message()
+suse = [b for b in final.content if b.type == "tool_use"]
+assert final.stop_reason == "tool_use" and len(suse) == 1, final
+assert suse[0].input == uses[0].input, (suse[0].input, uses[0].input)
+assert deltas > 1, deltas
+print("ok streamed:", suse[0].input, f"in {deltas} input_json deltas")
+
+# tool_result turn.
+m2 = client.messages.create(model=model, max_tokens=30, extra_body=T0, tools=TOOLS, tool_choice={"type": "none"},
+                            system="You are a weather assistant.",
+                            messages=Q + [
+                                {"role": "assistant", "content": [{"type": "tool_use", "id": uses[0].id,
+                                                                   "name": "get_weather", "input": uses[0].input}]},
+                                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": uses[0].id,
+                                                              "content": json.dumps({"forecast": "sunny, 21C"})}]},
+                            ])
+assert m2.stop_reason in ("end_turn", "max_tokens") and m2.content and m2.content[0].type == "text", m2
+print("ok tool_result turn:", m2.content[0].text[:60].replace("\n", " "))
+
+# Streamed plain text equals non-streamed.
+plain = client.messages.create(model=model, max_tokens=12, extra_body=T0, messages=[{"role": "user", "content": "Say hello"}])
+with client.messages.stream(model=model, max_tokens=12, extra_body=T0, messages=[{"role": "user", "content": "Say hello"}]) as s:
+    text = "".join(s.text_stream)
+assert text == plain.content[0].text, (text, plain)
+
+try:
+    client.messages.create(model="nope", max_tokens=5, messages=Q)
+    raise AssertionError("expected NotFoundError")
+except anthropic.NotFoundError:
+    pass
+try:
+    client.messages.create(model=model, max_tokens=5, messages=Q, tools=TOOLS, tool_choice={"type": "tool", "name": "missing"})
+    raise AssertionError("expected BadRequestError")
+except anthropic.BadRequestError as e:
+    assert "missing" in str(e)
+print("ok errors")
