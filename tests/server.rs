@@ -33,11 +33,14 @@ fn post_stream(s: &Server, body: &Value) -> Vec<String> {
     text.lines().filter_map(|l| l.strip_prefix("data: ")).map(String::from).collect()
 }
 
-/// Accumulate streamed chunks the way the OpenAI SDKs do.
-fn accumulate(events: &[String]) -> (String, Vec<(String, String, String)>, String, Option<Value>) {
+/// `(id, name, arguments)` of a streamed call.
+type Call = (String, String, String);
+
+/// Accumulate streamed chunks the way the OpenAI SDKs do: content, calls, finish
+/// reason, usage.
+fn accumulate(events: &[String]) -> (String, Vec<Call>, String, Option<Value>) {
     assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
-    let (mut content, mut calls, mut finish, mut usage) =
-        (String::new(), Vec::<(String, String, String)>::new(), String::new(), None);
+    let (mut content, mut calls, mut finish, mut usage) = (String::new(), Vec::<Call>::new(), String::new(), None);
     for (i, e) in events[..events.len() - 1].iter().enumerate() {
         let v: Value = serde_json::from_str(e).unwrap();
         assert_eq!(v["object"], "chat.completion.chunk");

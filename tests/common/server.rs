@@ -32,7 +32,7 @@ pub fn agent() -> ureq::Agent {
 /// Start the server on SmolLM2 with `extra` flags; waits for `/health`.
 pub fn start(extra: &[&str]) -> Server {
     let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
         .arg("serve")
         .arg("--model")
         .arg(super::model(super::SMOLLM2))
@@ -50,5 +50,7 @@ pub fn start(extra: &[&str]) -> Server {
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("server did not come up");
 }
