@@ -105,6 +105,9 @@ struct ServeArgs {
     /// `constrained`: tool calls always valid for the schemas; `native`: free generation + parser.
     #[arg(long, env = "TOOLGATE_TOOL_MODE", default_value = "constrained", value_parser = ["constrained", "native"])]
     tool_mode: String,
+    /// Requests that may wait for or hold the model at once; more get 429 with Retry-After.
+    #[arg(long, env = "TOOLGATE_MAX_QUEUE", default_value_t = toolgate::server::DEFAULT_MAX_QUEUE)]
+    max_queue: usize,
 }
 
 #[derive(Debug, Args)]
@@ -386,7 +389,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         args.gate.tool_fallback,
     )?;
     let mode = if args.tool_mode == "native" { ToolMode::Native } else { ToolMode::Constrained };
-    let state = std::sync::Arc::new(toolgate::server::AppState::new(engine, setup, id, mode));
+    let state =
+        std::sync::Arc::new(toolgate::server::AppState::new(engine, setup, id, mode).with_max_queue(args.max_queue));
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(toolgate::server::serve(state, &args.host, args.port))?;
     Ok(())

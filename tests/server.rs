@@ -232,3 +232,77 @@ fn answers_tool_calls_and_errors_like_openai() {
     assert_eq!(props["chat_format"], "generic");
     assert_eq!(props["caps"]["supports_tools"], true);
 }
+
+/// The value of an unlabelled or labelled sample in Prometheus text.
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']) || l.starts_with(&format!("{name} ")))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[test]
+fn queue_bound_429_cancel_on_disconnect_and_metrics() {
+    use std::io::{Read, Write};
+    let s = start(&["--tool-fallback", "generic", "--max-queue", "1"]);
+    // A long streamed turn: parallel required calls on SmolLM2 go on until max_tokens.
+    let long = json!({"messages": [{"role": "user", "content": "Weather in Paris, Rome, Oslo, Lima and Kyiv?"}],
+        "tools": [{"type": "function", "function": {"name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}],
+        "tool_choice": "required", "max_tokens": 400, "temperature": 0, "stream": true})
+    .to_string();
+    let mut c = std::net::TcpStream::connect(s.base.trim_start_matches("http://")).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    write!(c, "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{long}", long.len()).unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("\"tool_calls\"") {
+        let n = c.read(&mut buf).unwrap();
+        assert!(n > 0, "stream ended early: {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    // The one slot is taken: the next request is turned away with Retry-After.
+    let mut r = agent()
+        .post(format!("{}/v1/chat/completions", s.base))
+        .header("content-type", "application/json")
+        .send(json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}).to_string())
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 429);
+    assert_eq!(r.headers().get("retry-after").unwrap(), "1");
+    let v: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+    assert_eq!(v["error"]["type"], "rate_limit_error");
+    let mut r = agent()
+        .post(format!("{}/v1/messages", s.base))
+        .header("content-type", "application/json")
+        .send(json!({"max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}).to_string())
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 429);
+    let v: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+    assert_eq!(v["error"]["type"], "rate_limit_error");
+
+    // The client goes away: its generation stops and the slot frees.
+    drop(c);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        let (status, _) =
+            post(&s, &json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}).to_string());
+        if status != 429 || std::time::Instant::now() > deadline {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(status, 200);
+
+    let mut r = agent().get(format!("{}/metrics", s.base)).call().unwrap();
+    let text = r.body_mut().read_to_string().unwrap();
+    assert!(text.contains(r#"toolgate_requests_total{endpoint="/v1/chat/completions",status="429"} "#), "{text}");
+    assert!(text.contains(r#"toolgate_requests_total{endpoint="/v1/messages",status="429"} 1"#), "{text}");
+    assert!(metric(&text, "toolgate_tool_calls_total") >= 1.0, "{text}");
+    assert!(metric(&text, "toolgate_constraint_mask_seconds_total") > 0.0, "{text}");
+    assert!(metric(&text, "toolgate_time_to_first_token_seconds_count") >= 2.0, "{text}");
+    assert_eq!(metric(&text, "toolgate_queue_depth"), 0.0, "{text}");
+    // The cancelled turn stopped long before its 400 tokens.
+    let generated = metric(&text, "toolgate_completion_tokens_total");
+    assert!(generated > 0.0 && generated < 200.0, "{generated} tokens generated: {text}");
+}

@@ -106,6 +106,26 @@ pub struct ChatTurn {
     pub prompt_tokens: usize,
     /// Tokens generated.
     pub completion_tokens: usize,
+    /// Where the time went.
+    pub timings: TurnTimings,
+}
+
+/// Time spent in one turn's generation.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct TurnTimings {
+    /// Prefill up to the first generated token.
+    #[serde(serialize_with = "secs")]
+    pub prompt: std::time::Duration,
+    /// The remaining tokens.
+    #[serde(serialize_with = "secs")]
+    pub decode: std::time::Duration,
+    /// Computing constraint masks (inside `prompt` and `decode`).
+    #[serde(serialize_with = "secs")]
+    pub mask: std::time::Duration,
+}
+
+fn secs<S: serde::Serializer>(d: &std::time::Duration, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
 }
 
 enum TurnConstraint {
@@ -277,6 +297,7 @@ impl PreparedTurn {
             parse_failures: out.failures,
             prompt_tokens: gen.prompt_tokens,
             completion_tokens: gen.completion_tokens,
+            timings: TurnTimings { prompt: gen.prompt_time, decode: gen.decode_time, mask: gen.mask_time },
         })
     }
 }

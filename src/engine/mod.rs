@@ -146,6 +146,8 @@ pub struct Generation {
     pub prompt_time: Duration,
     /// Wall time of decoding the remaining tokens.
     pub decode_time: Duration,
+    /// Time spent computing constraint masks (part of prompt and decode time).
+    pub mask_time: Duration,
 }
 
 impl Generation {
@@ -310,6 +312,7 @@ impl Engine {
         let mut stops = StopMatcher::new(&params.stop);
         let mut tokens = Vec::new();
         let mut prompt_time = Duration::ZERO;
+        let mut mask_time = Duration::ZERO;
         let mut finish = FinishReason::Length;
         let mut stop_hit = false;
         let mut decode_started = Instant::now();
@@ -328,7 +331,9 @@ impl Engine {
                     match m.forced_token() {
                         Some(t) => t,
                         None => {
+                            let t = Instant::now();
                             m.fill_mask(&mut mask)?;
+                            mask_time += t.elapsed();
                             sampler.sample(&mut logits, Some(&mask))?
                         }
                     }
@@ -384,6 +389,7 @@ impl Engine {
             finish_reason: finish,
             prompt_time,
             decode_time,
+            mask_time,
         })
     }
 }

@@ -50,7 +50,7 @@ impl AnthropicError {
 
 impl IntoResponse for AnthropicError {
     fn into_response(self) -> Response {
-        (self.0.status, Json(self.body())).into_response()
+        super::with_retry_after(self.0.status, (self.0.status, Json(self.body())).into_response())
     }
 }
 

@@ -4,18 +4,20 @@
 //!
 //! One model per process; requests run one at a time on a blocking thread (the
 //! engine holds a single KV cache) and a client that disconnects cancels its
-//! generation before the next token. Every error is an error object in the
-//! endpoint's own style with the right status. Not yet here (see the issue tracker):
-//! queue limits with 429, metrics.
+//! generation before the next token. At most `max_queue` requests wait for or hold
+//! the engine; past that, 429 with `Retry-After`. Every error is an error object in
+//! the endpoint's own style with the right status. `GET /metrics` exposes
+//! Prometheus metrics ([`metrics`]).
 
 pub mod anthropic;
+pub mod metrics;
 pub mod openai;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use axum::extract::{Request, State};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -27,6 +29,7 @@ use crate::engine::{Engine, GenerateParams};
 use crate::template::ChatSetup;
 use crate::tools::stream::StreamEvent;
 use crate::Error;
+use metrics::{Metrics, RequestLabels};
 
 /// Request bodies larger than this get 413.
 pub const MAX_BODY_BYTES: usize = 4 << 20;
@@ -37,12 +40,55 @@ pub struct AppState {
     pub(crate) setup: ChatSetup,
     pub(crate) model_id: String,
     pub(crate) tool_mode: ToolMode,
+    max_queue: usize,
+    queued: AtomicUsize,
+    metrics: Metrics,
 }
 
+/// Default bound on requests waiting for or holding the engine.
+pub const DEFAULT_MAX_QUEUE: usize = 64;
+
 impl AppState {
-    /// Serve `engine` (which passed the gate with `setup`) as `model_id`.
+    /// Serve `engine` (which passed the gate with `setup`) as `model_id`, with at most
+    /// [`DEFAULT_MAX_QUEUE`] requests queued.
     pub fn new(engine: Engine, setup: ChatSetup, model_id: String, tool_mode: ToolMode) -> Self {
-        Self { engine: Mutex::new(engine), setup, model_id, tool_mode }
+        Self {
+            engine: Mutex::new(engine),
+            setup,
+            model_id,
+            tool_mode,
+            max_queue: DEFAULT_MAX_QUEUE,
+            queued: AtomicUsize::new(0),
+            metrics: Metrics::new(),
+        }
+    }
+
+    /// Answer 429 once `n` requests (at least 1) are waiting for or holding the engine.
+    pub fn with_max_queue(mut self, n: usize) -> Self {
+        self.max_queue = n.max(1);
+        self
+    }
+}
+
+/// A request's place in the queue, given back on drop.
+struct QueueSlot(Arc<AppState>);
+
+impl QueueSlot {
+    fn take(s: &Arc<AppState>) -> Option<Self> {
+        let depth = s.queued.fetch_add(1, Ordering::SeqCst) + 1;
+        if depth > s.max_queue {
+            s.queued.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        s.metrics.queue_depth.set(depth as i64);
+        Some(Self(s.clone()))
+    }
+}
+
+impl Drop for QueueSlot {
+    fn drop(&mut self) {
+        let depth = self.0.queued.fetch_sub(1, Ordering::SeqCst) - 1;
+        self.0.metrics.queue_depth.set(depth as i64);
     }
 }
 
@@ -74,8 +120,16 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(self.body())).into_response()
+        with_retry_after(self.status, (self.status, Json(self.body())).into_response())
     }
+}
+
+/// 429s tell the client when to come back.
+pub(crate) fn with_retry_after(status: StatusCode, mut r: Response) -> Response {
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        r.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+    }
+    r
 }
 
 impl From<Error> for ApiError {
@@ -106,7 +160,24 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/props", get(props))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/messages", post(anthropic::messages))
+        .route("/metrics", get(metrics_text))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), count_requests))
         .with_state(state)
+}
+
+async fn count_requests(State(s): State<Arc<AppState>>, req: Request, next: axum::middleware::Next) -> Response {
+    let endpoint = req.extensions().get::<MatchedPath>().map(|p| p.as_str().to_string()).unwrap_or_default();
+    let resp = next.run(req).await;
+    s.metrics.requests.get_or_create(&RequestLabels { endpoint, status: resp.status().as_u16() }).inc();
+    resp
+}
+
+async fn metrics_text(State(s): State<Arc<AppState>>) -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        s.metrics.render(),
+    )
+        .into_response()
 }
 
 async fn models(State(s): State<Arc<AppState>>) -> Json<Value> {
@@ -199,12 +270,21 @@ impl Running {
     where
         P: FnOnce(&mut Engine, &AppState) -> crate::Result<PreparedTurn> + Send + 'static,
     {
+        let slot = QueueSlot::take(s).ok_or_else(|| ApiError {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            kind: "rate_limit_error",
+            message: format!("the server is busy ({} requests queued); retry shortly", s.max_queue),
+            param: None,
+        })?;
+        let queued_at = Instant::now();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Msg>();
         let cancel = Arc::new(AtomicBool::new(false));
         let guard = CancelOnDrop(cancel.clone());
         let state = s.clone();
         tokio::task::spawn_blocking(move || {
+            let _slot = slot;
             let mut engine = state.engine.lock().unwrap_or_else(|p| p.into_inner());
+            let queued = queued_at.elapsed();
             if cancel.load(Ordering::Relaxed) {
                 return; // the client left while queued
             }
@@ -223,7 +303,10 @@ impl Running {
                 }
             });
             let _ = tx.send(match result {
-                Ok(turn) => Msg::Done(turn),
+                Ok(turn) => {
+                    state.metrics.turn(&turn, queued);
+                    Msg::Done(turn)
+                }
                 Err(e) => Msg::Failed(e.into()),
             });
         });

@@ -1,0 +1,120 @@
+//! `GET /metrics`: Prometheus text exposition of what the server did.
+//!
+//! Requests by endpoint and status, prompt and completion tokens, request latency,
+//! time to first token, queue depth, tool calls and parse failures, and the time spent
+//! computing constraint masks — enough to see throughput, tail latency and what the
+//! constraint engine costs in production.
+
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::engine::chat::ChatTurn;
+
+/// Labels of a finished request.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// Route path.
+    pub endpoint: String,
+    /// HTTP status.
+    pub status: u16,
+}
+
+/// Every metric the server keeps. Cheap to update (atomics) from any thread.
+pub struct Metrics {
+    registry: Registry,
+    /// Requests by endpoint and status.
+    pub requests: Family<RequestLabels, Counter>,
+    /// Requests waiting for or holding the engine.
+    pub queue_depth: Gauge,
+    prompt_tokens: Counter,
+    completion_tokens: Counter,
+    tool_calls: Counter,
+    parse_failures: Counter,
+    mask_seconds: Counter<f64, AtomicU64>,
+    turn_seconds: Histogram,
+    first_token_seconds: Histogram,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A registry with every metric at zero.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("toolgate");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register("requests", "HTTP requests by endpoint and status", requests.clone());
+        let queue_depth = Gauge::default();
+        registry.register("queue_depth", "Requests queued for or holding the engine", queue_depth.clone());
+        let prompt_tokens = Counter::default();
+        registry.register("prompt_tokens", "Prompt tokens processed", prompt_tokens.clone());
+        let completion_tokens = Counter::default();
+        registry.register("completion_tokens", "Tokens generated", completion_tokens.clone());
+        let tool_calls = Counter::default();
+        registry.register("tool_calls", "Tool calls returned", tool_calls.clone());
+        let parse_failures = Counter::default();
+        registry.register(
+            "tool_call_parse_failures",
+            "Call blocks that did not parse (native mode)",
+            parse_failures.clone(),
+        );
+        let mask_seconds = Counter::<f64, AtomicU64>::default();
+        registry.register("constraint_mask_seconds", "Time spent computing grammar token masks", mask_seconds.clone());
+        let turn_seconds = Histogram::new(exponential_buckets(0.05, 2.0, 14));
+        registry.register("turn_seconds", "Queue wait + prefill + decode of one turn", turn_seconds.clone());
+        let first_token_seconds = Histogram::new(exponential_buckets(0.01, 2.0, 14));
+        registry.register(
+            "time_to_first_token_seconds",
+            "Queue wait + prefill until the first generated token",
+            first_token_seconds.clone(),
+        );
+        Self {
+            registry,
+            requests,
+            queue_depth,
+            prompt_tokens,
+            completion_tokens,
+            tool_calls,
+            parse_failures,
+            mask_seconds,
+            turn_seconds,
+            first_token_seconds,
+        }
+    }
+
+    /// Record a finished turn that waited `queued` for the engine.
+    pub fn turn(&self, turn: &ChatTurn, queued: Duration) {
+        self.prompt_tokens.inc_by(turn.prompt_tokens as u64);
+        self.completion_tokens.inc_by(turn.completion_tokens as u64);
+        self.tool_calls.inc_by(turn.tool_calls.len() as u64);
+        self.parse_failures.inc_by(turn.parse_failures as u64);
+        self.mask_seconds.inc_by(turn.timings.mask.as_secs_f64());
+        let q = queued.as_secs_f64();
+        self.first_token_seconds.observe(q + turn.timings.prompt.as_secs_f64());
+        self.turn_seconds.observe(q + turn.timings.prompt.as_secs_f64() + turn.timings.decode.as_secs_f64());
+    }
+
+    /// The exposition text.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+}
