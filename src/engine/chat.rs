@@ -152,7 +152,7 @@ impl std::fmt::Debug for PreparedTurn {
 }
 
 fn check_context(engine: &mut Engine, prompt: &[u32]) -> Result<()> {
-    let ctx = engine.model().context_length();
+    let ctx = engine.context_length();
     if prompt.len() >= ctx {
         return Err(Error::ContextOverflow { prompt_tokens: prompt.len(), context_length: ctx });
     }

@@ -6,6 +6,7 @@
 //! end-of-generation token, a stop string, `max_tokens` or the context limit.
 
 pub mod chat;
+pub mod conversation;
 pub mod stop;
 
 use std::path::Path;
@@ -167,6 +168,9 @@ pub struct Engine {
     model: Box<dyn Model>,
     tokenizer: Tokenizer,
     gguf: GgufFile,
+    /// The tokens whose keys and values are in the model's cache, in order: the next
+    /// generation skips prefilling the prefix its prompt shares with them.
+    cached: Vec<u32>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -199,7 +203,7 @@ impl Engine {
                 reason: format!("{} logits for {} tokens", model.vocab_size(), tokenizer.vocab_size()),
             });
         }
-        Ok(Self { model, tokenizer, gguf })
+        Ok(Self { model, tokenizer, gguf, cached: Vec::new() })
     }
 
     /// The tokenizer.
@@ -212,9 +216,25 @@ impl Engine {
         &self.gguf
     }
 
-    /// The model.
+    /// The model. Using it directly may change its cache, so the engine forgets its
+    /// cached prefix (the next generation prefills its whole prompt).
     pub fn model(&mut self) -> &mut dyn Model {
+        self.cached.clear();
         self.model.as_mut()
+    }
+
+    /// The model's context window, in tokens.
+    pub fn context_length(&self) -> usize {
+        self.model.context_length()
+    }
+
+    /// How many leading tokens of `prompt` the next generation would not need to
+    /// prefill, because the model's cache already holds them (a shared system prompt
+    /// and tool list, the earlier turns of a conversation). At least one prompt token is
+    /// always run, for its logits.
+    pub fn reusable_prefix(&self, prompt: &[u32]) -> usize {
+        let common = self.cached.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        common.min(prompt.len().saturating_sub(1))
     }
 
     /// Generate from a raw text prompt (BOS added if the model wants it; special-token
@@ -235,7 +255,11 @@ impl Engine {
     /// Generate a continuation of `prompt` (token ids), calling `on_text` with each
     /// piece of text as soon as it is complete and cannot be part of a stop string.
     ///
-    /// The KV cache is reset first (no state carries over between calls).
+    /// The KV cache keeps the prefix this prompt shares with the previous call's
+    /// tokens ([`Engine::reusable_prefix`]) and prefills only the rest: a repeated
+    /// system prompt and tool list, or the earlier turns of a conversation, cost
+    /// nothing the second time. The output is what a full prefill gives, up to
+    /// floating-point rounding in the last prompt position.
     ///
     /// # Errors
     /// [`Error::ContextOverflow`] if the prompt does not fit; [`Error::InvalidParameter`]
@@ -302,10 +326,15 @@ impl Engine {
             sampler.accept(t);
         }
         let started = Instant::now();
-        self.model.truncate(0);
+        // Prefix reuse: keep the cached keys/values of the prefix this prompt shares
+        // with the previous sequence and prefill only the rest.
+        let reuse = self.reusable_prefix(prompt);
+        self.model.truncate(reuse);
+        self.cached.truncate(reuse);
         let mut logits = Vec::new();
-        for chunk in prompt.chunks(PREFILL_CHUNK) {
+        for chunk in prompt[reuse..].chunks(PREFILL_CHUNK) {
             logits = self.model.forward(chunk)?;
+            self.cached.extend_from_slice(chunk);
         }
         let eog = self.tokenizer.eog_tokens().to_vec();
         let mut detok = self.tokenizer.detokenizer(!params.keep_special_text);
@@ -369,6 +398,7 @@ impl Engine {
                 break;
             }
             logits = self.model.forward(&[next])?;
+            self.cached.push(next);
         }
         if !stop_hit {
             let tail = detok.finish();

@@ -1,6 +1,7 @@
 //! Tool calling: OpenAI tool types, the constrained grammar of a family's calls for a
 //! `tool_choice`, and the parser that turns model output into OpenAI `tool_calls`.
 
+pub mod definition;
 pub mod format;
 pub mod stream;
 

@@ -1,0 +1,91 @@
+//! The embedding API on the real SmolLM2: a tool built with `ToolDefinition`, a
+//! two-step `ToolConversation`, and the Hermes format on real weights (SmolLM2 with the
+//! Qwen 2.5 chat template, which passes the gate natively).
+
+mod common;
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+use toolgate::engine::chat::ToolMode;
+use toolgate::engine::conversation::ToolConversation;
+use toolgate::engine::Engine;
+use toolgate::model::DeviceChoice;
+use toolgate::template::source::GgufTemplates;
+use toolgate::template::{gate, ToolFallback};
+use toolgate::tools::definition::{Schema, ToolDefinition};
+use toolgate::tools::ToolChoice;
+
+fn weather() -> ToolDefinition {
+    ToolDefinition::new("get_weather")
+        .description("Current weather for a city")
+        .parameter("city", Schema::string())
+        .parameter("days", Schema::integer().description("Forecast length"))
+        .required(["city", "days"])
+}
+
+fn check_call(call: &toolgate::tools::ToolCall) {
+    assert_eq!(call.function.name, "get_weather");
+    let args: Value = serde_json::from_str(&call.function.arguments).unwrap();
+    assert!(args["city"].is_string() && args["days"].is_i64(), "{args}");
+    assert!(args.as_object().unwrap().keys().all(|k| k == "city" || k == "days"), "{args}");
+}
+
+#[test]
+fn two_step_tool_conversation_keeps_history() {
+    let mut engine = Engine::load(common::model(common::SMOLLM2), DeviceChoice::Cpu).unwrap();
+    // SmolLM2's own template cannot do tools: refused without a fallback.
+    let err = ToolConversation::new(&engine, ToolFallback::None, vec![weather().into()]).unwrap_err();
+    assert!(err.to_string().contains("does not support tool calling"), "{err}");
+
+    let mut chat = ToolConversation::new(&engine, ToolFallback::Generic, vec![weather().into()]).unwrap();
+    chat.params.max_tokens = 60;
+    chat.system("You are a helpful assistant.").user("What's the weather in Paris for 3 days?");
+    let turn = chat.respond(&mut engine, &ToolChoice::Required).unwrap();
+    assert!(!turn.tool_calls.is_empty(), "{turn:?}");
+    if turn.finish_reason == "tool_calls" {
+        turn.tool_calls.iter().for_each(check_call);
+    }
+    let first = turn.tool_calls[0].clone();
+    chat.tool_result(&first.id, r#"{"forecast": ["sun", "rain", "sun"]}"#);
+    // The prompt of the second turn starts with the first one's: only the new part is
+    // prefilled.
+    let answer = chat.respond(&mut engine, &ToolChoice::None).unwrap();
+    assert!(answer.tool_calls.is_empty());
+    assert!(!answer.content.is_empty(), "{answer:?}");
+    let roles: Vec<&str> = chat.messages().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "tool", "assistant"]);
+    assert_eq!(chat.messages()[2]["tool_calls"][0]["id"], first.id.as_str());
+}
+
+#[test]
+fn hermes_format_on_real_weights_with_the_qwen_template() {
+    let shared = std::env::var("TOOLGATE_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"));
+    let qwen = shared.join("templates/Qwen-Qwen2.5-7B-Instruct.jinja");
+    let mut engine = Engine::load(common::model(common::SMOLLM2), DeviceChoice::Cpu).unwrap();
+    let templates = GgufTemplates::from_gguf(engine.gguf()).unwrap();
+    // No fallback: the Qwen 2.5 template passes the gate on its own, as Hermes.
+    let setup = gate("smollm2+qwen2.5", &templates, Some("llama"), Some(&qwen), ToolFallback::None).unwrap();
+    assert_eq!(setup.family, "hermes");
+    assert!(setup.report.caps.tool_capable());
+    for mode in [ToolMode::Constrained, ToolMode::Native] {
+        let mut chat = ToolConversation::with_setup(setup.clone(), vec![weather().into()]);
+        chat.params.max_tokens = 60;
+        chat.parallel = false;
+        chat.mode = mode;
+        chat.user("What's the weather in Rome for the next 2 days?");
+        let mut streamed = Vec::new();
+        let turn = chat.respond_stream(&mut engine, &ToolChoice::Required, |e| streamed.push(e)).unwrap();
+        if mode == ToolMode::Constrained {
+            assert_eq!(turn.finish_reason, "tool_calls", "{turn:?}");
+            assert_eq!(turn.tool_calls.len(), 1);
+            check_call(&turn.tool_calls[0]);
+        } else {
+            // Native: whatever the model wrote, the parser lost nothing and invented nothing.
+            assert!(turn.tool_calls.iter().all(|c| serde_json::from_str::<Value>(&c.function.arguments).is_ok()));
+        }
+        assert!(!streamed.is_empty());
+    }
+}
