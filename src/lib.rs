@@ -10,7 +10,11 @@
 //! | [`tokenizer`] | GGUF vocabulary → [`tokenizers::Tokenizer`], special tokens, per-token bytes |
 //! | [`model`] | architectures on candle behind the [`model::Model`] trait, KV cache, device choice |
 //! | [`sampling`] | logits → next token: mask, penalties, temperature, top-k/top-p/min-p, seeded draw |
-//! | [`engine`] | the generation loop: prompt → tokens → streamed text, stop conditions |
+//! | [`template`] | the model's chat template: HF-compatible rendering, capability prober, the tool-calling gate |
+//! | [`grammar`] | JSON Schema → regex → lazy DFA → per-token masks (the constraint engine) |
+//! | [`engine`] | the generation loop: prompt → tokens → streamed text, stop conditions, prefix reuse; one chat turn; [`engine::conversation::ToolConversation`] |
+//! | [`tools`] | OpenAI tool types and builders, family call formats, the calls grammar, the streaming call parser |
+//! | [`server`] | OpenAI and Anthropic HTTP APIs on axum, metrics |
 //!
 //! ```no_run
 //! use toolgate::engine::{Engine, GenerateParams};

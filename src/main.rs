@@ -10,7 +10,7 @@ use toolgate::engine::{Engine, GenerateParams};
 use toolgate::gguf::GgufFile;
 use toolgate::grammar::regex::Json;
 use toolgate::grammar::schema::Mode;
-use toolgate::grammar::{Grammar, TokenVocab};
+use toolgate::grammar::Grammar;
 use toolgate::model::{DeviceChoice, LoadOptions};
 use toolgate::sampling::SamplingParams;
 use toolgate::template::source::GgufTemplates;
@@ -243,7 +243,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
             let mode = if args.schema_mode == "lenient" { Mode::Lenient } else { Mode::Strict };
             let grammar = std::sync::Arc::new(Grammar::from_schema(&schema, mode, &Json)?);
-            let vocab = std::sync::Arc::new(TokenVocab::from_tokenizer(engine.tokenizer()));
+            let vocab = engine.token_vocab();
             let mut matcher = grammar.matcher(vocab);
             engine.generate_constrained(&prompt, &params, &mut matcher, &mut emit)?
         }

@@ -211,13 +211,13 @@ pub fn prepare_turn(
             let regex = tools::calls_regex(fmt, tools, choice, parallel, &tok)?;
             TurnConstraint::Lazy(LazyConstraint {
                 grammar: Arc::new(Grammar::from_regex(&regex)?),
-                vocab: Arc::new(TokenVocab::from_tokenizer(&tok)),
+                vocab: engine.token_vocab(),
                 trigger: tools::marker_bytes(&fmt.call_start, &tok),
             })
         }
         (Some(fmt), ToolMode::Constrained, _) => {
             let regex = tools::calls_regex(fmt, tools, choice, parallel, &tok)?;
-            TurnConstraint::Full(Arc::new(Grammar::from_regex(&regex)?), Arc::new(TokenVocab::from_tokenizer(&tok)))
+            TurnConstraint::Full(Arc::new(Grammar::from_regex(&regex)?), engine.token_vocab())
         }
     };
     let incremental = mode == ToolMode::Constrained;
@@ -241,10 +241,9 @@ pub fn prepare_text_turn(
     let (_, prompt) = encode_chat(setup, &tok, messages, None, Default::default())?;
     check_context(engine, &prompt)?;
     let constraint = match schema {
-        Some((schema, mode)) => TurnConstraint::Full(
-            Arc::new(Grammar::from_schema(schema, mode, &JsonDialect)?),
-            Arc::new(TokenVocab::from_tokenizer(&tok)),
-        ),
+        Some((schema, mode)) => {
+            TurnConstraint::Full(Arc::new(Grammar::from_schema(schema, mode, &JsonDialect)?), engine.token_vocab())
+        }
         None => TurnConstraint::Free,
     };
     let parser = StreamParser::new(None, false, 0);
