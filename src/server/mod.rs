@@ -2,8 +2,8 @@
 //! ([`openai`]) and Anthropic-compatible `/v1/messages` ([`anthropic`]), both with
 //! tools and streaming, plus `/v1/models`, `/props` and `/health`.
 //!
-//! One model per process; requests run one at a time on a blocking thread (the
-//! engine holds a single KV cache) and a client that disconnects cancels its
+//! One model per process; requests run one at a time, in arrival order, on one
+//! generation thread (the engine holds a single KV cache) and a client that disconnects cancels its
 //! generation before the next token. At most `max_queue` requests wait for or hold
 //! the engine; past that, 429 with `Retry-After`. Every error is an error object in
 //! the endpoint's own style with the right status. `GET /metrics` exposes
@@ -37,12 +37,34 @@ pub const MAX_BODY_BYTES: usize = 4 << 20;
 /// What the server serves.
 pub struct AppState {
     engine: Mutex<Engine>,
+    /// The one generation thread: turns run there in arrival order.
+    worker: Mutex<std::sync::mpsc::Sender<Job>>,
     pub(crate) setup: ChatSetup,
     pub(crate) model_id: String,
     pub(crate) tool_mode: ToolMode,
     max_queue: usize,
     queued: AtomicUsize,
     metrics: Metrics,
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The generation thread. One long-lived thread (rather than a blocking-pool thread
+/// per request) keeps the allocator's working set in one arena: memory stays flat
+/// under many concurrent clients.
+fn spawn_worker() -> std::sync::mpsc::Sender<Job> {
+    let (tx, rx) = std::sync::mpsc::channel::<Job>();
+    std::thread::Builder::new()
+        .name("toolgate-generate".into())
+        .spawn(move || {
+            for job in rx {
+                // A panic in one turn (a bug) must not take the server down: that
+                // request's channel closes and it gets a 500.
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+            }
+        })
+        .expect("spawning the generation thread");
+    tx
 }
 
 /// Default bound on requests waiting for or holding the engine.
@@ -54,6 +76,7 @@ impl AppState {
     pub fn new(engine: Engine, setup: ChatSetup, model_id: String, tool_mode: ToolMode) -> Self {
         Self {
             engine: Mutex::new(engine),
+            worker: Mutex::new(spawn_worker()),
             setup,
             model_id,
             tool_mode,
@@ -281,7 +304,7 @@ impl Running {
         let cancel = Arc::new(AtomicBool::new(false));
         let guard = CancelOnDrop(cancel.clone());
         let state = s.clone();
-        tokio::task::spawn_blocking(move || {
+        let job: Job = Box::new(move || {
             let _slot = slot;
             let mut engine = state.engine.lock().unwrap_or_else(|p| p.into_inner());
             let queued = queued_at.elapsed();
@@ -310,6 +333,10 @@ impl Running {
                 Err(e) => Msg::Failed(e.into()),
             });
         });
+        let sent = s.worker.lock().unwrap_or_else(|p| p.into_inner()).send(job);
+        if sent.is_err() {
+            return Err(internal("the generation thread is gone"));
+        }
         match rx.recv().await {
             Some(Msg::Started(prompt_tokens)) => Ok(Self { rx, _cancel: guard, prompt_tokens }),
             Some(Msg::Failed(e)) => Err(e),
