@@ -258,6 +258,41 @@ fn masks_never_allow_special_tokens_and_end_only_when_complete() {
 }
 
 #[test]
+fn a_finished_matcher_leaves_its_masks_warm_for_the_next_one() {
+    let (tok, vocab) = smollm2_vocab();
+    let schema = json!({"type": "object", "properties": {"city": {"type": "string"}, "n": {"type": "integer"}},
+        "required": ["city", "n"]});
+    let g = Arc::new(grammar(schema.clone()));
+    let ids = tok.encode("{\"city\": \"Paris\", \"n\": 3}", toolgate::tokenizer::EncodeOptions::TEXT).unwrap();
+    let run = |m: &mut toolgate::grammar::Matcher| -> Vec<Vec<bool>> {
+        let mut mask = TokenMask::new(vocab.len());
+        let mut seen = Vec::new();
+        for &id in &ids {
+            m.fill_mask(&mut mask).unwrap();
+            seen.push((0..vocab.len() as u32).map(|t| mask.is_allowed(t)).collect());
+            m.commit(id).unwrap();
+        }
+        seen
+    };
+    let mut first = g.matcher(vocab.clone());
+    assert_eq!(first.cached_states(), 0);
+    let cold = run(&mut first);
+    let states = first.cached_states();
+    drop(first);
+    // Same grammar, same vocabulary: starts with every mask the first one computed…
+    let mut second = g.matcher(vocab.clone());
+    assert_eq!(second.cached_states(), states);
+    // …and they are the right masks.
+    assert_eq!(run(&mut second), cold);
+    // Another vocabulary object never inherits them.
+    drop(second);
+    let other = Arc::new(TokenVocab::from_tokenizer(&tok));
+    assert_eq!(g.matcher(other).cached_states(), 0);
+    // A fresh grammar of the same schema gives the same masks from cold.
+    assert_eq!(run(&mut Arc::new(grammar(schema)).matcher(vocab.clone())), cold);
+}
+
+#[test]
 fn multibyte_characters_split_across_tokens() {
     let (tok, vocab) = smollm2_vocab();
     let g = Arc::new(grammar(json!({"enum": ["日本語", "ümlaut"]})));

@@ -210,14 +210,14 @@ pub fn prepare_turn(
         (Some(fmt), ToolMode::Constrained, ToolChoice::Auto) => {
             let regex = tools::calls_regex(fmt, tools, choice, parallel, &tok)?;
             TurnConstraint::Lazy(LazyConstraint {
-                grammar: Arc::new(Grammar::from_regex(&regex)?),
+                grammar: engine.grammar(&regex)?,
                 vocab: engine.token_vocab(),
                 trigger: tools::marker_bytes(&fmt.call_start, &tok),
             })
         }
         (Some(fmt), ToolMode::Constrained, _) => {
             let regex = tools::calls_regex(fmt, tools, choice, parallel, &tok)?;
-            TurnConstraint::Full(Arc::new(Grammar::from_regex(&regex)?), engine.token_vocab())
+            TurnConstraint::Full(engine.grammar(&regex)?, engine.token_vocab())
         }
     };
     let incremental = mode == ToolMode::Constrained;

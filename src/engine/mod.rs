@@ -173,7 +173,13 @@ pub struct Engine {
     cached: Vec<u32>,
     /// The vocabulary trie constrained generation masks with, built on first use.
     vocab: std::sync::OnceLock<std::sync::Arc<crate::grammar::TokenVocab>>,
+    /// Compiled grammars by regex, so requests with the same tools or schema share one
+    /// (and its warm masks).
+    grammars: std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<crate::grammar::Grammar>>>,
 }
+
+/// Grammars kept by [`Engine::grammar`] before the cache starts over.
+pub const GRAMMAR_CACHE_ENTRIES: usize = 16;
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -205,7 +211,14 @@ impl Engine {
                 reason: format!("{} logits for {} tokens", model.vocab_size(), tokenizer.vocab_size()),
             });
         }
-        Ok(Self { model, tokenizer, gguf, cached: Vec::new(), vocab: std::sync::OnceLock::new() })
+        Ok(Self {
+            model,
+            tokenizer,
+            gguf,
+            cached: Vec::new(),
+            vocab: std::sync::OnceLock::new(),
+            grammars: Default::default(),
+        })
     }
 
     /// The tokenizer.
@@ -233,6 +246,26 @@ impl Engine {
         self.vocab
             .get_or_init(|| std::sync::Arc::new(crate::grammar::TokenVocab::from_tokenizer(&self.tokenizer)))
             .clone()
+    }
+
+    /// The compiled grammar of `regex`, from the engine's cache of the last
+    /// [`GRAMMAR_CACHE_ENTRIES`] grammars or compiled now. A cached grammar keeps the
+    /// masks earlier requests computed, so the same tools cost a mask walk per DFA state
+    /// once, not once per request.
+    ///
+    /// # Errors
+    /// As [`crate::grammar::Grammar::from_regex`].
+    pub fn grammar(&self, regex: &str) -> Result<std::sync::Arc<crate::grammar::Grammar>> {
+        let mut cache = self.grammars.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(g) = cache.get(regex) {
+            return Ok(g.clone());
+        }
+        let g = std::sync::Arc::new(crate::grammar::Grammar::from_regex(regex)?);
+        if cache.len() >= GRAMMAR_CACHE_ENTRIES {
+            cache.clear();
+        }
+        cache.insert(regex.to_string(), g.clone());
+        Ok(g)
     }
 
     /// The model's context window, in tokens.

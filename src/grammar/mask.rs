@@ -5,6 +5,11 @@
 //! hash lookup. DFA states are built lazily on first visit (regex-automata's hybrid
 //! DFA) in a bounded cache; if that cache is ever cleared, the mask cache is dropped
 //! and the matcher's state is recomputed from its committed bytes.
+//!
+//! A finished [`Matcher`] gives its DFA cache and masks back to its [`Grammar`], and
+//! the next matcher of that grammar over the same vocabulary starts warm: with the
+//! same tools on every request (the common agent case), masks are computed once per
+//! DFA state for the life of the grammar, not once per request.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -98,11 +103,26 @@ impl TokenVocab {
     }
 }
 
-/// A compiled grammar: the lazy DFA of one regex.
-#[derive(Debug)]
+/// A compiled grammar: the lazy DFA of one regex, and the warm state finished
+/// matchers left behind.
 pub struct Grammar {
     dfa: DFA,
     regex: String,
+    warm: std::sync::Mutex<Option<Warm>>,
+}
+
+/// A finished matcher's DFA cache and masks, for the next matcher to start from.
+struct Warm {
+    vocab: Arc<TokenVocab>,
+    cache: Cache,
+    clear_count: usize,
+    masks: HashMap<LazyStateID, Arc<TokenMask>>,
+}
+
+impl std::fmt::Debug for Grammar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Grammar").field("regex_len", &self.regex.len()).finish_non_exhaustive()
+    }
 }
 
 impl Grammar {
@@ -117,7 +137,7 @@ impl Grammar {
             .thompson(thompson::Config::new().utf8(false))
             .build(&format!("^(?:{regex})$"))
             .map_err(|e| Error::Schema { pointer: "#".into(), reason: format!("grammar does not compile: {e}") })?;
-        Ok(Self { dfa, regex: regex.to_string() })
+        Ok(Self { dfa, regex: regex.to_string(), warm: std::sync::Mutex::new(None) })
     }
 
     /// Compile a JSON Schema in a dialect.
@@ -192,20 +212,30 @@ impl Grammar {
         Ok(m)
     }
 
-    /// A fresh matcher over `vocab`.
+    /// A matcher over `vocab` at the start of the grammar. It starts warm (the DFA
+    /// states and masks an earlier matcher of this grammar computed over the same
+    /// vocabulary) when one has finished; otherwise cold.
     pub fn matcher(self: &Arc<Self>, vocab: Arc<TokenVocab>) -> Matcher {
-        let mut cache = self.dfa.create_cache();
+        let warm = self.warm.lock().unwrap_or_else(|p| p.into_inner()).take().filter(|w| Arc::ptr_eq(&w.vocab, &vocab));
+        let (mut cache, clear_count, masks) = match warm {
+            Some(w) => (w.cache, w.clear_count, w.masks),
+            None => {
+                let cache = self.dfa.create_cache();
+                let n = cache.clear_count();
+                (cache, n, HashMap::new())
+            }
+        };
         let state = self.start(&mut cache);
         Matcher {
             grammar: self.clone(),
             vocab,
-            clear_count: cache.clear_count(),
+            clear_count,
             cache,
             state,
             bytes: Vec::new(),
             prefix: Vec::new(),
             tokens: Vec::new(),
-            masks: HashMap::new(),
+            masks,
             finished: false,
         }
     }
@@ -227,6 +257,19 @@ pub struct Matcher {
     tokens: Vec<u32>,
     masks: HashMap<LazyStateID, Arc<TokenMask>>,
     finished: bool,
+}
+
+impl Drop for Matcher {
+    fn drop(&mut self) {
+        let cache = std::mem::replace(&mut self.cache, self.grammar.dfa.create_cache());
+        let warm = Warm {
+            vocab: self.vocab.clone(),
+            cache,
+            clear_count: self.clear_count,
+            masks: std::mem::take(&mut self.masks),
+        };
+        *self.grammar.warm.lock().unwrap_or_else(|p| p.into_inner()) = Some(warm);
+    }
 }
 
 impl Matcher {
@@ -368,7 +411,8 @@ impl Matcher {
         &self.bytes
     }
 
-    /// DFA states whose masks are cached.
+    /// DFA states whose masks are cached (computed by this matcher, or inherited warm
+    /// from an earlier matcher of the same grammar).
     pub fn cached_states(&self) -> usize {
         self.masks.len()
     }
