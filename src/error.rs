@@ -101,6 +101,9 @@ pub enum Error {
     /// The model's chat template cannot do tool calling; the model is refused at load.
     #[error("{0}")]
     NotToolCapable(String),
+    /// Pulling a model from the Hugging Face Hub failed.
+    #[error(transparent)]
+    Hub(#[from] crate::hub::HubError),
     /// An error inside candle during a forward pass.
     #[error("model execution: {0}")]
     Candle(#[from] candle_core::Error),

@@ -15,6 +15,7 @@
 //! | [`engine`] | the generation loop: prompt → tokens → streamed text, stop conditions, prefix reuse; one chat turn; [`engine::conversation::ToolConversation`] |
 //! | [`tools`] | OpenAI tool types and builders, family call formats, the calls grammar, the streaming call parser |
 //! | [`server`] | OpenAI and Anthropic HTTP APIs on axum, metrics |
+//! | [`hub`] | Hugging Face Hub: resolve, quant pick, header pre-check by range, verified resumable download, cache |
 //!
 //! ```no_run
 //! use toolgate::engine::{Engine, GenerateParams};
@@ -32,6 +33,7 @@ pub mod engine;
 pub mod error;
 pub mod gguf;
 pub mod grammar;
+pub mod hub;
 pub mod model;
 pub mod sampling;
 pub mod server;

@@ -1,7 +1,7 @@
 //! The `toolgate` command-line interface.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
@@ -11,6 +11,7 @@ use toolgate::gguf::GgufFile;
 use toolgate::grammar::regex::Json;
 use toolgate::grammar::schema::Mode;
 use toolgate::grammar::Grammar;
+use toolgate::hub::{GateOptions, Hub, HubConfig, PullOptions};
 use toolgate::model::{DeviceChoice, LoadOptions};
 use toolgate::sampling::SamplingParams;
 use toolgate::template::source::GgufTemplates;
@@ -39,9 +40,61 @@ enum Command {
     /// Probe a GGUF model (metadata only) or a Jinja template file: capabilities,
     /// reasons, tool-call family, as JSON.
     Probe(ProbeArgs),
+    /// Download a GGUF model from the Hugging Face Hub into the cache: pick the
+    /// quantization, pre-check its header against the gate (no weights downloaded),
+    /// download resumably, verify sha256, verify as a model. Prints the path.
+    Pull(PullArgs),
+    /// List the models in the cache with size, quantization and tool capability.
+    List(ListArgs),
+    /// Remove a model (or one file of it) from the cache.
+    Rm(RmArgs),
+}
+
+#[derive(Debug, Args, Clone)]
+struct HubArgs {
+    /// Hub endpoint (a mirror, or a local hub).
+    #[arg(long, env = "HF_ENDPOINT", default_value = toolgate::hub::DEFAULT_ENDPOINT)]
+    endpoint: String,
+    /// Branch, tag or commit of a Hub repository.
+    #[arg(long, env = "TOOLGATE_REVISION", default_value = "main")]
+    revision: String,
+    /// The `.gguf` file of a Hub repository (default: the preferred quantization,
+    /// Q4_K_M first).
+    #[arg(long = "hf-file", visible_alias = "file", env = "TOOLGATE_HF_FILE")]
+    file: Option<String>,
 }
 
 #[derive(Debug, Args)]
+struct PullArgs {
+    /// Repository id, `ORG/NAME`.
+    repo: String,
+    #[command(flatten)]
+    hub: HubArgs,
+    #[command(flatten)]
+    gate: GateArgs,
+    /// Download even when the pre-check refuses the model (it is still verified, and
+    /// quarantined if it fails).
+    #[arg(long)]
+    force: bool,
+}
+
+#[derive(Debug, Args)]
+struct ListArgs {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct RmArgs {
+    /// Repository id, `ORG/NAME`.
+    repo: String,
+    /// Remove only this file.
+    #[arg(long)]
+    file: Option<String>,
+}
+
+#[derive(Debug, Args, Clone)]
 struct GateArgs {
     /// Use this Jinja chat template instead of the model's.
     #[arg(long, env = "TOOLGATE_CHAT_TEMPLATE")]
@@ -121,9 +174,12 @@ struct ProbeArgs {
 
 #[derive(Debug, Args)]
 struct ModelArgs {
-    /// Path to a GGUF model file.
+    /// A GGUF model file, or a Hugging Face repository id (`ORG/NAME`) that is pulled
+    /// into the cache first (see `toolgate pull`; `HF_HUB_OFFLINE=1` uses the cache only).
     #[arg(long, short = 'm', env = "TOOLGATE_MODEL")]
-    model: PathBuf,
+    model: String,
+    #[command(flatten)]
+    hub: HubArgs,
     /// Device: cpu, cuda, cuda:N or metal (cuda/metal need the cargo features).
     #[arg(long, env = "TOOLGATE_DEVICE", default_value = "cpu")]
     device: DeviceChoice,
@@ -201,17 +257,185 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
         Command::Chat(args) => chat(args),
         Command::Probe(args) => probe(args),
         Command::Serve(args) => serve(args),
+        Command::Pull(args) => pull(args),
+        Command::List(args) => list(args),
+        Command::Rm(args) => rm(args),
     }
 }
 
-fn load(args: &ModelArgs) -> anyhow::Result<Engine> {
+/// A model to load: its file, the id it is served under, and where it came from.
+struct ModelSource {
+    path: PathBuf,
+    id: String,
+    /// `(repo, file)` when pulled from the Hub.
+    hub: Option<(String, String)>,
+}
+
+fn hub_client(args: &HubArgs) -> Hub {
+    Hub::new(HubConfig { endpoint: args.endpoint.clone(), ..HubConfig::from_env() })
+}
+
+fn gate_options(gate: Option<&GateArgs>) -> GateOptions {
+    match gate {
+        Some(g) => GateOptions { fallback: g.tool_fallback, chat_template: g.chat_template.clone() },
+        // Without a gate (`run`), only the architecture matters.
+        None => GateOptions { fallback: ToolFallback::Generic, chat_template: None },
+    }
+}
+
+/// A local path as is; a repository id pulled (or found in the cache).
+fn model_source(args: &ModelArgs, gate: Option<&GateArgs>) -> anyhow::Result<ModelSource> {
+    let local = Path::new(&args.model);
+    if !toolgate::hub::looks_like_repo_id(&args.model) {
+        let id = local.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        return Ok(ModelSource { path: local.to_path_buf(), id, hub: None });
+    }
+    let hub = hub_client(&args.hub);
+    let opts = PullOptions {
+        revision: args.hub.revision.clone(),
+        file: args.hub.file.clone(),
+        force: false,
+        gate: gate_options(gate),
+    };
+    let pulled = hub.pull(&args.model, &opts, &mut CliProgress::default())?;
+    Ok(ModelSource { path: pulled.path, id: args.model.clone(), hub: Some((pulled.repo, pulled.file)) })
+}
+
+fn load(args: &ModelArgs, gate: Option<&GateArgs>) -> anyhow::Result<(Engine, ModelSource)> {
+    let source = model_source(args, gate)?;
     let opts = LoadOptions { device: args.device, context_length: args.ctx_size };
-    Engine::load_with(&args.model, &opts).with_context(|| format!("loading {}", args.model.display()))
+    match Engine::load_with(&source.path, &opts) {
+        Ok(engine) => Ok((engine, source)),
+        Err(e) => {
+            // A pulled file that does not load is moved out of the cache, with the reason.
+            if let Some((repo, file)) = &source.hub {
+                if let Ok(q) = hub_client(&args.hub).cache().quarantine(repo, file, &source.path, &e.to_string()) {
+                    eprintln!("quarantined {} ({e})", q.display());
+                }
+            }
+            Err(anyhow::Error::new(e).context(format!("loading {}", source.path.display())))
+        }
+    }
+}
+
+/// Pull progress on stderr: stage messages and an indicatif bar (bytes, rate, ETA).
+#[derive(Default)]
+struct CliProgress {
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl toolgate::hub::Progress for CliProgress {
+    fn note(&mut self, message: &str) {
+        match &self.bar {
+            Some(bar) if !bar.is_finished() => bar.println(message),
+            _ => eprintln!("{message}"),
+        }
+    }
+    fn start(&mut self, total: u64, done: u64) {
+        let bar = self.bar.get_or_insert_with(|| indicatif::ProgressBar::new(total));
+        bar.set_length(total);
+        bar.set_position(done);
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{spinner} {bytes}/{total_bytes} [{wide_bar}] {bytes_per_sec}, ETA {eta}",
+        ) {
+            bar.set_style(style.progress_chars("=> "));
+        }
+    }
+    fn advance(&mut self, bytes: u64) {
+        if let Some(bar) = &self.bar {
+            bar.inc(bytes);
+        }
+    }
+    fn finish(&mut self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+fn pull(args: PullArgs) -> anyhow::Result<()> {
+    let hub = hub_client(&args.hub);
+    let opts = PullOptions {
+        revision: args.hub.revision.clone(),
+        file: args.hub.file.clone(),
+        force: args.force,
+        gate: gate_options(Some(&args.gate)),
+    };
+    let pulled = hub.pull(&args.repo, &opts, &mut CliProgress::default())?;
+    eprintln!(
+        "{} {}/{} ({}, {:.1} MiB, commit {})",
+        if pulled.from_cache { "cached" } else { "pulled" },
+        pulled.repo,
+        pulled.file,
+        pulled.choice,
+        pulled.size as f64 / (1 << 20) as f64,
+        pulled.commit
+    );
+    println!("{}", pulled.path.display());
+    Ok(())
+}
+
+fn list(args: ListArgs) -> anyhow::Result<()> {
+    let cache = HubConfig::from_env().cache;
+    let rows: Vec<serde_json::Value> = cache
+        .list()
+        .into_iter()
+        .map(|c| {
+            let (quant, caps) = match GgufFile::open(&c.path) {
+                Ok(g) => {
+                    let arch = g.architecture().ok().map(str::to_string);
+                    let caps = GgufTemplates::from_gguf(&g)
+                        .and_then(|t| toolgate::template::inspect(&t, arch.as_deref(), None))
+                        .map(|s| {
+                            if s.report.caps.tool_capable() {
+                                format!("tools ({})", s.family)
+                            } else {
+                                "no tools (needs --tool-fallback generic)".to_string()
+                            }
+                        })
+                        .unwrap_or_else(|e| format!("unreadable template: {e}"));
+                    (g.quantization(), caps)
+                }
+                Err(e) => ("?".to_string(), format!("unreadable: {e}")),
+            };
+            serde_json::json!({ "repo": c.repo, "file": c.file, "commit": c.commit, "size": c.size,
+                                "quantization": quant, "caps": caps, "path": c.path })
+        })
+        .collect();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    if rows.is_empty() {
+        eprintln!("no models in {}", cache.root().display());
+        return Ok(());
+    }
+    println!("{:<40} {:<44} {:>9} {:<8} CAPS", "REPO", "FILE", "SIZE", "QUANT");
+    for r in &rows {
+        let mib = r["size"].as_u64().unwrap_or(0) as f64 / (1 << 20) as f64;
+        println!(
+            "{:<40} {:<44} {:>5.0} MiB {:<8} {}",
+            r["repo"].as_str().unwrap_or(""),
+            r["file"].as_str().unwrap_or(""),
+            mib,
+            r["quantization"].as_str().unwrap_or(""),
+            r["caps"].as_str().unwrap_or("")
+        );
+    }
+    Ok(())
+}
+
+fn rm(args: RmArgs) -> anyhow::Result<()> {
+    let cache = HubConfig::from_env().cache;
+    for p in cache.remove(&args.repo, args.file.as_deref())? {
+        println!("removed {}", p.display());
+    }
+    Ok(())
 }
 
 fn run(args: RunArgs) -> anyhow::Result<()> {
     let t0 = std::time::Instant::now();
-    let mut engine = load(&args.model)?;
+    let (mut engine, _) = load(&args.model, None)?;
     let load_time = t0.elapsed();
     let params = GenerateParams {
         max_tokens: args.max_tokens,
@@ -267,11 +491,11 @@ fn model_id(path: &std::path::Path) -> String {
 }
 
 fn chat(args: ChatArgs) -> anyhow::Result<()> {
-    let mut engine = load(&args.model)?;
+    let (mut engine, source) = load(&args.model, Some(&args.gate))?;
     let templates = GgufTemplates::from_gguf(engine.gguf())?;
     let arch = engine.gguf().architecture().ok().map(str::to_string);
     let setup = toolgate::template::gate(
-        &model_id(&args.model.model),
+        &model_id(&source.path),
         &templates,
         arch.as_deref(),
         args.gate.chat_template.as_deref(),
@@ -377,12 +601,12 @@ fn probe(args: ProbeArgs) -> anyhow::Result<()> {
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let engine = load(&args.model)?;
+    let (engine, source) = load(&args.model, Some(&args.gate))?;
     let templates = GgufTemplates::from_gguf(engine.gguf())?;
     let arch = engine.gguf().architecture().ok().map(str::to_string);
-    let id = args.model.model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let id = source.id.clone();
     let setup = toolgate::template::gate(
-        &model_id(&args.model.model),
+        &model_id(&source.path),
         &templates,
         arch.as_deref(),
         args.gate.chat_template.as_deref(),

@@ -123,6 +123,57 @@ impl GgufFile {
         Ok(())
     }
 
+    /// The quantization the file declares (`general.file_type`, as llama.cpp names
+    /// it: `Q4_K_M`, `Q4_1`, `F16`…), else the most common tensor type.
+    ///
+    /// Cost: a metadata lookup, or one pass over the tensor directory.
+    pub fn quantization(&self) -> String {
+        const FTYPES: &[(u32, &str)] = &[
+            (0, "F32"),
+            (1, "F16"),
+            (2, "Q4_0"),
+            (3, "Q4_1"),
+            (7, "Q8_0"),
+            (8, "Q5_0"),
+            (9, "Q5_1"),
+            (10, "Q2_K"),
+            (11, "Q3_K_S"),
+            (12, "Q3_K_M"),
+            (13, "Q3_K_L"),
+            (14, "Q4_K_S"),
+            (15, "Q4_K_M"),
+            (16, "Q5_K_S"),
+            (17, "Q5_K_M"),
+            (18, "Q6_K"),
+            (19, "IQ2_XXS"),
+            (20, "IQ2_XS"),
+            (21, "Q2_K_S"),
+            (22, "IQ3_XS"),
+            (23, "IQ3_XXS"),
+            (24, "IQ1_S"),
+            (25, "IQ4_NL"),
+            (26, "IQ3_S"),
+            (27, "IQ3_M"),
+            (28, "IQ2_S"),
+            (29, "IQ2_M"),
+            (30, "IQ4_XS"),
+            (31, "IQ1_M"),
+            (32, "BF16"),
+            (36, "TQ1_0"),
+            (37, "TQ2_0"),
+        ];
+        if let Ok(Some(t)) = self.opt_u32("general.file_type") {
+            if let Some((_, name)) = FTYPES.iter().find(|(id, _)| *id == t) {
+                return (*name).to_string();
+            }
+        }
+        let mut counts: HashMap<String, usize> = HashMap::new();
+        for info in self.content.tensor_infos.values() {
+            *counts.entry(format!("{:?}", info.ggml_dtype).to_uppercase()).or_default() += 1;
+        }
+        counts.into_iter().max_by_key(|(k, n)| (*n, k.clone())).map(|(k, _)| k).unwrap_or_else(|| "?".into())
+    }
+
     /// The path this file was opened from.
     pub fn path(&self) -> &Path {
         &self.path

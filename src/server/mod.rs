@@ -305,7 +305,9 @@ impl Running {
         let guard = CancelOnDrop(cancel.clone());
         let state = s.clone();
         let job: Job = Box::new(move || {
-            let _slot = slot;
+            // The slot and the engine are given back before the last message is sent,
+            // so a client that has its answer sees the queue without its request.
+            let slot = slot;
             let mut engine = state.engine.lock().unwrap_or_else(|p| p.into_inner());
             let queued = queued_at.elapsed();
             if cancel.load(Ordering::Relaxed) {
@@ -314,6 +316,7 @@ impl Running {
             let prepared = match prepare(&mut engine, &state) {
                 Ok(p) => p,
                 Err(e) => {
+                    drop((engine, slot));
                     let _ = tx.send(Msg::Failed(e.into()));
                     return;
                 }
@@ -325,13 +328,15 @@ impl Running {
                     cancel.store(true, Ordering::Relaxed);
                 }
             });
-            let _ = tx.send(match result {
+            let last = match result {
                 Ok(turn) => {
                     state.metrics.turn(&turn, queued);
                     Msg::Done(turn)
                 }
                 Err(e) => Msg::Failed(e.into()),
-            });
+            };
+            drop((engine, slot));
+            let _ = tx.send(last);
         });
         let sent = s.worker.lock().unwrap_or_else(|p| p.into_inner()).send(job);
         if sent.is_err() {

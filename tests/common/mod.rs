@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+pub mod fake_hub;
 pub mod server;
 
 /// The model cache `scripts/fetch-models` fills (`TOOLGATE_MODELS` overrides).

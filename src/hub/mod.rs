@@ -1,0 +1,841 @@
+//! Pull GGUF models from the Hugging Face Hub by repository id, verified before and
+//! after download, into a cache laid out like `huggingface_hub`'s.
+//!
+//! [`Hub::pull`] runs the whole flow; each step fails with its own [`HubError`]:
+//!
+//! 1. **Resolve** `GET {endpoint}/api/models/{id}[/revision/{rev}]`: files, commit,
+//!    `gated` and `private`. A gated or private repository with no token fails here,
+//!    before any download.
+//! 2. **Pick** the file ([`quant::pick`]): `--file`, else the preferred quantization.
+//!    Split models are refused before download (toolgate loads single-file GGUF).
+//! 3. **Pre-check** without the weights: the file's GGUF header is read with HTTP
+//!    Range requests (a few MB) and its architecture and chat template go through the
+//!    same gate as `serve`. A refused model is not downloaded unless `force` is set.
+//!    When the header cannot be read, the Hub's `?expand[]=gguf` template hint is
+//!    probed instead and the report says so.
+//! 4. **Download** resumably into `blobs/{sha256}.incomplete`, check the sha256 the Hub
+//!    reports (`x-linked-etag`, else `paths-info`), rename atomically.
+//! 5. **Verify** the file as a model (header, tensor extents, tokenizer, architecture,
+//!    gate); a failure moves it to quarantine with a `.reason` file.
+//!
+//! The token (`HF_TOKEN`, or the token file under `HF_HOME`) is sent as
+//! `Authorization: Bearer` to the Hub's own host only, never logged, never written.
+//!
+//! ```no_run
+//! use toolgate::hub::{Hub, HubConfig, PullOptions};
+//! let hub = Hub::new(HubConfig::from_env());
+//! let pulled = hub.pull("bartowski/SmolLM2-135M-Instruct-GGUF", &PullOptions::default(), &mut ())?;
+//! println!("{}", pulled.path.display());
+//! # Ok::<(), toolgate::hub::HubError>(())
+//! ```
+
+pub mod cache;
+mod download;
+mod http;
+pub mod quant;
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+pub use cache::{Cache, CachedFile};
+pub use download::sha256_file;
+
+use crate::gguf::{self, GgufFile};
+use crate::template::source::GgufTemplates;
+use crate::template::ToolFallback;
+use http::{Http, RangeReader};
+
+/// The public Hub.
+pub const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
+
+/// Most bytes of a GGUF header the pre-check reads by range before giving up.
+pub const MAX_HEADER_BYTES: u64 = 256 << 20;
+
+/// Everything that can go wrong talking to the Hub or the cache.
+#[derive(Debug, thiserror::Error)]
+pub enum HubError {
+    /// Not `NAME` or `ORG/NAME`.
+    #[error("`{0}` is not a Hugging Face repository id (expected ORG/NAME)")]
+    InvalidRepoId(String),
+    /// 401 from the Hub.
+    #[error("authentication required for {what}: {}", if *token_sent { "the Hub rejected the token (check HF_TOKEN)" } else { "set HF_TOKEN (the repository is private or gated)" })]
+    Unauthorized {
+        /// What was asked for.
+        what: String,
+        /// Whether a token was sent.
+        token_sent: bool,
+    },
+    /// 403 from the Hub.
+    #[error(
+        "access to {what} is forbidden: accept the model's license on the Hub (and check that the token may read it)"
+    )]
+    Forbidden {
+        /// What was asked for.
+        what: String,
+    },
+    /// The repository is gated or private and no token is configured.
+    #[error("model {repo} is {kind}, set HF_TOKEN (and accept its license on the Hub)")]
+    NeedsToken {
+        /// The repository.
+        repo: String,
+        /// `gated` or `private`.
+        kind: &'static str,
+    },
+    /// 404 from the Hub.
+    #[error("{what} not found on the Hub")]
+    NotFound {
+        /// What was asked for.
+        what: String,
+    },
+    /// The repository has no `.gguf` file.
+    #[error("{repo} has no .gguf file (toolgate runs GGUF models; look for a -GGUF repository)")]
+    NoGguf {
+        /// The repository.
+        repo: String,
+    },
+    /// `--file` names no `.gguf` file of the repository.
+    #[error("{repo} has no file `{file}`; its .gguf files: {available}")]
+    FileNotFound {
+        /// The repository.
+        repo: String,
+        /// The file asked for.
+        file: String,
+        /// The `.gguf` files there are.
+        available: String,
+    },
+    /// Several model files and none of the preferred quantizations.
+    #[error("{repo}: none of the preferred quantizations ({}) among {available}; choose one with --file", quant::PREFERENCE.join(", "))]
+    AmbiguousFile {
+        /// The repository.
+        repo: String,
+        /// The `.gguf` files there are.
+        available: String,
+    },
+    /// The chosen model is split into shards.
+    #[error("{repo}: {file} is one of {} shards ({}); toolgate loads single-file GGUF only: merge them with `llama-gguf-split --merge {file} merged.gguf`, or choose a single-file quantization with --file", shards.len(), shards.join(", "))]
+    SplitUnsupported {
+        /// The repository.
+        repo: String,
+        /// The first shard.
+        file: String,
+        /// All shards.
+        shards: Vec<String>,
+    },
+    /// The pre-check refused the model before download.
+    #[error("{repo}/{file} refused before download: {reason} (--force downloads it anyway)")]
+    Refused {
+        /// The repository.
+        repo: String,
+        /// The file.
+        file: String,
+        /// The gate's or loader's reason.
+        reason: String,
+    },
+    /// The downloaded file failed verification and was quarantined.
+    #[error("{repo}/{file} failed verification after download and was quarantined at {}: {reason}", quarantined.display())]
+    VerifyFailed {
+        /// The repository.
+        repo: String,
+        /// The file.
+        file: String,
+        /// Why.
+        reason: String,
+        /// Where the file is now.
+        quarantined: PathBuf,
+    },
+    /// The Hub reported no sha256 for the file, so it cannot be verified.
+    #[error("{url}: the Hub reported no sha256 for this file, so it cannot be verified; refusing to download it")]
+    NoChecksum {
+        /// The file's URL.
+        url: String,
+    },
+    /// The downloaded bytes do not have the sha256 the Hub reported.
+    #[error(
+        "{url}: sha256 mismatch: the Hub reported {expected}, the download has {actual}; the partial file was deleted"
+    )]
+    ChecksumMismatch {
+        /// The file's URL.
+        url: String,
+        /// What the Hub reported.
+        expected: String,
+        /// What arrived.
+        actual: String,
+    },
+    /// The download kept failing after every resume attempt.
+    #[error("{url}: download interrupted at {have} of {size} bytes after every retry ({reason}); run the command again to resume")]
+    Interrupted {
+        /// The file's URL.
+        url: String,
+        /// Bytes kept for resuming.
+        have: u64,
+        /// Total bytes.
+        size: u64,
+        /// The last error.
+        reason: String,
+    },
+    /// The connection failed.
+    #[error("{url}: {reason}")]
+    Network {
+        /// The URL.
+        url: String,
+        /// The transport error.
+        reason: String,
+    },
+    /// Another error status.
+    #[error("{url}: HTTP {status}: {body}")]
+    Http {
+        /// The URL.
+        url: String,
+        /// The status.
+        status: u16,
+        /// The start of the body.
+        body: String,
+    },
+    /// The Hub answered something toolgate cannot use.
+    #[error("unexpected answer from the Hub: {0}")]
+    Protocol(String),
+    /// `HF_HUB_OFFLINE` is set, or nothing is cached.
+    #[error("{repo} is not in the cache ({detail})")]
+    NotCached {
+        /// The repository.
+        repo: String,
+        /// What was missing.
+        detail: String,
+    },
+    /// A local file operation failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// An access token. Its `Debug` output is redacted and it has no `Display`, so it
+/// cannot end up in a log line by accident.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token(String);
+
+impl Token {
+    /// Wrap a token (surrounding whitespace is removed).
+    pub fn new(token: impl AsRef<str>) -> Option<Self> {
+        let t = token.as_ref().trim();
+        (!t.is_empty()).then(|| Self(t.to_string()))
+    }
+
+    pub(crate) fn secret(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(<redacted>)")
+    }
+}
+
+/// `HF_HOME`, else `$XDG_CACHE_HOME/huggingface`, else `~/.cache/huggingface`.
+pub fn hf_home() -> PathBuf {
+    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(p) = env("HF_HOME") {
+        return p;
+    }
+    let cache = env("XDG_CACHE_HOME").unwrap_or_else(|| env("HOME").unwrap_or_else(|| ".".into()).join(".cache"));
+    cache.join("huggingface")
+}
+
+/// Where to find the Hub and the cache, and how to authenticate.
+#[derive(Debug, Clone)]
+pub struct HubConfig {
+    /// Base URL of the Hub (or a mirror).
+    pub endpoint: String,
+    /// The access token, if any.
+    pub token: Option<Token>,
+    /// The model cache.
+    pub cache: Cache,
+    /// Use the cache only, never the network.
+    pub offline: bool,
+    /// Connections tried per download before giving up (each resumes the last).
+    pub attempts: u32,
+}
+
+impl Default for HubConfig {
+    fn default() -> Self {
+        Self { endpoint: DEFAULT_ENDPOINT.into(), token: None, cache: Cache::from_env(), offline: false, attempts: 5 }
+    }
+}
+
+impl HubConfig {
+    /// The configuration `huggingface_hub` would use: `HF_ENDPOINT`, `HF_TOKEN` (else
+    /// `HUGGING_FACE_HUB_TOKEN`, else the file `HF_TOKEN_PATH` or `HF_HOME/token`),
+    /// `HF_HUB_CACHE`/`HF_HOME`, `HF_HUB_OFFLINE`.
+    pub fn from_env() -> Self {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        let token_file = var("HF_TOKEN_PATH").map(PathBuf::from).unwrap_or_else(|| hf_home().join("token"));
+        let token = var("HF_TOKEN")
+            .or_else(|| var("HUGGING_FACE_HUB_TOKEN"))
+            .or_else(|| std::fs::read_to_string(token_file).ok())
+            .and_then(Token::new);
+        let offline = var("HF_HUB_OFFLINE")
+            .is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"));
+        Self {
+            endpoint: var("HF_ENDPOINT").unwrap_or_else(|| DEFAULT_ENDPOINT.into()),
+            token,
+            cache: Cache::from_env(),
+            offline,
+            attempts: 5,
+        }
+    }
+}
+
+/// Receives what a pull is doing: stage messages and download progress.
+/// `()` ignores everything.
+pub trait Progress {
+    /// A one-line stage message ("resolving…", "pre-check passed…").
+    fn note(&mut self, _message: &str) {}
+    /// A download of `total` bytes starts with `done` already on disk.
+    fn start(&mut self, _total: u64, _done: u64) {}
+    /// `bytes` more arrived.
+    fn advance(&mut self, _bytes: u64) {}
+    /// The download finished.
+    fn finish(&mut self) {}
+}
+
+impl Progress for () {}
+
+/// A repository as the Hub describes it.
+#[derive(Debug, Clone, Serialize)]
+pub struct RepoInfo {
+    /// The repository id.
+    pub id: String,
+    /// The commit the revision points to.
+    pub commit: Option<String>,
+    /// `false`, `"manual"` or `"auto"` on the Hub; `None` when not gated.
+    pub gated: Option<String>,
+    /// Private repository.
+    pub private: bool,
+    /// Every file path in the repository.
+    pub files: Vec<String>,
+}
+
+/// How the gate judges a model (the same options as `serve`).
+#[derive(Debug, Clone, Default)]
+pub struct GateOptions {
+    /// What to do with a model whose template cannot do tools.
+    pub fallback: ToolFallback,
+    /// A template file to use instead of the model's.
+    pub chat_template: Option<PathBuf>,
+}
+
+/// Options of [`Hub::pull`].
+#[derive(Debug, Clone)]
+pub struct PullOptions {
+    /// Branch, tag or commit (default `main`).
+    pub revision: String,
+    /// The file to download; `None` picks by quantization.
+    pub file: Option<String>,
+    /// Download even when the pre-check refuses the model.
+    pub force: bool,
+    /// How the gate judges the model.
+    pub gate: GateOptions,
+}
+
+impl Default for PullOptions {
+    fn default() -> Self {
+        Self { revision: "main".into(), file: None, force: false, gate: GateOptions::default() }
+    }
+}
+
+/// What the pre-check read.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum PrecheckSource {
+    /// The GGUF header, by range requests.
+    Header {
+        /// Bytes fetched.
+        bytes: u64,
+        /// Range requests made.
+        requests: usize,
+    },
+    /// The Hub's `?expand[]=gguf` hint (the header could not be read).
+    HubHint {
+        /// Why the header could not be read.
+        header_error: String,
+    },
+}
+
+/// The verdict of the pre-check (before download) or the verification (after).
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    /// `general.architecture`.
+    pub architecture: Option<String>,
+    /// Where the judged template came from.
+    pub template_source: Option<String>,
+    /// The tool-call family of the template.
+    pub family: Option<String>,
+    /// `None` when the model passes; else why it is refused.
+    pub refusal: Option<String>,
+}
+
+/// The pre-check's result.
+#[derive(Debug, Clone, Serialize)]
+pub struct Precheck {
+    /// What was read.
+    pub source: PrecheckSource,
+    /// The verdict.
+    pub verdict: Verdict,
+}
+
+/// A pulled model file.
+#[derive(Debug, Clone, Serialize)]
+pub struct Pulled {
+    /// The repository.
+    pub repo: String,
+    /// The file in the repository.
+    pub file: String,
+    /// The commit it came from.
+    pub commit: String,
+    /// Where to load it from (the snapshot entry in the cache).
+    pub path: PathBuf,
+    /// Size in bytes.
+    pub size: u64,
+    /// Why this file was chosen.
+    pub choice: String,
+    /// Found in the cache; nothing was downloaded.
+    pub from_cache: bool,
+    /// The pre-check, when one ran.
+    pub precheck: Option<Precheck>,
+}
+
+/// Percent-encode one URL path segment (or several, keeping `/` when `keep_slash`).
+fn encode(s: &str, keep_slash: bool) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) || (keep_slash && b == b'/') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Judge a model from its metadata the way `serve` will: supported architecture and
+/// the chat-template gate.
+fn judge(model_id: &str, arch: Option<&str>, templates: &GgufTemplates, gate: &GateOptions) -> Verdict {
+    let mut v = Verdict { architecture: arch.map(str::to_string), template_source: None, family: None, refusal: None };
+    match arch {
+        Some(a) if crate::model::arch::spec_for(a).is_none() => {
+            v.refusal = Some(format!(
+                "unsupported architecture `{a}` (supported: {})",
+                crate::model::arch::SUPPORTED.join(", ")
+            ));
+            return v;
+        }
+        _ => {}
+    }
+    match crate::template::gate(model_id, templates, arch, gate.chat_template.as_deref(), gate.fallback) {
+        Ok(setup) => {
+            v.template_source = Some(setup.source.to_string());
+            v.family = Some(setup.family.to_string());
+        }
+        Err(e) => v.refusal = Some(e.to_string()),
+    }
+    v
+}
+
+fn metadata_string(meta: &std::collections::HashMap<String, gguf::Value>, key: &str) -> Option<String> {
+    meta.get(key).and_then(|v| v.to_string().ok()).cloned()
+}
+
+/// Verify a local GGUF file as a model: header and tensor extents, tokenizer,
+/// architecture, and the gate. This is what [`Hub::pull`] runs after a download.
+///
+/// Cost: reads the header and builds the tokenizer (well under a second for small
+/// models); the weights are not loaded.
+pub fn verify_file(model_id: &str, path: &Path, gate: &GateOptions) -> Verdict {
+    let gguf = match GgufFile::open(path) {
+        Ok(g) => g,
+        Err(e) => {
+            return Verdict { architecture: None, template_source: None, family: None, refusal: Some(e.to_string()) }
+        }
+    };
+    let arch = gguf.architecture().ok().map(str::to_string);
+    let fail = |reason: String| Verdict {
+        architecture: arch.clone(),
+        template_source: None,
+        family: None,
+        refusal: Some(reason),
+    };
+    if let Err(e) = crate::tokenizer::Tokenizer::from_gguf(&gguf) {
+        return fail(e.to_string());
+    }
+    let templates = match GgufTemplates::from_gguf(&gguf) {
+        Ok(t) => t,
+        Err(e) => return fail(e.to_string()),
+    };
+    judge(model_id, arch.as_deref(), &templates, gate)
+}
+
+/// A client for one Hub endpoint and one cache.
+#[derive(Clone)]
+pub struct Hub {
+    config: HubConfig,
+    http: Http,
+}
+
+impl std::fmt::Debug for Hub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hub").field("config", &self.config).finish()
+    }
+}
+
+impl Hub {
+    /// A client. No network access until a method needs it.
+    pub fn new(config: HubConfig) -> Self {
+        let http = Http::new(&config.endpoint, config.token.clone());
+        Self { config, http }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &HubConfig {
+        &self.config
+    }
+
+    /// The cache.
+    pub fn cache(&self) -> &Cache {
+        &self.config.cache
+    }
+
+    fn api_url(repo: &str, revision: &str) -> String {
+        if revision == "main" {
+            format!("/api/models/{}", encode(repo, true))
+        } else {
+            format!("/api/models/{}/revision/{}", encode(repo, true), encode(revision, false))
+        }
+    }
+
+    fn resolve_url(repo: &str, revision: &str, file: &str) -> String {
+        format!("/{}/resolve/{}/{}", encode(repo, true), encode(revision, false), encode(file, true))
+    }
+
+    /// Step 1: what the Hub says about `repo` at `revision`.
+    ///
+    /// # Errors
+    /// [`HubError::InvalidRepoId`], [`HubError::Unauthorized`] (private, or a repository
+    /// that does not exist: the Hub does not tell them apart without a token),
+    /// [`HubError::NotFound`], network and protocol errors.
+    pub fn repo_info(&self, repo: &str, revision: &str) -> Result<RepoInfo, HubError> {
+        cache::check_repo_id(repo)?;
+        let what = if revision == "main" { format!("repository {repo}") } else { format!("{repo} at {revision}") };
+        let v = self.http.get_json(&Self::api_url(repo, revision), &what)?;
+        let files: Vec<String> = v["siblings"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|s| s["rfilename"].as_str().map(str::to_string)).collect())
+            .unwrap_or_default();
+        let gated = match &v["gated"] {
+            serde_json::Value::String(s) => Some(s.clone()),
+            serde_json::Value::Bool(true) => Some("true".into()),
+            _ => None,
+        };
+        Ok(RepoInfo {
+            id: v["id"].as_str().unwrap_or(repo).to_string(),
+            commit: v["sha"].as_str().map(str::to_string),
+            gated,
+            private: v["private"].as_bool().unwrap_or(false),
+            files,
+        })
+    }
+
+    /// The file's sha256, size and commit from a `HEAD` on its resolve URL
+    /// (`x-linked-etag`, `x-linked-size`, `x-repo-commit`), else `paths-info`.
+    fn file_meta(&self, repo: &str, revision: &str, file: &str) -> Result<(String, u64, Option<String>), HubError> {
+        let url = Self::resolve_url(repo, revision, file);
+        let resp = self.http.check(self.http.send("HEAD", &url, None)?, &format!("{repo}/{file}"))?;
+        let etag = resp.header("x-linked-etag").or_else(|| resp.header("etag")).unwrap_or_default();
+        let etag = etag.trim_start_matches("W/").trim_matches('"').to_ascii_lowercase();
+        let size = resp
+            .header("x-linked-size")
+            .or_else(|| resp.final_header("content-length"))
+            .and_then(|s| s.parse::<u64>().ok());
+        let commit = resp.header("x-repo-commit");
+        let is_sha256 = etag.len() == 64 && etag.bytes().all(|b| b.is_ascii_hexdigit());
+        if let (true, Some(size)) = (is_sha256, size) {
+            return Ok((etag, size, commit));
+        }
+        // paths-info: [{"path", "size", "lfs": {"oid", "size"}}]
+        let info_url = format!("/api/models/{}/paths-info/{}", encode(repo, true), encode(revision, false));
+        let body = serde_json::json!({ "paths": [file] }).to_string();
+        let resp =
+            self.http.check(self.http.send_body("POST", &info_url, body.as_bytes())?, &format!("{repo}/{file}"))?;
+        let mut text = String::new();
+        std::io::Read::read_to_string(
+            &mut std::io::Read::take(resp.inner.into_body().into_reader(), 1 << 20),
+            &mut text,
+        )
+        .map_err(|e| HubError::Network { url: info_url.clone(), reason: e.to_string() })?;
+        let v: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| HubError::Protocol(format!("paths-info: invalid JSON: {e}")))?;
+        let entry = v.as_array().and_then(|a| a.iter().find(|e| e["path"] == file));
+        let lfs = entry.map(|e| &e["lfs"]);
+        match (lfs.and_then(|l| l["oid"].as_str()), lfs.and_then(|l| l["size"].as_u64())) {
+            (Some(oid), Some(size)) => Ok((oid.trim_start_matches("sha256:").to_ascii_lowercase(), size, commit)),
+            _ => Err(HubError::NoChecksum { url: format!("{}{url}", self.http.endpoint()) }),
+        }
+    }
+
+    /// Step 3: read the file's GGUF header by range requests and judge it; when the
+    /// header cannot be read, judge the Hub's `?expand[]=gguf` template hint.
+    ///
+    /// # Errors
+    /// Only when neither the header nor the hint can be had; a refusal is a
+    /// [`Verdict`] with `refusal` set, not an error.
+    pub fn precheck(
+        &self,
+        repo: &str,
+        revision: &str,
+        file: &str,
+        size: Option<u64>,
+        gate: &GateOptions,
+    ) -> Result<Precheck, HubError> {
+        let url = Self::resolve_url(repo, revision, file);
+        let mut reader = RangeReader::new(&self.http, url, size, MAX_HEADER_BYTES);
+        let name = PathBuf::from(format!("{repo}/{file}"));
+        let model_id = format!("{repo}/{file}");
+        match gguf::read_header(&mut reader, &name) {
+            Ok(content) => {
+                let meta = &content.metadata;
+                let templates = GgufTemplates {
+                    default: metadata_string(meta, "tokenizer.chat_template"),
+                    tool_use: metadata_string(meta, "tokenizer.chat_template.tool_use"),
+                };
+                let arch = metadata_string(meta, "general.architecture");
+                let verdict = judge(&model_id, arch.as_deref(), &templates, gate);
+                Ok(Precheck {
+                    source: PrecheckSource::Header { bytes: reader.fetched(), requests: reader.requests },
+                    verdict,
+                })
+            }
+            Err(header_error) => {
+                let header_error = header_error.to_string();
+                let hint_url = format!("{}?expand%5B%5D=gguf", Self::api_url(repo, revision));
+                let v = self.http.get_json(&hint_url, &format!("the gguf hint of {repo}"))?;
+                let template = v["gguf"]["chat_template"].as_str().map(str::to_string);
+                if template.is_none() {
+                    return Err(HubError::Protocol(format!(
+                        "cannot pre-check {repo}/{file}: the header could not be read ({header_error}) and the Hub gives no gguf.chat_template"
+                    )));
+                }
+                let arch = v["gguf"]["architecture"].as_str();
+                let templates = GgufTemplates { default: template, tool_use: None };
+                let verdict = judge(&model_id, arch, &templates, gate);
+                Ok(Precheck { source: PrecheckSource::HubHint { header_error }, verdict })
+            }
+        }
+    }
+
+    /// The cached copy of `repo` at `revision`, without the network.
+    ///
+    /// # Errors
+    /// [`HubError::NotCached`]; the pick errors of [`quant::pick`].
+    pub fn cached(&self, repo: &str, opts: &PullOptions) -> Result<Pulled, HubError> {
+        cache::check_repo_id(repo)?;
+        let cache = self.cache();
+        let commit = cache.resolve_revision(repo, &opts.revision).ok_or_else(|| HubError::NotCached {
+            repo: repo.to_string(),
+            detail: format!("no snapshot for revision `{}` under {}", opts.revision, cache.root().display()),
+        })?;
+        let files = cache.snapshot_files(repo, &commit);
+        let choice = quant::pick(repo, &files, opts.file.as_deref()).map_err(|e| match e {
+            HubError::NoGguf { .. } => {
+                HubError::NotCached { repo: repo.to_string(), detail: "no .gguf file cached".into() }
+            }
+            e => e,
+        })?;
+        if choice.shards.len() > 1 {
+            return Err(HubError::SplitUnsupported {
+                repo: repo.to_string(),
+                file: choice.file,
+                shards: choice.shards,
+            });
+        }
+        let path = cache.snapshot_path(repo, &commit, &choice.file);
+        let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        Ok(Pulled {
+            repo: repo.to_string(),
+            file: choice.file,
+            commit,
+            path,
+            size,
+            choice: choice.reason,
+            from_cache: true,
+            precheck: None,
+        })
+    }
+
+    /// The whole flow: resolve, pick, pre-check, download, verify (see the module docs).
+    /// With [`HubConfig::offline`], only [`Hub::cached`].
+    ///
+    /// Cost: two or three small API calls, a few range requests for the header, then
+    /// the file's size in transfer and one sha256 pass over it.
+    ///
+    /// # Errors
+    /// Each step's [`HubError`]: token, pick and split errors and
+    /// [`HubError::Refused`] come before any download; [`HubError::ChecksumMismatch`]
+    /// and [`HubError::Interrupted`] leave nothing where a model is expected;
+    /// [`HubError::VerifyFailed`] names the quarantine path.
+    pub fn pull(&self, repo: &str, opts: &PullOptions, progress: &mut dyn Progress) -> Result<Pulled, HubError> {
+        if self.config.offline {
+            return self.cached(repo, opts);
+        }
+        progress.note(&format!("resolving {repo} ({}) on {}", opts.revision, self.config.endpoint));
+        let info = self.repo_info(repo, &opts.revision)?;
+        if !self.http.has_token() {
+            if info.gated.is_some() {
+                return Err(HubError::NeedsToken { repo: repo.to_string(), kind: "gated" });
+            }
+            if info.private {
+                return Err(HubError::NeedsToken { repo: repo.to_string(), kind: "private" });
+            }
+        }
+        for f in &info.files {
+            cache::check_repo_file(f)?;
+        }
+        let choice = quant::pick(repo, &info.files, opts.file.as_deref())?;
+        if choice.shards.len() > 1 {
+            return Err(HubError::SplitUnsupported {
+                repo: repo.to_string(),
+                file: choice.file,
+                shards: choice.shards,
+            });
+        }
+        let file = choice.file.clone();
+        progress.note(&format!("chose {file} ({})", choice.reason));
+        let cache = self.cache();
+        if let Some(commit) = &info.commit {
+            let path = cache.snapshot_path(repo, commit, &file);
+            if path.is_file() {
+                cache.write_ref(repo, &opts.revision, commit)?;
+                let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+                progress.note(&format!("already cached: {}", path.display()));
+                return Ok(Pulled {
+                    repo: repo.to_string(),
+                    file,
+                    commit: commit.clone(),
+                    path,
+                    size,
+                    choice: choice.reason,
+                    from_cache: true,
+                    precheck: None,
+                });
+            }
+        }
+        let (sha256, size, head_commit) = self.file_meta(repo, &opts.revision, &file)?;
+        let commit = info.commit.clone().or(head_commit).unwrap_or_else(|| opts.revision.clone());
+
+        let precheck = self.precheck(repo, &opts.revision, &file, Some(size), &opts.gate)?;
+        let how = match &precheck.source {
+            PrecheckSource::Header { bytes, requests } => format!("header, {bytes} bytes in {requests} range requests"),
+            PrecheckSource::HubHint { header_error } => {
+                format!("the Hub's gguf.chat_template hint; the header could not be read: {header_error}")
+            }
+        };
+        match &precheck.verdict.refusal {
+            Some(reason) if !opts.force => {
+                return Err(HubError::Refused { repo: repo.to_string(), file, reason: reason.clone() })
+            }
+            Some(reason) => {
+                progress.note(&format!("pre-check refused the model ({how}): {reason}; downloading anyway (--force)"))
+            }
+            None => progress.note(&format!(
+                "pre-check passed ({how}): architecture {}, template {}, family {}",
+                precheck.verdict.architecture.as_deref().unwrap_or("?"),
+                precheck.verdict.template_source.as_deref().unwrap_or("?"),
+                precheck.verdict.family.as_deref().unwrap_or("?"),
+            )),
+        }
+
+        let blob = cache.blob_path(repo, &sha256);
+        if !blob.is_file() {
+            progress.note(&format!("downloading {file} ({size} bytes)"));
+            let job = download::Download {
+                url: format!(
+                    "{}{}",
+                    self.config.endpoint.trim_end_matches('/'),
+                    Self::resolve_url(repo, &opts.revision, &file)
+                ),
+                size,
+                sha256: sha256.clone(),
+                incomplete: cache.incomplete_path(repo, &sha256),
+                blob: blob.clone(),
+                attempts: self.config.attempts.max(1),
+            };
+            job.run(&self.http, progress)?;
+            progress.note(&format!("sha256 verified: {sha256}"));
+        }
+        let path = cache.link(repo, &commit, &file, &sha256)?;
+        cache.write_ref(repo, &opts.revision, &commit)?;
+
+        let verdict = verify_file(&format!("{repo}/{file}"), &path, &opts.gate);
+        if let Some(reason) = verdict.refusal {
+            let quarantined = cache.quarantine(repo, &file, &path, &reason)?;
+            return Err(HubError::VerifyFailed { repo: repo.to_string(), file, reason, quarantined });
+        }
+        progress.note(&format!("verified as a model: {}", path.display()));
+        Ok(Pulled {
+            repo: repo.to_string(),
+            file,
+            commit,
+            path,
+            size,
+            choice: choice.reason,
+            from_cache: false,
+            precheck: Some(precheck),
+        })
+    }
+}
+
+/// Whether a `--model` argument names a Hub repository rather than a local file: it
+/// does not exist on disk, does not end in `.gguf`, and is a valid repository id with
+/// an organisation (`ORG/NAME`).
+pub fn looks_like_repo_id(model: &str) -> bool {
+    !Path::new(model).exists()
+        && !model.to_ascii_lowercase().ends_with(".gguf")
+        && model.matches('/').count() == 1
+        && cache::check_repo_id(model).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_is_redacted() {
+        let t = Token::new(" hf_secret \n").unwrap();
+        assert_eq!(t.secret(), "hf_secret");
+        assert!(!format!("{t:?}").contains("secret"));
+        let cfg = HubConfig { token: Some(t), ..HubConfig::default() };
+        assert!(!format!("{:?}", Hub::new(cfg)).contains("hf_secret"));
+        assert!(Token::new("  ").is_none());
+    }
+
+    #[test]
+    fn urls_are_encoded() {
+        assert_eq!(
+            Hub::resolve_url("org/m", "refs/pr/1", "dir/a b.gguf"),
+            "/org/m/resolve/refs%2Fpr%2F1/dir/a%20b.gguf"
+        );
+        assert_eq!(Hub::api_url("org/m", "main"), "/api/models/org/m");
+        assert_eq!(Hub::api_url("org/m", "v1"), "/api/models/org/m/revision/v1");
+    }
+
+    #[test]
+    fn repo_ids_vs_paths() {
+        assert!(looks_like_repo_id("bartowski/SmolLM2-135M-Instruct-GGUF"));
+        assert!(!looks_like_repo_id("models/x.gguf"));
+        assert!(!looks_like_repo_id("gpt2"));
+        assert!(!looks_like_repo_id("/abs/path"));
+    }
+}

@@ -1,0 +1,379 @@
+//! The Hub client against a fake hub on 127.0.0.1 serving the real SmolLM2 GGUF:
+//! quant pick, header pre-check by range, gated/private/license errors, CDN
+//! redirect, resume after a cut, sha256 mismatch, gate refusal and quarantine,
+//! split files, offline cache, and the token never leaving the Hub's host, the logs
+//! or the cache.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, OnceLock};
+
+use common::fake_hub::{sha256_hex, FakeFile, FakeHub, FakeRepo, GOOD_TOKEN};
+use toolgate::hub::{GateOptions, Hub, HubConfig, HubError, PrecheckSource, PullOptions, Token};
+use toolgate::template::ToolFallback;
+
+/// The real SmolLM2 file (its template is plain ChatML: refused without a fallback).
+fn smollm2() -> Arc<Vec<u8>> {
+    static BYTES: OnceLock<Arc<Vec<u8>>> = OnceLock::new();
+    BYTES.get_or_init(|| Arc::new(std::fs::read(common::model(common::SMOLLM2)).unwrap())).clone()
+}
+
+/// SmolLM2's weights with Qwen 2.5's tool-calling template in the metadata: a model
+/// that passes the gate on its own template.
+fn smollm2_with_tools() -> Arc<Vec<u8>> {
+    static BYTES: OnceLock<Arc<Vec<u8>>> = OnceLock::new();
+    BYTES
+        .get_or_init(|| {
+            use candle_core::quantized::gguf_file::{self, Value};
+            let template_path =
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/templates/Qwen-Qwen2.5-7B-Instruct.jinja");
+            let template = std::fs::read_to_string(&template_path).unwrap();
+            let bytes = smollm2();
+            let mut src = std::io::Cursor::new(&bytes[..]);
+            let content = gguf_file::Content::read(&mut src).unwrap();
+            let mut meta: Vec<(String, Value)> = content
+                .metadata
+                .iter()
+                .filter(|(k, _)| k.as_str() != "tokenizer.chat_template")
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            meta.push(("tokenizer.chat_template".into(), Value::String(template)));
+            let tensors: Vec<(String, candle_core::quantized::QTensor)> = content
+                .tensor_infos
+                .keys()
+                .map(|n| (n.clone(), content.tensor(&mut src, n, &candle_core::Device::Cpu).unwrap()))
+                .collect();
+            let meta_refs: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (k.as_str(), v)).collect();
+            let tensor_refs: Vec<(&str, &candle_core::quantized::QTensor)> =
+                tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
+            let mut out = std::io::Cursor::new(Vec::new());
+            gguf_file::write(&mut out, &meta_refs, &tensor_refs).unwrap();
+            Arc::new(out.into_inner())
+        })
+        .clone()
+}
+
+const Q4KM: &str = "smollm2-135m-instruct-q4_k_m.gguf";
+
+/// A public repository with several quantizations (only Q4_K_M is served).
+fn public_repo(content: Arc<Vec<u8>>) -> FakeRepo {
+    FakeRepo {
+        files: vec![
+            FakeFile::listed("README.md"),
+            FakeFile::listed("smollm2-135m-instruct-q8_0.gguf"),
+            FakeFile::served(Q4KM, content),
+            FakeFile::listed("smollm2-135m-instruct-q2_k.gguf"),
+        ],
+        ..FakeRepo::default()
+    }
+}
+
+fn hub(fake: &FakeHub, cache: &Path, token: Option<&str>) -> Hub {
+    Hub::new(HubConfig {
+        endpoint: fake.endpoint.clone(),
+        token: token.and_then(Token::new),
+        cache: toolgate::hub::Cache::new(cache),
+        offline: false,
+        attempts: 5,
+    })
+}
+
+fn generic() -> PullOptions {
+    PullOptions { gate: GateOptions { fallback: ToolFallback::Generic, chat_template: None }, ..PullOptions::default() }
+}
+
+fn start(repos: &[(&str, FakeRepo)]) -> FakeHub {
+    FakeHub::start(repos.iter().map(|(k, v)| (k.to_string(), v.clone())).collect::<HashMap<_, _>>())
+}
+
+fn file_downloads(fake: &FakeHub) -> usize {
+    fake.seen().iter().filter(|s| s.method == "GET" && s.path.contains("/resolve/") && s.range.is_none()).count()
+}
+
+/// Every regular file under `dir`.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_symlink() {
+                continue;
+            } else if p.is_dir() {
+                out.extend(files_under(&p));
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn public_repo_pick_precheck_download_and_cache() {
+    let fake = start(&[("test/tools", public_repo(smollm2_with_tools()))]);
+    let tmp = tempfile::tempdir().unwrap();
+    let hub = hub(&fake, tmp.path(), None);
+    let pulled = hub.pull("test/tools", &PullOptions::default(), &mut ()).unwrap();
+    assert_eq!(pulled.file, Q4KM, "Q4_K_M is preferred over Q8_0 and Q2_K");
+    assert!(!pulled.from_cache);
+    let pre = pulled.precheck.as_ref().unwrap();
+    assert!(pre.verdict.refusal.is_none(), "{pre:?}");
+    assert_eq!(pre.verdict.family.as_deref(), Some("hermes"));
+    let PrecheckSource::Header { bytes, requests } = pre.source else { panic!("{pre:?}") };
+    let size = smollm2_with_tools().len() as u64;
+    assert!(bytes < size / 10 && requests >= 1, "the pre-check read {bytes} of {size} bytes");
+    // The pre-check used range requests only; then exactly one full download.
+    assert_eq!(file_downloads(&fake), 1);
+
+    // In the huggingface_hub layout: snapshot symlink → verified blob, refs/main.
+    let sha = sha256_hex(&smollm2_with_tools());
+    let repo_dir = tmp.path().join("models--test--tools");
+    assert!(std::fs::symlink_metadata(&pulled.path).unwrap().file_type().is_symlink());
+    assert_eq!(
+        std::fs::canonicalize(&pulled.path).unwrap(),
+        std::fs::canonicalize(repo_dir.join("blobs").join(&sha)).unwrap()
+    );
+    assert_eq!(std::fs::read_to_string(repo_dir.join("refs/main")).unwrap(), pulled.commit);
+    assert_eq!(toolgate::hub::sha256_file(&pulled.path).unwrap(), sha);
+    assert!(files_under(&repo_dir).iter().all(|p| !p.to_string_lossy().ends_with(".incomplete")));
+
+    // The file loads and passes the gate as a model.
+    let engine = toolgate::engine::Engine::load(&pulled.path, toolgate::model::DeviceChoice::Cpu).unwrap();
+    assert_eq!(engine.tokenizer().vocab_size(), 49152);
+
+    // Pulling again finds it in the cache and downloads nothing.
+    fake.clear_log();
+    let again = hub.pull("test/tools", &PullOptions::default(), &mut ()).unwrap();
+    assert!(again.from_cache);
+    assert_eq!(again.path, pulled.path);
+    assert_eq!(file_downloads(&fake), 0);
+
+    // Offline: the cache alone answers; an unknown repository is a clear error.
+    let offline = Hub::new(HubConfig { offline: true, ..hub.config().clone() });
+    assert_eq!(offline.pull("test/tools", &PullOptions::default(), &mut ()).unwrap().path, pulled.path);
+    let err = offline.pull("test/other", &PullOptions::default(), &mut ()).unwrap_err();
+    assert!(matches!(err, HubError::NotCached { .. }), "{err}");
+
+    // `--file` wins over the preference, and a missing one lists what there is.
+    let err =
+        hub.pull("test/tools", &PullOptions { file: Some("nope.gguf".into()), ..PullOptions::default() }, &mut ());
+    let msg = err.unwrap_err().to_string();
+    assert!(msg.contains("nope.gguf") && msg.contains(Q4KM), "{msg}");
+}
+
+#[test]
+fn gated_private_and_license_errors_come_before_any_download() {
+    let gated = FakeRepo { gated: Some("manual"), ..public_repo(smollm2()) };
+    let private = FakeRepo { private: true, ..public_repo(smollm2()) };
+    let fake = start(&[("test/gated", gated), ("test/private", private)]);
+    let tmp = tempfile::tempdir().unwrap();
+
+    let err = hub(&fake, tmp.path(), None).pull("test/gated", &generic(), &mut ()).unwrap_err();
+    assert!(matches!(err, HubError::NeedsToken { kind: "gated", .. }), "{err}");
+    assert!(
+        err.to_string().contains("model test/gated is gated, set HF_TOKEN (and accept its license on the Hub)"),
+        "{err}"
+    );
+    assert!(fake.seen().iter().all(|s| !s.path.contains("/resolve/")), "nothing was requested from the file");
+
+    let err = hub(&fake, tmp.path(), None).pull("test/private", &generic(), &mut ()).unwrap_err();
+    assert!(matches!(err, HubError::Unauthorized { token_sent: false, .. }), "{err}");
+    assert!(err.to_string().contains("authentication required"), "{err}");
+
+    let err = hub(&fake, tmp.path(), Some("hf_not_accepted")).pull("test/gated", &generic(), &mut ()).unwrap_err();
+    assert!(matches!(err, HubError::Forbidden { .. }), "{err}");
+    assert!(err.to_string().contains("accept the model's license on the Hub"), "{err}");
+    let err = hub(&fake, tmp.path(), Some("hf_wrong")).pull("test/private", &generic(), &mut ()).unwrap_err();
+    assert!(matches!(err, HubError::Unauthorized { token_sent: true, .. }), "{err}");
+    assert_eq!(file_downloads(&fake), 0);
+    assert!(files_under(tmp.path()).is_empty(), "nothing written to the cache");
+
+    let pulled = hub(&fake, tmp.path(), Some(GOOD_TOKEN)).pull("test/gated", &generic(), &mut ()).unwrap();
+    assert_eq!(toolgate::hub::sha256_file(&pulled.path).unwrap(), sha256_hex(&smollm2()));
+    for f in files_under(tmp.path()) {
+        let bytes = std::fs::read(&f).unwrap();
+        assert!(!bytes.windows(GOOD_TOKEN.len()).any(|w| w == GOOD_TOKEN.as_bytes()), "token in {}", f.display());
+    }
+}
+
+#[test]
+fn cdn_redirect_keeps_the_token_on_the_hub() {
+    let mut repo = FakeRepo { gated: Some("auto"), ..public_repo(smollm2()) };
+    repo.files[2].cdn = true;
+    let fake = start(&[("test/cdn", repo)]);
+    let tmp = tempfile::tempdir().unwrap();
+    let pulled = hub(&fake, tmp.path(), Some(GOOD_TOKEN)).pull("test/cdn", &generic(), &mut ()).unwrap();
+    assert_eq!(toolgate::hub::sha256_file(&pulled.path).unwrap(), sha256_hex(&smollm2()));
+    let seen = fake.seen();
+    let cdn: Vec<_> = seen.iter().filter(|s| s.path.starts_with("/cdn/")).collect();
+    assert!(cdn.iter().any(|s| s.method == "GET" && s.range.is_none()), "the bytes came from the CDN: {seen:?}");
+    assert!(cdn.iter().any(|s| s.range.is_some()), "the header pre-check followed the redirect with Range");
+    assert!(cdn.iter().all(|s| s.authorization.is_none()), "the token went to the CDN: {cdn:?}");
+    assert!(seen.iter().filter(|s| s.path.contains("/resolve/")).all(|s| s.authorization.is_some()));
+}
+
+#[test]
+fn a_cut_connection_resumes_with_range() {
+    let mut repo = public_repo(smollm2());
+    repo.files[2].cut_after = Some(10 << 20);
+    let fake = start(&[("test/flaky", repo)]);
+    let tmp = tempfile::tempdir().unwrap();
+    let pulled = hub(&fake, tmp.path(), None).pull("test/flaky", &generic(), &mut ()).unwrap();
+    assert_eq!(toolgate::hub::sha256_file(&pulled.path).unwrap(), sha256_hex(&smollm2()));
+    let resumed: Vec<_> =
+        fake.seen().into_iter().filter(|s| s.range.as_deref().is_some_and(|r| r.ends_with('-'))).collect();
+    assert_eq!(resumed.len(), 1, "one resume: {resumed:?}");
+    let from: u64 =
+        resumed[0].range.as_deref().unwrap().trim_start_matches("bytes=").trim_end_matches('-').parse().unwrap();
+    assert!((1 << 20..=10 << 20).contains(&from), "resumed from byte {from}");
+}
+
+#[test]
+fn a_wrong_sha256_leaves_nothing_behind() {
+    let mut repo = public_repo(smollm2());
+    repo.files[2].advertised_sha = Some("ab".repeat(32));
+    let fake = start(&[("test/badsha", repo)]);
+    let tmp = tempfile::tempdir().unwrap();
+    let err = hub(&fake, tmp.path(), None).pull("test/badsha", &generic(), &mut ()).unwrap_err();
+    let HubError::ChecksumMismatch { expected, actual, .. } = &err else { panic!("{err}") };
+    assert_eq!((expected.as_str(), actual.as_str()), ("ab".repeat(32).as_str(), sha256_hex(&smollm2()).as_str()));
+    let left = files_under(tmp.path());
+    assert!(left.iter().all(|p| !p.to_string_lossy().contains("blobs")), "left behind: {left:?}");
+    assert!(!tmp.path().join("models--test--badsha/snapshots").exists());
+}
+
+#[test]
+fn the_gate_refuses_before_download_and_quarantines_after_force() {
+    let fake = start(&[("test/chatml", public_repo(smollm2()))]);
+    let tmp = tempfile::tempdir().unwrap();
+    let hub = hub(&fake, tmp.path(), None);
+    let err = hub.pull("test/chatml", &PullOptions::default(), &mut ()).unwrap_err();
+    let HubError::Refused { reason, .. } = &err else { panic!("{err}") };
+    assert!(reason.contains("does not support tool calling") && reason.contains("--tool-fallback generic"), "{reason}");
+    assert_eq!(file_downloads(&fake), 0, "refused on the header alone");
+    assert!(files_under(tmp.path()).is_empty());
+
+    let forced = PullOptions { force: true, ..PullOptions::default() };
+    let err = hub.pull("test/chatml", &forced, &mut ()).unwrap_err();
+    let HubError::VerifyFailed { quarantined, reason, .. } = &err else { panic!("{err}") };
+    assert!(quarantined.starts_with(tmp.path().join("toolgate-quarantine")));
+    assert_eq!(toolgate::hub::sha256_file(quarantined).unwrap(), sha256_hex(&smollm2()));
+    let note = std::fs::read_to_string(format!("{}.reason", quarantined.display())).unwrap();
+    assert!(note.contains(reason.as_str()));
+    assert!(hub.cache().list().is_empty(), "nothing left where a model is expected");
+
+    // With the fallback the same file passes (the serve command's `--tool-fallback generic`).
+    let pulled = hub.pull("test/chatml", &generic(), &mut ()).unwrap();
+    assert_eq!(
+        pulled.precheck.unwrap().verdict.template_source.unwrap(),
+        "toolgate generic tool template (--tool-fallback generic)"
+    );
+}
+
+#[test]
+fn split_models_are_refused_clearly() {
+    let repo = FakeRepo {
+        files: vec![
+            FakeFile::listed("big-Q4_K_M-00002-of-00002.gguf"),
+            FakeFile::listed("big-Q4_K_M-00001-of-00002.gguf"),
+        ],
+        ..FakeRepo::default()
+    };
+    let fake = start(&[("test/split", repo)]);
+    let tmp = tempfile::tempdir().unwrap();
+    let err = hub(&fake, tmp.path(), None).pull("test/split", &generic(), &mut ()).unwrap_err();
+    let HubError::SplitUnsupported { shards, .. } = &err else { panic!("{err}") };
+    assert_eq!(shards.len(), 2);
+    assert!(err.to_string().contains("llama-gguf-split --merge"), "{err}");
+    assert!(fake.seen().iter().all(|s| !s.path.contains("/resolve/")));
+}
+
+#[test]
+fn no_range_support_falls_back_to_the_hub_hint_and_no_etag_to_paths_info() {
+    let mut repo = public_repo(smollm2());
+    repo.files[2].no_range = true;
+    repo.files[2].no_etag = true;
+    repo.template_hint = Some(toolgate::template::source::CHATML.to_string());
+    let fake = start(&[("test/plain", repo)]);
+    let tmp = tempfile::tempdir().unwrap();
+    let hub = hub(&fake, tmp.path(), None);
+    let err = hub.pull("test/plain", &PullOptions::default(), &mut ()).unwrap_err();
+    assert!(matches!(err, HubError::Refused { .. }), "the hint's ChatML template is refused: {err}");
+    let pulled = hub.pull("test/plain", &generic(), &mut ()).unwrap();
+    let pre = pulled.precheck.unwrap();
+    assert!(matches!(pre.source, PrecheckSource::HubHint { .. }), "{pre:?}");
+    assert!(fake.seen().iter().any(|s| s.path.contains("paths-info")), "sha256 from paths-info");
+    assert_eq!(toolgate::hub::sha256_file(&pulled.path).unwrap(), sha256_hex(&smollm2()));
+}
+
+#[test]
+fn cli_pull_list_serve_rm_and_the_token_stays_secret() {
+    let mut repo = public_repo(smollm2());
+    repo.gated = Some("manual");
+    let fake = start(&[("test/cli", repo)]);
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("hub");
+    let toolgate = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .args(args)
+            .env("HF_ENDPOINT", &fake.endpoint)
+            .env("HF_HUB_CACHE", &cache)
+            .env("HF_HOME", tmp.path())
+            .env("HF_TOKEN", GOOD_TOKEN)
+            // Every request's headers are logged at debug (ureq redacts Authorization);
+            // trace adds ~900 MB of body hex dumps and was checked once by hand.
+            .env("TOOLGATE_LOG", "debug,toolgate=trace")
+            .env_remove("HF_HUB_OFFLINE")
+            .output()
+            .unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.success(), text(&out.stdout), text(&out.stderr))
+    };
+    let (ok, stdout, stderr) = toolgate(&["pull", "test/cli", "--tool-fallback", "generic"]);
+    let notes: Vec<&str> = stderr.lines().filter(|l| !l.contains("TRACE") && !l.contains("DEBUG")).collect();
+    eprintln!("toolgate pull ({} bytes of debug-level log):\n{}", stderr.len(), notes.join("\n"));
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains(Q4KM) && stderr.contains("pre-check passed"), "{stdout}\n{stderr}");
+    assert!(!stderr.contains(GOOD_TOKEN) && !stdout.contains(GOOD_TOKEN), "the token was logged");
+    for f in files_under(tmp.path()) {
+        let bytes = std::fs::read(&f).unwrap();
+        assert!(!bytes.windows(GOOD_TOKEN.len()).any(|w| w == GOOD_TOKEN.as_bytes()), "token in {}", f.display());
+    }
+
+    let (ok, stdout, stderr) = toolgate(&["list"]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("test/cli") && stdout.contains(Q4KM) && stdout.contains("Q4_1"), "{stdout}");
+
+    // `serve --model REPO_ID` loads the cached pull (offline: no Hub needed).
+    let port = common::server::free_port().to_string();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["serve", "--model", "test/cli", "--tool-fallback", "generic", "--port", &port])
+        .env("HF_HUB_CACHE", &cache)
+        .env("HF_HUB_OFFLINE", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut models = None;
+    for _ in 0..300 {
+        if let Ok(mut r) = common::server::agent().get(format!("{base}/v1/models")).call() {
+            models = Some(r.body_mut().read_to_string().unwrap());
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let models = models.expect("serve --model REPO_ID came up");
+    assert!(models.contains("test/cli"), "{models}");
+
+    let (ok, stdout, stderr) = toolgate(&["rm", "test/cli"]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("removed"), "{stdout}");
+    let (_, stdout, _) = toolgate(&["list"]);
+    assert!(!stdout.contains("test/cli"), "{stdout}");
+}
