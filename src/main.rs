@@ -48,6 +48,58 @@ enum Command {
     List(ListArgs),
     /// Remove a model (or one file of it) from the cache.
     Rm(RmArgs),
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// Tool-calling reliability: BFCL tasks (or your own) in constrained, native and
+    /// prompt-only modes, judged by BFCL's AST rules; a table, JSON and an SVG chart.
+    Tools(BenchToolsArgs),
+}
+
+#[derive(Debug, Args)]
+struct BenchToolsArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    gate: GateArgs,
+    /// The BFCL data folder (`bfcl_eval/data`; `scripts/fetch-bfcl` fills the default).
+    #[arg(long, env = "TOOLGATE_BFCL")]
+    bfcl: Option<PathBuf>,
+    /// BFCL categories, comma-separated (`none` for only --tasks files).
+    #[arg(long, default_value = "simple_python,multiple,parallel,parallel_multiple,irrelevance")]
+    categories: String,
+    /// Task files in toolgate's own format (JSON lines; see docs/bench.md), repeatable.
+    #[arg(long)]
+    tasks: Vec<PathBuf>,
+    /// Tasks per category, spread evenly over it (0 = all).
+    #[arg(long, default_value_t = 40)]
+    per_category: usize,
+    /// Modes, comma-separated: constrained, native, prompt-only.
+    #[arg(long, default_value = "constrained,native,prompt-only")]
+    modes: String,
+    /// `required-where-expected` (required where a call is expected, auto elsewhere,
+    /// as BFCL runs) or `auto` everywhere.
+    #[arg(long, default_value = "required-where-expected", value_parser = ["required-where-expected", "auto"])]
+    tool_choice: String,
+    /// Token budget per answer.
+    #[arg(long, default_value_t = 256)]
+    max_tokens: usize,
+    /// Sampling temperature (0: greedy).
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// Seed (the same for every mode).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Write the summaries and every task's result as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the chart (SVG) here.
+    #[arg(long)]
+    chart: Option<PathBuf>,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -260,7 +312,88 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
         Command::Pull(args) => pull(args),
         Command::List(args) => list(args),
         Command::Rm(args) => rm(args),
+        Command::Bench(BenchCommand::Tools(args)) => bench_tools(args),
     }
+}
+
+fn bench_tools(args: BenchToolsArgs) -> anyhow::Result<()> {
+    use toolgate::bench::{self, tasks, BenchOptions, ChoicePolicy, Mode};
+    let modes: Vec<Mode> =
+        args.modes.split(',').map(|m| m.trim().parse()).collect::<Result<_, _>>().context("--modes")?;
+    let dir = args.bfcl.clone().unwrap_or_else(tasks::default_bfcl_dir);
+    let mut all = Vec::new();
+    for cat in args.categories.split(',').map(str::trim).filter(|c| !c.is_empty() && *c != "none") {
+        let loaded = tasks::load_bfcl(&dir, cat)
+            .with_context(|| format!("BFCL category {cat} in {} (run scripts/fetch-bfcl)", dir.display()))?;
+        all.extend(bench::sample(loaded, args.per_category));
+    }
+    for f in &args.tasks {
+        all.extend(bench::sample(tasks::load_file(f)?, args.per_category));
+    }
+    anyhow::ensure!(!all.is_empty(), "no tasks: give --categories or --tasks");
+
+    let (mut engine, source) = load(&args.model, Some(&args.gate))?;
+    let templates = GgufTemplates::from_gguf(engine.gguf())?;
+    let arch = engine.gguf().architecture().ok().map(str::to_string);
+    let name = model_id(&source.path);
+    let setup = toolgate::template::gate(
+        &name,
+        &templates,
+        arch.as_deref(),
+        args.gate.chat_template.as_deref(),
+        args.gate.tool_fallback,
+    )?;
+    // Prompt-only: toolgate's generic tool template, whatever the model's own is. When
+    // the model is already served with it, native is the same run.
+    let generic = toolgate::template::gate(&name, &Default::default(), arch.as_deref(), None, ToolFallback::Generic)?;
+    let same = setup.source == generic.source;
+    if same && modes.contains(&Mode::PromptOnly) {
+        eprintln!("prompt-only = native here: the model is served with the generic template; not run twice");
+    }
+    let opts = BenchOptions {
+        modes,
+        choice: if args.tool_choice == "auto" { ChoicePolicy::Auto } else { ChoicePolicy::RequiredWhereExpected },
+        max_tokens: args.max_tokens,
+        temperature: args.temperature,
+        seed: args.seed,
+    };
+    let runs = opts.modes.iter().filter(|m| !(same && **m == Mode::PromptOnly)).count() * all.len();
+    eprintln!(
+        "{} tasks × {} mode(s) on {name} (template: {}, family {})",
+        all.len(),
+        runs / all.len().max(1),
+        setup.source,
+        setup.family
+    );
+    let bar = indicatif::ProgressBar::new(runs as u64);
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} [{elapsed_precise} < {eta}] {msg}")
+    {
+        bar.set_style(style);
+    }
+    let t0 = std::time::Instant::now();
+    let results = bench::run(&mut engine, &setup, (!same).then_some(&generic), &all, &opts, |r| {
+        bar.set_message(format!("{} {}", r.mode, r.id));
+        bar.inc(1);
+    });
+    bar.finish_and_clear();
+    let summaries = bench::summarize(&results);
+    println!("{}", bench::report::table(&summaries));
+    eprintln!("{} runs in {:.0} s", results.len(), t0.elapsed().as_secs_f64());
+    if let Some(p) = &args.json {
+        let doc = serde_json::json!({
+            "model": name,
+            "template_source": setup.source.to_string(),
+            "family": setup.family,
+            "options": opts,
+            "summaries": summaries,
+            "results": results,
+        });
+        std::fs::write(p, serde_json::to_string_pretty(&doc)?).with_context(|| format!("writing {}", p.display()))?;
+    }
+    if let Some(p) = &args.chart {
+        std::fs::write(p, bench::report::svg(&name, &summaries)).with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
 }
 
 /// A model to load: its file, the id it is served under, and where it came from.

@@ -311,6 +311,34 @@ fn multibyte_characters_split_across_tokens() {
     assert!(m.commit(tok.encode("x", toolgate::tokenizer::EncodeOptions::TEXT).unwrap()[0]).is_err());
 }
 
+#[test]
+fn a_constrained_instance_closes_within_the_token_budget() {
+    // Unbounded strings and arrays: left alone, a sampled model runs past any budget.
+    let schema = json!({"type": "object", "properties": {
+        "notes": {"type": "array", "items": {"type": "string"}},
+        "summary": {"type": "string"}
+    }, "required": ["notes", "summary"]});
+    let g = Arc::new(Grammar::from_schema(&schema, Mode::Strict, &Json).unwrap());
+    for model in [common::SMOLLM2, common::GEMMA3] {
+        let mut engine = Engine::load(common::model(model), DeviceChoice::Cpu).unwrap();
+        let ids = engine.tokenizer().encode_prompt("Write very long notes about Paris in JSON:", true).unwrap();
+        let vocab = engine.token_vocab();
+        for (budget, seed) in [(14, 0), (20, 1), (32, 2), (48, 3)] {
+            let mut m = g.matcher(vocab.clone());
+            let params = GenerateParams {
+                max_tokens: budget,
+                sampling: SamplingParams { temperature: 1.3, seed, ..SamplingParams::greedy() },
+                ..GenerateParams::default()
+            };
+            let gen = engine.generate_constrained(&ids, &params, &mut m, |_| {}).unwrap();
+            assert!(gen.completion_tokens <= budget);
+            assert!(g.matches(gen.text.as_bytes()), "{model}, budget {budget}: cut off: {:?}", gen.text);
+            let v: Value = serde_json::from_str(&gen.text).unwrap();
+            assert!(v["notes"].is_array() && v["summary"].is_string(), "{}", gen.text);
+        }
+    }
+}
+
 fn constrained(engine: &mut Engine, prompt: &str, schema: &Value, seed: u64, temperature: f32) -> String {
     let tok = engine.tokenizer();
     let ids = tok.encode_prompt(prompt, true).unwrap();

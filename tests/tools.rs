@@ -39,15 +39,15 @@ fn valid(call: &toolgate::tools::ToolCall) -> bool {
     }
 }
 
-/// The calls that closed: when `max_tokens` cut the turn inside a call
-/// (`finish_reason: length`), the last one's arguments stop where generation stopped.
+/// Constrained calls: never cut by `max_tokens` (an open call is closed on its
+/// shortest completion when the budget runs low), so every call is complete.
 fn complete(turn: &toolgate::engine::chat::ChatTurn) -> &[toolgate::tools::ToolCall] {
-    let n = turn.tool_calls.len();
-    if turn.finish_reason == "length" {
-        &turn.tool_calls[..n.saturating_sub(1)]
-    } else {
-        &turn.tool_calls
+    let closed = turn.tool_calls.iter().all(|c| serde_json::from_str::<Value>(&c.function.arguments).is_ok());
+    assert!(closed, "a constrained call was cut off: {turn:?}");
+    if !turn.tool_calls.is_empty() {
+        assert_eq!(turn.finish_reason, "tool_calls", "{turn:?}");
     }
+    &turn.tool_calls
 }
 
 #[test]
@@ -110,7 +110,7 @@ fn constrained_tool_calls_on_smollm2_are_always_valid() {
                 .unwrap();
         assert!(!turn.tool_calls.is_empty(), "{q}: {turn:?}");
         assert!(complete(&turn).iter().all(valid), "{q}: {turn:?}");
-        assert!(turn.finish_reason == "tool_calls" || turn.finish_reason == "length", "{turn:?}");
+        assert_eq!(turn.finish_reason, "tool_calls", "{turn:?}");
         assert_eq!(turn.parse_failures, 0);
         // required, not parallel: exactly one.
         let one = tool_turn(

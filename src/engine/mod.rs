@@ -74,6 +74,18 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 /// Prompt tokens processed per forward pass during prefill.
 pub const PREFILL_CHUNK: usize = 256;
 
+/// With this many tokens or fewer left in the budget, a constrained generation checks
+/// each step how many tokens the shortest completion needs
+/// ([`crate::grammar::Matcher::completion_plan`]).
+pub const CLOSE_LOOKAHEAD: usize = 96;
+
+/// Closing starts when the shortest completion plus this margin no longer fits the
+/// remaining budget (one token can open several structures at once).
+pub const CLOSE_MARGIN: usize = 8;
+
+/// Longest completion searched for, in bytes.
+pub const CLOSE_MAX_BYTES: usize = 512;
+
 /// Parameters of one generation.
 #[derive(Debug, Clone)]
 pub struct GenerateParams {
@@ -389,6 +401,9 @@ impl Engine {
         let mut mask_time = Duration::ZERO;
         let mut finish = FinishReason::Length;
         let mut stop_hit = false;
+        let mut closing = false;
+        let (mut last_accept, mut span): (Option<usize>, usize) = (None, 0);
+        let mut active_since: Option<usize> = None;
         let mut decode_started = Instant::now();
         let mut mask = crate::sampling::TokenMask::new(self.tokenizer.vocab_size());
         while tokens.len() < params.max_tokens {
@@ -396,16 +411,51 @@ impl Engine {
                 finish = FinishReason::Cancelled;
                 break;
             }
+            let remaining = params.max_tokens - tokens.len();
             let next = match constraint.active() {
                 Some(m) => {
                     if m.is_finished() {
                         finish = FinishReason::Stop;
                         break;
                     }
-                    match m.forced_token() {
-                        Some(t) => t,
+                    let t = Instant::now();
+                    // Complete here, with less budget left than the longest stretch
+                    // between two complete points took (one more call): end now rather
+                    // than start something the budget would cut.
+                    let since = *active_since.get_or_insert(tokens.len());
+                    if m.is_accepting() {
+                        let j = last_accept.unwrap_or(since);
+                        if tokens.len() > j + 1 {
+                            span = span.max(tokens.len() - j);
+                        }
+                        last_accept = Some(tokens.len());
+                        if span > 0 && remaining < span + CLOSE_MARGIN {
+                            mask_time += t.elapsed();
+                            break;
+                        }
+                    }
+                    // Near the end of the budget, close the constrained region on the
+                    // shortest path rather than let the budget cut it off.
+                    let mut closing_token = None;
+                    if closing || remaining <= CLOSE_LOOKAHEAD {
+                        match m.completion_plan(CLOSE_MAX_BYTES) {
+                            Some(plan) if plan.is_empty() && closing => {
+                                mask_time += t.elapsed();
+                                break; // closed; the budget is spent
+                            }
+                            Some(plan) if !plan.is_empty() && plan.len() + CLOSE_MARGIN >= remaining => {
+                                closing = true;
+                                closing_token = Some(plan[0]);
+                            }
+                            _ => {}
+                        }
+                    }
+                    match closing_token.or_else(|| m.forced_token()) {
+                        Some(tok) => {
+                            mask_time += t.elapsed();
+                            tok
+                        }
                         None => {
-                            let t = Instant::now();
                             m.fill_mask(&mut mask)?;
                             mask_time += t.elapsed();
                             sampler.sample(&mut logits, Some(&mask))?
@@ -415,7 +465,9 @@ impl Engine {
                 None => sampler.sample(&mut logits, None)?,
             };
             if let Some(m) = constraint.active() {
+                let t = Instant::now();
                 m.commit(next)?;
+                mask_time += t.elapsed();
             } else {
                 constraint.observe(next)?;
             }

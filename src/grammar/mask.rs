@@ -406,6 +406,79 @@ impl Matcher {
         m.words().iter().enumerate().find(|(_, w)| **w != 0).map(|(i, w)| (i * 64) as u32 + w.trailing_zeros())
     }
 
+    /// The shortest way to finish from here: tokens whose bytes spell the shortest
+    /// byte string that makes the output a complete instance (breadth-first over the
+    /// DFA), each the longest vocabulary token that is a prefix of what remains. Empty
+    /// when the output is already complete; `None` when no completion of at most
+    /// `max_bytes` bytes was found within the search bound. The engine uses it to close
+    /// an open call before the token budget runs out, so a constrained call is never
+    /// cut off.
+    ///
+    /// Cost: a breadth-first search over at most 4096 DFA states (each tried with all
+    /// 256 bytes), then one walk down the token trie.
+    pub fn completion_plan(&mut self, max_bytes: usize) -> Option<Vec<u32>> {
+        const MAX_STATES: usize = 4096;
+        self.sync_cache();
+        if self.is_accepting() {
+            return Some(Vec::new());
+        }
+        let clears = self.cache.clear_count();
+        // (state, parent index, byte, depth)
+        let mut nodes: Vec<(LazyStateID, usize, u8, usize)> = vec![(self.state, usize::MAX, 0, 0)];
+        let mut seen = std::collections::HashSet::from([self.state]);
+        let mut head = 0;
+        let mut goal = None;
+        'bfs: while head < nodes.len() {
+            let (s, _, _, depth) = nodes[head];
+            if depth >= max_bytes {
+                head += 1;
+                continue;
+            }
+            for b in 0..=255u8 {
+                let Some(n) = self.grammar.step(&mut self.cache, s, b) else { continue };
+                if self.cache.clear_count() != clears {
+                    return None; // evicted mid-search: ids are stale
+                }
+                if !seen.insert(n) {
+                    continue;
+                }
+                nodes.push((n, head, b, depth + 1));
+                if self.grammar.accepting(&mut self.cache, n) {
+                    goal = Some(nodes.len() - 1);
+                    break 'bfs;
+                }
+                if nodes.len() >= MAX_STATES {
+                    return None;
+                }
+            }
+            head += 1;
+        }
+        let mut at = goal?;
+        let mut path = Vec::new();
+        while nodes[at].1 != usize::MAX {
+            path.push(nodes[at].2);
+            at = nodes[at].1;
+        }
+        path.reverse();
+        // Longest vocabulary token that is a prefix of what remains, repeatedly.
+        let mut plan = Vec::new();
+        let mut i = 0;
+        while i < path.len() {
+            let (mut node, mut best) = (0usize, None);
+            for (k, &b) in path[i..].iter().enumerate() {
+                let Some(&(_, child)) = self.vocab.nodes[node].children.iter().find(|(c, _)| *c == b) else { break };
+                node = child as usize;
+                if let Some(&t) = self.vocab.nodes[node].tokens.first() {
+                    best = Some((t, k + 1));
+                }
+            }
+            let (t, len) = best?;
+            plan.push(t);
+            i += len;
+        }
+        Some(plan)
+    }
+
     /// Bytes committed so far.
     pub fn bytes(&self) -> &[u8] {
         &self.bytes

@@ -1,0 +1,93 @@
+//! The bench suite, CI-sized: `toolgate bench tools` on the real SmolLM2 over one
+//! BFCL task from three categories plus one task in toolgate's own format, in
+//! constrained and native modes, so the bench never rots. The numbers of a full run
+//! are in BENCHMARKS.md; here only what must hold for any model: constrained calls
+//! always parse and always validate, every task is judged, the chart and JSON exist.
+
+mod common;
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn bfcl_dir() -> std::path::PathBuf {
+    let dir = toolgate::bench::tasks::default_bfcl_dir();
+    assert!(dir.join("BFCL_v4_simple_python.json").exists(), "{} is missing: run scripts/fetch-bfcl", dir.display());
+    dir
+}
+
+#[test]
+fn bfcl_categories_load_and_convert() {
+    let dir = bfcl_dir();
+    for (cat, n) in
+        [("simple_python", 400), ("multiple", 200), ("parallel", 200), ("parallel_multiple", 200), ("irrelevance", 240)]
+    {
+        let tasks = toolgate::bench::tasks::load_bfcl(&dir, cat).unwrap();
+        assert_eq!(tasks.len(), n, "{cat}");
+        for t in &tasks {
+            assert_eq!(t.expects_no_call(), cat == "irrelevance", "{}", t.id);
+            for tool in &t.tools {
+                // Every converted schema is one the constraint engine compiles (lenient).
+                let text = tool.function.parameters.to_string();
+                assert!(
+                    !text.contains("\"dict\"") && !text.contains("\"float\"") && !text.contains("\"tuple\""),
+                    "{text}"
+                );
+                jsonschema::validator_for(&tool.function.parameters).unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn smoke_run_constrained_always_parses_and_validates() {
+    let dir = tempfile::tempdir().unwrap();
+    let (json, chart) = (dir.path().join("bench.json"), dir.path().join("bench.svg"));
+    let out = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["bench", "tools", "--model"])
+        .arg(common::model(common::SMOLLM2))
+        .args(["--tool-fallback", "generic", "--categories", "simple_python,parallel,irrelevance"])
+        .args(["--per-category", "1", "--modes", "constrained,native,prompt-only", "--max-tokens", "96"])
+        .arg("--bfcl")
+        .arg(bfcl_dir())
+        .arg("--tasks")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/bench_tasks.jsonl"))
+        .arg("--json")
+        .arg(&json)
+        .arg("--chart")
+        .arg(&chart)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("constrained") && stdout.contains("AST"), "{stdout}");
+    // SmolLM2 is served with the generic template: prompt-only is native, not run twice.
+    assert!(stderr.contains("prompt-only = native"), "{stderr}");
+
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let results = doc["results"].as_array().unwrap();
+    // One task per category (the own file's first task too) × constrained, native.
+    assert_eq!(results.len(), 2 * 4, "{results:?}");
+    let summary = |mode: &str, cat: &str| {
+        doc["summaries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["mode"] == mode && s["category"] == cat)
+            .cloned()
+            .unwrap()
+    };
+    let all = summary("constrained", "all");
+    assert_eq!(all["tasks"], 4);
+    assert_eq!(all["parse_rate"], 1.0, "{all}");
+    assert_eq!(all["schema_valid_rate"], 1.0, "{all}");
+    assert_eq!(all["declared_rate"], 1.0, "{all}");
+    // Required where a call is expected: the constrained answer always has a call.
+    for r in results.iter().filter(|r| r["mode"] == "constrained" && r["category"] != "irrelevance") {
+        assert!(r["judgement"]["calls"].as_u64().unwrap() >= 1, "{r}");
+    }
+    assert!(summary("native", "all")["tasks"] == 4);
+    let svg = std::fs::read_to_string(&chart).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("BFCL AST accuracy") && svg.contains("own_tasks"), "{svg}");
+}
