@@ -41,6 +41,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             StreamEvent::Content(t) => print!("{t}"),
             StreamEvent::CallStart { name, .. } => print!("→ {name}("),
             StreamEvent::Arguments { fragment, .. } => print!("{fragment}"),
+            StreamEvent::Reasoning(r) => eprint!("{r}"),
         }
         let _ = std::io::stdout().flush();
     })?;

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use toolgate::engine::chat::{tool_turn, ToolMode};
 use toolgate::engine::{Engine, GenerateParams};
 use toolgate::gguf::GgufFile;
@@ -21,6 +21,11 @@ use toolgate::template::{ChatTemplate, ToolFallback};
 #[derive(Debug, Parser)]
 #[command(name = "toolgate", version, about, long_about = None)]
 struct Cli {
+    /// A TOML file of settings, keyed by flag name (`port = 8080`,
+    /// `tool-fallback = "generic"`, `model = "…"`). Precedence: flags, then environment
+    /// variables, then this file, then defaults.
+    #[arg(long, global = true, env = "TOOLGATE_CONFIG")]
+    config: Option<PathBuf>,
     /// Log filter (e.g. `info`, `toolgate=debug`); also read from `TOOLGATE_LOG`.
     #[arg(long, global = true, env = "TOOLGATE_LOG", default_value = "warn")]
     log: String,
@@ -292,11 +297,68 @@ struct RunArgs {
 }
 
 fn main() {
+    if let Err(e) = apply_config_file() {
+        eprintln!("Error: {e:#}");
+        std::process::exit(2);
+    }
     let cli = Cli::parse();
     if let Err(e) = real_main(cli) {
         eprintln!("Error: {e:#}");
         std::process::exit(1);
     }
+}
+
+/// The config file named by `--config FILE` (or `TOOLGATE_CONFIG`): each key is a
+/// flag's long name; its value becomes that flag's environment variable unless the
+/// variable is already set, so flags beat the environment, which beats the file.
+/// Unknown keys and values that are not scalars are errors naming the key.
+fn apply_config_file() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let from_args = args.iter().enumerate().find_map(|(i, a)| match a.strip_prefix("--config") {
+        Some("") => args.get(i + 1).cloned(),
+        Some(v) => v.strip_prefix('=').map(str::to_string),
+        None => None,
+    });
+    let Some(path) = from_args.or_else(|| std::env::var("TOOLGATE_CONFIG").ok()) else { return Ok(()) };
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading config file {path}"))?;
+    let table: toml::Table = text.parse().with_context(|| format!("config file {path} is not valid TOML"))?;
+    // Flag long name → its environment variable, over every subcommand.
+    let mut envs = std::collections::BTreeMap::new();
+    fn collect(cmd: &clap::Command, envs: &mut std::collections::BTreeMap<String, String>) {
+        for a in cmd.get_arguments() {
+            if let (Some(long), Some(env)) = (a.get_long(), a.get_env()) {
+                envs.insert(long.to_string(), env.to_string_lossy().into_owned());
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            collect(sub, envs);
+        }
+    }
+    collect(&Cli::command(), &mut envs);
+    envs.remove("config");
+    for (key, value) in table {
+        let long = key.replace('_', "-");
+        let Some(env) = envs.get(&long) else {
+            anyhow::bail!(
+                "config file {path}: unknown key `{key}` (keys: {})",
+                envs.keys().cloned().collect::<Vec<_>>().join(", ")
+            );
+        };
+        let value = match value {
+            toml::Value::String(s) => s,
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Float(f) => f.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            other => anyhow::bail!(
+                "config file {path}: `{key}` must be a string, number or boolean, not {}",
+                other.type_str()
+            ),
+        };
+        if std::env::var_os(env).is_none() {
+            std::env::set_var(env, value);
+        }
+    }
+    Ok(())
 }
 
 fn real_main(cli: Cli) -> anyhow::Result<()> {

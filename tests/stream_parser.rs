@@ -53,6 +53,11 @@ fn aggregate(ev: &[StreamEvent]) -> ParsedOutput {
                 assert_eq!(*index + 1, out.calls.len(), "arguments belong to the newest call");
                 out.calls[*index].function.arguments.push_str(fragment);
             }
+            StreamEvent::Reasoning(r) => {
+                assert!(out.content.is_empty() && out.calls.is_empty(), "reasoning comes first");
+                assert!(!r.is_empty(), "empty reasoning delta");
+                out.reasoning.push_str(r);
+            }
         }
     }
     out
@@ -172,6 +177,7 @@ fn incremental_mode_streams_arguments_as_they_are_generated() {
                     assert!(!fragment.contains("</"), "the end marker leaked: {fragment:?}");
                 }
                 StreamEvent::Content(c) => panic!("content {c:?}"),
+                StreamEvent::Reasoning(r) => panic!("reasoning {r:?}"),
             }
         }
     }
@@ -193,4 +199,80 @@ fn text_only_turns_are_trimmed_like_the_whole() {
         assert_eq!(aggregate(&ev).content, text.trim());
         assert_eq!(p.output().content, text.trim());
     }
+}
+
+/// The assistant turn a real template renders for `reasoning` + one call, as the model
+/// would write it (the text after the last assistant header, up to its end token).
+fn rendered_reasoning_turn(template_file: &str, reasoning: &str) -> (String, toolgate::template::ChatSetup) {
+    use serde_json::json;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/templates").join(template_file);
+    let src = std::fs::read_to_string(&path).unwrap();
+    let templates = toolgate::template::source::GgufTemplates { default: Some(src), tool_use: None };
+    let setup = toolgate::template::inspect(&templates, None, None).unwrap();
+    let call = json!({"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}});
+    let mut req = toolgate::template::RenderRequest::new(vec![
+        json!({"role": "user", "content": "Weather in Paris?"}),
+        json!({"role": "assistant", "content": "", "reasoning_content": reasoning, "tool_calls": [call]}),
+    ]);
+    req.tools =
+        Some(vec![json!({"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+        "properties": {"city": {"type": "string"}}}}})]);
+    req.add_generation_prompt = false;
+    let text = setup.template.render(&req).unwrap();
+    let turn = &text[text.rfind(reasoning).and_then(|at| text[..at].rfind("assistant")).unwrap()..];
+    let turn = turn.split_once('\n').map(|(_, t)| t).unwrap_or(turn);
+    let end = ["<|im_end|>", "<\u{ff5c}end\u{2581}of\u{2581}sentence\u{ff5c}>", "<|eot_id|>"]
+        .iter()
+        .filter_map(|m| turn.find(m))
+        .min()
+        .unwrap_or(turn.len());
+    (turn[..end].to_string(), setup)
+}
+
+#[test]
+fn reasoning_blocks_of_real_templates_go_to_reasoning_content_at_every_split() {
+    let reasoning = "The user wants the weather.\nI should call get_weather with city Paris.";
+    let (turn, setup) = rendered_reasoning_turn("Qwen-Qwen3-0.6B.jinja", reasoning);
+    assert_eq!(setup.reasoning, Some(("<think>", "</think>")), "{turn}");
+    assert!(turn.starts_with("<think>") && turn.contains("<tool_call>"), "{turn:?}");
+    let fmt = format::for_family(setup.family).unwrap().expect("Qwen 3 writes the hermes format");
+    for incremental in [false, true] {
+        for at in char_splits(&turn) {
+            let mut p =
+                StreamParser::new(Some(fmt.clone()), incremental, 1).with_reasoning("<think>", "</think>", false);
+            let mut ev = p.push(&turn[..at]);
+            ev.extend(p.push(&turn[at..]));
+            ev.extend(p.finish());
+            let out = p.into_output();
+            assert_eq!(out.reasoning, reasoning, "split at {at}: {turn:?}");
+            assert_eq!(out.content, "", "split at {at}");
+            assert_eq!(out.calls.len(), 1, "split at {at}: {out:?}");
+            assert_eq!(out.calls[0].function.arguments, "{\"city\": \"Paris\"}");
+            let agg = aggregate(&ev);
+            assert_eq!((agg.reasoning, agg.content), (out.reasoning, out.content));
+        }
+    }
+}
+
+#[test]
+fn reasoning_edge_cases() {
+    let run = |pieces: &[&str], inside: bool| {
+        let mut p = StreamParser::new(None, false, 1).with_reasoning("<think>", "</think>", inside);
+        for piece in pieces {
+            p.push(piece);
+        }
+        p.finish();
+        let o = p.into_output();
+        (o.reasoning, o.content)
+    };
+    // The prompt already opened the block (DeepSeek-R1 style).
+    assert_eq!(run(&["Hmm, 2+2", ".\n</think>\n\n4"], true), ("Hmm, 2+2.".into(), "4".into()));
+    // No block: everything is content, even a marker later on.
+    assert_eq!(run(&["Answer: use <think> tags"], false), ("".into(), "Answer: use <think> tags".into()));
+    // Cut off inside the block: all reasoning, no content.
+    assert_eq!(run(&["<think>still thinking"], false), ("still thinking".into(), "".into()));
+    // A lone partial marker at the end is content.
+    assert_eq!(run(&["  <thi"], false), ("".into(), "<thi".into()));
+    // An empty block (thinking disabled) leaves only the answer.
+    assert_eq!(run(&["<think>\n\n</think>\n\nParis."], false), ("".into(), "Paris.".into()));
 }

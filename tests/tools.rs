@@ -215,6 +215,7 @@ fn streamed_deltas_add_up_to_the_turn_and_cancel_stops_it() {
                     calls.push((id.clone(), name.clone(), String::new()));
                 }
                 StreamEvent::Arguments { index, fragment } => calls[*index].2.push_str(fragment),
+                StreamEvent::Reasoning(r) => panic!("no reasoning markers in the generic template: {r:?}"),
             }
         }
         assert_eq!(content, turn.content, "{choice:?} {mode:?}");

@@ -95,6 +95,9 @@ pub enum ToolMode {
 pub struct ChatTurn {
     /// Text outside tool calls.
     pub content: String,
+    /// The reasoning block (`<think>…</think>`) of a reasoning model, split off the
+    /// content; `None` when the turn had none.
+    pub reasoning_content: Option<String>,
     /// Parsed calls.
     pub tool_calls: Vec<ToolCall>,
     /// `"tool_calls"`, `"stop"`, `"length"` (also when `max_tokens` cut a call: the
@@ -151,6 +154,15 @@ impl std::fmt::Debug for PreparedTurn {
     }
 }
 
+/// A template with reasoning markers: split the block off the turn (the output starts
+/// inside it when the rendered prompt already opened it).
+fn with_reasoning(parser: StreamParser, setup: &ChatSetup, prompt_text: &str) -> StreamParser {
+    match setup.reasoning {
+        Some((start, end)) => parser.with_reasoning(start, end, prompt_text.trim_end().ends_with(start)),
+        None => parser,
+    }
+}
+
 fn check_context(engine: &mut Engine, prompt: &[u32]) -> Result<()> {
     let ctx = engine.context_length();
     if prompt.len() >= ctx {
@@ -203,7 +215,7 @@ pub fn prepare_turn(
     let tool_json: Option<Vec<Value>> =
         calls_possible.then(|| tools.iter().map(|t| serde_json::to_value(t).unwrap_or(Value::Null)).collect());
     let tok = engine.tokenizer().clone();
-    let (_, prompt) = encode_chat(setup, &tok, messages, tool_json, Default::default())?;
+    let (text, prompt) = encode_chat(setup, &tok, messages, tool_json, Default::default())?;
     check_context(engine, &prompt)?;
     let constraint = match (&fmt, mode, choice) {
         (None, _, _) | (_, ToolMode::Native, _) => TurnConstraint::Free,
@@ -221,7 +233,7 @@ pub fn prepare_turn(
         }
     };
     let incremental = mode == ToolMode::Constrained;
-    let parser = StreamParser::new(fmt, incremental, id_seed(&prompt));
+    let parser = with_reasoning(StreamParser::new(fmt, incremental, id_seed(&prompt)), setup, &text);
     Ok(PreparedTurn { prompt, constraint, parser, calls_possible })
 }
 
@@ -238,7 +250,7 @@ pub fn prepare_text_turn(
     schema: Option<(&Value, SchemaMode)>,
 ) -> Result<PreparedTurn> {
     let tok = engine.tokenizer().clone();
-    let (_, prompt) = encode_chat(setup, &tok, messages, None, Default::default())?;
+    let (text, prompt) = encode_chat(setup, &tok, messages, None, Default::default())?;
     check_context(engine, &prompt)?;
     let constraint = match schema {
         Some((schema, mode)) => {
@@ -246,7 +258,7 @@ pub fn prepare_text_turn(
         }
         None => TurnConstraint::Free,
     };
-    let parser = StreamParser::new(None, false, 0);
+    let parser = with_reasoning(StreamParser::new(None, false, 0), setup, &text);
     Ok(PreparedTurn { prompt, constraint, parser, calls_possible: false })
 }
 
@@ -290,6 +302,7 @@ impl PreparedTurn {
             r => r.as_str(),
         };
         Ok(ChatTurn {
+            reasoning_content: (!out.reasoning.is_empty()).then_some(out.reasoning),
             content: out.content,
             tool_calls: out.calls,
             finish_reason,

@@ -216,6 +216,9 @@ impl BlockWriter {
                     ));
                 }
             }
+            // Reasoning is not sent as `thinking` blocks yet (they carry signatures
+            // Anthropic's clients verify); it stays out of the text either way.
+            StreamEvent::Reasoning(_) => {}
         }
     }
 }

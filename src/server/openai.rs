@@ -134,6 +134,9 @@ fn message_json(turn: &ChatTurn) -> Value {
     if !turn.tool_calls.is_empty() {
         msg["tool_calls"] = serde_json::to_value(&turn.tool_calls).unwrap_or(Value::Null);
     }
+    if let Some(r) = &turn.reasoning_content {
+        msg["reasoning_content"] = json!(r);
+    }
     msg
 }
 
@@ -146,6 +149,7 @@ fn delta_json(e: &StreamEvent) -> Value {
         StreamEvent::Arguments { index, fragment } => {
             json!({"tool_calls": [{"index": index, "function": {"arguments": fragment}}]})
         }
+        StreamEvent::Reasoning(r) => json!({"reasoning_content": r}),
     }
 }
 

@@ -26,6 +26,22 @@ pub const FAMILIES: &[(&str, &[&str])] = &[
     ("pythonic", &["[probe_fn(", "=\"needle\")]"]),
 ];
 
+/// Reasoning-block markers, `(start, end)`, most specific first: a template whose
+/// source names both writes (or expects) reasoning that way. Adding a reasoning
+/// dialect is one row.
+pub const REASONING_MARKERS: &[(&str, &str)] = &[("<think>", "</think>"), ("[THINK]", "[/THINK]")];
+
+/// The reasoning markers of a template, from its source.
+///
+/// ```
+/// use toolgate::template::family::reasoning_markers;
+/// assert_eq!(reasoning_markers("{{ '<think>\n' + r + '\n</think>' }}"), Some(("<think>", "</think>")));
+/// assert_eq!(reasoning_markers("{{ messages }}"), None);
+/// ```
+pub fn reasoning_markers(source: &str) -> Option<(&'static str, &'static str)> {
+    REASONING_MARKERS.iter().copied().find(|(s, e)| source.contains(s) && source.contains(e))
+}
+
 /// The family of `template`, or `"unknown"` when no row matches (or the template
 /// cannot render a tool call).
 pub fn detect(template: &ChatTemplate) -> &'static str {

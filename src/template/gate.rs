@@ -51,6 +51,9 @@ pub struct ChatSetup {
     pub policy: ConversationPolicy,
     /// The tool-call family the template writes (see [`super::family`]).
     pub family: &'static str,
+    /// Reasoning-block markers the template uses (`<think>`…`</think>`), if any: the
+    /// block is split off into `reasoning_content`, never content.
+    pub reasoning: Option<(&'static str, &'static str)>,
     /// The gate of the model's own template, when the generic fallback replaced it.
     pub native_report: Option<ProbeReport>,
 }
@@ -71,7 +74,8 @@ fn setup(template: ChatTemplate, source: TemplateSource, arch: Option<&str>, nat
     let has_template = !matches!(source, TemplateSource::ChatMlDefault);
     let policy = transform::policy(report.caps.supports_system_role, signals, arch, has_template);
     let family = if source == TemplateSource::GenericFallback { "generic" } else { super::family::detect(&template) };
-    ChatSetup { template, source, report, signals, policy, family, native_report: native }
+    let reasoning = super::family::reasoning_markers(template.source());
+    ChatSetup { template, source, report, signals, policy, family, reasoning, native_report: native }
 }
 
 /// Choose, probe and judge the template of model `model_id`.

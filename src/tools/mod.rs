@@ -3,6 +3,7 @@
 
 pub mod definition;
 pub mod format;
+pub mod reasoning;
 pub mod stream;
 
 use serde::{Deserialize, Serialize};

@@ -49,6 +49,9 @@ pub enum StreamEvent {
         /// Text to append to the arguments.
         fragment: String,
     },
+    /// The next piece of the turn's reasoning (`reasoning_content`), when the parser
+    /// was given reasoning markers ([`StreamParser::with_reasoning`]).
+    Reasoning(String),
 }
 
 /// The aggregate of a turn: what the non-streaming API returns.
@@ -56,6 +59,8 @@ pub enum StreamEvent {
 pub struct ParsedOutput {
     /// Content outside calls, trimmed.
     pub content: String,
+    /// The reasoning block's text (empty when there was none), trimmed.
+    pub reasoning: String,
     /// The calls, in order.
     pub calls: Vec<ToolCall>,
     /// Call blocks that did not parse (kept in `content`).
@@ -99,6 +104,7 @@ pub struct StreamParser {
     held_ws: String,
     out: ParsedOutput,
     finished: bool,
+    reasoning: Option<super::reasoning::ReasoningSplitter>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -130,6 +136,31 @@ impl StreamParser {
             held_ws: String::new(),
             out: ParsedOutput::default(),
             finished: false,
+            reasoning: None,
+        }
+    }
+
+    /// Also split off a reasoning block `start`…`end` at the start of the turn (see
+    /// [`super::reasoning`]): its text becomes [`StreamEvent::Reasoning`] and
+    /// [`ParsedOutput::reasoning`], never content. `starts_inside` when the prompt
+    /// already ends with `start`.
+    pub fn with_reasoning(mut self, start: &str, end: &str, starts_inside: bool) -> Self {
+        self.reasoning = Some(super::reasoning::ReasoningSplitter::new(start, end, starts_inside));
+        self
+    }
+
+    fn pieces(&mut self, pieces: Vec<super::reasoning::Piece>, ev: &mut Vec<StreamEvent>) {
+        for p in pieces {
+            match p {
+                super::reasoning::Piece::Reasoning(r) => {
+                    self.out.reasoning.push_str(&r);
+                    ev.push(StreamEvent::Reasoning(r));
+                }
+                super::reasoning::Piece::Text(t) => {
+                    self.pending.push_str(&t);
+                    self.drain(ev);
+                }
+            }
         }
     }
 
@@ -137,6 +168,11 @@ impl StreamParser {
     pub fn push(&mut self, text: &str) -> Vec<StreamEvent> {
         let mut ev = Vec::new();
         if self.finished {
+            return ev;
+        }
+        if let Some(r) = &mut self.reasoning {
+            let pieces = r.push(text);
+            self.pieces(pieces, &mut ev);
             return ev;
         }
         self.pending.push_str(text);
@@ -150,6 +186,10 @@ impl StreamParser {
         let mut ev = Vec::new();
         if self.finished {
             return ev;
+        }
+        if let Some(r) = &mut self.reasoning {
+            let pieces = r.finish();
+            self.pieces(pieces, &mut ev);
         }
         self.finished = true;
         if let Some(mut call) = self.call.take() {
