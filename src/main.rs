@@ -39,8 +39,9 @@ enum Command {
     Run(RunArgs),
     /// One chat turn through the model's own chat template, behind the tool-calling gate.
     Chat(ChatArgs),
-    /// Serve the OpenAI-compatible API (`/v1/chat/completions` with tools, `/v1/models`,
-    /// `/props`, `/health`). The model must pass the tool-calling gate.
+    /// Serve the OpenAI (`/v1/chat/completions`) and Anthropic (`/v1/messages`) APIs
+    /// with tools, plus `/v1/models`, `/props`, `/health` and `/metrics`. The model must
+    /// pass the tool-calling gate; `--model` may be a Hub repository id.
     Serve(ServeArgs),
     /// Probe a GGUF model (metadata only) or a Jinja template file: capabilities,
     /// reasons, tool-call family, as JSON.
@@ -105,6 +106,9 @@ struct BenchToolsArgs {
     /// Write the chart (SVG) here.
     #[arg(long)]
     chart: Option<PathBuf>,
+    /// Write the summary table as Markdown here.
+    #[arg(long)]
+    markdown: Option<PathBuf>,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -451,6 +455,9 @@ fn bench_tools(args: BenchToolsArgs) -> anyhow::Result<()> {
             "results": results,
         });
         std::fs::write(p, serde_json::to_string_pretty(&doc)?).with_context(|| format!("writing {}", p.display()))?;
+    }
+    if let Some(p) = &args.markdown {
+        std::fs::write(p, bench::report::markdown(&summaries)).with_context(|| format!("writing {}", p.display()))?;
     }
     if let Some(p) = &args.chart {
         std::fs::write(p, bench::report::svg(&name, &summaries)).with_context(|| format!("writing {}", p.display()))?;

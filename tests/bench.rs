@@ -81,6 +81,7 @@ fn smoke_run_constrained_always_parses_and_validates() {
     let all = summary("constrained", "all");
     assert_eq!(all["tasks"], 4);
     assert_eq!(all["parse_rate"], 1.0, "{all}");
+    assert_eq!(all["call_rate"], 1.0, "required where a call is expected: {all}");
     assert_eq!(all["schema_valid_rate"], 1.0, "{all}");
     assert_eq!(all["declared_rate"], 1.0, "{all}");
     // Required where a call is expected: the constrained answer always has a call.

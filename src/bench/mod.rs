@@ -134,6 +134,8 @@ pub struct TaskResult {
     pub category: String,
     /// Mode.
     pub mode: Mode,
+    /// The task expects at least one call.
+    pub expects_call: bool,
     /// The output parsed cleanly: no malformed call block and no call cut by the
     /// token budget.
     pub parsed: bool,
@@ -220,6 +222,7 @@ pub fn run(
                         id: task.id.clone(),
                         category: task.category.clone(),
                         mode,
+                        expects_call: !task.expects_no_call(),
                         parsed: turn.parse_failures == 0 && !cut_call,
                         judgement,
                         finish_reason: turn.finish_reason.to_string(),
@@ -240,6 +243,7 @@ pub fn run(
                     id: task.id.clone(),
                     category: task.category.clone(),
                     mode,
+                    expects_call: !task.expects_no_call(),
                     parsed: false,
                     judgement: Judgement { error: Some(e.to_string()), ..Judgement::default() },
                     finish_reason: "error".into(),
@@ -270,6 +274,10 @@ pub struct Summary {
     pub tasks: usize,
     /// Share of answers that parsed cleanly.
     pub parse_rate: f64,
+    /// Of the tasks that expect a call, the share answered with at least one (`None`
+    /// when no task expects one, as in irrelevance): a mode whose model never calls
+    /// parses trivially, and this shows it.
+    pub call_rate: Option<f64>,
     /// Share of calls whose arguments are valid for their tool's schema (1 when no call).
     pub schema_valid_rate: f64,
     /// Share of calls naming a declared tool (1 when no call).
@@ -286,8 +294,12 @@ pub struct Summary {
     pub mask_ms_per_token: f64,
 }
 
-fn summary_of(mode: Mode, category: &str, rs: &[&TaskResult]) -> Summary {
+fn summary_of(mode: Mode, category: &str, rs: &[&TaskResult], tasks: &HashMap<(String, String), bool>) -> Summary {
     let n = rs.len().max(1) as f64;
+    let expecting: Vec<&&TaskResult> =
+        rs.iter().filter(|r| tasks.get(&(r.category.clone(), r.id.clone())).copied().unwrap_or(false)).collect();
+    let call_rate = (!expecting.is_empty())
+        .then(|| expecting.iter().filter(|r| r.judgement.calls > 0).count() as f64 / expecting.len() as f64);
     let calls: usize = rs.iter().map(|r| r.judgement.calls).sum();
     let rate = |k: usize| if calls == 0 { 1.0 } else { k as f64 / calls as f64 };
     let tokens: usize = rs.iter().map(|r| r.completion_tokens).sum();
@@ -298,6 +310,7 @@ fn summary_of(mode: Mode, category: &str, rs: &[&TaskResult]) -> Summary {
         category: category.to_string(),
         tasks: rs.len(),
         parse_rate: rs.iter().filter(|r| r.parsed).count() as f64 / n,
+        call_rate,
         schema_valid_rate: rate(rs.iter().map(|r| r.judgement.schema_valid).sum()),
         declared_rate: rate(rs.iter().map(|r| r.judgement.declared).sum()),
         ast_accuracy: rs.iter().filter(|r| r.judgement.correct).count() as f64 / n,
@@ -312,6 +325,8 @@ fn summary_of(mode: Mode, category: &str, rs: &[&TaskResult]) -> Summary {
 /// Per mode and category, then per mode over `all` tasks; in mode order, categories
 /// in order of first appearance.
 pub fn summarize(results: &[TaskResult]) -> Vec<Summary> {
+    let expects: HashMap<(String, String), bool> =
+        results.iter().map(|r| ((r.category.clone(), r.id.clone()), r.expects_call)).collect();
     let mut modes: Vec<Mode> = Vec::new();
     let mut cats: Vec<String> = Vec::new();
     for r in results {
@@ -327,11 +342,11 @@ pub fn summarize(results: &[TaskResult]) -> Vec<Summary> {
         for c in &cats {
             let rs: Vec<&TaskResult> = results.iter().filter(|r| r.mode == m && &r.category == c).collect();
             if !rs.is_empty() {
-                out.push(summary_of(m, c, &rs));
+                out.push(summary_of(m, c, &rs, &expects));
             }
         }
         let all: Vec<&TaskResult> = results.iter().filter(|r| r.mode == m).collect();
-        out.push(summary_of(m, "all", &all));
+        out.push(summary_of(m, "all", &all, &expects));
     }
     out
 }

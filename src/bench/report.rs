@@ -13,17 +13,18 @@ pub fn table(summaries: &[Summary]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<12} {:<18} {:>5} {:>7} {:>8} {:>9} {:>7} {:>7} {:>7} {:>10}",
-        "mode", "category", "tasks", "parse", "schema", "declared", "AST", "tok/s", "TTFT s", "mask ms/t"
+        "{:<12} {:<18} {:>5} {:>7} {:>7} {:>8} {:>9} {:>7} {:>7} {:>7} {:>10}",
+        "mode", "category", "tasks", "called", "parse", "schema", "declared", "AST", "tok/s", "TTFT s", "mask ms/t"
     );
     for r in summaries {
         let pct = |x: f64| format!("{:.1}%", 100.0 * x);
         let _ = writeln!(
             s,
-            "{:<12} {:<18} {:>5} {:>7} {:>8} {:>9} {:>7} {:>7.1} {:>7.2} {:>10.3}",
+            "{:<12} {:<18} {:>5} {:>7} {:>7} {:>8} {:>9} {:>7} {:>7.1} {:>7.2} {:>10.3}",
             r.mode.as_str(),
             r.category,
             r.tasks,
+            r.call_rate.map(pct).unwrap_or_else(|| "-".into()),
             pct(r.parse_rate),
             pct(r.schema_valid_rate),
             pct(r.declared_rate),
@@ -39,16 +40,17 @@ pub fn table(summaries: &[Summary]) -> String {
 /// The summaries as a Markdown table (for BENCHMARKS.md).
 pub fn markdown(summaries: &[Summary]) -> String {
     let mut s = String::from(
-        "| mode | category | tasks | parse | schema-valid | declared tool | BFCL AST | tok/s | TTFT s | mask ms/token |\n|---|---|---|---|---|---|---|---|---|---|\n",
+        "| mode | category | tasks | called | parse | schema-valid | declared tool | BFCL AST | tok/s | TTFT s | mask ms/token |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in summaries {
         let pct = |x: f64| format!("{:.1}%", 100.0 * x);
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.2} | {:.3} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.2} | {:.3} |",
             r.mode.as_str(),
             r.category,
             r.tasks,
+            r.call_rate.map(pct).unwrap_or_else(|| "-".into()),
             pct(r.parse_rate),
             pct(r.schema_valid_rate),
             pct(r.declared_rate),
