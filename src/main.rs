@@ -499,7 +499,9 @@ fn model_source(args: &ModelArgs, gate: Option<&GateArgs>) -> anyhow::Result<Mod
         force: false,
         gate: gate_options(gate),
     };
-    let pulled = hub.pull(&args.model, &opts, &mut CliProgress::default())?;
+    let pulled = hub.pull(&args.model, &opts, &mut CliProgress::default()).with_context(|| {
+        format!("`--model {}` is not a file here, so it was taken as a Hugging Face repository id", args.model)
+    })?;
     Ok(ModelSource { path: pulled.path, id: args.model.clone(), hub: Some((pulled.repo, pulled.file)) })
 }
 
