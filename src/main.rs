@@ -57,6 +57,34 @@ enum Command {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// The constraint engine from the shell.
+    #[command(subcommand)]
+    Grammar(GrammarCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum GrammarCommand {
+    /// Whether the constraint for a JSON Schema accepts each instance, token by token:
+    /// the instance's compact JSON is tokenized with the model's vocabulary and walked
+    /// through the masks, then must end in an accepting state. Exit status 0 when every
+    /// instance is accepted, 1 when one is rejected, 2 on errors.
+    Check(GrammarCheckArgs),
+}
+
+#[derive(Debug, Args)]
+struct GrammarCheckArgs {
+    /// The GGUF model whose vocabulary is used (only its header is read).
+    #[arg(long, short = 'm')]
+    model: PathBuf,
+    /// The JSON Schema file.
+    #[arg(long)]
+    schema: PathBuf,
+    /// Unsupported schema keywords: `strict` refuses them, `lenient` ignores them.
+    #[arg(long, default_value = "strict", value_parser = ["strict", "lenient"])]
+    schema_mode: String,
+    /// JSON instance files.
+    #[arg(required = true)]
+    instances: Vec<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -306,9 +334,11 @@ fn main() {
         std::process::exit(2);
     }
     let cli = Cli::parse();
+    let grammar_check = matches!(cli.command, Command::Grammar(_));
     if let Err(e) = real_main(cli) {
         eprintln!("Error: {e:#}");
-        std::process::exit(1);
+        // `grammar check` keeps 1 for "an instance was rejected".
+        std::process::exit(if grammar_check { 2 } else { 1 });
     }
 }
 
@@ -379,7 +409,38 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
         Command::List(args) => list(args),
         Command::Rm(args) => rm(args),
         Command::Bench(BenchCommand::Tools(args)) => bench_tools(args),
+        Command::Grammar(GrammarCommand::Check(args)) => grammar_check(args),
     }
+}
+
+fn grammar_check(args: GrammarCheckArgs) -> anyhow::Result<()> {
+    let gguf = GgufFile::open(&args.model)?;
+    let tokenizer = toolgate::tokenizer::Tokenizer::from_gguf(&gguf)?;
+    let vocab = std::sync::Arc::new(toolgate::grammar::TokenVocab::from_tokenizer(&tokenizer));
+    let text = std::fs::read_to_string(&args.schema).with_context(|| format!("reading {}", args.schema.display()))?;
+    let schema: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{}: not JSON", args.schema.display()))?;
+    let mode = if args.schema_mode == "lenient" { Mode::Lenient } else { Mode::Strict };
+    let grammar = std::sync::Arc::new(Grammar::from_schema(&schema, mode, &Json)?);
+    let mut rejected = 0;
+    for path in &args.instances {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let value: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
+        let compact = serde_json::to_string(&value)?;
+        let tokens = tokenizer.encode(&compact, toolgate::tokenizer::EncodeOptions::TEXT)?;
+        match grammar.check_tokens(vocab.clone(), &tokens) {
+            Ok(()) => println!("accepted  {} ({} tokens)", path.display(), tokens.len()),
+            Err((step, reason)) => {
+                rejected += 1;
+                println!("rejected  {} at token {step} of {}: {reason}", path.display(), tokens.len());
+            }
+        }
+    }
+    if rejected > 0 {
+        std::process::exit(1);
+    }
+    Ok(())
 }
 
 fn bench_tools(args: BenchToolsArgs) -> anyhow::Result<()> {

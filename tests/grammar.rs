@@ -395,3 +395,51 @@ fn constrained_generation_always_validates_on_real_models() {
         }
     }
 }
+
+#[test]
+fn grammar_check_cli_accepts_valid_and_rejects_invalid_instances_token_by_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = dir.path().join("schema.json");
+    std::fs::write(
+        &schema,
+        json!({"type": "object", "properties": {
+            "city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]},
+            "days": {"type": "integer", "minimum": 1, "maximum": 14}}, "required": ["city"]})
+        .to_string(),
+    )
+    .unwrap();
+    let write = |name: &str, v: Value| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, v.to_string()).unwrap();
+        p
+    };
+    let good = [
+        write("good1.json", json!({"city": "Paris"})),
+        write("good2.json", json!({"city": "東京 \"quoted\"", "unit": "celsius", "days": 14})),
+    ];
+    let bad = [
+        write("bad_enum.json", json!({"city": "Paris", "unit": "kelvin"})),
+        write("bad_range.json", json!({"city": "Paris", "days": 15})),
+        write("bad_missing.json", json!({"unit": "celsius"})),
+        write("bad_order.json", json!({"unit": "celsius", "city": "Paris"})),
+    ];
+    for model in [common::SMOLLM2, common::GEMMA3] {
+        let run = |files: &[std::path::PathBuf]| {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+                .args(["grammar", "check", "--model"])
+                .arg(common::model(model))
+                .arg("--schema")
+                .arg(&schema)
+                .args(files)
+                .output()
+                .unwrap();
+            (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+        };
+        let (code, out) = run(&good);
+        assert_eq!(code, Some(0), "{model}: {out}");
+        assert_eq!(out.lines().filter(|l| l.starts_with("accepted")).count(), 2, "{model}: {out}");
+        let (code, out) = run(&bad);
+        assert_eq!(code, Some(1), "{model}: {out}");
+        assert_eq!(out.lines().filter(|l| l.starts_with("rejected")).count(), 4, "{model}: {out}");
+    }
+}

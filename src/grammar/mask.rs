@@ -212,6 +212,48 @@ impl Grammar {
         Ok(m)
     }
 
+    /// Whether the grammar accepts exactly this token sequence, checked the way
+    /// generation would see it: each token must be in the mask at its step, and the
+    /// end must be accepting. `Err((step, reason))` names the first failing step
+    /// (`step == tokens.len()` when the sequence is a valid but incomplete prefix).
+    ///
+    /// Cost: one mask per step (cached per DFA state, see [`Matcher`]).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use toolgate::grammar::{Grammar, TokenVocab};
+    /// let vocab = Arc::new(TokenVocab::new(vec![b"{".to_vec(), b"}".to_vec(), b"x".to_vec()], vec![]));
+    /// let g = Arc::new(Grammar::from_regex(r"\{\}")?);
+    /// assert!(g.check_tokens(vocab.clone(), &[0, 1]).is_ok());
+    /// assert_eq!(g.check_tokens(vocab.clone(), &[0, 2]).unwrap_err().0, 1);
+    /// assert_eq!(g.check_tokens(vocab, &[0]).unwrap_err().0, 1);
+    /// # Ok::<(), toolgate::Error>(())
+    /// ```
+    pub fn check_tokens(
+        self: &Arc<Self>,
+        vocab: Arc<TokenVocab>,
+        tokens: &[u32],
+    ) -> std::result::Result<(), (usize, String)> {
+        let mut m = self.matcher(vocab.clone());
+        let mut mask = TokenMask::new(vocab.len());
+        for (i, &t) in tokens.iter().enumerate() {
+            m.fill_mask(&mut mask).map_err(|e| (i, e.to_string()))?;
+            if !mask.is_allowed(t) {
+                let piece = String::from_utf8_lossy(vocab.token_bytes(t)).into_owned();
+                return Err((
+                    i,
+                    format!("token {t} ({piece:?}) is not allowed after {:?}", String::from_utf8_lossy(m.bytes())),
+                ));
+            }
+            m.commit(t).map_err(|e| (i, e.to_string()))?;
+        }
+        if m.is_accepting() {
+            Ok(())
+        } else {
+            Err((tokens.len(), format!("ends incomplete after {:?}", String::from_utf8_lossy(m.bytes()))))
+        }
+    }
+
     /// A matcher over `vocab` at the start of the grammar. It starts warm (the DFA
     /// states and masks an earlier matcher of this grammar computed over the same
     /// vocabulary) when one has finished; otherwise cold.
