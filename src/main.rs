@@ -460,16 +460,9 @@ fn bench_tools(args: BenchToolsArgs) -> anyhow::Result<()> {
     anyhow::ensure!(!all.is_empty(), "no tasks: give --categories or --tasks");
 
     let (mut engine, source) = load(&args.model, Some(&args.gate))?;
-    let templates = GgufTemplates::from_gguf(engine.gguf())?;
+    let setup = gated_setup(&engine, &source, &args.gate)?;
     let arch = engine.gguf().architecture().ok().map(str::to_string);
     let name = model_id(&source.path);
-    let setup = toolgate::template::gate(
-        &name,
-        &templates,
-        arch.as_deref(),
-        args.gate.chat_template.as_deref(),
-        args.gate.tool_fallback,
-    )?;
     // Prompt-only: toolgate's generic tool template, whatever the model's own is. When
     // the model is already served with it, native is the same run.
     let generic = toolgate::template::gate(&name, &Default::default(), arch.as_deref(), None, ToolFallback::Generic)?;
@@ -755,17 +748,26 @@ fn model_id(path: &std::path::Path) -> String {
     path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_else(|| path.display().to_string())
 }
 
-fn chat(args: ChatArgs) -> anyhow::Result<()> {
-    let (mut engine, source) = load(&args.model, Some(&args.gate))?;
+/// The loaded model's chat setup, through the tool-calling gate.
+fn gated_setup(
+    engine: &Engine,
+    source: &ModelSource,
+    gate: &GateArgs,
+) -> anyhow::Result<toolgate::template::ChatSetup> {
     let templates = GgufTemplates::from_gguf(engine.gguf())?;
-    let arch = engine.gguf().architecture().ok().map(str::to_string);
-    let setup = toolgate::template::gate(
+    let arch = engine.gguf().architecture().ok();
+    Ok(toolgate::template::gate(
         &model_id(&source.path),
         &templates,
-        arch.as_deref(),
-        args.gate.chat_template.as_deref(),
-        args.gate.tool_fallback,
-    )?;
+        arch,
+        gate.chat_template.as_deref(),
+        gate.tool_fallback,
+    )?)
+}
+
+fn chat(args: ChatArgs) -> anyhow::Result<()> {
+    let (mut engine, source) = load(&args.model, Some(&args.gate))?;
+    let setup = gated_setup(&engine, &source, &args.gate)?;
     let mut messages = Vec::new();
     if let Some(sys) = &args.system {
         messages.push(serde_json::json!({"role": "system", "content": sys}));
@@ -867,16 +869,8 @@ fn probe(args: ProbeArgs) -> anyhow::Result<()> {
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let (engine, source) = load(&args.model, Some(&args.gate))?;
-    let templates = GgufTemplates::from_gguf(engine.gguf())?;
-    let arch = engine.gguf().architecture().ok().map(str::to_string);
+    let setup = gated_setup(&engine, &source, &args.gate)?;
     let id = source.id.clone();
-    let setup = toolgate::template::gate(
-        &model_id(&source.path),
-        &templates,
-        arch.as_deref(),
-        args.gate.chat_template.as_deref(),
-        args.gate.tool_fallback,
-    )?;
     let mode = if args.tool_mode == "native" { ToolMode::Native } else { ToolMode::Constrained };
     let state =
         std::sync::Arc::new(toolgate::server::AppState::new(engine, setup, id, mode).with_max_queue(args.max_queue));

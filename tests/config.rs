@@ -3,8 +3,7 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 #[test]
 fn serve_reads_a_config_file_and_flags_win() {
@@ -19,47 +18,18 @@ fn serve_reads_a_config_file_and_flags_win() {
         ),
     )
     .unwrap();
-    let up = |port: u16| {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < deadline {
-            if common::server::agent()
-                .get(format!("http://127.0.0.1:{port}/health"))
-                .call()
-                .is_ok_and(|r| r.status() == 200)
-            {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        false
-    };
     // Everything from the file: the model (gated with the generic fallback) and the port.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-        .args(["serve", "--config"])
-        .arg(&config)
-        .env_remove("TOOLGATE_PORT")
-        .env_remove("TOOLGATE_MODEL")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let ok = up(file_port);
-    let _ = child.kill();
-    let _ = child.wait();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolgate"));
+    cmd.args(["serve", "--config"]).arg(&config).env_remove("TOOLGATE_PORT").env_remove("TOOLGATE_MODEL");
+    let ok = common::server::spawn(cmd, file_port).is_some();
     assert!(ok, "the server did not come up on the config file's port");
     // A flag beats the file.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-        .args(["serve", "--port", &flag_port.to_string()])
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolgate"));
+    cmd.args(["serve", "--port", &flag_port.to_string()])
         .env("TOOLGATE_CONFIG", &config)
         .env_remove("TOOLGATE_PORT")
-        .env_remove("TOOLGATE_MODEL")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let ok = up(flag_port);
-    let _ = child.kill();
-    let _ = child.wait();
+        .env_remove("TOOLGATE_MODEL");
+    let ok = common::server::spawn(cmd, flag_port).is_some();
     assert!(ok, "--port did not win over the config file");
 }
 

@@ -348,27 +348,15 @@ fn cli_pull_list_serve_rm_and_the_token_stays_secret() {
     assert!(stdout.contains("test/cli") && stdout.contains(Q4KM) && stdout.contains("Q4_1"), "{stdout}");
 
     // `serve --model REPO_ID` loads the cached pull (offline: no Hub needed).
-    let port = common::server::free_port().to_string();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-        .args(["serve", "--model", "test/cli", "--tool-fallback", "generic", "--port", &port])
+    let port = common::server::free_port();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolgate"));
+    cmd.args(["serve", "--model", "test/cli", "--tool-fallback", "generic", "--port", &port.to_string()])
         .env("HF_HUB_CACHE", &cache)
-        .env("HF_HUB_OFFLINE", "1")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
-    let mut models = None;
-    for _ in 0..300 {
-        if let Ok(mut r) = common::server::agent().get(format!("{base}/v1/models")).call() {
-            models = Some(r.body_mut().read_to_string().unwrap());
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    let models = models.expect("serve --model REPO_ID came up");
+        .env("HF_HUB_OFFLINE", "1");
+    let server = common::server::spawn(cmd, port).expect("serve --model REPO_ID came up");
+    let mut r = common::server::agent().get(format!("{}/v1/models", server.base)).call().unwrap();
+    let models = r.body_mut().read_to_string().unwrap();
+    drop(server);
     assert!(models.contains("test/cli"), "{models}");
 
     let (ok, stdout, stderr) = toolgate(&["rm", "test/cli"]);

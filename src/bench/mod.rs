@@ -188,6 +188,8 @@ pub fn run(
     mut on_result: impl FnMut(&TaskResult),
 ) -> Vec<TaskResult> {
     let mut out = Vec::new();
+    // Schema validators, compiled once per task for every mode.
+    let checks: Vec<HashMap<String, jsonschema::Validator>> = tasks.iter().map(validators).collect();
     for &mode in &opts.modes {
         let (setup, tool_mode) = match mode {
             Mode::Constrained => (setup, ToolMode::Constrained),
@@ -197,7 +199,7 @@ pub fn run(
                 None => continue,
             },
         };
-        for task in tasks {
+        for (task, checks) in tasks.iter().zip(&checks) {
             let choice = match (opts.choice, task.expects_no_call()) {
                 (ChoicePolicy::RequiredWhereExpected, false) => ToolChoice::Required,
                 _ => ToolChoice::Auto,
@@ -216,7 +218,7 @@ pub fn run(
                 tool_turn(engine, setup, task.messages.clone(), &task.tools, &choice, parallel, tool_mode, &params);
             let r = match turn {
                 Ok(turn) => {
-                    let judgement = check::judge(task, &turn.tool_calls, &validators(task));
+                    let judgement = check::judge(task, &turn.tool_calls, checks);
                     let cut_call = turn.finish_reason == "length" && !turn.tool_calls.is_empty();
                     TaskResult {
                         id: task.id.clone(),
@@ -294,10 +296,9 @@ pub struct Summary {
     pub mask_ms_per_token: f64,
 }
 
-fn summary_of(mode: Mode, category: &str, rs: &[&TaskResult], tasks: &HashMap<(String, String), bool>) -> Summary {
+fn summary_of(mode: Mode, category: &str, rs: &[&TaskResult]) -> Summary {
     let n = rs.len().max(1) as f64;
-    let expecting: Vec<&&TaskResult> =
-        rs.iter().filter(|r| tasks.get(&(r.category.clone(), r.id.clone())).copied().unwrap_or(false)).collect();
+    let expecting: Vec<&&TaskResult> = rs.iter().filter(|r| r.expects_call).collect();
     let call_rate = (!expecting.is_empty())
         .then(|| expecting.iter().filter(|r| r.judgement.calls > 0).count() as f64 / expecting.len() as f64);
     let calls: usize = rs.iter().map(|r| r.judgement.calls).sum();
@@ -325,8 +326,6 @@ fn summary_of(mode: Mode, category: &str, rs: &[&TaskResult], tasks: &HashMap<(S
 /// Per mode and category, then per mode over `all` tasks; in mode order, categories
 /// in order of first appearance.
 pub fn summarize(results: &[TaskResult]) -> Vec<Summary> {
-    let expects: HashMap<(String, String), bool> =
-        results.iter().map(|r| ((r.category.clone(), r.id.clone()), r.expects_call)).collect();
     let mut modes: Vec<Mode> = Vec::new();
     let mut cats: Vec<String> = Vec::new();
     for r in results {
@@ -342,11 +341,11 @@ pub fn summarize(results: &[TaskResult]) -> Vec<Summary> {
         for c in &cats {
             let rs: Vec<&TaskResult> = results.iter().filter(|r| r.mode == m && &r.category == c).collect();
             if !rs.is_empty() {
-                out.push(summary_of(m, c, &rs, &expects));
+                out.push(summary_of(m, c, &rs));
             }
         }
         let all: Vec<&TaskResult> = results.iter().filter(|r| r.mode == m).collect();
-        out.push(summary_of(m, "all", &all, &expects));
+        out.push(summary_of(m, "all", &all));
     }
     out
 }

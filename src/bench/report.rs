@@ -8,31 +8,41 @@ use std::fmt::Write;
 
 use super::{Mode, Summary};
 
+/// One summary as the table's cells, in column order.
+fn cells(r: &Summary) -> [String; 11] {
+    let pct = |x: f64| format!("{:.1}%", 100.0 * x);
+    [
+        r.mode.as_str().to_string(),
+        r.category.clone(),
+        r.tasks.to_string(),
+        r.call_rate.map(pct).unwrap_or_else(|| "-".into()),
+        pct(r.parse_rate),
+        pct(r.schema_valid_rate),
+        pct(r.declared_rate),
+        pct(r.ast_accuracy),
+        format!("{:.1}", r.tokens_per_s),
+        format!("{:.2}", r.ttft_s),
+        format!("{:.3}", r.mask_ms_per_token),
+    ]
+}
+
 /// The summaries as an aligned text table.
 pub fn table(summaries: &[Summary]) -> String {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "{:<12} {:<18} {:>5} {:>7} {:>7} {:>8} {:>9} {:>7} {:>7} {:>7} {:>10}",
-        "mode", "category", "tasks", "called", "parse", "schema", "declared", "AST", "tok/s", "TTFT s", "mask ms/t"
-    );
+    const HEAD: [&str; 11] =
+        ["mode", "category", "tasks", "called", "parse", "schema", "declared", "AST", "tok/s", "TTFT s", "mask ms/t"];
+    const WIDTH: [usize; 11] = [12, 18, 5, 7, 7, 8, 9, 7, 7, 7, 10];
+    let line = |cells: &[String]| {
+        let row: Vec<String> = cells
+            .iter()
+            .zip(WIDTH)
+            .enumerate()
+            .map(|(i, (c, w))| if i < 2 { format!("{c:<w$}") } else { format!("{c:>w$}") })
+            .collect();
+        row.join(" ") + "\n"
+    };
+    let mut s = line(&HEAD.map(str::to_string));
     for r in summaries {
-        let pct = |x: f64| format!("{:.1}%", 100.0 * x);
-        let _ = writeln!(
-            s,
-            "{:<12} {:<18} {:>5} {:>7} {:>7} {:>8} {:>9} {:>7} {:>7.1} {:>7.2} {:>10.3}",
-            r.mode.as_str(),
-            r.category,
-            r.tasks,
-            r.call_rate.map(pct).unwrap_or_else(|| "-".into()),
-            pct(r.parse_rate),
-            pct(r.schema_valid_rate),
-            pct(r.declared_rate),
-            pct(r.ast_accuracy),
-            r.tokens_per_s,
-            r.ttft_s,
-            r.mask_ms_per_token
-        );
+        s.push_str(&line(&cells(r)));
     }
     s
 }
@@ -43,22 +53,7 @@ pub fn markdown(summaries: &[Summary]) -> String {
         "| mode | category | tasks | called | parse | schema-valid | declared tool | BFCL AST | tok/s | TTFT s | mask ms/token |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in summaries {
-        let pct = |x: f64| format!("{:.1}%", 100.0 * x);
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.2} | {:.3} |",
-            r.mode.as_str(),
-            r.category,
-            r.tasks,
-            r.call_rate.map(pct).unwrap_or_else(|| "-".into()),
-            pct(r.parse_rate),
-            pct(r.schema_valid_rate),
-            pct(r.declared_rate),
-            pct(r.ast_accuracy),
-            r.tokens_per_s,
-            r.ttft_s,
-            r.mask_ms_per_token
-        );
+        let _ = writeln!(s, "| {} |", cells(r).join(" | "));
     }
     s
 }

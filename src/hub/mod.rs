@@ -446,10 +446,6 @@ fn judge(model_id: &str, arch: Option<&str>, templates: &GgufTemplates, gate: &G
     v
 }
 
-fn metadata_string(meta: &std::collections::HashMap<String, gguf::Value>, key: &str) -> Option<String> {
-    meta.get(key).and_then(|v| v.to_string().ok()).cloned()
-}
-
 /// Verify a local GGUF file as a model: header and tensor extents, tokenizer,
 /// architecture, and the gate. This is what [`Hub::pull`] runs after a download.
 ///
@@ -607,12 +603,17 @@ impl Hub {
         match gguf::read_header(&mut reader, &name) {
             Ok(content) => {
                 let meta = &content.metadata;
-                let templates = GgufTemplates {
-                    default: metadata_string(meta, "tokenizer.chat_template"),
-                    tool_use: metadata_string(meta, "tokenizer.chat_template.tool_use"),
+                let arch = meta.get("general.architecture").and_then(|v| v.to_string().ok()).map(String::as_str);
+                // The same template reading as the verification after download.
+                let verdict = match GgufTemplates::from_metadata(meta, &name) {
+                    Ok(templates) => judge(&model_id, arch, &templates, gate),
+                    Err(e) => Verdict {
+                        architecture: arch.map(str::to_string),
+                        template_source: None,
+                        family: None,
+                        refusal: Some(e.to_string()),
+                    },
                 };
-                let arch = metadata_string(meta, "general.architecture");
-                let verdict = judge(&model_id, arch.as_deref(), &templates, gate);
                 Ok(Precheck {
                     source: PrecheckSource::Header { bytes: reader.fetched(), requests: reader.requests },
                     verdict,

@@ -61,10 +61,25 @@ impl GgufTemplates {
     /// # Errors
     /// [`Error::Metadata`] if a key is present but not a string.
     pub fn from_gguf(gguf: &GgufFile) -> Result<Self> {
-        Ok(Self {
-            default: gguf.opt_string("tokenizer.chat_template")?.map(str::to_string),
-            tool_use: gguf.opt_string("tokenizer.chat_template.tool_use")?.map(str::to_string),
-        })
+        Self::from_metadata(gguf.metadata(), gguf.path())
+    }
+
+    /// Read both template keys from parsed GGUF metadata (a header read without the
+    /// file, e.g. by HTTP range requests); `name` is used in errors.
+    ///
+    /// # Errors
+    /// [`Error::Metadata`] if a key is present but not a string.
+    pub fn from_metadata(meta: &std::collections::HashMap<String, crate::gguf::Value>, name: &Path) -> Result<Self> {
+        let get = |key: &str| match meta.get(key) {
+            None => Ok(None),
+            Some(crate::gguf::Value::String(s)) => Ok(Some(s.clone())),
+            Some(v) => Err(Error::Metadata {
+                path: name.to_path_buf(),
+                key: key.to_string(),
+                reason: format!("expected a string, found {:?}", v.value_type()),
+            }),
+        };
+        Ok(Self { default: get("tokenizer.chat_template")?, tool_use: get("tokenizer.chat_template.tool_use")? })
     }
 }
 

@@ -103,7 +103,7 @@ impl FakeHub {
         *inner.cdn_base.lock().unwrap() = format!("http://{}", cdn_listener.local_addr().unwrap());
         let app = Router::new()
             .route("/api/models/{org}/{name}", get(model_info))
-            .route("/api/models/{org}/{name}/revision/{rev}", get(model_info_rev))
+            .route("/api/models/{org}/{name}/revision/{rev}", get(model_info))
             .route("/api/models/{org}/{name}/paths-info/{rev}", post(paths_info))
             .route("/cdn/{sha}", get(cdn))
             .route("/{org}/{name}/resolve/{rev}/{*file}", get(resolve))
@@ -174,24 +174,15 @@ fn access(repo: &FakeRepo, headers: &HeaderMap, download: bool) -> Option<Respon
     None
 }
 
+/// `/api/models/{org}/{name}` and `…/revision/{rev}` (the revision is not modelled).
 async fn model_info(
     State(inner): State<Arc<Inner>>,
-    Path((org, name)): Path<(String, String)>,
+    Path(p): Path<HashMap<String, String>>,
     method: Method,
     uri: axum::http::Uri,
     headers: HeaderMap,
 ) -> Response<Body> {
-    info(inner, format!("{org}/{name}"), method, uri, headers)
-}
-
-async fn model_info_rev(
-    State(inner): State<Arc<Inner>>,
-    Path((org, name, _rev)): Path<(String, String, String)>,
-    method: Method,
-    uri: axum::http::Uri,
-    headers: HeaderMap,
-) -> Response<Body> {
-    info(inner, format!("{org}/{name}"), method, uri, headers)
+    info(inner, format!("{}/{}", p["org"], p["name"]), method, uri, headers)
 }
 
 fn info(inner: Arc<Inner>, id: String, method: Method, uri: axum::http::Uri, headers: HeaderMap) -> Response<Body> {

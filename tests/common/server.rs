@@ -32,25 +32,22 @@ pub fn agent() -> ureq::Agent {
 /// Start the server on SmolLM2 with `extra` flags; waits for `/health`.
 pub fn start(extra: &[&str]) -> Server {
     let port = free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-        .arg("serve")
-        .arg("--model")
-        .arg(super::model(super::SMOLLM2))
-        .args(["--port", &port.to_string()])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolgate"));
+    cmd.arg("serve").arg("--model").arg(super::model(super::SMOLLM2)).args(["--port", &port.to_string()]).args(extra);
+    spawn(cmd, port).expect("server did not come up")
+}
+
+/// Run `cmd` (a `toolgate serve` that listens on `port`) and wait up to a minute for
+/// `/health`; `None` (the child killed) if it never answers.
+pub fn spawn(mut cmd: Command, port: u16) -> Option<Server> {
+    let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let server = Server { child, base: format!("http://127.0.0.1:{port}") };
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
-        if agent().get(format!("{base}/health")).call().is_ok_and(|r| r.status() == 200) {
-            return Server { child, base };
+        if agent().get(format!("{}/health", server.base)).call().is_ok_and(|r| r.status() == 200) {
+            return Some(server);
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("server did not come up");
+    None
 }
