@@ -2,13 +2,25 @@
 //!
 //! For each model: a 128-token prompt is prefilled, then 64 tokens are decoded
 //! greedily (end-of-turn ignored); the best of 3 runs is reported. Prints one JSON
-//! line per model (for `scripts/bench-compare`) and a table.
+//! line per model (for `scripts/bench-compare`) and a table, with:
+//!
+//! - `rss_mib`: the process's peak resident memory (`VmHWM`) after the runs (run one
+//!   model per process, `cargo bench --bench speed -- SmolLM2`, for a per-model figure);
+//! - `bytes_per_token`: the model's tensor bytes, which one decode step reads (the
+//!   output projection reads the tied embedding matrix whole);
+//! - `bandwidth_gbs`: memory read bandwidth measured right after, with the same threads
+//!   (a 1 GiB buffer summed in parallel, best of 3), and `decode_bound_tps` =
+//!   bandwidth ÷ bytes per token, the speed a decoder limited only by memory would reach.
 //!
 //! Environment: `TOOLGATE_MODELS` (model cache), `RAYON_NUM_THREADS` (threads).
 
 use std::path::PathBuf;
+use std::time::Instant;
+
+use rayon::prelude::*;
 
 use toolgate::engine::{Engine, GenerateParams};
+use toolgate::gguf::GgufFile;
 use toolgate::model::DeviceChoice;
 use toolgate::sampling::SamplingParams;
 
@@ -58,11 +70,39 @@ fn main() {
             best_pp = best_pp.max(g.prompt_tps());
             best_tg = best_tg.max(g.decode_tps());
         }
+        let rss_mib = peak_rss_mib();
+        let bytes = GgufFile::open(&path).expect("open").tensor_bytes();
+        let bandwidth = if smoke { f64::NAN } else { read_bandwidth_gbs() };
         let threads = std::env::var("RAYON_NUM_THREADS")
             .unwrap_or_else(|_| std::thread::available_parallelism().map(|n| n.get().to_string()).unwrap_or_default());
         println!(
-            "{{\"engine\":\"toolgate\",\"model\":\"{file}\",\"threads\":{threads},\"prompt_tokens\":{prompt_tokens},\"prefill_tps\":{best_pp:.2},\"decode_tokens\":{decode_tokens},\"decode_tps\":{best_tg:.2}}}"
+            "{{\"engine\":\"toolgate\",\"model\":\"{file}\",\"threads\":{threads},\"prompt_tokens\":{prompt_tokens},\"prefill_tps\":{best_pp:.2},\"decode_tokens\":{decode_tokens},\"decode_tps\":{best_tg:.2},\"rss_mib\":{rss_mib:.1},\"bytes_per_token\":{bytes},\"bandwidth_gbs\":{bandwidth:.2},\"decode_bound_tps\":{:.1}}}",
+            bandwidth * 1e9 / bytes as f64
         );
         eprintln!("{file:<36} prefill {best_pp:>8.1} tok/s   decode {best_tg:>7.1} tok/s");
     }
+}
+
+/// Peak resident set size of this process, MiB (`VmHWM`; NaN where /proc is absent).
+fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(f64::NAN, |kib| kib / 1024.0)
+}
+
+/// Memory read bandwidth in GB/s: a 1 GiB buffer summed by rayon's threads, best of 3.
+fn read_bandwidth_gbs() -> f64 {
+    let buf = vec![1u64; (1 << 30) / 8];
+    let mut best = 0f64;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let s: u64 = buf.par_chunks(1 << 16).map(|c| c.iter().fold(0u64, |a, &v| a.wrapping_add(v))).sum();
+        let dt = t.elapsed().as_secs_f64();
+        assert_eq!(s, buf.len() as u64);
+        best = best.max((buf.len() * 8) as f64 / dt / 1e9);
+    }
+    best
 }

@@ -2,12 +2,15 @@
 """Measure llama.cpp (through llama-cpp-python) on the same GGUF, prompt and threads
 as benches/speed.rs: 128-token prompt prefill, 64 greedy decode tokens, best of 3.
 
-    /tmp/oracle/bin/python scripts/bench-llama-cpp.py [MODELS_DIR] [THREADS]
+    /tmp/oracle/bin/python scripts/bench-llama-cpp.py [MODELS_DIR] [THREADS] [MODEL_FILTER]
 
-Prints one JSON line per model. Dev-time only.
+Prints one JSON line per model, with `rss_mib`: the process's peak resident memory
+minus what it held before loading the model (the Python interpreter and numpy), so
+that only llama.cpp's own memory is counted. Dev-time only.
 """
 import json
 import os
+import resource
 import sys
 import time
 
@@ -21,7 +24,11 @@ PROMPT_TOKENS, DECODE_TOKENS, RUNS = 128, 64, 3
 def main():
     cache = sys.argv[1] if len(sys.argv) > 1 else os.path.expanduser("~/.cache/toolgate/models")
     threads = int(sys.argv[2]) if len(sys.argv) > 2 else 2
+    only = sys.argv[3] if len(sys.argv) > 3 else ""
     for m in MODELS:
+        if only not in m:
+            continue
+        base_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         llm = Llama(os.path.join(cache, m), n_ctx=512, n_threads=threads, n_threads_batch=threads,
                     n_batch=512, verbose=False)
         ids = llm.tokenize((TEXT * 40).encode(), add_bos=True, special=False)[:PROMPT_TOKENS]
@@ -39,7 +46,9 @@ def main():
             best_tg = max(best_tg, DECODE_TOKENS / (t2 - t1))
         print(json.dumps({"engine": "llama.cpp", "model": m, "threads": threads, "prompt_tokens": PROMPT_TOKENS,
                           "prefill_tps": round(best_pp, 2), "decode_tokens": DECODE_TOKENS,
-                          "decode_tps": round(best_tg, 2)}), flush=True)
+                          "decode_tps": round(best_tg, 2),
+                          "rss_mib": round((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base_kib) / 1024, 1)}),
+              flush=True)
 
 
 if __name__ == "__main__":

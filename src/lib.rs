@@ -36,6 +36,7 @@ pub mod error;
 pub mod gguf;
 pub mod grammar;
 pub mod hub;
+pub mod kernels;
 pub mod model;
 pub mod sampling;
 pub mod server;

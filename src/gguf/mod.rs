@@ -367,6 +367,19 @@ impl GgufFile {
         self.content.tensor_infos.values().map(|i| i.shape.elem_count() as u64).sum()
     }
 
+    /// Bytes of all tensor data in their stored types, from the header only (for a
+    /// model with tied embeddings, about what one decode step reads from memory).
+    pub fn tensor_bytes(&self) -> u64 {
+        self.content
+            .tensor_infos
+            .values()
+            .map(|i| {
+                let dt = i.ggml_dtype;
+                (i.shape.elem_count() / dt.block_size() * dt.type_size()) as u64
+            })
+            .sum()
+    }
+
     /// Names of all tensors, unordered.
     pub fn tensor_names(&self) -> impl Iterator<Item = &str> {
         self.content.tensor_infos.keys().map(|s| s.as_str())

@@ -1,32 +1,79 @@
 //! The quantized-matmul seam: the one place a (quantized) weight meets an activation.
 //!
-//! Every projection in every architecture is a [`QLinear`]. Faster kernels replace
-//! the body of [`QLinear::forward`] without touching the architectures.
+//! Every projection in every architecture is a [`QLinear`]. On CPU, weights of the
+//! types in [`crate::kernels::WeightType::ALL`] run on toolgate's own kernels
+//! ([`crate::kernels`]); every other type and device runs candle's `QMatMul`.
+//! `TOOLGATE_KERNELS=candle` keeps candle's matmul everywhere (for comparison).
 
 use candle_core::quantized::{QMatMul, QTensor};
-use candle_core::{Module, Tensor};
+use candle_core::{CpuStorage, CustomOp1, DType, Layout, Module, Shape, Tensor};
 use std::sync::Arc;
 
+use crate::kernels::QWeight;
 use crate::Result;
+
+#[derive(Debug, Clone)]
+enum Weight {
+    Candle(QMatMul),
+    Kernels(Arc<QWeight>),
+}
+
+/// The kernels' matmul as a candle op (CPU only).
+struct KernelMatmul<'a>(&'a QWeight);
+
+impl CustomOp1 for KernelMatmul<'_> {
+    fn name(&self) -> &'static str {
+        "toolgate-qmatmul"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let CpuStorage::F32(x) = storage else {
+            candle_core::bail!("quantized matmul takes f32 activations")
+        };
+        let Some((start, end)) = layout.contiguous_offsets() else {
+            candle_core::bail!("quantized matmul needs contiguous activations")
+        };
+        let mut dims = layout.shape().dims().to_vec();
+        match dims.last_mut() {
+            Some(last) if *last == self.0.in_features() => *last = self.0.out_features(),
+            _ => candle_core::bail!(
+                "activations {:?} do not match a weight of {} inputs",
+                layout.shape(),
+                self.0.in_features()
+            ),
+        }
+        let shape = Shape::from(dims);
+        let mut y = vec![0f32; shape.elem_count()];
+        self.0.matmul(&x[start..end], &mut y).map_err(candle_core::Error::wrap)?;
+        Ok((CpuStorage::F32(y), shape))
+    }
+}
 
 /// `y = x · Wᵀ (+ b)` with `W` of shape `(out_features, in_features)` kept in its
 /// GGUF quantization.
 #[derive(Debug, Clone)]
 pub struct QLinear {
-    weight: QMatMul,
+    weight: Weight,
     bias: Option<Tensor>,
     in_features: usize,
     out_features: usize,
 }
 
 impl QLinear {
-    /// Wrap a loaded weight (and optional bias).
+    /// Wrap a loaded weight (and optional bias). A CPU weight of a type with a kernel
+    /// is copied into a [`QWeight`] (the `QTensor` is then no longer held).
     ///
     /// # Errors
     /// If the weight is not 2-D.
     pub fn new(weight: Arc<QTensor>, bias: Option<Tensor>) -> Result<Self> {
         let (out_features, in_features) = weight.shape().dims2()?;
-        Ok(Self { weight: QMatMul::from_arc(weight)?, bias, in_features, out_features })
+        let use_kernels = weight.device().is_cpu() && std::env::var("TOOLGATE_KERNELS").map_or(true, |v| v != "candle");
+        let kernel = if use_kernels { QWeight::from_qtensor(&weight)? } else { None };
+        let weight = match kernel {
+            Some(k) => Weight::Kernels(Arc::new(k)),
+            None => Weight::Candle(QMatMul::from_arc(weight)?),
+        };
+        Ok(Self { weight, bias, in_features, out_features })
     }
 
     /// Apply to `x` of shape `(…, in_features)`; returns `(…, out_features)`.
@@ -37,7 +84,10 @@ impl QLinear {
     /// # Errors
     /// On a shape mismatch.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = self.weight.forward(x)?;
+        let y = match &self.weight {
+            Weight::Candle(w) => w.forward(x)?,
+            Weight::Kernels(w) => x.to_dtype(DType::F32)?.contiguous()?.apply_op1_no_bwd(&KernelMatmul(w))?,
+        };
         Ok(match &self.bias {
             Some(b) => y.broadcast_add(b)?,
             None => y,
@@ -49,7 +99,18 @@ impl QLinear {
     /// # Errors
     /// If an id is out of range.
     pub fn embedding(&self, ids: &Tensor) -> Result<Tensor> {
-        Ok(self.weight.embedding(ids)?)
+        match &self.weight {
+            Weight::Candle(w) => Ok(w.embedding(ids)?),
+            Weight::Kernels(w) => {
+                let ids = ids.to_vec1::<u32>()?;
+                let k = w.in_features();
+                let mut out = vec![0f32; ids.len() * k];
+                for (&id, row) in ids.iter().zip(out.chunks_exact_mut(k)) {
+                    w.dequantize_row(id as usize, row)?;
+                }
+                Ok(Tensor::from_vec(out, (ids.len(), k), &candle_core::Device::Cpu)?)
+            }
+        }
     }
 
     /// Input width.

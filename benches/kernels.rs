@@ -1,0 +1,77 @@
+//! toolgate's CPU kernels against candle's quantized matmul, same weights, same run
+//! (`cargo bench --bench kernels`).
+//!
+//! For every weight type: a random `(n, k)` matrix quantized by candle, multiplied by
+//! `m = 1` (decode) and `m = 128` (prefill) activation rows through
+//! `toolgate::kernels::QWeight::matmul` and through candle's `QMatMul::forward`. Prints
+//! the best of several runs as GMAC/s and the ratio, one JSON line per case and a
+//! Markdown table. Threads: `RAYON_NUM_THREADS`.
+//!
+//! Under `cargo test --all-targets` it runs one tiny case as a smoke test.
+
+use std::time::Instant;
+
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::{Device, Module, Tensor};
+use toolgate::kernels::{QWeight, WeightType};
+
+fn ggml(ty: WeightType) -> GgmlDType {
+    match ty {
+        WeightType::Q4_0 => GgmlDType::Q4_0,
+        WeightType::Q4_1 => GgmlDType::Q4_1,
+        WeightType::Q5_0 => GgmlDType::Q5_0,
+        WeightType::Q8_0 => GgmlDType::Q8_0,
+        WeightType::Q4K => GgmlDType::Q4K,
+        WeightType::Q5K => GgmlDType::Q5K,
+        WeightType::Q6K => GgmlDType::Q6K,
+    }
+}
+
+fn best_of(runs: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    (0..runs)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+fn main() {
+    let smoke = !std::env::args().any(|a| a == "--bench");
+    let dev = Device::Cpu;
+    let (n, k) = if smoke { (64, 512) } else { (2048, 2048) };
+    let ms: &[usize] = if smoke { &[1, 5] } else { &[1, 128] };
+    let types: &[WeightType] = if smoke { &[WeightType::Q4_1, WeightType::Q6K] } else { &WeightType::ALL };
+    println!("| type | m | toolgate GMAC/s | candle GMAC/s | ratio |");
+    println!("|---|---|---|---|---|");
+    for &ty in types {
+        let w = Tensor::randn(0f32, 0.1, (n, k), &dev).unwrap();
+        let qt = QTensor::quantize(&w, ggml(ty)).unwrap();
+        let ours = QWeight::from_qtensor(&qt).unwrap().unwrap();
+        let theirs = QMatMul::from_qtensor(qt).unwrap();
+        for &m in ms {
+            let x = Tensor::randn(0f32, 1.0, (m, k), &dev).unwrap();
+            let xs: Vec<f32> = x.flatten_all().unwrap().to_vec1().unwrap();
+            let mut y = vec![0f32; m * n];
+            let runs = if smoke { 1 } else if m == 1 { 200 } else { 5 };
+            let t_ours = best_of(runs, || ours.matmul(&xs, &mut y).unwrap());
+            let t_theirs = best_of(runs, || {
+                theirs.forward(&x).unwrap();
+            });
+            let gmac = |t: f64| (m * n * k) as f64 / t / 1e9;
+            println!(
+                "| {} | {m} | {:.1} | {:.1} | {:.2}x |",
+                ty.name(),
+                gmac(t_ours),
+                gmac(t_theirs),
+                t_theirs / t_ours
+            );
+            eprintln!(
+                "{{\"type\":\"{}\",\"m\":{m},\"n\":{n},\"k\":{k},\"toolgate_s\":{t_ours:.6},\"candle_s\":{t_theirs:.6}}}",
+                ty.name()
+            );
+        }
+    }
+}

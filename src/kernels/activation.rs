@@ -1,0 +1,80 @@
+//! Activations quantized to 8 bits, the right-hand side of every quantized dot product.
+//!
+//! A row of `k` f32 activations becomes `k / 32` [`Q8x32`] blocks (for the 32-weight
+//! types) or `k / 256` [`Q8x256`] blocks (for the k-quants). Scales are symmetric
+//! (`q = round(x / d)`, `d = max|x| / 127`), so every code is in `-127..=127`, which
+//! the sign trick of the `Q8_0` kernels needs.
+
+/// 32 activations: `x ≈ d·q`; `s = d·Σq` lets the kernels apply a weight block's
+/// offset (`m` in `w = q·d + m`) with one multiply.
+#[derive(Debug, Clone, Copy)]
+#[repr(C)]
+pub struct Q8x32 {
+    /// Scale.
+    pub d: f32,
+    /// `d · Σ qs`.
+    pub s: f32,
+    /// Codes.
+    pub qs: [i8; 32],
+}
+
+/// 256 activations: `x ≈ d·q`, with the sum of each 16 codes for the k-quants'
+/// per-sub-block offsets.
+#[derive(Debug, Clone, Copy)]
+#[repr(C)]
+pub struct Q8x256 {
+    /// Scale.
+    pub d: f32,
+    /// Codes.
+    pub qs: [i8; 256],
+    /// `Σ qs[16i..16i+16]`.
+    pub bsums: [i16; 16],
+}
+
+impl Q8x32 {
+    /// An all-zero block.
+    pub const ZERO: Q8x32 = Q8x32 { d: 0.0, s: 0.0, qs: [0; 32] };
+}
+
+impl Q8x256 {
+    /// An all-zero block.
+    pub const ZERO: Q8x256 = Q8x256 { d: 0.0, qs: [0; 256], bsums: [0; 16] };
+}
+
+#[inline]
+fn scale_of(x: &[f32]) -> (f32, f32) {
+    let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let d = amax / 127.0;
+    (d, if d > 0.0 { 1.0 / d } else { 0.0 })
+}
+
+/// Quantize `x` (length `32 · out.len()`) into `out`.
+pub fn quantize_32(x: &[f32], out: &mut [Q8x32]) {
+    debug_assert_eq!(x.len(), out.len() * 32);
+    for (xs, o) in x.chunks_exact(32).zip(out.iter_mut()) {
+        let (d, id) = scale_of(xs);
+        let mut sum = 0i32;
+        for (q, v) in o.qs.iter_mut().zip(xs) {
+            let c = (v * id).round() as i32;
+            *q = c as i8;
+            sum += c;
+        }
+        o.d = d;
+        o.s = d * sum as f32;
+    }
+}
+
+/// Quantize `x` (length `256 · out.len()`) into `out`.
+pub fn quantize_256(x: &[f32], out: &mut [Q8x256]) {
+    debug_assert_eq!(x.len(), out.len() * 256);
+    for (xs, o) in x.chunks_exact(256).zip(out.iter_mut()) {
+        let (d, id) = scale_of(xs);
+        for (q, v) in o.qs.iter_mut().zip(xs) {
+            *q = (v * id).round() as i8;
+        }
+        for (s, qs) in o.bsums.iter_mut().zip(o.qs.chunks_exact(16)) {
+            *s = qs.iter().map(|&q| q as i16).sum();
+        }
+        o.d = d;
+    }
+}

@@ -1,0 +1,289 @@
+//! AVX2 + FMA + F16C dot products (x86-64), selected at run time by
+//! [`super::dispatch`].
+//!
+//! Each kernel takes one weight row and `R` (1..=4) activation rows and decodes every
+//! weight block once for all `R` rows, so prefill reads a weight row once per group of
+//! four tokens. Integer products use `maddubs` (unsigned weight code × signed
+//! activation code, pairwise into i16, which cannot saturate for codes below 64 or with
+//! the sign trick for `Q8_0`), then `madd` into i32 and one FMA per block and row.
+//!
+//! # Safety
+//! Every function here requires the CPU to support `avx2`, `fma` and `f16c`; the
+//! dispatcher checks that once. Slice lengths are checked by the safe wrappers at the
+//! bottom of this file.
+
+use std::arch::x86_64::*;
+
+use super::activation::{Q8x256, Q8x32};
+use super::formats::{scale_min_k4, WeightType};
+
+const T_Q4_0: u8 = 0;
+const T_Q4_1: u8 = 1;
+const T_Q5_0: u8 = 2;
+const T_Q8_0: u8 = 3;
+const T_Q4K: u8 = 4;
+const T_Q5K: u8 = 5;
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn hsum_ps(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn f16_at(p: *const u8) -> f32 {
+    let bits = std::ptr::read_unaligned(p as *const u16);
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+}
+
+/// 16 bytes of nibbles → 32 codes: low nibbles first, then high nibbles.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn nibbles32(p: *const u8) -> __m256i {
+    let q = _mm_loadu_si128(p as *const __m128i);
+    let m4 = _mm_set1_epi8(0x0F);
+    _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4))
+}
+
+/// Bit `i` of `bits` → byte `i` set to `0xFF` (else 0).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn bits_to_bytes(bits: u32) -> __m256i {
+    let v = _mm256_set1_epi32(bits as i32);
+    let shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    let b = _mm256_shuffle_epi8(v, shuf);
+    let m = _mm256_set1_epi64x(0x8040201008040201u64 as i64);
+    _mm256_cmpeq_epi8(_mm256_and_si256(b, m), m)
+}
+
+/// Dot products of a 32-weight-type row with `R` rows.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot32<const TY: u8, const R: usize>(w: &[u8], xs: &[&[Q8x32]], out: &mut [f32]) {
+    let bb = match TY {
+        T_Q4_0 => 18,
+        T_Q4_1 => 20,
+        T_Q5_0 => 22,
+        _ => 34,
+    };
+    let nb = w.len() / bb;
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut corr = [0f32; R];
+    let mut x = [std::ptr::null::<Q8x32>(); R];
+    for r in 0..R {
+        x[r] = xs.get_unchecked(r).as_ptr();
+    }
+    for i in 0..nb {
+        let b = w.as_ptr().add(i * bb);
+        let d = f16_at(b);
+        let (codes, m) = match TY {
+            T_Q4_0 => (nibbles32(b.add(2)), -8.0 * d),
+            T_Q4_1 => (nibbles32(b.add(4)), f16_at(b.add(2))),
+            T_Q5_0 => {
+                let qh = std::ptr::read_unaligned(b.add(2) as *const u32);
+                let hb = _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10));
+                (_mm256_or_si256(nibbles32(b.add(6)), hb), -16.0 * d)
+            }
+            _ => (_mm256_loadu_si256(b.add(2) as *const __m256i), 0.0),
+        };
+        let abs = if TY == T_Q8_0 { _mm256_sign_epi8(codes, codes) } else { codes };
+        for r in 0..R {
+            let a = &*x[r].add(i);
+            let q = _mm256_loadu_si256(a.qs.as_ptr() as *const __m256i);
+            let q = if TY == T_Q8_0 { _mm256_sign_epi8(q, codes) } else { q };
+            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(abs, q), ones);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d), _mm256_cvtepi32_ps(p), acc[r]);
+            if TY != T_Q8_0 {
+                corr[r] += m * a.s;
+            }
+        }
+    }
+    for r in 0..R {
+        *out.get_unchecked_mut(r) = hsum_ps(acc[r]) + corr[r];
+    }
+}
+
+/// Dot products of a Q4_K / Q5_K row with `R` rows.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q45k<const TY: u8, const R: usize>(w: &[u8], xs: &[&[Q8x256]], out: &mut [f32]) {
+    let bb = if TY == T_Q5K { 176 } else { 144 };
+    let qs_at = if TY == T_Q5K { 48 } else { 16 };
+    let nb = w.len() / bb;
+    let m4 = _mm256_set1_epi8(0x0F);
+    let one = _mm256_set1_epi8(1);
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut accm = [_mm256_setzero_ps(); R];
+    let mut x = [std::ptr::null::<Q8x256>(); R];
+    for r in 0..R {
+        x[r] = xs.get_unchecked(r).as_ptr();
+    }
+    for i in 0..nb {
+        let b = w.as_ptr().add(i * bb);
+        let (d, dmin) = (f16_at(b), f16_at(b.add(2)));
+        let packed = std::slice::from_raw_parts(b.add(4), 12);
+        let mut sc = [0i16; 8];
+        let mut mins = [0i16; 16];
+        for j in 0..8 {
+            let (s, m) = scale_min_k4(j, packed);
+            sc[j] = s as i16;
+            mins[2 * j] = m as i16;
+            mins[2 * j + 1] = m as i16;
+        }
+        let mins = _mm256_loadu_si256(mins.as_ptr() as *const __m256i);
+        let mut sumi = [_mm256_setzero_si256(); R];
+        for r in 0..R {
+            let a = &*x[r].add(i);
+            let bs = _mm256_loadu_si256(a.bsums.as_ptr() as *const __m256i);
+            let summ = _mm256_madd_epi16(bs, mins);
+            accm[r] = _mm256_fmadd_ps(_mm256_set1_ps(dmin * a.d), _mm256_cvtepi32_ps(summ), accm[r]);
+        }
+        let qh = if TY == T_Q5K { _mm256_loadu_si256(b.add(16) as *const __m256i) } else { _mm256_setzero_si256() };
+        for j in 0..4 {
+            let q = _mm256_loadu_si256(b.add(qs_at + 32 * j) as *const __m256i);
+            let mut lo = _mm256_and_si256(q, m4);
+            let mut hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            if TY == T_Q5K {
+                let s0 = _mm_cvtsi32_si128(2 * j as i32);
+                let s1 = _mm_cvtsi32_si128(2 * j as i32 + 1);
+                let h0 = _mm256_and_si256(_mm256_srl_epi16(qh, s0), one);
+                let h1 = _mm256_and_si256(_mm256_srl_epi16(qh, s1), one);
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(h0, 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(h1, 4));
+            }
+            let s_lo = _mm256_set1_epi16(sc[2 * j]);
+            let s_hi = _mm256_set1_epi16(sc[2 * j + 1]);
+            for r in 0..R {
+                let a = &*x[r].add(i);
+                let xl = _mm256_loadu_si256(a.qs.as_ptr().add(64 * j) as *const __m256i);
+                let xh = _mm256_loadu_si256(a.qs.as_ptr().add(64 * j + 32) as *const __m256i);
+                let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xl), s_lo);
+                let ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xh), s_hi);
+                sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(pl, ph));
+            }
+        }
+        for r in 0..R {
+            let a = &*x[r].add(i);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+        }
+    }
+    for r in 0..R {
+        *out.get_unchecked_mut(r) = hsum_ps(acc[r]) - hsum_ps(accm[r]);
+    }
+}
+
+/// Dot products of a Q6_K row with `R` rows.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q6k<const R: usize>(w: &[u8], xs: &[&[Q8x256]], out: &mut [f32]) {
+    let nb = w.len() / 210;
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m2 = _mm256_set1_epi8(3);
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut x = [std::ptr::null::<Q8x256>(); R];
+    for r in 0..R {
+        x[r] = xs.get_unchecked(r).as_ptr();
+    }
+    for i in 0..nb {
+        let b = w.as_ptr().add(i * 210);
+        let d = f16_at(b.add(208));
+        let scales = b.add(192) as *const i8;
+        let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(scales as *const __m128i));
+        let mut sumi = [_mm256_setzero_si256(); R];
+        for r in 0..R {
+            // The codes are stored +32: subtract 32 · Σ_g sc[g]·bsum[g].
+            let a = &*x[r].add(i);
+            let bs = _mm256_loadu_si256(a.bsums.as_ptr() as *const __m256i);
+            sumi[r] = _mm256_sub_epi32(sumi[r], _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5));
+        }
+        for half in 0..2 {
+            let ql0 = _mm256_loadu_si256(b.add(64 * half) as *const __m256i);
+            let ql1 = _mm256_loadu_si256(b.add(64 * half + 32) as *const __m256i);
+            let qh = _mm256_loadu_si256(b.add(128 + 32 * half) as *const __m256i);
+            for part in 0..4 {
+                let (low, shift) = match part {
+                    0 => (_mm256_and_si256(ql0, m4), 0),
+                    1 => (_mm256_and_si256(ql1, m4), 2),
+                    2 => (_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), 4),
+                    _ => (_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), 6),
+                };
+                let high = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(shift)), m2);
+                let q = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
+                let g = 8 * half + 2 * part;
+                let s = _mm256_set_m128i(
+                    _mm_set1_epi16(*scales.add(g + 1) as i16),
+                    _mm_set1_epi16(*scales.add(g) as i16),
+                );
+                for r in 0..R {
+                    let a = &*x[r].add(i);
+                    let xv = _mm256_loadu_si256(a.qs.as_ptr().add(128 * half + 32 * part) as *const __m256i);
+                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), s);
+                    sumi[r] = _mm256_add_epi32(sumi[r], p);
+                }
+            }
+        }
+        for r in 0..R {
+            let a = &*x[r].add(i);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+        }
+    }
+    for r in 0..R {
+        *out.get_unchecked_mut(r) = hsum_ps(acc[r]);
+    }
+}
+
+macro_rules! by_rows {
+    ($f:ident [$($p:ident),*] ($w:expr, $xs:expr, $out:expr)) => {
+        match $xs.len() {
+            1 => $f::<$($p,)* 1>($w, $xs, $out),
+            2 => $f::<$($p,)* 2>($w, $xs, $out),
+            3 => $f::<$($p,)* 3>($w, $xs, $out),
+            _ => $f::<$($p,)* 4>($w, $xs, $out),
+        }
+    };
+}
+
+fn check<A>(ty: WeightType, w: &[u8], xs: &[&[A]], out: &[f32]) {
+    let nb = w.len() / ty.block_bytes();
+    assert!(w.len() % ty.block_bytes() == 0, "weight row is not whole blocks");
+    assert!((1..=super::MAX_ROWS).contains(&xs.len()) && out.len() == xs.len(), "1..=4 rows with one output each");
+    assert!(xs.iter().all(|x| x.len() >= nb), "activation row shorter than the weight row");
+}
+
+/// `out[r] = w · xs[r]` for a 32-weight type.
+///
+/// # Safety
+/// The CPU must support `avx2`, `fma` and `f16c`.
+///
+/// # Panics
+/// If `ty` is a 256-weight type, `w` is not whole blocks, an activation row is shorter
+/// than `w`, or `xs`/`out` are not the same length in `1..=4`.
+pub unsafe fn dot32_rows(ty: WeightType, w: &[u8], xs: &[&[Q8x32]], out: &mut [f32]) {
+    check(ty, w, xs, out);
+    match ty {
+        WeightType::Q4_0 => by_rows!(dot32 [T_Q4_0] (w, xs, out)),
+        WeightType::Q4_1 => by_rows!(dot32 [T_Q4_1] (w, xs, out)),
+        WeightType::Q5_0 => by_rows!(dot32 [T_Q5_0] (w, xs, out)),
+        WeightType::Q8_0 => by_rows!(dot32 [T_Q8_0] (w, xs, out)),
+        _ => panic!("{} is not a 32-weight type", ty.name()),
+    }
+}
+
+/// `out[r] = w · xs[r]` for a 256-weight type.
+///
+/// # Safety
+/// The CPU must support `avx2`, `fma` and `f16c`.
+///
+/// # Panics
+/// As [`dot32_rows`], with a 32-weight `ty`.
+pub unsafe fn dot256_rows(ty: WeightType, w: &[u8], xs: &[&[Q8x256]], out: &mut [f32]) {
+    check(ty, w, xs, out);
+    match ty {
+        WeightType::Q4K => by_rows!(dot_q45k [T_Q4K] (w, xs, out)),
+        WeightType::Q5K => by_rows!(dot_q45k [T_Q5K] (w, xs, out)),
+        WeightType::Q6K => by_rows!(dot_q6k [] (w, xs, out)),
+        _ => panic!("{} is not a 256-weight type", ty.name()),
+    }
+}

@@ -1,0 +1,216 @@
+//! CPU kernels for GGUF-quantized weights: the body of the quantized-matmul seam
+//! ([`crate::model::qlinear::QLinear`]) on CPU.
+//!
+//! A [`QWeight`] keeps a weight matrix `(out_features, in_features)` in its GGUF block
+//! layout. [`QWeight::matmul`] quantizes the activations to 8 bits (blocks of 32 or
+//! 256, see [`activation`]), then computes every dot product in integer arithmetic per
+//! block with the best kernel the CPU has ([`Isa::detect`]): AVX2+FMA+F16C on x86-64,
+//! otherwise the portable [`scalar`] code. Work is split over rayon's global pool
+//! (`RAYON_NUM_THREADS`), weight rows per task, and during prefill each weight row is
+//! decoded once for four activation rows.
+//!
+//! Supported weight types: [`WeightType::ALL`] (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K,
+//! Q6_K); other GGUF types stay on candle's own matmul.
+//!
+//! ```
+//! use toolgate::kernels::{QWeight, WeightType};
+//! // One Q8_0 row of 32 weights: scale 1.0 (f16 0x3C00), codes 0, 1, 2, …
+//! let mut row = vec![0x00, 0x3C];
+//! row.extend((0..32).map(|i| i as u8));
+//! let w = QWeight::new(WeightType::Q8_0, row, 1, 32)?;
+//! let x = vec![1.0f32; 32];
+//! let mut y = [0f32; 1];
+//! w.matmul(&x, &mut y)?;
+//! assert!((y[0] - 496.0).abs() < 496.0 * 0.01); // Σ 0..32 = 496, up to 8-bit activations
+//! # Ok::<(), toolgate::Error>(())
+//! ```
+
+pub mod activation;
+#[cfg(target_arch = "x86_64")]
+pub mod avx2;
+pub mod formats;
+mod matmul;
+pub mod scalar;
+
+pub use formats::{dequantize_row, WeightType};
+
+use candle_core::quantized::QTensor;
+
+use crate::{Error, Result};
+
+/// Activation rows one kernel call processes together.
+pub const MAX_ROWS: usize = 4;
+
+/// The instruction set the kernels run with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isa {
+    /// AVX2 + FMA + F16C (x86-64).
+    Avx2,
+    /// Plain Rust, any CPU.
+    Portable,
+}
+
+impl Isa {
+    /// The best kernels this CPU runs; detected once (cheap afterwards).
+    /// `TOOLGATE_KERNELS=portable` forces the portable ones.
+    pub fn detect() -> Isa {
+        static ISA: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+        *ISA.get_or_init(|| {
+            if std::env::var("TOOLGATE_KERNELS").is_ok_and(|v| v == "portable") {
+                return Isa::Portable;
+            }
+            #[cfg(target_arch = "x86_64")]
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
+                return Isa::Avx2;
+            }
+            Isa::Portable
+        })
+    }
+}
+
+mod dispatch {
+    use super::activation::{Q8x256, Q8x32};
+    use super::formats::WeightType;
+    use super::Isa;
+
+    pub(super) fn dot32_for(isa: Isa) -> fn(WeightType, &[u8], &[&[Q8x32]], &mut [f32]) {
+        match isa {
+            // SAFETY: `Isa::Avx2` is only ever chosen by `Isa::detect` after checking the CPU.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => |t, w, x, o| unsafe { super::avx2::dot32_rows(t, w, x, o) },
+            _ => super::scalar::dot32,
+        }
+    }
+
+    pub(super) fn dot256_for(isa: Isa) -> fn(WeightType, &[u8], &[&[Q8x256]], &mut [f32]) {
+        match isa {
+            // SAFETY: as above.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => |t, w, x, o| unsafe { super::avx2::dot256_rows(t, w, x, o) },
+            _ => super::scalar::dot256,
+        }
+    }
+}
+
+/// A quantized weight matrix `(out_features, in_features)` in its GGUF block layout,
+/// row-major (each row is `in_features / block_len` blocks).
+#[derive(Debug, Clone)]
+pub struct QWeight {
+    ty: WeightType,
+    data: Vec<u8>,
+    out_features: usize,
+    in_features: usize,
+}
+
+impl QWeight {
+    /// Wrap raw GGUF bytes.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] if `in_features` is not a multiple of the block length
+    /// or `data` is not exactly `out_features` rows.
+    pub fn new(ty: WeightType, data: Vec<u8>, out_features: usize, in_features: usize) -> Result<Self> {
+        let bad = |reason: String| Error::InvalidParameter { name: "weight", reason };
+        if in_features == 0 || in_features % ty.block_len() != 0 {
+            return Err(bad(format!(
+                "{} rows of {in_features} weights are not whole blocks of {}",
+                ty.name(),
+                ty.block_len()
+            )));
+        }
+        let want = out_features * in_features / ty.block_len() * ty.block_bytes();
+        if data.len() != want {
+            return Err(bad(format!(
+                "{} bytes for a {} matrix ({out_features}, {in_features}) that needs {want}",
+                data.len(),
+                ty.name()
+            )));
+        }
+        Ok(Self { ty, data, out_features, in_features })
+    }
+
+    /// Copy a CPU [`QTensor`] of shape `(out, in)`; `Ok(None)` if its type has no
+    /// kernel here (the caller keeps candle's matmul for it).
+    ///
+    /// Cost: one copy of the tensor's bytes.
+    ///
+    /// # Errors
+    /// If the tensor is not 2-D or its bytes cannot be read.
+    pub fn from_qtensor(t: &QTensor) -> Result<Option<Self>> {
+        let Some(ty) = WeightType::from_ggml(t.dtype()) else { return Ok(None) };
+        let (out, inp) = t.shape().dims2()?;
+        if inp % ty.block_len() != 0 {
+            return Ok(None);
+        }
+        Ok(Some(Self::new(ty, t.data()?.into_owned(), out, inp)?))
+    }
+
+    /// The weight type.
+    pub fn weight_type(&self) -> WeightType {
+        self.ty
+    }
+
+    /// Rows (outputs).
+    pub fn out_features(&self) -> usize {
+        self.out_features
+    }
+
+    /// Columns (inputs).
+    pub fn in_features(&self) -> usize {
+        self.in_features
+    }
+
+    /// Bytes of one row.
+    pub fn row_bytes(&self) -> usize {
+        self.in_features / self.ty.block_len() * self.ty.block_bytes()
+    }
+
+    /// `y (m, out) = x (m, in) · Wᵀ` with the detected kernels; `m = x.len() / in`.
+    ///
+    /// Cost: `m · out · in` multiply-adds in 8-bit integer arithmetic plus one 8-bit
+    /// quantization of `x`; parallel over rayon's pool.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] if `x` is not whole rows or `y` is not `m · out`.
+    pub fn matmul(&self, x: &[f32], y: &mut [f32]) -> Result<()> {
+        self.matmul_with(Isa::detect(), x, y)
+    }
+
+    /// [`QWeight::matmul`] with the kernels of `isa` (which must not be an instruction
+    /// set the CPU lacks: [`Isa::Avx2`] falls back to portable code where undetected).
+    ///
+    /// # Errors
+    /// As [`QWeight::matmul`].
+    pub fn matmul_with(&self, isa: Isa, x: &[f32], y: &mut [f32]) -> Result<()> {
+        let k = self.in_features;
+        if x.len() % k != 0 || y.len() != x.len() / k * self.out_features {
+            return Err(Error::InvalidParameter {
+                name: "x",
+                reason: format!(
+                    "{} inputs and {} outputs for a ({}, {k}) weight",
+                    x.len(),
+                    y.len(),
+                    self.out_features
+                ),
+            });
+        }
+        let isa = if isa == Isa::Avx2 && Isa::detect() != Isa::Avx2 { Isa::Portable } else { isa };
+        matmul::matmul(self, x, x.len() / k, y, isa);
+        Ok(())
+    }
+
+    /// Dequantize row `j` into `out` (`in_features` long).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] if `j` is out of range or `out` has the wrong length.
+    pub fn dequantize_row(&self, j: usize, out: &mut [f32]) -> Result<()> {
+        if j >= self.out_features || out.len() != self.in_features {
+            return Err(Error::InvalidParameter {
+                name: "row",
+                reason: format!("row {j} into {} values of a ({}, {})", out.len(), self.out_features, self.in_features),
+            });
+        }
+        let rb = self.row_bytes();
+        dequantize_row(self.ty, &self.data[j * rb..(j + 1) * rb], out);
+        Ok(())
+    }
+}

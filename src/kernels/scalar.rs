@@ -1,0 +1,121 @@
+//! Portable dot products: one weight row against up to [`super::MAX_ROWS`] activation
+//! rows, in integer arithmetic per block like the SIMD kernels (so the two agree to
+//! float rounding). Used where no SIMD kernel applies, and as the tests' second
+//! opinion on the SIMD ones.
+
+use super::activation::{Q8x256, Q8x32};
+use super::formats::{f16_at, scale_min_k4, WeightType};
+
+/// A 32-weight block as `w = d·code + m`.
+#[inline]
+fn decode32(ty: WeightType, b: &[u8], codes: &mut [i32; 32]) -> (f32, f32) {
+    match ty {
+        WeightType::Q4_0 | WeightType::Q4_1 => {
+            let qs = if ty == WeightType::Q4_0 { &b[2..18] } else { &b[4..20] };
+            for j in 0..16 {
+                codes[j] = (qs[j] & 0xF) as i32;
+                codes[j + 16] = (qs[j] >> 4) as i32;
+            }
+            let d = f16_at(b, 0);
+            (d, if ty == WeightType::Q4_0 { -8.0 * d } else { f16_at(b, 2) })
+        }
+        WeightType::Q5_0 => {
+            let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+            for j in 0..16 {
+                codes[j] = ((b[6 + j] & 0xF) as u32 | (((qh >> j) & 1) << 4)) as i32;
+                codes[j + 16] = ((b[6 + j] >> 4) as u32 | (((qh >> (j + 16)) & 1) << 4)) as i32;
+            }
+            let d = f16_at(b, 0);
+            (d, -16.0 * d)
+        }
+        WeightType::Q8_0 => {
+            for j in 0..32 {
+                codes[j] = b[2 + j] as i8 as i32;
+            }
+            (f16_at(b, 0), 0.0)
+        }
+        _ => unreachable!("not a 32-weight type"),
+    }
+}
+
+/// A 256-weight block as `w = d·sc[g]·code - dmin·mn[g]` for each group `g` of 16.
+#[inline]
+fn decode256(ty: WeightType, b: &[u8], codes: &mut [i32; 256], sc: &mut [i32; 16], mn: &mut [i32; 16]) -> (f32, f32) {
+    match ty {
+        WeightType::Q4K | WeightType::Q5K => {
+            let scales = &b[4..16];
+            let (qh, qs) = if ty == WeightType::Q5K { (Some(&b[16..48]), &b[48..176]) } else { (None, &b[16..144]) };
+            for j in 0..4 {
+                for (sub, shift) in [(2 * j, 0), (2 * j + 1, 4)] {
+                    let (s, m) = scale_min_k4(sub, scales);
+                    sc[2 * sub] = s as i32;
+                    sc[2 * sub + 1] = s as i32;
+                    mn[2 * sub] = m as i32;
+                    mn[2 * sub + 1] = m as i32;
+                    for l in 0..32 {
+                        let mut q = ((qs[32 * j + l] >> shift) & 0xF) as i32;
+                        if let Some(qh) = qh {
+                            q |= (((qh[l] >> sub) & 1) as i32) << 4;
+                        }
+                        codes[32 * sub + l] = q;
+                    }
+                }
+            }
+            (f16_at(b, 0), f16_at(b, 2))
+        }
+        WeightType::Q6K => {
+            for half in 0..2 {
+                let ql = &b[64 * half..64 * half + 64];
+                let qh = &b[128 + 32 * half..128 + 32 * half + 32];
+                let c = &mut codes[128 * half..128 * half + 128];
+                for l in 0..32 {
+                    c[l] = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i32;
+                    c[l + 32] = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i32;
+                    c[l + 64] = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32;
+                    c[l + 96] = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32;
+                }
+            }
+            for g in 0..16 {
+                sc[g] = b[192 + g] as i8 as i32;
+                mn[g] = 32 * sc[g];
+            }
+            let d = f16_at(b, 208);
+            (d, d)
+        }
+        _ => unreachable!("not a 256-weight type"),
+    }
+}
+
+/// `out[r] = w · xs[r]` for a row `w` of a 32-weight type.
+pub fn dot32(ty: WeightType, w: &[u8], xs: &[&[Q8x32]], out: &mut [f32]) {
+    let mut codes = [0i32; 32];
+    out.iter_mut().for_each(|o| *o = 0.0);
+    for (bi, b) in w.chunks_exact(ty.block_bytes()).enumerate() {
+        let (d, m) = decode32(ty, b, &mut codes);
+        for (x, o) in xs.iter().zip(out.iter_mut()) {
+            let a = &x[bi];
+            let sumi: i32 = codes.iter().zip(&a.qs).map(|(&c, &q)| c * q as i32).sum();
+            *o += d * a.d * sumi as f32 + m * a.s;
+        }
+    }
+}
+
+/// `out[r] = w · xs[r]` for a row `w` of a 256-weight type.
+pub fn dot256(ty: WeightType, w: &[u8], xs: &[&[Q8x256]], out: &mut [f32]) {
+    let mut codes = [0i32; 256];
+    let (mut sc, mut mn) = ([0i32; 16], [0i32; 16]);
+    out.iter_mut().for_each(|o| *o = 0.0);
+    for (bi, b) in w.chunks_exact(ty.block_bytes()).enumerate() {
+        let (d, dmin) = decode256(ty, b, &mut codes, &mut sc, &mut mn);
+        for (x, o) in xs.iter().zip(out.iter_mut()) {
+            let a = &x[bi];
+            let (mut sumi, mut summ) = (0i32, 0i32);
+            for g in 0..16 {
+                let s: i32 = (0..16).map(|l| codes[16 * g + l] * a.qs[16 * g + l] as i32).sum();
+                sumi += sc[g] * s;
+                summ += mn[g] * a.bsums[g] as i32;
+            }
+            *o += a.d * (d * sumi as f32 - dmin * summ as f32);
+        }
+    }
+}
