@@ -7,7 +7,8 @@
 //! the best of several runs as GMAC/s and the ratio, one JSON line per case and a
 //! Markdown table. Threads: `RAYON_NUM_THREADS`.
 //!
-//! Under `cargo test --all-targets` it runs one tiny case as a smoke test.
+//! `KERNELS_SHAPE=n,k` picks another shape (types whose block does not divide `k` are
+//! skipped). Under `cargo test --all-targets` it runs one tiny case as a smoke test.
 
 use std::time::Instant;
 
@@ -41,12 +42,21 @@ fn best_of(runs: usize, mut f: impl FnMut()) -> f64 {
 fn main() {
     let smoke = !std::env::args().any(|a| a == "--bench");
     let dev = Device::Cpu;
-    let (n, k) = if smoke { (64, 512) } else { (2048, 2048) };
+    // `KERNELS_SHAPE=n,k` measures one model's shape instead of 2048×2048.
+    let shape = std::env::var("KERNELS_SHAPE").ok().and_then(|s| {
+        let (n, k) = s.split_once(',')?;
+        Some((n.trim().parse().ok()?, k.trim().parse().ok()?))
+    });
+    let (n, k) = if smoke { (64, 512) } else { shape.unwrap_or((2048, 2048)) };
     let ms: &[usize] = if smoke { &[1, 5] } else { &[1, 128] };
-    let types: &[WeightType] = if smoke { &[WeightType::Q4_1, WeightType::Q6K] } else { &WeightType::ALL };
+    let types: Vec<WeightType> = if smoke {
+        vec![WeightType::Q4_1, WeightType::Q6K]
+    } else {
+        WeightType::ALL.into_iter().filter(|t| t.block_len() <= k && k % t.block_len() == 0).collect()
+    };
     println!("| type | m | toolgate GMAC/s | candle GMAC/s | ratio |");
     println!("|---|---|---|---|---|");
-    for &ty in types {
+    for ty in types {
         let w = Tensor::randn(0f32, 0.1, (n, k), &dev).unwrap();
         let qt = QTensor::quantize(&w, ggml(ty)).unwrap();
         let ours = QWeight::from_qtensor(&qt).unwrap().unwrap();

@@ -1,8 +1,16 @@
 //! The quantized matmul driver: quantize the activations, split the weight rows across
-//! rayon's threads, and walk each thread's rows tile by tile so a weight row is read
-//! once per group of four activation rows and the activation tile stays in L1.
+//! the threads, and walk each thread's rows tile by tile so a weight row is read once
+//! per group of four activation rows and the activation tile stays in L1.
+//!
+//! Threads: candle's persistent barrier pool (`candle_core::utils::barrier_pool`, sized
+//! by `CANDLE_NUM_THREADS`, else `RAYON_NUM_THREADS`, else the physical cores), the
+//! one candle's own CPU ops run on. The calling thread takes part and the workers
+//! spin briefly between calls, so a decode step's ~200 small matmuls pay no wake-up
+//! latency; and with a single pool, candle's spinning workers never compete with a
+//! second pool for the same cores (with rayon beside it, decode stalled for up to a
+//! second on 2 cores).
 
-use rayon::prelude::*;
+use std::sync::Mutex;
 
 use super::activation::{quantize_256, quantize_32, Q8x256, Q8x32};
 use super::formats::{ActKind, WeightType};
@@ -41,11 +49,11 @@ fn run<A: Sync>(w: &QWeight, acts: &[A], blocks: usize, m: usize, y: &mut [f32],
     let rb = w.row_bytes();
     let row = |j: usize| &w.data[j * rb..(j + 1) * rb];
     let act = |r: usize| &acts[r * blocks..(r + 1) * blocks];
-    let threads = rayon::current_num_threads().max(1);
+    let threads = candle_core::utils::barrier_pool().n_workers() + 1;
     let chunk = n.div_ceil(threads * 4).max(MIN_CHUNK);
     if m == 1 {
         let x = [act(0)];
-        y.par_chunks_mut(chunk).enumerate().for_each(|(ci, ys)| {
+        for_each_chunk(y, chunk, |ci, ys| {
             for (jj, o) in ys.iter_mut().enumerate() {
                 dot(w.ty, row(ci * chunk + jj), &x, std::slice::from_mut(o));
             }
@@ -55,7 +63,7 @@ fn run<A: Sync>(w: &QWeight, acts: &[A], blocks: usize, m: usize, y: &mut [f32],
     // Each task owns a run of weight rows and fills their outputs for every activation
     // row, into `yt (n, m)`; transposed into `y` at the end.
     let mut yt = vec![0f32; n * m];
-    yt.par_chunks_mut(chunk * m).enumerate().for_each(|(ci, ys)| {
+    for_each_chunk(&mut yt, chunk * m, |ci, ys| {
         let rows = ys.len() / m;
         for t0 in (0..m).step_by(ROW_TILE) {
             let t1 = (t0 + ROW_TILE).min(m);
@@ -78,4 +86,20 @@ fn run<A: Sync>(w: &QWeight, acts: &[A], blocks: usize, m: usize, y: &mut [f32],
             y[r * n + j] = *v;
         }
     }
+}
+
+/// Run `f(i, chunk_i)` over the `len`-long chunks of `out` on the barrier pool.
+fn for_each_chunk(out: &mut [f32], len: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
+    // One uncontended lock per chunk hands each task its own slice safely.
+    let chunks: Vec<Mutex<&mut [f32]>> = out.chunks_mut(len).map(Mutex::new).collect();
+    if chunks.len() == 1 {
+        let mut c = chunks.into_iter().next().expect("one chunk");
+        return f(0, c.get_mut().unwrap_or_else(|p| p.into_inner()));
+    }
+    candle_core::utils::barrier_pool().execute_chunked(chunks.len(), |range| {
+        for i in range {
+            let mut c = chunks[i].lock().unwrap_or_else(|p| p.into_inner());
+            f(i, &mut c);
+        }
+    });
 }

@@ -360,23 +360,20 @@ impl Decoder {
         } else {
             (k_all, v_all)
         };
-        // Grouped-query attention without copying K/V per query head: the `n_rep`
-        // query heads sharing a KV head are consecutive, so Q reshapes to
-        // (1, n_kv_head, n_rep·t, d) and multiplies the cached (strided) K/V directly.
         let n_rep = hp.n_head / hp.n_head_kv;
-        let keys = total - first_key;
+        let k_all = repeat_kv(&k_all, n_rep)?;
+        let v_all = repeat_kv(&v_all, n_rep)?;
         let scale = 1.0 / (hp.head_dim as f64).sqrt();
-        let qg = q.reshape((1, hp.n_head_kv, n_rep * t, hp.head_dim))?;
-        let scores = (qg.matmul(&k_all.t()?)? * scale)?; // (1, kv, n_rep·t, keys)
-        let scores = scores.reshape((1, hp.n_head, t, keys))?;
+        let scores = (q.matmul(&k_all.t()?)? * scale)?; // (1, h, t, keys)
+        let keys = total - first_key;
         let scores = if t > 1 || layer.window.is_some_and(|w| keys > w) {
             let mask = attention_mask(t, pos, first_key, keys, layer.window, &self.device)?;
             scores.broadcast_add(&mask)?
         } else {
             scores
         };
-        let probs = candle_nn::ops::softmax_last_dim(&scores)?.reshape((1, hp.n_head_kv, n_rep * t, keys))?;
-        let o = probs.matmul(&v_all)?.reshape((1, hp.n_head, t, hp.v_head_dim))?; // (1, h, t, dv)
+        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+        let o = probs.matmul(&v_all)?; // (1, h, t, dv)
         let o = o.transpose(1, 2)?.reshape((1, t, hp.n_head * hp.v_head_dim))?;
         let mut o = layer.attn_out.forward(&o)?;
         if let Some(w) = &layer.post_attn_norm {
@@ -404,6 +401,15 @@ impl Decoder {
         }
         Ok((x + f)?)
     }
+}
+
+fn repeat_kv(x: &Tensor, n_rep: usize) -> Result<Tensor> {
+    if n_rep == 1 {
+        return Ok(x.contiguous()?);
+    }
+    let (b, h, t, d) = x.dims4()?;
+    let x = x.contiguous()?;
+    Ok(Tensor::cat(&vec![&x; n_rep], 2)?.reshape((b, h * n_rep, t, d))?)
 }
 
 /// `mask[i][j] = 0` where query `pos+i` may see key `first_key+j`, `-inf` otherwise.
