@@ -65,7 +65,13 @@ fn main() {
             let x = Tensor::randn(0f32, 1.0, (m, k), &dev).unwrap();
             let xs: Vec<f32> = x.flatten_all().unwrap().to_vec1().unwrap();
             let mut y = vec![0f32; m * n];
-            let runs = if smoke { 1 } else if m == 1 { 200 } else { 5 };
+            let runs = if smoke {
+                1
+            } else if m == 1 {
+                200
+            } else {
+                5
+            };
             let t_ours = best_of(runs, || ours.matmul(&xs, &mut y).unwrap());
             let t_theirs = best_of(runs, || {
                 theirs.forward(&x).unwrap();

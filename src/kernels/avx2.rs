@@ -212,10 +212,8 @@ unsafe fn dot_q6k<const R: usize>(w: &[u8], xs: &[&[Q8x256]], out: &mut [f32]) {
                 let high = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(shift)), m2);
                 let q = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
                 let g = 8 * half + 2 * part;
-                let s = _mm256_set_m128i(
-                    _mm_set1_epi16(*scales.add(g + 1) as i16),
-                    _mm_set1_epi16(*scales.add(g) as i16),
-                );
+                let s =
+                    _mm256_set_m128i(_mm_set1_epi16(*scales.add(g + 1) as i16), _mm_set1_epi16(*scales.add(g) as i16));
                 for r in 0..R {
                     let a = &*x[r].add(i);
                     let xv = _mm256_loadu_si256(a.qs.as_ptr().add(128 * half + 32 * part) as *const __m256i);
@@ -263,10 +261,10 @@ fn check<A>(ty: WeightType, w: &[u8], xs: &[&[A]], out: &[f32]) {
 pub unsafe fn dot32_rows(ty: WeightType, w: &[u8], xs: &[&[Q8x32]], out: &mut [f32]) {
     check(ty, w, xs, out);
     match ty {
-        WeightType::Q4_0 => by_rows!(dot32 [T_Q4_0] (w, xs, out)),
-        WeightType::Q4_1 => by_rows!(dot32 [T_Q4_1] (w, xs, out)),
-        WeightType::Q5_0 => by_rows!(dot32 [T_Q5_0] (w, xs, out)),
-        WeightType::Q8_0 => by_rows!(dot32 [T_Q8_0] (w, xs, out)),
+        WeightType::Q4_0 => by_rows!(dot32[T_Q4_0](w, xs, out)),
+        WeightType::Q4_1 => by_rows!(dot32[T_Q4_1](w, xs, out)),
+        WeightType::Q5_0 => by_rows!(dot32[T_Q5_0](w, xs, out)),
+        WeightType::Q8_0 => by_rows!(dot32[T_Q8_0](w, xs, out)),
         _ => panic!("{} is not a 32-weight type", ty.name()),
     }
 }
@@ -281,8 +279,8 @@ pub unsafe fn dot32_rows(ty: WeightType, w: &[u8], xs: &[&[Q8x32]], out: &mut [f
 pub unsafe fn dot256_rows(ty: WeightType, w: &[u8], xs: &[&[Q8x256]], out: &mut [f32]) {
     check(ty, w, xs, out);
     match ty {
-        WeightType::Q4K => by_rows!(dot_q45k [T_Q4K] (w, xs, out)),
-        WeightType::Q5K => by_rows!(dot_q45k [T_Q5K] (w, xs, out)),
+        WeightType::Q4K => by_rows!(dot_q45k[T_Q4K](w, xs, out)),
+        WeightType::Q5K => by_rows!(dot_q45k[T_Q5K](w, xs, out)),
         WeightType::Q6K => by_rows!(dot_q6k [] (w, xs, out)),
         _ => panic!("{} is not a 256-weight type", ty.name()),
     }

@@ -185,12 +185,7 @@ impl QWeight {
         if x.len() % k != 0 || y.len() != x.len() / k * self.out_features {
             return Err(Error::InvalidParameter {
                 name: "x",
-                reason: format!(
-                    "{} inputs and {} outputs for a ({}, {k}) weight",
-                    x.len(),
-                    y.len(),
-                    self.out_features
-                ),
+                reason: format!("{} inputs and {} outputs for a ({}, {k}) weight", x.len(), y.len(), self.out_features),
             });
         }
         let isa = if isa == Isa::Avx2 && Isa::detect() != Isa::Avx2 { Isa::Portable } else { isa };

@@ -27,9 +27,7 @@ impl CustomOp1 for KernelMatmul<'_> {
     }
 
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let CpuStorage::F32(x) = storage else {
-            candle_core::bail!("quantized matmul takes f32 activations")
-        };
+        let CpuStorage::F32(x) = storage else { candle_core::bail!("quantized matmul takes f32 activations") };
         let Some((start, end)) = layout.contiguous_offsets() else {
             candle_core::bail!("quantized matmul needs contiguous activations")
         };
