@@ -25,6 +25,10 @@
 //! # Ok::<(), toolgate::Error>(())
 //! ```
 
+// Block code indexes several arrays in lock-step (codes, scales, activations, SIMD
+// accumulators per row); index loops say that more plainly than zipped iterators.
+#![allow(clippy::needless_range_loop)]
+
 pub mod activation;
 #[cfg(target_arch = "x86_64")]
 pub mod avx2;

@@ -65,7 +65,7 @@ impl QLinear {
     /// If the weight is not 2-D.
     pub fn new(weight: Arc<QTensor>, bias: Option<Tensor>) -> Result<Self> {
         let (out_features, in_features) = weight.shape().dims2()?;
-        let use_kernels = weight.device().is_cpu() && std::env::var("TOOLGATE_KERNELS").map_or(true, |v| v != "candle");
+        let use_kernels = weight.device().is_cpu() && std::env::var("TOOLGATE_KERNELS").as_deref() != Ok("candle");
         let kernel = if use_kernels { QWeight::from_qtensor(&weight)? } else { None };
         let weight = match kernel {
             Some(k) => Weight::Kernels(Arc::new(k)),
