@@ -12,21 +12,9 @@
 
 use std::time::Instant;
 
-use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
 use toolgate::kernels::{QWeight, WeightType};
-
-fn ggml(ty: WeightType) -> GgmlDType {
-    match ty {
-        WeightType::Q4_0 => GgmlDType::Q4_0,
-        WeightType::Q4_1 => GgmlDType::Q4_1,
-        WeightType::Q5_0 => GgmlDType::Q5_0,
-        WeightType::Q8_0 => GgmlDType::Q8_0,
-        WeightType::Q4K => GgmlDType::Q4K,
-        WeightType::Q5K => GgmlDType::Q5K,
-        WeightType::Q6K => GgmlDType::Q6K,
-    }
-}
 
 fn best_of(runs: usize, mut f: impl FnMut()) -> f64 {
     f();
@@ -58,7 +46,7 @@ fn main() {
     println!("|---|---|---|---|---|");
     for ty in types {
         let w = Tensor::randn(0f32, 0.1, (n, k), &dev).unwrap();
-        let qt = QTensor::quantize(&w, ggml(ty)).unwrap();
+        let qt = QTensor::quantize(&w, ty.to_ggml()).unwrap();
         let ours = QWeight::from_qtensor(&qt).unwrap().unwrap();
         let theirs = QMatMul::from_qtensor(qt).unwrap();
         for &m in ms {

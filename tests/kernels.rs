@@ -14,23 +14,11 @@
 //!    here is 0.026); tolerance `0.06 · ‖w_j‖ · rms(x_r)`. (A wrong nibble order or
 //!    scale errs by the size of the output itself, ~1.)
 
-use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::quantized::QTensor;
 use candle_core::{Device, Tensor};
 use toolgate::kernels::activation::{quantize_256, quantize_32, Q8x256, Q8x32};
 use toolgate::kernels::formats::ActKind;
 use toolgate::kernels::{Isa, QWeight, WeightType};
-
-fn ggml(ty: WeightType) -> GgmlDType {
-    match ty {
-        WeightType::Q4_0 => GgmlDType::Q4_0,
-        WeightType::Q4_1 => GgmlDType::Q4_1,
-        WeightType::Q5_0 => GgmlDType::Q5_0,
-        WeightType::Q8_0 => GgmlDType::Q8_0,
-        WeightType::Q4K => GgmlDType::Q4K,
-        WeightType::Q5K => GgmlDType::Q5K,
-        WeightType::Q6K => GgmlDType::Q6K,
-    }
-}
 
 /// `x` after the kernels' 8-bit round trip.
 fn requantized(ty: WeightType, x: &[f32]) -> Vec<f32> {
@@ -52,7 +40,7 @@ fn check_type(ty: WeightType) {
     let dev = Device::Cpu;
     let (n, k) = (37, 512);
     let w = (Tensor::randn(0f32, 1.0, (n, k), &dev).unwrap() * 0.1).unwrap();
-    let qt = QTensor::quantize(&w, ggml(ty)).unwrap();
+    let qt = QTensor::quantize(&w, ty.to_ggml()).unwrap();
     let deq: Vec<f32> = qt.dequantize(&dev).unwrap().flatten_all().unwrap().to_vec1().unwrap();
     let qw = QWeight::from_qtensor(&qt).unwrap().expect("type has a kernel");
     assert_eq!(qw.weight_type(), ty);

@@ -82,6 +82,26 @@ impl WeightType {
         }
     }
 
+    /// candle's enum for this type (always exists: every kernel type is a GGML type).
+    ///
+    /// ```
+    /// use toolgate::kernels::WeightType;
+    /// let t = WeightType::Q4K;
+    /// assert_eq!(WeightType::from_ggml(t.to_ggml()), Some(t));
+    /// ```
+    pub const fn to_ggml(self) -> candle_core::quantized::GgmlDType {
+        use candle_core::quantized::GgmlDType as G;
+        match self {
+            WeightType::Q4_0 => G::Q4_0,
+            WeightType::Q4_1 => G::Q4_1,
+            WeightType::Q5_0 => G::Q5_0,
+            WeightType::Q8_0 => G::Q8_0,
+            WeightType::Q4K => G::Q4K,
+            WeightType::Q5K => G::Q5K,
+            WeightType::Q6K => G::Q6K,
+        }
+    }
+
     /// The type from candle's enum, `None` for types without a kernel here.
     pub fn from_ggml(dtype: candle_core::quantized::GgmlDType) -> Option<Self> {
         use candle_core::quantized::GgmlDType as G;

@@ -77,7 +77,10 @@ mod dispatch {
     use super::formats::WeightType;
     use super::Isa;
 
-    pub(super) fn dot32_for(isa: Isa) -> fn(WeightType, &[u8], &[&[Q8x32]], &mut [f32]) {
+    /// A row-block dot product: one weight row's blocks against 1..=4 activation rows.
+    pub(super) type DotFn<A> = fn(WeightType, &[u8], &[&[A]], &mut [f32]);
+
+    pub(super) fn dot32_for(isa: Isa) -> DotFn<Q8x32> {
         match isa {
             // SAFETY: `Isa::Avx2` is only ever chosen by `Isa::detect` after checking the CPU.
             #[cfg(target_arch = "x86_64")]
@@ -86,7 +89,7 @@ mod dispatch {
         }
     }
 
-    pub(super) fn dot256_for(isa: Isa) -> fn(WeightType, &[u8], &[&[Q8x256]], &mut [f32]) {
+    pub(super) fn dot256_for(isa: Isa) -> DotFn<Q8x256> {
         match isa {
             // SAFETY: as above.
             #[cfg(target_arch = "x86_64")]
