@@ -6,12 +6,18 @@
 //! are within a few hundredths, either can win. The tests therefore check:
 //!
 //! 1. teacher-forced: fed llama.cpp's own continuation, toolgate's argmax equals
-//!    llama.cpp's token at every one of the 32 steps, or that token is within
-//!    [`TIE`] of toolgate's maximum (a near-tie);
+//!    llama.cpp's token on at least [`MIN_AGREEMENT`] of the steps, and at every
+//!    other step llama.cpp's token is within the model's logit tolerance of
+//!    toolgate's maximum (a tie at the precision two implementations agree to);
 //! 2. free-running: toolgate's greedy tokens equal llama.cpp's up to the first
-//!    divergence, and that divergence is a near-tie in llama.cpp's own logits;
-//! 3. first-step logits of llama.cpp's top 5 are within a per-model tolerance.
+//!    divergence, and that divergence is such a tie in llama.cpp's own logits;
+//! 3. first-step logits of llama.cpp's top 5 are within the model's tolerance.
 //!
+//! The per-model tolerance ([`SMOLLM2_TOL`], [`GEMMA3_TOL`]) is the measured logit
+//! noise between implementations of the same math: activations are re-quantized to 8
+//! bits before every matmul, so a float difference of 1e-6 anywhere can flip a rounding
+//! and move the final logits by a quantization step. Two toolgate attention paths
+//! that agree to 3e-5 per call move Gemma 3's teacher-forced logits by up to 1.3.
 //! The measured numbers are in `docs/correctness.md`.
 
 mod common;
@@ -21,14 +27,18 @@ use toolgate::model::DeviceChoice;
 use toolgate::sampling::{argmax, SamplingParams};
 use toolgate::tokenizer::EncodeOptions;
 
-/// Two logits closer than this are a near-tie.
-const TIE: f32 = 0.3;
+/// SmolLM2's logit tolerance (measured first-step deviation from llama.cpp: 0.35).
+const SMOLLM2_TOL: f32 = 0.5;
+/// Gemma 3's logit tolerance (measured first-step deviation from llama.cpp: 1.10).
+const GEMMA3_TOL: f32 = 1.25;
+/// Teacher-forced steps whose argmax must equal llama.cpp's token exactly.
+const MIN_AGREEMENT: f64 = 0.9;
 
 fn ids(v: &serde_json::Value) -> Vec<u32> {
     v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
 }
 
-fn teacher_forced(model_file: &str, fixture: &str) {
+fn teacher_forced(model_file: &str, fixture: &str, tie: f32) {
     let mut engine = Engine::load(common::model(model_file), DeviceChoice::Cpu).unwrap();
     let fx = common::fixture(fixture);
     let runs = fx["runs"].as_array().unwrap();
@@ -51,7 +61,7 @@ fn teacher_forced(model_file: &str, fixture: &str) {
             total += 1;
             if best == w as usize {
                 exact += 1;
-            } else if logits[best] - logits[w as usize] > TIE {
+            } else if logits[best] - logits[w as usize] > tie {
                 failures.push(format!(
                     "{prompt:?} step {step}: llama.cpp chose {w} (our logit {:.3}), our argmax {best} ({:.3})",
                     logits[w as usize], logits[best]
@@ -62,9 +72,13 @@ fn teacher_forced(model_file: &str, fixture: &str) {
     }
     eprintln!("{model_file}: teacher-forced argmax agreement {exact}/{total}");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(
+        exact as f64 >= MIN_AGREEMENT * total as f64,
+        "argmax equals llama.cpp's token on only {exact}/{total} steps"
+    );
 }
 
-fn free_running(model_file: &str, fixture: &str) {
+fn free_running(model_file: &str, fixture: &str, tie: f32) {
     let mut engine = Engine::load(common::model(model_file), DeviceChoice::Cpu).unwrap();
     let fx = common::fixture(fixture);
     let mut failures = Vec::new();
@@ -94,7 +108,7 @@ fn free_running(model_file: &str, fixture: &str) {
             .map(|p| (p[0].as_u64().unwrap() as u32, p[1].as_f64().unwrap() as f32))
             .collect();
         match top.iter().find(|(id, _)| *id == got[at]) {
-            Some((_, l)) if top[0].1 - l <= TIE => {}
+            Some((_, l)) if top[0].1 - l <= tie => {}
             _ => failures.push(format!(
                 "{prompt:?} diverges at step {at}: toolgate {} is not a near-tie in llama.cpp's top 5 {top:?}",
                 got[at]
@@ -125,30 +139,30 @@ fn first_step_logits(model_file: &str, fixture: &str, tol: f32) {
 
 #[test]
 fn smollm2_teacher_forced_greedy_agrees() {
-    teacher_forced(common::SMOLLM2, "smollm2.greedy.json");
+    teacher_forced(common::SMOLLM2, "smollm2.greedy.json", SMOLLM2_TOL);
 }
 
 #[test]
 fn gemma3_teacher_forced_greedy_agrees() {
-    teacher_forced(common::GEMMA3, "gemma3.greedy.json");
+    teacher_forced(common::GEMMA3, "gemma3.greedy.json", GEMMA3_TOL);
 }
 
 #[test]
 fn smollm2_free_running_greedy_diverges_only_at_near_ties() {
-    free_running(common::SMOLLM2, "smollm2.greedy.json");
+    free_running(common::SMOLLM2, "smollm2.greedy.json", SMOLLM2_TOL);
 }
 
 #[test]
 fn gemma3_free_running_greedy_diverges_only_at_near_ties() {
-    free_running(common::GEMMA3, "gemma3.greedy.json");
+    free_running(common::GEMMA3, "gemma3.greedy.json", GEMMA3_TOL);
 }
 
 #[test]
 fn smollm2_logits_close_to_llama_cpp() {
-    first_step_logits(common::SMOLLM2, "smollm2.greedy.json", 0.5);
+    first_step_logits(common::SMOLLM2, "smollm2.greedy.json", SMOLLM2_TOL);
 }
 
 #[test]
 fn gemma3_logits_close_to_llama_cpp() {
-    first_step_logits(common::GEMMA3, "gemma3.greedy.json", 1.25);
+    first_step_logits(common::GEMMA3, "gemma3.greedy.json", GEMMA3_TOL);
 }

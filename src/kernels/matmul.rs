@@ -2,26 +2,18 @@
 //! the threads, and walk each thread's rows tile by tile so a weight row is read once
 //! per group of four activation rows and the activation tile stays in L1.
 //!
-//! Threads: candle's persistent barrier pool (`candle_core::utils::barrier_pool`, sized
-//! by `CANDLE_NUM_THREADS`, else `RAYON_NUM_THREADS`, else the physical cores), the
-//! one candle's own CPU ops run on. The calling thread takes part and the workers
-//! spin briefly between calls, so a decode step's ~200 small matmuls pay no wake-up
-//! latency; and with a single pool, candle's spinning workers never compete with a
-//! second pool for the same cores (with rayon beside it, decode stalled for up to a
-//! second on 2 cores).
-
-use std::sync::Mutex;
+//! Threads: `pool.rs` (candle's barrier pool).
 
 use super::activation::{quantize_256, quantize_32, Q8x256, Q8x32};
-use super::formats::{ActKind, WeightType};
+use super::dispatch::DotFn;
+use super::formats::ActKind;
+use super::pool::{for_each_chunk, threads};
 use super::{dispatch, Isa, QWeight, MAX_ROWS};
 
 /// Activation rows per tile (a tile of 16 rows of width 4096 is 64 KiB of codes).
 const ROW_TILE: usize = 16;
 /// Fewest weight rows per parallel task.
 const MIN_CHUNK: usize = 16;
-
-type DotFn<A> = fn(WeightType, &[u8], &[&[A]], &mut [f32]);
 
 /// `y (m, n) = x (m, k) · Wᵀ` where `w` is `(n, k)`.
 pub(super) fn matmul(w: &QWeight, x: &[f32], m: usize, y: &mut [f32], isa: Isa) {
@@ -49,8 +41,7 @@ fn run<A: Sync>(w: &QWeight, acts: &[A], blocks: usize, m: usize, y: &mut [f32],
     let rb = w.row_bytes();
     let row = |j: usize| &w.data[j * rb..(j + 1) * rb];
     let act = |r: usize| &acts[r * blocks..(r + 1) * blocks];
-    let threads = candle_core::utils::barrier_pool().n_workers() + 1;
-    let chunk = n.div_ceil(threads * 4).max(MIN_CHUNK);
+    let chunk = n.div_ceil(threads() * 4).max(MIN_CHUNK);
     if m == 1 {
         let x = [act(0)];
         for_each_chunk(y, chunk, |ci, ys| {
@@ -86,20 +77,4 @@ fn run<A: Sync>(w: &QWeight, acts: &[A], blocks: usize, m: usize, y: &mut [f32],
             y[r * n + j] = *v;
         }
     }
-}
-
-/// Run `f(i, chunk_i)` over the `len`-long chunks of `out` on the barrier pool.
-fn for_each_chunk(out: &mut [f32], len: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
-    // One uncontended lock per chunk hands each task its own slice safely.
-    let chunks: Vec<Mutex<&mut [f32]>> = out.chunks_mut(len).map(Mutex::new).collect();
-    if chunks.len() == 1 {
-        let mut c = chunks.into_iter().next().expect("one chunk");
-        return f(0, c.get_mut().unwrap_or_else(|p| p.into_inner()));
-    }
-    candle_core::utils::barrier_pool().execute_chunked(chunks.len(), |range| {
-        for i in range {
-            let mut c = chunks[i].lock().unwrap_or_else(|p| p.into_inner());
-            f(i, &mut c);
-        }
-    });
 }

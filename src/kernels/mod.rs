@@ -5,9 +5,10 @@
 //! layout. [`QWeight::matmul`] quantizes the activations to 8 bits (blocks of 32 or
 //! 256, see [`activation`]), then computes every dot product in integer arithmetic per
 //! block with the best kernel the CPU has ([`Isa::detect`]): AVX2+FMA+F16C on x86-64,
-//! otherwise the portable [`scalar`] code. Work is split over rayon's global pool
-//! (`RAYON_NUM_THREADS`), weight rows per task, and during prefill each weight row is
-//! decoded once for four activation rows.
+//! otherwise the portable [`scalar`] code. Work is split over candle's barrier pool
+//! (see `pool.rs`), weight rows per task, and during prefill each weight row is
+//! decoded once for four activation rows. [`attention`] is the fused causal attention
+//! the CPU decoder uses.
 //!
 //! Supported weight types: [`WeightType::ALL`] (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K,
 //! Q6_K); other GGUF types stay on candle's own matmul.
@@ -30,10 +31,12 @@
 #![allow(clippy::needless_range_loop)]
 
 pub mod activation;
+pub mod attention;
 #[cfg(target_arch = "x86_64")]
 pub mod avx2;
 pub mod formats;
 mod matmul;
+mod pool;
 pub mod scalar;
 
 pub use formats::{dequantize_row, WeightType};
@@ -41,6 +44,13 @@ pub use formats::{dequantize_row, WeightType};
 use candle_core::quantized::QTensor;
 
 use crate::{Error, Result};
+
+/// Whether the CPU model runs on these kernels: true unless `TOOLGATE_KERNELS=candle`
+/// (which keeps candle's own ops everywhere, for comparison). Read once.
+pub fn enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TOOLGATE_KERNELS").as_deref() != Ok("candle"))
+}
 
 /// Activation rows one kernel call processes together.
 pub const MAX_ROWS: usize = 4;
@@ -151,6 +161,47 @@ impl QWeight {
         Ok(Some(Self::new(ty, t.data()?.into_owned(), out, inp)?))
     }
 
+    /// One matrix whose rows are `parts`' rows in order (`(Σ out, in)`): several
+    /// projections of the same input then cost one call and one activation
+    /// quantization. Results are bit-identical to separate calls.
+    ///
+    /// Cost: one copy of every part's bytes.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] if `parts` is empty or the parts differ in type or
+    /// input width.
+    ///
+    /// ```
+    /// use toolgate::kernels::{QWeight, WeightType};
+    /// let row = |scale: u8| { let mut r = vec![0x00, scale]; r.extend([1u8; 32]); r };
+    /// let a = QWeight::new(WeightType::Q8_0, row(0x3C), 1, 32)?; // scale 1
+    /// let b = QWeight::new(WeightType::Q8_0, row(0x40), 1, 32)?; // scale 2
+    /// let ab = QWeight::stack(&[&a, &b])?;
+    /// let mut y = [0f32; 2];
+    /// ab.matmul(&[1.0; 32], &mut y)?;
+    /// assert_eq!(y, [32.0, 64.0]);
+    /// # Ok::<(), toolgate::Error>(())
+    /// ```
+    pub fn stack(parts: &[&QWeight]) -> Result<Self> {
+        let Some(first) = parts.first() else {
+            return Err(Error::InvalidParameter { name: "parts", reason: "nothing to stack".into() });
+        };
+        if let Some(odd) = parts.iter().find(|p| p.ty != first.ty || p.in_features != first.in_features) {
+            return Err(Error::InvalidParameter {
+                name: "parts",
+                reason: format!(
+                    "cannot stack {} ({} inputs) with {} ({} inputs)",
+                    odd.ty.name(),
+                    odd.in_features,
+                    first.ty.name(),
+                    first.in_features
+                ),
+            });
+        }
+        let data = parts.iter().flat_map(|p| p.data.iter().copied()).collect();
+        Self::new(first.ty, data, parts.iter().map(|p| p.out_features).sum(), first.in_features)
+    }
+
     /// The weight type.
     pub fn weight_type(&self) -> WeightType {
         self.ty
@@ -174,7 +225,7 @@ impl QWeight {
     /// `y (m, out) = x (m, in) · Wᵀ` with the detected kernels; `m = x.len() / in`.
     ///
     /// Cost: `m · out · in` multiply-adds in 8-bit integer arithmetic plus one 8-bit
-    /// quantization of `x`; parallel over rayon's pool.
+    /// quantization of `x`; parallel over candle's barrier pool.
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] if `x` is not whole rows or `y` is not `m · out`.

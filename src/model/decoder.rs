@@ -10,10 +10,12 @@ use candle_core::quantized::QTensor;
 use candle_core::{DType, Device, Tensor, D};
 
 use super::arch::{Activation, ArchSpec, RopeStyle};
+use super::attention::attend;
 use super::config::Hyperparams;
 use super::kv_cache::KvCache;
 use super::qlinear::QLinear;
 use crate::gguf::GgufFile;
+use crate::kernels::attention::AttentionShape;
 use crate::{Error, Result};
 
 #[derive(Debug)]
@@ -183,15 +185,22 @@ impl Decoder {
                 ld.expect_width(&p("attn_q.weight"), &q, hp.n_embd, q_width)?;
                 ld.expect_width(&p("attn_k.weight"), &k, hp.n_embd, kv_width)?;
                 ld.expect_width(&p("attn_v.weight"), &v, hp.n_embd, v_width)?;
-                Qkv::Separate { q, k, v }
+                match QLinear::stack(&[&q, &k, &v])? {
+                    Some(qkv) => Qkv::Fused(qkv),
+                    None => Qkv::Separate { q, k, v },
+                }
             };
             let attn_out = ld.linear(&p("attn_output"))?;
             ld.expect_width(&p("attn_output.weight"), &attn_out, hp.n_head * hp.v_head_dim, hp.n_embd)?;
             let ffn = if gguf.has_tensor(&p("ffn_gate.weight")) {
-                Ffn::GateUp {
-                    gate: ld.linear(&p("ffn_gate"))?,
-                    up: ld.linear(&p("ffn_up"))?,
-                    down: ld.linear(&p("ffn_down"))?,
+                let (gate, up, down) =
+                    (ld.linear(&p("ffn_gate"))?, ld.linear(&p("ffn_up"))?, ld.linear(&p("ffn_down"))?);
+                if gate.out_features() != up.out_features() {
+                    return Err(ld.bad(&p("ffn_up.weight"), "gate and up projections differ in width"));
+                }
+                match QLinear::stack(&[&gate, &up])? {
+                    Some(gate_up) => Ffn::FusedGateUp { gate_up, down },
+                    None => Ffn::GateUp { gate, up, down },
                 }
             } else {
                 let gate_up = ld.linear(&p("ffn_up"))?;
@@ -360,21 +369,19 @@ impl Decoder {
         } else {
             (k_all, v_all)
         };
-        let n_rep = hp.n_head / hp.n_head_kv;
-        let k_all = repeat_kv(&k_all, n_rep)?;
-        let v_all = repeat_kv(&v_all, n_rep)?;
-        let scale = 1.0 / (hp.head_dim as f64).sqrt();
-        let scores = (q.matmul(&k_all.t()?)? * scale)?; // (1, h, t, keys)
-        let keys = total - first_key;
-        let scores = if t > 1 || layer.window.is_some_and(|w| keys > w) {
-            let mask = attention_mask(t, pos, first_key, keys, layer.window, &self.device)?;
-            scores.broadcast_add(&mask)?
-        } else {
-            scores
+        let shape = AttentionShape {
+            n_head: hp.n_head,
+            n_kv_head: hp.n_head_kv,
+            head_dim: hp.head_dim,
+            v_head_dim: hp.v_head_dim,
+            queries: t,
+            pos,
+            first_key,
+            keys: total - first_key,
+            window: layer.window,
+            scale: (1.0 / (hp.head_dim as f64).sqrt()) as f32,
         };
-        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
-        let o = probs.matmul(&v_all)?; // (1, h, t, dv)
-        let o = o.transpose(1, 2)?.reshape((1, t, hp.n_head * hp.v_head_dim))?;
+        let o = attend(&q, &k_all, &v_all, shape)?; // (1, t, h * dv)
         let mut o = layer.attn_out.forward(&o)?;
         if let Some(w) = &layer.post_attn_norm {
             o = candle_nn::ops::rms_norm(&o, w, hp.rms_eps)?;
@@ -401,38 +408,6 @@ impl Decoder {
         }
         Ok((x + f)?)
     }
-}
-
-fn repeat_kv(x: &Tensor, n_rep: usize) -> Result<Tensor> {
-    if n_rep == 1 {
-        return Ok(x.contiguous()?);
-    }
-    let (b, h, t, d) = x.dims4()?;
-    let x = x.contiguous()?;
-    Ok(Tensor::cat(&vec![&x; n_rep], 2)?.reshape((b, h * n_rep, t, d))?)
-}
-
-/// `mask[i][j] = 0` where query `pos+i` may see key `first_key+j`, `-inf` otherwise.
-fn attention_mask(
-    t: usize,
-    pos: usize,
-    first_key: usize,
-    keys: usize,
-    window: Option<usize>,
-    device: &Device,
-) -> Result<Tensor> {
-    let mut m = vec![0f32; t * keys];
-    for i in 0..t {
-        let qp = pos + i;
-        for j in 0..keys {
-            let kp = first_key + j;
-            let visible = kp <= qp && window.is_none_or(|w| qp - kp < w);
-            if !visible {
-                m[i * keys + j] = f32::NEG_INFINITY;
-            }
-        }
-    }
-    Ok(Tensor::from_vec(m, (1, 1, t, keys), device)?)
 }
 
 fn rope_table(

@@ -15,6 +15,7 @@
 //! ```
 
 pub mod arch;
+mod attention;
 pub mod config;
 pub mod decoder;
 pub mod kv_cache;

@@ -65,13 +65,48 @@ impl QLinear {
     /// If the weight is not 2-D.
     pub fn new(weight: Arc<QTensor>, bias: Option<Tensor>) -> Result<Self> {
         let (out_features, in_features) = weight.shape().dims2()?;
-        let use_kernels = weight.device().is_cpu() && std::env::var("TOOLGATE_KERNELS").as_deref() != Ok("candle");
+        let use_kernels = weight.device().is_cpu() && crate::kernels::enabled();
         let kernel = if use_kernels { QWeight::from_qtensor(&weight)? } else { None };
         let weight = match kernel {
             Some(k) => Weight::Kernels(Arc::new(k)),
             None => Weight::Candle(QMatMul::from_arc(weight)?),
         };
         Ok(Self { weight, bias, in_features, out_features })
+    }
+
+    /// One projection computing `parts` side by side (outputs concatenated in order,
+    /// biases too), when all of them run on toolgate's kernels with the same weight type
+    /// and input width; `Ok(None)` otherwise (keep them separate). Used to fuse q/k/v and
+    /// gate/up: one matmul call and one activation quantization instead of two or three,
+    /// with bit-identical outputs.
+    ///
+    /// Cost: one copy of the parts' weights.
+    ///
+    /// # Errors
+    /// Only on a candle error concatenating biases.
+    pub fn stack(parts: &[&QLinear]) -> Result<Option<QLinear>> {
+        let mut weights = Vec::with_capacity(parts.len());
+        for p in parts {
+            match &p.weight {
+                Weight::Kernels(w) => weights.push(w.as_ref()),
+                Weight::Candle(_) => return Ok(None),
+            }
+        }
+        let Ok(w) = QWeight::stack(&weights) else { return Ok(None) };
+        let bias = if parts.iter().any(|p| p.bias.is_some()) {
+            let bs = parts
+                .iter()
+                .map(|p| match &p.bias {
+                    Some(b) => Ok(b.clone()),
+                    None => Tensor::zeros(p.out_features, DType::F32, &candle_core::Device::Cpu),
+                })
+                .collect::<candle_core::Result<Vec<_>>>()?;
+            Some(Tensor::cat(&bs, 0)?)
+        } else {
+            None
+        };
+        let (in_features, out_features) = (w.in_features(), w.out_features());
+        Ok(Some(Self { weight: Weight::Kernels(Arc::new(w)), bias, in_features, out_features }))
     }
 
     /// Apply to `x` of shape `(…, in_features)`; returns `(…, out_features)`.

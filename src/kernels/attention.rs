@@ -1,0 +1,186 @@
+//! Causal grouped-query attention in f32, for one sequence, read straight from the KV
+//! cache: no repeated K/V per query head, no materialised mask, no score tensor.
+//!
+//! For each query `i` (position `pos + i`) and head `h`, with K/V head
+//! `h / (n_head / n_kv_head)`: scores `s_j = scale · q·k_j` over the keys the query
+//! may see (key position `≤` query position, and within `window` positions of it when
+//! set), `p = softmax(s)`, output `Σ_j p_j v_j`. Work is split over (query, head)
+//! pairs on candle's barrier pool, the same threads the matmuls use.
+//!
+//! ```
+//! use toolgate::kernels::attention::{attention, AttentionShape, Strided};
+//! // One head, two keys, one query at position 1 seeing both.
+//! let shape = AttentionShape {
+//!     n_head: 1, n_kv_head: 1, head_dim: 2, v_head_dim: 2,
+//!     queries: 1, pos: 1, first_key: 0, keys: 2, window: None, scale: 1.0,
+//! };
+//! let q = [0.0f32, 0.0]; // equal scores: the output is the mean of the values
+//! let k = [1.0f32, 0.0, 0.0, 1.0];
+//! let v = [2.0f32, 0.0, 0.0, 4.0];
+//! let mut out = [0f32; 2];
+//! attention(
+//!     &shape,
+//!     Strided { data: &q, head_stride: 2, row_stride: 2 },
+//!     Strided { data: &k, head_stride: 4, row_stride: 2 },
+//!     Strided { data: &v, head_stride: 4, row_stride: 2 },
+//!     &mut out,
+//! )?;
+//! assert_eq!(out, [1.0, 2.0]);
+//! # Ok::<(), toolgate::Error>(())
+//! ```
+
+use crate::{Error, Result};
+
+/// The sizes and positions of one attention call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttentionShape {
+    /// Query heads.
+    pub n_head: usize,
+    /// Key/value heads (divides `n_head`).
+    pub n_kv_head: usize,
+    /// Width of a query/key head.
+    pub head_dim: usize,
+    /// Width of a value head.
+    pub v_head_dim: usize,
+    /// Number of queries (`t`).
+    pub queries: usize,
+    /// Position of the first query.
+    pub pos: usize,
+    /// Position of key 0.
+    pub first_key: usize,
+    /// Number of keys (and values).
+    pub keys: usize,
+    /// Each query sees only keys less than `window` positions back.
+    pub window: Option<usize>,
+    /// Multiplier of `q·k`.
+    pub scale: f32,
+}
+
+/// A `(heads, rows, width)` f32 array whose rows are contiguous: element `(h, r, c)`
+/// is `data[h · head_stride + r · row_stride + c]`.
+#[derive(Debug, Clone, Copy)]
+pub struct Strided<'a> {
+    /// The backing slice, starting at element `(0, 0, 0)`.
+    pub data: &'a [f32],
+    /// Elements between heads.
+    pub head_stride: usize,
+    /// Elements between rows.
+    pub row_stride: usize,
+}
+
+impl Strided<'_> {
+    fn row(&self, h: usize, r: usize, width: usize) -> &[f32] {
+        let at = h * self.head_stride + r * self.row_stride;
+        &self.data[at..at + width]
+    }
+
+    /// Whether `(heads, rows, width)` lies inside `data`.
+    fn covers(&self, heads: usize, rows: usize, width: usize) -> bool {
+        if heads == 0 || rows == 0 {
+            return true;
+        }
+        let last = (heads - 1).checked_mul(self.head_stride).and_then(|a| {
+            (rows - 1).checked_mul(self.row_stride).and_then(|b| a.checked_add(b)).and_then(|c| c.checked_add(width))
+        });
+        last.is_some_and(|end| end <= self.data.len())
+    }
+}
+
+/// `out (queries, n_head · v_head_dim)` = attention of `q (n_head, queries, head_dim)`
+/// over `k (n_kv_head, keys, head_dim)` and `v (n_kv_head, keys, v_head_dim)`.
+///
+/// Cost: `queries · n_head · visible_keys · (head_dim + v_head_dim)` multiply-adds,
+/// one scratch vector of `keys` floats per task; parallel over (query, head) pairs.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] if the head counts do not divide, a view does not cover
+/// its shape, `out` has the wrong length, or a query sees no key at all (its own
+/// position must be among the keys).
+pub fn attention(shape: &AttentionShape, q: Strided, k: Strided, v: Strided, out: &mut [f32]) -> Result<()> {
+    let s = *shape;
+    let bad = |reason: String| Error::InvalidParameter { name: "attention", reason };
+    if s.n_kv_head == 0 || s.n_head % s.n_kv_head != 0 {
+        return Err(bad(format!("{} query heads over {} key/value heads", s.n_head, s.n_kv_head)));
+    }
+    if !q.covers(s.n_head, s.queries, s.head_dim)
+        || !k.covers(s.n_kv_head, s.keys, s.head_dim)
+        || !v.covers(s.n_kv_head, s.keys, s.v_head_dim)
+    {
+        return Err(bad(format!("a q/k/v view does not cover its shape {s:?}")));
+    }
+    if out.len() != s.queries * s.n_head * s.v_head_dim {
+        return Err(bad(format!("output of {} for {s:?}", out.len())));
+    }
+    let last_query = s.pos + s.queries.saturating_sub(1);
+    if s.queries > 0 && (s.keys == 0 || s.first_key > s.pos || s.first_key + s.keys <= last_query) {
+        return Err(bad(format!("queries at {}..={last_query} but keys at {}..+{}", s.pos, s.first_key, s.keys)));
+    }
+    let n_rep = s.n_head / s.n_kv_head;
+    let dv = s.v_head_dim;
+    let one = |item: usize, o: &mut [f32], scores: &mut Vec<f32>| {
+        let (i, h) = (item / s.n_head, item % s.n_head);
+        let kvh = h / n_rep;
+        let qp = s.pos + i;
+        // Visible key positions: [lo, qp] ∩ [first_key, first_key + keys).
+        let lo = match s.window {
+            Some(w) if qp + 1 > w => (qp + 1 - w).max(s.first_key),
+            _ => s.first_key,
+        };
+        let (j0, j1) = (lo - s.first_key, qp - s.first_key + 1);
+        let qr = q.row(h, i, s.head_dim);
+        scores.clear();
+        let mut max = f32::NEG_INFINITY;
+        for j in j0..j1 {
+            let sc = dot(qr, k.row(kvh, j, s.head_dim)) * s.scale;
+            max = max.max(sc);
+            scores.push(sc);
+        }
+        let mut sum = 0f32;
+        for sc in scores.iter_mut() {
+            *sc = (*sc - max).exp();
+            sum += *sc;
+        }
+        o.fill(0.0);
+        for (p, j) in scores.iter().zip(j0..j1) {
+            axpy(p / sum, v.row(kvh, j, dv), o);
+        }
+    };
+    let items = s.queries * s.n_head;
+    let per_item = s.keys * (s.head_dim + dv);
+    if items * per_item < 1 << 15 {
+        // Too little work to be worth waking the other threads.
+        let mut scores = Vec::with_capacity(s.keys);
+        for (item, o) in out.chunks_exact_mut(dv).enumerate() {
+            one(item, o, &mut scores);
+        }
+        return Ok(());
+    }
+    super::pool::for_each_chunk(out, dv, |item, o| {
+        SCRATCH.with(|c| one(item, o, &mut c.borrow_mut()));
+    });
+    Ok(())
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `Σ a_i b_i` with eight independent partial sums (vectorises).
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ac.remainder().iter().zip(bc.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in ac.zip(bc) {
+        for l in 0..8 {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// `o += a · x`.
+fn axpy(a: f32, x: &[f32], o: &mut [f32]) {
+    for (o, x) in o.iter_mut().zip(x) {
+        *o += a * x;
+    }
+}

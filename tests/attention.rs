@@ -1,0 +1,173 @@
+//! The fused CPU attention kernel against a plain f64 reference.
+//!
+//! Random q/k/v in strided views shaped like a KV cache (capacity larger than the
+//! cached keys, keys starting past position 0 for sliding windows), grouped-query head
+//! ratios 1, 3 and 4, one query (decode) and many (prefill, large enough to run on the
+//! thread pool), with and without a window. Tolerance: `1e-5 · (1 + |ref|)` per output,
+//! float rounding only (a wrong head mapping, mask edge or softmax errs by ~0.1–1).
+
+use toolgate::kernels::attention::{attention, AttentionShape, Strided};
+
+/// A small deterministic generator (xorshift), values in [-1, 1).
+struct Rand(u64);
+
+impl Rand {
+    fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                self.0 ^= self.0 << 13;
+                self.0 ^= self.0 >> 7;
+                self.0 ^= self.0 << 17;
+                (self.0 >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            })
+            .collect()
+    }
+}
+
+/// `(heads, rows, width)` stored with `cap` rows per head, the view starting at row `skip`.
+struct Cache {
+    data: Vec<f32>,
+    cap: usize,
+    width: usize,
+    skip: usize,
+}
+
+impl Cache {
+    fn new(r: &mut Rand, heads: usize, cap: usize, width: usize, skip: usize) -> Self {
+        Self { data: r.vec(heads * cap * width), cap, width, skip }
+    }
+    fn view(&self) -> Strided<'_> {
+        Strided {
+            data: &self.data[self.skip * self.width..],
+            head_stride: self.cap * self.width,
+            row_stride: self.width,
+        }
+    }
+    fn at(&self, h: usize, row: usize) -> &[f32] {
+        let a = h * self.cap * self.width + (self.skip + row) * self.width;
+        &self.data[a..a + self.width]
+    }
+}
+
+fn reference(s: &AttentionShape, q: &Cache, k: &Cache, v: &Cache) -> Vec<f64> {
+    let n_rep = s.n_head / s.n_kv_head;
+    let mut out = vec![0f64; s.queries * s.n_head * s.v_head_dim];
+    for i in 0..s.queries {
+        let qp = s.pos + i;
+        for h in 0..s.n_head {
+            let kvh = h / n_rep;
+            let visible: Vec<usize> = (0..s.keys)
+                .filter(|&j| {
+                    let kp = s.first_key + j;
+                    kp <= qp && s.window.is_none_or(|w| qp - kp < w)
+                })
+                .collect();
+            let scores: Vec<f64> = visible
+                .iter()
+                .map(|&j| {
+                    let d: f64 = q.at(h, i).iter().zip(k.at(kvh, j)).map(|(a, b)| *a as f64 * *b as f64).sum();
+                    d * s.scale as f64
+                })
+                .collect();
+            let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = scores.iter().map(|x| (x - max).exp()).collect();
+            let sum: f64 = e.iter().sum();
+            let o = &mut out[(i * s.n_head + h) * s.v_head_dim..][..s.v_head_dim];
+            for (p, &j) in e.iter().zip(&visible) {
+                for (oc, vc) in o.iter_mut().zip(v.at(kvh, j)) {
+                    *oc += p / sum * *vc as f64;
+                }
+            }
+        }
+    }
+    out
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check(n_head: usize, n_kv_head: usize, d: usize, dv: usize, t: usize, pos: usize, window: Option<usize>) {
+    let mut r = Rand(0x9E37_79B9_7F4A_7C15 ^ (n_head * 1000 + t * 10 + pos) as u64);
+    let total = pos + t;
+    // Keys before every query's window are dropped, as the decoder does.
+    let first_key = match window {
+        Some(w) if pos + 1 > w => pos + 1 - w,
+        _ => 0,
+    };
+    let cap = total + 7;
+    let s = AttentionShape {
+        n_head,
+        n_kv_head,
+        head_dim: d,
+        v_head_dim: dv,
+        queries: t,
+        pos,
+        first_key,
+        keys: total - first_key,
+        window,
+        scale: 1.0 / (d as f32).sqrt(),
+    };
+    let q = Cache::new(&mut r, n_head, t, d, 0);
+    let k = Cache::new(&mut r, n_kv_head, cap, d, first_key);
+    let v = Cache::new(&mut r, n_kv_head, cap, dv, first_key);
+    let mut out = vec![f32::NAN; t * n_head * dv];
+    attention(&s, q.view(), k.view(), v.view(), &mut out).unwrap();
+    let want = reference(&s, &q, &k, &v);
+    for (idx, (got, want)) in out.iter().zip(&want).enumerate() {
+        let err = (*got as f64 - want).abs();
+        assert!(err <= 1e-5 * (1.0 + want.abs()), "{s:?}: output {idx}: {got} vs {want} (error {err:e})");
+    }
+}
+
+#[test]
+fn decode_matches_reference() {
+    for (h, kv) in [(1, 1), (9, 3), (4, 1), (8, 2)] {
+        for pos in [0, 1, 5, 130] {
+            check(h, kv, 64, 64, 1, pos, None);
+        }
+    }
+}
+
+#[test]
+fn prefill_matches_reference() {
+    // Large enough (t · heads · keys · width) to run on the thread pool.
+    check(9, 3, 64, 64, 70, 0, None);
+    check(8, 2, 32, 48, 33, 40, None);
+    check(4, 1, 256, 256, 17, 3, None);
+}
+
+#[test]
+fn sliding_window_matches_reference() {
+    for (t, pos) in [(1, 0), (1, 9), (1, 40), (12, 0), (12, 30), (64, 100)] {
+        check(4, 1, 32, 32, t, pos, Some(10));
+    }
+}
+
+#[test]
+fn bad_shapes_are_errors() {
+    let s = AttentionShape {
+        n_head: 3,
+        n_kv_head: 2,
+        head_dim: 4,
+        v_head_dim: 4,
+        queries: 1,
+        pos: 0,
+        first_key: 0,
+        keys: 1,
+        window: None,
+        scale: 1.0,
+    };
+    let z = [0f32; 64];
+    let view = |n: usize| Strided { data: &z[..n], head_stride: 4, row_stride: 4 };
+    let mut out = [0f32; 12];
+    // Heads that do not divide.
+    assert!(attention(&s, view(12), view(8), view(8), &mut out).is_err());
+    let s = AttentionShape { n_head: 2, n_kv_head: 1, ..s };
+    let mut out = [0f32; 8];
+    assert!(attention(&s, view(8), view(4), view(4), &mut out).is_ok());
+    // A view shorter than its shape.
+    assert!(attention(&s, view(7), view(4), view(4), &mut out).is_err());
+    // Output of the wrong length.
+    assert!(attention(&s, view(8), view(4), view(4), &mut out[..7]).is_err());
+    // A query whose own position is not among the keys.
+    let late = AttentionShape { pos: 3, ..s };
+    assert!(attention(&late, view(8), view(4), view(4), &mut out).is_err());
+}
