@@ -11,7 +11,7 @@ use half::f16;
 /// The quantized weight types with kernels of their own.
 ///
 /// Adding a type is one arm in each `match` over this enum in `kernels/` plus a test
-/// case in `tests/kernels.rs`.
+/// case in `tests/integration/kernels.rs`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WeightType {
     /// 32 weights: `d: f16`, 16 bytes of nibbles; `w = (q - 8)·d`.

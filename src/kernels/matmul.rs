@@ -1,13 +1,17 @@
 //! The quantized matmul driver: quantize the activations, split the weight rows across
 //! the threads, and walk each thread's rows tile by tile so a weight row is read once
-//! per group of four activation rows and the activation tile stays in L1.
+//! per group of four activation rows and the activation tile stays in L1. Outputs are
+//! written in place and the quantized activations live in a per-thread buffer, so a
+//! call allocates nothing.
 //!
 //! Threads: `pool.rs` (candle's barrier pool).
+
+use std::cell::Cell;
 
 use super::activation::{quantize_256, quantize_32, Q8x256, Q8x32};
 use super::dispatch::DotFn;
 use super::formats::ActKind;
-use super::pool::{for_each_chunk, threads};
+use super::pool::{for_each_task, threads};
 use super::{dispatch, Isa, QWeight, MAX_ROWS};
 
 /// Activation rows per tile (a tile of 16 rows of width 4096 is 64 KiB of codes).
@@ -19,62 +23,103 @@ const MIN_CHUNK: usize = 16;
 pub(super) fn matmul(w: &QWeight, x: &[f32], m: usize, y: &mut [f32], isa: Isa) {
     let k = w.in_features;
     match w.ty.act_kind() {
-        ActKind::Blocks32 => {
-            let mut acts = vec![Q8x32::ZERO; m * k / 32];
+        ActKind::Blocks32 => with_scratch(&ACTS32, m * k / 32, Q8x32::ZERO, |acts| {
             for (xr, ar) in x.chunks_exact(k).zip(acts.chunks_exact_mut(k / 32)) {
                 quantize_32(xr, ar);
             }
-            run(w, &acts, k / 32, m, y, dispatch::dot32_for(isa));
-        }
-        ActKind::Blocks256 => {
-            let mut acts = vec![Q8x256::ZERO; m * k / 256];
+            run(w, acts, k / 32, m, y, dispatch::dot32_for(isa));
+        }),
+        ActKind::Blocks256 => with_scratch(&ACTS256, m * k / 256, Q8x256::ZERO, |acts| {
             for (xr, ar) in x.chunks_exact(k).zip(acts.chunks_exact_mut(k / 256)) {
                 quantize_256(xr, ar);
             }
-            run(w, &acts, k / 256, m, y, dispatch::dot256_for(isa));
-        }
+            run(w, acts, k / 256, m, y, dispatch::dot256_for(isa));
+        }),
+    }
+}
+
+thread_local! {
+    /// The calling thread's quantized-activation buffers, reused across calls (a decode
+    /// step makes ~100 matmul calls; none of them allocates).
+    static ACTS32: Cell<Vec<Q8x32>> = const { Cell::new(Vec::new()) };
+    static ACTS256: Cell<Vec<Q8x256>> = const { Cell::new(Vec::new()) };
+}
+
+/// Run `f` on `len` elements of this thread's scratch buffer `key` (contents
+/// unspecified), growing it if needed. Re-entrant: a nested call gets a fresh buffer.
+fn with_scratch<T: Copy + 'static>(
+    key: &'static std::thread::LocalKey<Cell<Vec<T>>>,
+    len: usize,
+    zero: T,
+    f: impl FnOnce(&mut [T]),
+) {
+    let mut buf = key.with(Cell::take);
+    if buf.len() < len {
+        buf.resize(len, zero);
+    }
+    f(&mut buf[..len]);
+    key.with(|c| c.set(buf));
+}
+
+/// `y`'s base pointer, shared with the pool's tasks, each of which writes a disjoint
+/// set of columns (its own weight rows).
+#[derive(Clone, Copy)]
+struct Columns(*mut f32);
+// SAFETY: tasks write disjoint elements (see `run`), and `run` does not return before
+// every task has finished.
+unsafe impl Send for Columns {}
+unsafe impl Sync for Columns {}
+
+impl Columns {
+    /// # Safety
+    /// `i` is inside `y`, no other task writes element `i`, and `y` is alive.
+    unsafe fn write(&self, i: usize, v: f32) {
+        *self.0.add(i) = v;
     }
 }
 
 fn run<A: Sync>(w: &QWeight, acts: &[A], blocks: usize, m: usize, y: &mut [f32], dot: DotFn<A>) {
     let n = w.out_features;
+    assert_eq!(y.len(), m * n, "output of {m} rows of {n}");
     let rb = w.row_bytes();
     let row = |j: usize| &w.data[j * rb..(j + 1) * rb];
     let act = |r: usize| &acts[r * blocks..(r + 1) * blocks];
     let chunk = n.div_ceil(threads() * 4).max(MIN_CHUNK);
-    if m == 1 {
-        let x = [act(0)];
-        for_each_chunk(y, chunk, |ci, ys| {
-            for (jj, o) in ys.iter_mut().enumerate() {
-                dot(w.ty, row(ci * chunk + jj), &x, std::slice::from_mut(o));
+    // Each task owns a run of weight rows (columns of `y`) and fills them for every
+    // activation row, tile by tile, writing straight into `y`.
+    let cols = Columns(y.as_mut_ptr());
+    for_each_task(n.div_ceil(chunk), |ci| {
+        let (j0, j1) = (ci * chunk, ((ci + 1) * chunk).min(n));
+        if m == 1 {
+            let x = [act(0)];
+            for j in j0..j1 {
+                let mut o = 0f32;
+                dot(w.ty, row(j), &x, std::slice::from_mut(&mut o));
+                // SAFETY: as below, with `r = 0`.
+                unsafe { cols.write(j, o) };
             }
-        });
-        return;
-    }
-    // Each task owns a run of weight rows and fills their outputs for every activation
-    // row, into `yt (n, m)`; transposed into `y` at the end.
-    let mut yt = vec![0f32; n * m];
-    for_each_chunk(&mut yt, chunk * m, |ci, ys| {
-        let rows = ys.len() / m;
+            return;
+        }
+        let mut out = [0f32; MAX_ROWS];
         for t0 in (0..m).step_by(ROW_TILE) {
             let t1 = (t0 + ROW_TILE).min(m);
-            for jj in 0..rows {
-                let wr = row(ci * chunk + jj);
-                let out = &mut ys[jj * m..(jj + 1) * m];
+            for j in j0..j1 {
+                let wr = row(j);
                 for g0 in (t0..t1).step_by(MAX_ROWS) {
                     let g1 = (g0 + MAX_ROWS).min(t1);
                     let mut xs: [&[A]; MAX_ROWS] = [act(g0); MAX_ROWS];
                     for (s, r) in xs.iter_mut().zip(g0..g1) {
                         *s = act(r);
                     }
-                    dot(w.ty, wr, &xs[..g1 - g0], &mut out[g0..g1]);
+                    dot(w.ty, wr, &xs[..g1 - g0], &mut out[..g1 - g0]);
+                    for (r, v) in (g0..g1).zip(out) {
+                        // SAFETY: `r < m` and `j < n`, so the index is inside `y`
+                        // (length `m·n`, checked above); column `j` belongs to this task
+                        // alone, and `y` outlives every task.
+                        unsafe { cols.write(r * n + j, v) };
+                    }
                 }
             }
         }
     });
-    for (j, col) in yt.chunks_exact(m).enumerate() {
-        for (r, v) in col.iter().enumerate() {
-            y[r * n + j] = *v;
-        }
-    }
 }

@@ -28,3 +28,12 @@ pub(super) fn for_each_chunk<T: Send>(out: &mut [T], len: usize, f: impl Fn(usiz
         }
     });
 }
+
+/// Run `f(i)` for `i in 0..tasks`, spread over the pool's threads; inline when there is
+/// a single task.
+pub(super) fn for_each_task(tasks: usize, f: impl Fn(usize) + Sync) {
+    if tasks == 1 {
+        return f(0);
+    }
+    candle_core::utils::barrier_pool().execute_chunked(tasks, |range| range.for_each(&f));
+}

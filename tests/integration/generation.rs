@@ -1,6 +1,6 @@
 //! Generation on the real models: seeds, stop strings, end-of-turn, streaming, CLI.
 
-mod common;
+use crate::common;
 
 use toolgate::engine::{Engine, FinishReason, GenerateParams};
 use toolgate::model::DeviceChoice;

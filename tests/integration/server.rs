@@ -1,8 +1,8 @@
 //! The server on the real SmolLM2 (generic fallback), driven over HTTP on 127.0.0.1.
 
-mod common;
+use crate::common;
 
-use common::server::{agent, free_port, start, Server};
+use crate::common::server::{agent, free_port, start, Server};
 
 use std::process::Command;
 use std::time::Duration;

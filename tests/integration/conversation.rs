@@ -2,7 +2,7 @@
 //! two-step `ToolConversation`, and the Hermes format on real weights (SmolLM2 with the
 //! Qwen 2.5 chat template, which passes the gate natively).
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

@@ -1,6 +1,6 @@
 //! Tokenization must equal llama.cpp's token for token on both real models.
 
-mod common;
+use crate::common;
 
 use toolgate::gguf::GgufFile;
 use toolgate::tokenizer::{EncodeOptions, Tokenizer};

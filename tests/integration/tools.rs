@@ -1,7 +1,7 @@
 //! Tool calling end to end on the real SmolLM2 with the generic fallback, and the
 //! parser on real template output.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

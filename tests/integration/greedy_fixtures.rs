@@ -20,7 +20,7 @@
 //! that agree to 3e-5 per call move Gemma 3's teacher-forced logits by up to 1.3.
 //! The measured numbers are in `docs/correctness.md`.
 
-mod common;
+use crate::common;
 
 use toolgate::engine::{Engine, GenerateParams};
 use toolgate::model::DeviceChoice;

@@ -1,12 +1,10 @@
 //! The server driven by the official OpenAI and Anthropic Python SDKs (from PyPI, in
 //! the virtualenv `scripts/python-env` makes), on the real SmolLM2.
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::Command;
 
-use common::server::start;
+use crate::common::server::start;
 
 /// The virtualenv's Python (`TOOLGATE_PYENV` overrides where it lives).
 fn python() -> PathBuf {

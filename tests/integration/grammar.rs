@@ -1,7 +1,7 @@
 //! The constraint engine: schema keywords, masks on real vocabularies, and
 //! constrained generation that always validates.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 
@@ -339,12 +339,11 @@ fn a_constrained_instance_closes_within_the_token_budget() {
     }
 }
 
-fn constrained(engine: &mut Engine, prompt: &str, schema: &Value, seed: u64, temperature: f32) -> String {
-    let tok = engine.tokenizer();
-    let ids = tok.encode_prompt(prompt, true).unwrap();
-    let vocab = Arc::new(TokenVocab::from_tokenizer(tok));
-    let g = Arc::new(Grammar::from_schema(schema, Mode::Strict, &Json).unwrap());
-    let mut m = g.matcher(vocab);
+/// One constrained generation with `g`. The engine's vocabulary trie and `g`'s mask
+/// cache are shared across calls, as the server shares them across requests.
+fn constrained(engine: &mut Engine, prompt: &str, g: &Arc<Grammar>, seed: u64, temperature: f32) -> String {
+    let ids = engine.tokenizer().encode_prompt(prompt, true).unwrap();
+    let mut m = g.matcher(engine.token_vocab());
     let params = GenerateParams {
         max_tokens: 200,
         sampling: SamplingParams { temperature, seed, top_p: 0.95, ..SamplingParams::greedy() },
@@ -374,8 +373,9 @@ fn constrained_generation_always_validates_on_real_models() {
     for model in [common::SMOLLM2, common::GEMMA3] {
         let mut engine = Engine::load(common::model(model), DeviceChoice::Cpu).unwrap();
         for schema in &schemas {
+            let g = Arc::new(Grammar::from_schema(schema, Mode::Strict, &Json).unwrap());
             for (seed, temp) in [(0, 0.0), (1, 1.0), (2, 1.3)] {
-                let text = constrained(&mut engine, "Answer in JSON. The weather in Paris:", schema, seed, temp);
+                let text = constrained(&mut engine, "Answer in JSON. The weather in Paris:", &g, seed, temp);
                 let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{model}: {text:?}: {e}"));
                 let obj = v.as_object().unwrap();
                 for req in schema["required"].as_array().unwrap() {

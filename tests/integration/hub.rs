@@ -4,14 +4,14 @@
 //! split files, offline cache, and the token never leaving the Hub's host, the logs
 //! or the cache.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
 
-use common::fake_hub::{sha256_hex, FakeFile, FakeHub, FakeRepo, GOOD_TOKEN};
+use crate::common::fake_hub::{sha256_hex, FakeFile, FakeHub, FakeRepo, GOOD_TOKEN};
 use toolgate::hub::{GateOptions, Hub, HubConfig, HubError, PrecheckSource, PullOptions, Token};
 use toolgate::template::ToolFallback;
 

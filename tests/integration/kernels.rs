@@ -147,3 +147,42 @@ fn bad_shapes_are_errors() {
     w.matmul(&[0.0; 32], &mut y).unwrap();
     assert_eq!(y, [0.0, 0.0]);
 }
+
+/// The activation quantizers (vectorized with AVX2 where the CPU has it) give exactly
+/// the codes of the scalar definition `q = round(x / d)`, `d = max|x| / 127`, rounding
+/// halves away from zero (SIMD's native round-to-even would turn 0.5 into 0).
+#[test]
+fn activation_quantization_is_exact_with_ties_away_from_zero() {
+    // Block 0: max 127 (scale 1), so x/d is x itself and the halves are exact ties.
+    let mut x: Vec<f32> = vec![0.0; 512];
+    x[..8].copy_from_slice(&[127.0, 0.5, 1.5, 2.5, -0.5, -2.5, 126.49, -3.5]);
+    let mut seed = 0x9e37_79b9u32;
+    for v in &mut x[32..] {
+        seed ^= seed << 13;
+        seed ^= seed >> 17;
+        seed ^= seed << 5;
+        *v = (seed as f32 / u32::MAX as f32 - 0.5) * 7.0;
+    }
+    let expect = |xs: &[f32]| -> (f32, Vec<i8>) {
+        let d = xs.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0;
+        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+        (d, xs.iter().map(|v| (v * id).round() as i8).collect())
+    };
+    let mut b32 = vec![Q8x32::ZERO; x.len() / 32];
+    quantize_32(&x, &mut b32);
+    for (i, (b, xs)) in b32.iter().zip(x.chunks_exact(32)).enumerate() {
+        let (d, qs) = expect(xs);
+        assert_eq!((b.d, b.qs.to_vec()), (d, qs), "32-block {i}");
+        assert_eq!(b.s, d * b.qs.iter().map(|&q| q as i32).sum::<i32>() as f32);
+    }
+    assert_eq!(&b32[0].qs[..8], &[127, 1, 2, 3, -1, -3, 126, -4]);
+    let mut b256 = vec![Q8x256::ZERO; x.len() / 256];
+    quantize_256(&x, &mut b256);
+    for (i, (b, xs)) in b256.iter().zip(x.chunks_exact(256)).enumerate() {
+        let (d, qs) = expect(xs);
+        assert_eq!((b.d, b.qs.to_vec()), (d, qs), "256-block {i}");
+        for (s, q) in b.bsums.iter().zip(b.qs.chunks_exact(16)) {
+            assert_eq!(*s, q.iter().map(|&q| q as i16).sum::<i16>());
+        }
+    }
+}

@@ -1,7 +1,7 @@
 //! `--config FILE`: settings from a TOML file keyed by flag name, below flags and
 //! environment variables; unknown keys are refused with the list of keys.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -4,7 +4,7 @@
 //! are in BENCHMARKS.md; here only what must hold for any model: constrained calls
 //! always parse and always validate, every task is judged, the chart and JSON exist.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

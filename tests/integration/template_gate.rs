@@ -1,6 +1,6 @@
 //! The load gate on real models and templates, request transforms, template safety.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 
