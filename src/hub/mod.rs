@@ -40,6 +40,7 @@ use serde::Serialize;
 
 pub use cache::{Cache, CachedFile};
 pub use download::sha256_file;
+pub use http::redirect_target;
 
 use crate::gguf::{self, GgufFile};
 use crate::template::source::GgufTemplates;
@@ -505,7 +506,18 @@ impl Hub {
         &self.config.cache
     }
 
-    fn api_url(repo: &str, revision: &str) -> String {
+    /// The Hub API path (relative to the endpoint) of `repo`'s metadata at `revision`;
+    /// `main` uses the short form, like `huggingface_hub`. Path segments are
+    /// percent-encoded (a `/` in a revision such as `refs/pr/1` too).
+    ///
+    /// Cost: one small string.
+    ///
+    /// ```
+    /// use toolgate::hub::Hub;
+    /// assert_eq!(Hub::api_url("org/m", "main"), "/api/models/org/m");
+    /// assert_eq!(Hub::api_url("org/m", "refs/pr/1"), "/api/models/org/m/revision/refs%2Fpr%2F1");
+    /// ```
+    pub fn api_url(repo: &str, revision: &str) -> String {
         if revision == "main" {
             format!("/api/models/{}", encode(repo, true))
         } else {
@@ -513,7 +525,16 @@ impl Hub {
         }
     }
 
-    fn resolve_url(repo: &str, revision: &str, file: &str) -> String {
+    /// The download path (relative to the endpoint) of `file` in `repo` at `revision`,
+    /// percent-encoded as [`Hub::api_url`] (the file's own `/` separators are kept).
+    ///
+    /// Cost: one small string.
+    ///
+    /// ```
+    /// use toolgate::hub::Hub;
+    /// assert_eq!(Hub::resolve_url("org/m", "main", "dir/a b.gguf"), "/org/m/resolve/main/dir/a%20b.gguf");
+    /// ```
+    pub fn resolve_url(repo: &str, revision: &str, file: &str) -> String {
         format!("/{}/resolve/{}/{}", encode(repo, true), encode(revision, false), encode(file, true))
     }
 
@@ -806,37 +827,4 @@ pub fn looks_like_repo_id(model: &str) -> bool {
         && !model.to_ascii_lowercase().ends_with(".gguf")
         && model.matches('/').count() == 1
         && cache::check_repo_id(model).is_ok()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn token_is_redacted() {
-        let t = Token::new(" hf_secret \n").unwrap();
-        assert_eq!(t.secret(), "hf_secret");
-        assert!(!format!("{t:?}").contains("secret"));
-        let cfg = HubConfig { token: Some(t), ..HubConfig::default() };
-        assert!(!format!("{:?}", Hub::new(cfg)).contains("hf_secret"));
-        assert!(Token::new("  ").is_none());
-    }
-
-    #[test]
-    fn urls_are_encoded() {
-        assert_eq!(
-            Hub::resolve_url("org/m", "refs/pr/1", "dir/a b.gguf"),
-            "/org/m/resolve/refs%2Fpr%2F1/dir/a%20b.gguf"
-        );
-        assert_eq!(Hub::api_url("org/m", "main"), "/api/models/org/m");
-        assert_eq!(Hub::api_url("org/m", "v1"), "/api/models/org/m/revision/v1");
-    }
-
-    #[test]
-    fn repo_ids_vs_paths() {
-        assert!(looks_like_repo_id("bartowski/SmolLM2-135M-Instruct-GGUF"));
-        assert!(!looks_like_repo_id("models/x.gguf"));
-        assert!(!looks_like_repo_id("gpt2"));
-        assert!(!looks_like_repo_id("/abs/path"));
-    }
 }

@@ -48,42 +48,47 @@ fn scale_of(x: &[f32]) -> (f32, f32) {
     (d, if d > 0.0 { 1.0 / d } else { 0.0 })
 }
 
-/// Quantize `x` (length `32 · out.len()`) into `out`.
+/// Quantize `x` (length `32 · out.len()`) into `out`, with the best code the CPU runs
+/// ([`super::Isa::detect`]).
 ///
 /// Cost: one pass over `x`; vectorized with AVX2 where the CPU has it (same results:
 /// the rounding is `f32::round`, ties away from zero, on every path).
 pub fn quantize_32(x: &[f32], out: &mut [Q8x32]) {
-    #[cfg(target_arch = "x86_64")]
-    if super::Isa::detect() == super::Isa::Avx2 {
-        // SAFETY: `Isa::detect` checked that the CPU has AVX2 and FMA.
-        return unsafe { quantize_32_avx2(x, out) };
-    }
-    quantize_32_body(x, out)
+    super::dispatch::quantize32_for(super::Isa::detect())(x, out)
 }
 
 /// Quantize `x` (length `256 · out.len()`) into `out`.
 ///
 /// Cost: as [`quantize_32`].
 pub fn quantize_256(x: &[f32], out: &mut [Q8x256]) {
-    #[cfg(target_arch = "x86_64")]
-    if super::Isa::detect() == super::Isa::Avx2 {
-        // SAFETY: as in `quantize_32`.
-        return unsafe { quantize_256_avx2(x, out) };
-    }
+    super::dispatch::quantize256_for(super::Isa::detect())(x, out)
+}
+
+/// The portable quantization (any CPU).
+pub(super) fn quantize_32_portable(x: &[f32], out: &mut [Q8x32]) {
+    quantize_32_body(x, out)
+}
+
+/// The portable quantization (any CPU).
+pub(super) fn quantize_256_portable(x: &[f32], out: &mut [Q8x256]) {
     quantize_256_body(x, out)
 }
 
 // The same code compiled with AVX2 enabled: the compiler vectorizes the rounding
 // (`round` lowers to SSE4.1 `roundps`, exactly) instead of calling `roundf` per value.
+/// # Safety
+/// The CPU must have AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn quantize_32_avx2(x: &[f32], out: &mut [Q8x32]) {
+pub(super) unsafe fn quantize_32_avx2(x: &[f32], out: &mut [Q8x32]) {
     quantize_32_body(x, out)
 }
 
+/// # Safety
+/// The CPU must have AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn quantize_256_avx2(x: &[f32], out: &mut [Q8x256]) {
+pub(super) unsafe fn quantize_256_avx2(x: &[f32], out: &mut [Q8x256]) {
     quantize_256_body(x, out)
 }
 

@@ -8,7 +8,7 @@
 
 use std::cell::Cell;
 
-use super::activation::{quantize_256, quantize_32, Q8x256, Q8x32};
+use super::activation::{Q8x256, Q8x32};
 use super::dispatch::DotFn;
 use super::formats::ActKind;
 use super::pool::{for_each_task, threads};
@@ -24,14 +24,16 @@ pub(super) fn matmul(w: &QWeight, x: &[f32], m: usize, y: &mut [f32], isa: Isa) 
     let k = w.in_features;
     match w.ty.act_kind() {
         ActKind::Blocks32 => with_scratch(&ACTS32, m * k / 32, Q8x32::ZERO, |acts| {
+            let quantize = dispatch::quantize32_for(isa);
             for (xr, ar) in x.chunks_exact(k).zip(acts.chunks_exact_mut(k / 32)) {
-                quantize_32(xr, ar);
+                quantize(xr, ar);
             }
             run(w, acts, k / 32, m, y, dispatch::dot32_for(isa));
         }),
         ActKind::Blocks256 => with_scratch(&ACTS256, m * k / 256, Q8x256::ZERO, |acts| {
+            let quantize = dispatch::quantize256_for(isa);
             for (xr, ar) in x.chunks_exact(k).zip(acts.chunks_exact_mut(k / 256)) {
-                quantize_256(xr, ar);
+                quantize(xr, ar);
             }
             run(w, acts, k / 256, m, y, dispatch::dot256_for(isa));
         }),

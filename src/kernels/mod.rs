@@ -45,11 +45,29 @@ use candle_core::quantized::QTensor;
 
 use crate::{Error, Result};
 
+/// What `TOOLGATE_KERNELS` asks for, read once: `candle` (candle's own ops everywhere,
+/// for comparison), `portable` (these kernels without SIMD), anything else or unset
+/// (these kernels with the best instruction set the CPU has).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Choice {
+    Best,
+    Portable,
+    Candle,
+}
+
+fn choice() -> Choice {
+    static CHOICE: std::sync::OnceLock<Choice> = std::sync::OnceLock::new();
+    *CHOICE.get_or_init(|| match std::env::var("TOOLGATE_KERNELS").as_deref() {
+        Ok("candle") => Choice::Candle,
+        Ok("portable") => Choice::Portable,
+        _ => Choice::Best,
+    })
+}
+
 /// Whether the CPU model runs on these kernels: true unless `TOOLGATE_KERNELS=candle`
 /// (which keeps candle's own ops everywhere, for comparison). Read once.
 pub fn enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TOOLGATE_KERNELS").as_deref() != Ok("candle"))
+    choice() != Choice::Candle
 }
 
 /// Activation rows one kernel call processes together.
@@ -70,7 +88,7 @@ impl Isa {
     pub fn detect() -> Isa {
         static ISA: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
         *ISA.get_or_init(|| {
-            if std::env::var("TOOLGATE_KERNELS").is_ok_and(|v| v == "portable") {
+            if choice() == Choice::Portable {
                 return Isa::Portable;
             }
             #[cfg(target_arch = "x86_64")]
@@ -96,6 +114,27 @@ mod dispatch {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => |t, w, x, o| unsafe { super::avx2::dot32_rows(t, w, x, o) },
             _ => super::scalar::dot32,
+        }
+    }
+
+    /// Activation quantization (blocks of 32 or 256 values).
+    pub(super) type QuantFn<A> = fn(&[f32], &mut [A]);
+
+    pub(super) fn quantize32_for(isa: Isa) -> QuantFn<Q8x32> {
+        match isa {
+            // SAFETY: as above (AVX2 implies the FMA the function is compiled with).
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => |x, o| unsafe { super::activation::quantize_32_avx2(x, o) },
+            _ => super::activation::quantize_32_portable,
+        }
+    }
+
+    pub(super) fn quantize256_for(isa: Isa) -> QuantFn<Q8x256> {
+        match isa {
+            // SAFETY: as above.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => |x, o| unsafe { super::activation::quantize_256_avx2(x, o) },
+            _ => super::activation::quantize_256_portable,
         }
     }
 

@@ -5,29 +5,40 @@
 //! briefly between calls, so the ~100 small parallel calls of a decode step pay no
 //! wake-up latency.
 
-use std::sync::Mutex;
-
 /// Threads a parallel call runs on (workers plus the caller).
 pub(super) fn threads() -> usize {
     candle_core::utils::barrier_pool().n_workers() + 1
 }
 
 /// Run `f(i, chunk_i)` over the `len`-long chunks of `out` (the last may be shorter),
-/// spread over the pool's threads; inline when there is a single chunk.
+/// spread over the pool's threads; inline when there is a single chunk. Allocates
+/// nothing: each task reborrows its own disjoint chunk.
 pub(super) fn for_each_chunk<T: Send>(out: &mut [T], len: usize, f: impl Fn(usize, &mut [T]) + Sync) {
-    // One uncontended lock per chunk hands each task its own slice safely.
-    let chunks: Vec<Mutex<&mut [T]>> = out.chunks_mut(len).map(Mutex::new).collect();
-    if chunks.len() == 1 {
-        let mut c = chunks.into_iter().next().expect("one chunk");
-        return f(0, c.get_mut().unwrap_or_else(|p| p.into_inner()));
-    }
-    candle_core::utils::barrier_pool().execute_chunked(chunks.len(), |range| {
-        for i in range {
-            let mut c = chunks[i].lock().unwrap_or_else(|p| p.into_inner());
-            f(i, &mut c);
+    assert!(len > 0, "chunk length must be positive");
+    let total = out.len();
+    let chunks = total.div_ceil(len);
+    if chunks <= 1 {
+        if total > 0 {
+            f(0, out);
         }
+        return;
+    }
+    let base = Base(out.as_mut_ptr());
+    let base = &base;
+    for_each_task(chunks, move |i| {
+        let start = i * len;
+        let end = (start + len).min(total);
+        // SAFETY: task `i` alone touches `start..end`, inside `out`, which stays
+        // mutably borrowed (so untouched by anyone else) until every task has returned.
+        let chunk = unsafe { std::slice::from_raw_parts_mut(base.0.add(start), end - start) };
+        f(i, chunk);
     });
 }
+
+/// `out`'s base pointer, shared by the tasks of [`for_each_chunk`].
+struct Base<T>(*mut T);
+// SAFETY: the tasks only ever form disjoint subslices of the `T: Send` elements.
+unsafe impl<T: Send> Sync for Base<T> {}
 
 /// Run `f(i)` for `i in 0..tasks`, spread over the pool's threads; inline when there is
 /// a single task.

@@ -34,6 +34,18 @@ pub trait Model: Send {
     /// # Errors
     /// [`Error::ContextOverflow`] when the cache would exceed [`Model::context_length`].
     fn forward(&mut self, tokens: &[u32]) -> Result<Vec<f32>>;
+    /// Feed `tokens` as [`Model::forward`] does and return the logits of the last `n`
+    /// positions, oldest first: entry `i` predicts the token after `tokens[len - n + i]`.
+    /// Scores a known continuation in one batched pass (teacher forcing, prompt
+    /// log-probabilities) instead of one call per token.
+    ///
+    /// Cost: one prefill of `tokens` plus `n` rows of the output head (`n · vocab`
+    /// floats returned).
+    ///
+    /// # Errors
+    /// As [`Model::forward`]; [`Error::InvalidParameter`] if `n` is 0 or exceeds
+    /// `tokens.len()`.
+    fn forward_tail(&mut self, tokens: &[u32], n: usize) -> Result<Vec<Vec<f32>>>;
     /// Positions currently cached.
     fn position(&self) -> usize;
     /// Drop cached positions `len..` (0 clears the cache).
@@ -50,6 +62,10 @@ impl Model for decoder::Decoder {
     fn forward(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
         let logits = decoder::Decoder::forward(self, tokens)?;
         Ok(logits.to_dtype(candle_core::DType::F32)?.to_vec1::<f32>()?)
+    }
+    fn forward_tail(&mut self, tokens: &[u32], n: usize) -> Result<Vec<Vec<f32>>> {
+        let logits = decoder::Decoder::forward_tail(self, tokens, n)?;
+        Ok(logits.to_dtype(candle_core::DType::F32)?.to_vec2::<f32>()?)
     }
     fn position(&self) -> usize {
         decoder::Decoder::position(self)

@@ -92,3 +92,70 @@ fn smoke_run_constrained_always_parses_and_validates() {
     let svg = std::fs::read_to_string(&chart).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("BFCL AST accuracy") && svg.contains("own_tasks"), "{svg}");
 }
+
+// ---- BFCL's checking rules on hand-made answers (no model) ----
+
+use serde_json::json;
+use toolgate::bench::check::judge;
+use toolgate::bench::tasks::Task;
+use toolgate::tools::{CalledFunction, ToolCall};
+
+fn call(name: &str, args: Value) -> ToolCall {
+    ToolCall {
+        id: "call_0".into(),
+        kind: "function".into(),
+        function: CalledFunction { name: name.into(), arguments: args.to_string() },
+    }
+}
+
+fn task(expected: Vec<Value>) -> Task {
+    let doc = json!({"name": "area", "parameters": {"type": "dict", "required": ["base"],
+        "properties": {"base": {"type": "integer"}, "h": {"type": "float"}, "unit": {"type": "string"},
+                       "tags": {"type": "array", "items": {"type": "string"}}}}});
+    let tool = toolgate::tools::Tool {
+        kind: "function".into(),
+        function: toolgate::tools::FunctionDef {
+            name: "area".into(),
+            description: None,
+            parameters: toolgate::bench::tasks::to_openai_schema(&doc["parameters"]),
+            strict: None,
+        },
+    };
+    Task { id: "t".into(), category: "c".into(), messages: vec![], tools: vec![tool], docs: vec![doc], expected }
+}
+
+fn validators(t: &Task) -> std::collections::HashMap<String, jsonschema::Validator> {
+    t.tools
+        .iter()
+        .map(|t| (t.function.name.clone(), jsonschema::validator_for(&t.function.parameters).unwrap()))
+        .collect()
+}
+
+#[test]
+fn bfcl_rules() {
+    let t = task(vec![json!({"area": {"base": [10], "h": [5.0], "unit": ["units", ""], "tags": [["A b"], ""]}})]);
+    let v = validators(&t);
+    let ok = |args: Value| judge(&t, &[call("area", args)], &v);
+    assert!(ok(json!({"base": 10, "h": 5})).correct, "int accepted for float; optional omitted");
+    assert!(ok(json!({"base": 10, "h": 5.0, "unit": "Units", "tags": ["a_b"]})).correct, "standardised strings");
+    let j = ok(json!({"base": 10}));
+    assert!(!j.correct && j.error.unwrap().contains("`h` not provided"));
+    let j = ok(json!({"base": "10", "h": 5}));
+    assert!(!j.correct && j.schema_valid == 0, "a string is not an integer");
+    assert!(!ok(json!({"base": 10, "h": 5, "color": "red"})).correct, "unexpected parameter");
+    assert!(!ok(json!({"base": 11, "h": 5})).correct, "wrong value");
+    assert!(!judge(&t, &[call("volume", json!({"base": 10}))], &v).correct, "wrong name");
+    assert_eq!(judge(&t, &[call("volume", json!({}))], &v).declared, 0);
+}
+
+#[test]
+fn parallel_any_order_and_irrelevance() {
+    let t = task(vec![json!({"area": {"base": [1], "h": [1.0]}}), json!({"area": {"base": [2], "h": [2.0]}})]);
+    let v = validators(&t);
+    let calls = [call("area", json!({"base": 2, "h": 2})), call("area", json!({"base": 1, "h": 1}))];
+    assert!(judge(&t, &calls, &v).correct);
+    assert!(!judge(&t, &calls[..1], &v).correct, "one call of two");
+    let none = task(vec![]);
+    assert!(judge(&none, &[], &v).correct);
+    assert!(!judge(&none, &calls[..1], &v).correct);
+}

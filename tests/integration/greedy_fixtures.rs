@@ -5,7 +5,8 @@
 //! implementations whose float reductions differ: where llama.cpp's top two logits
 //! are within a few hundredths, either can win. The tests therefore check:
 //!
-//! 1. teacher-forced: fed llama.cpp's own continuation, toolgate's argmax equals
+//! 1. teacher-forced: fed llama.cpp's own continuation (one batched pass, scored with
+//!    `Model::forward_tail`), toolgate's argmax equals
 //!    llama.cpp's token on at least [`MIN_AGREEMENT`] of the steps, and at every
 //!    other step llama.cpp's token is within the model's logit tolerance of
 //!    toolgate's maximum (a tie at the precision two implementations agree to);
@@ -55,9 +56,13 @@ fn teacher_forced(model_file: &str, fixture: &str, tie: f32) {
         assert_eq!(want.len(), 32);
         let model = engine.model();
         model.truncate(0);
-        let mut logits = model.forward(&prompt_ids).unwrap();
-        for (step, &w) in want.iter().enumerate() {
-            let best = argmax(&logits).unwrap();
+        // The prompt and llama.cpp's continuation in one batched pass: row `step` is
+        // the prediction after the prompt and `want[..step]`.
+        let mut input = prompt_ids.clone();
+        input.extend_from_slice(&want[..want.len() - 1]);
+        let rows = model.forward_tail(&input, want.len()).unwrap();
+        for (step, (&w, logits)) in want.iter().zip(&rows).enumerate() {
+            let best = argmax(logits).unwrap();
             total += 1;
             if best == w as usize {
                 exact += 1;
@@ -67,7 +72,6 @@ fn teacher_forced(model_file: &str, fixture: &str, tie: f32) {
                     logits[w as usize], logits[best]
                 ));
             }
-            logits = model.forward(&[w]).unwrap();
         }
     }
     eprintln!("{model_file}: teacher-forced argmax agreement {exact}/{total}");

@@ -365,3 +365,120 @@ fn cli_pull_list_serve_rm_and_the_token_stays_secret() {
     let (_, stdout, _) = toolgate(&["list"]);
     assert!(!stdout.contains("test/cli"), "{stdout}");
 }
+
+// ---- The Hub client's pieces on their own (no server) ----
+
+#[test]
+fn repo_ids_and_file_paths_are_checked() {
+    use toolgate::hub::cache::{check_repo_file, check_repo_id};
+    for ok in ["gpt2", "org/name", "Org-1/Name_2.5-GGUF"] {
+        check_repo_id(ok).unwrap();
+    }
+    for bad in ["", "a/b/c", "../x", "org/..", "org/.hidden", "a b/c", "org/"] {
+        assert!(check_repo_id(bad).is_err(), "{bad}");
+    }
+    for ok in ["m.gguf", "Q4_K_M/m.gguf"] {
+        check_repo_file(ok).unwrap();
+    }
+    for bad in ["", "../m.gguf", "/etc/passwd", "a/../../b", "a//b", "a\\b", "./m"] {
+        assert!(check_repo_file(bad).is_err(), "{bad}");
+    }
+    assert!(toolgate::hub::looks_like_repo_id("bartowski/SmolLM2-135M-Instruct-GGUF"));
+    for path in ["models/x.gguf", "gpt2", "/abs/path"] {
+        assert!(!toolgate::hub::looks_like_repo_id(path), "{path}");
+    }
+}
+
+#[test]
+fn cache_links_lists_removes_and_quarantines() {
+    use toolgate::hub::Cache;
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = Cache::new(tmp.path());
+    let repo = "org/m";
+    let sha = "ab".repeat(32);
+    let blob = cache.blob_path(repo, &sha);
+    std::fs::create_dir_all(blob.parent().unwrap()).unwrap();
+    std::fs::write(&blob, b"GGUF....").unwrap();
+    let commit = "c".repeat(40);
+    let p = cache.link(repo, &commit, "sub/m.gguf", &sha).unwrap();
+    assert_eq!(std::fs::read(&p).unwrap(), b"GGUF....");
+    cache.write_ref(repo, "main", &commit).unwrap();
+    assert_eq!(cache.resolve_revision(repo, "main").as_deref(), Some(commit.as_str()));
+    assert_eq!(cache.resolve_revision(repo, &commit).as_deref(), Some(commit.as_str()));
+    let listed = cache.list();
+    assert_eq!(listed.len(), 1);
+    assert_eq!((listed[0].repo.as_str(), listed[0].file.as_str(), listed[0].size), (repo, "sub/m.gguf", 8));
+
+    let q = cache.quarantine(repo, "sub/m.gguf", &p, "gate refused").unwrap();
+    assert!(q.exists() && !blob.exists() && cache.list().is_empty());
+    let reason = std::fs::read_to_string(q.with_file_name("sub--m.gguf.reason")).unwrap();
+    assert!(reason.contains("gate refused"));
+
+    std::fs::write(&blob, b"GGUF").unwrap();
+    cache.link(repo, &commit, "m.gguf", &sha).unwrap();
+    let removed = cache.remove(repo, Some("m.gguf")).unwrap();
+    assert_eq!(removed.len(), 2, "{removed:?}");
+    assert!(!blob.exists());
+    assert!(matches!(cache.remove(repo, Some("m.gguf")), Err(HubError::NotCached { .. })));
+    cache.remove(repo, None).unwrap();
+    assert!(!cache.repo_dir(repo).exists());
+}
+
+fn names(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn quant_pick_prefers_q5_k_m_then_falls_back_in_order() {
+    use toolgate::hub::quant::pick;
+    let f = names(&["x-Q8_0.gguf", "x-q6_k.gguf", "x-Q5_K_M.gguf", "x-Q4_K_S.gguf"]);
+    assert_eq!(pick("r", &f, None).unwrap().file, "x-Q5_K_M.gguf");
+    let f = names(&["x-Q8_0.gguf", "x-Q2_K.gguf", "x-Q4_0_4_4.gguf"]);
+    assert_eq!(pick("r", &f, None).unwrap().file, "x-Q8_0.gguf", "q4_0 must not match q4_0_4_4");
+    let f = names(&["x-Q2_K.gguf", "x-Q3_K_M.gguf"]);
+    assert_eq!(pick("r", &f, None).unwrap().file, "x-Q3_K_M.gguf");
+}
+
+#[test]
+fn quant_pick_single_ambiguous_splits_and_projectors() {
+    use toolgate::hub::quant::pick;
+    let f = names(&["README.md", "model-f16.GGUF"]);
+    assert_eq!(pick("r", &f, None).unwrap().reason, "the only model file");
+    let f = names(&["a-f16.gguf", "a-bf16.gguf"]);
+    assert!(matches!(pick("r", &f, None), Err(HubError::AmbiguousFile { .. })));
+    assert!(matches!(pick("r", &names(&["a.bin"]), None), Err(HubError::NoGguf { .. })));
+    assert!(matches!(pick("r", &f, Some("zzz.gguf")), Err(HubError::FileNotFound { .. })));
+
+    let f = names(&["m-Q4_K_M-00002-of-00002.gguf", "m-Q4_K_M-00001-of-00002.gguf", "m-Q8_0.gguf"]);
+    let c = pick("r", &f, None).unwrap();
+    assert_eq!(c.file, "m-Q4_K_M-00001-of-00002.gguf");
+    assert_eq!(c.shards.len(), 2);
+    let f = names(&["big-00001-of-00003.gguf", "big-00002-of-00003.gguf", "big-00003-of-00003.gguf"]);
+    let c = pick("r", &f, None).unwrap();
+    assert_eq!((c.file.as_str(), c.shards.len()), ("big-00001-of-00003.gguf", 3));
+    let c = pick("r", &f, Some("big-00002-of-00003.gguf")).unwrap();
+    assert_eq!(c.shards.len(), 3);
+
+    let f = names(&["mmproj-model-f16.gguf", "model-f16.gguf"]);
+    assert_eq!(pick("r", &f, None).unwrap().file, "model-f16.gguf");
+}
+
+#[test]
+fn token_is_trimmed_and_redacted_urls_are_encoded() {
+    let t = Token::new(" hf_secret \n").unwrap();
+    assert_eq!(Some(t.clone()), Token::new("hf_secret"), "surrounding whitespace is not part of the token");
+    assert!(!format!("{t:?}").contains("secret"));
+    let cfg = HubConfig { token: Some(t), ..HubConfig::default() };
+    assert!(!format!("{:?}", Hub::new(cfg)).contains("hf_secret"));
+    assert!(Token::new("  ").is_none());
+
+    assert_eq!(Hub::resolve_url("org/m", "refs/pr/1", "dir/a b.gguf"), "/org/m/resolve/refs%2Fpr%2F1/dir/a%20b.gguf");
+    assert_eq!(Hub::api_url("org/m", "main"), "/api/models/org/m");
+    assert_eq!(Hub::api_url("org/m", "v1"), "/api/models/org/m/revision/v1");
+
+    use toolgate::hub::redirect_target;
+    assert_eq!(redirect_target("https://hf.co/a/b?x", "/cdn/x"), "https://hf.co/cdn/x");
+    assert_eq!(redirect_target("https://hf.co", "/cdn/x"), "https://hf.co/cdn/x");
+    assert_eq!(redirect_target("https://hf.co/a/b", "c"), "https://hf.co/a/c");
+    assert_eq!(redirect_target("https://hf.co/a/b", "http://cdn.example/x"), "http://cdn.example/x");
+}

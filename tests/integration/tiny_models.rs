@@ -190,11 +190,25 @@ fn exercise(s: Spec, prompt_len: usize) {
     assert!(batched.iter().all(|x| x.is_finite()));
     model.truncate(0);
     let mut stepped = Vec::new();
+    let mut every_step = Vec::new();
     for &t in &prompt {
         stepped = model.forward(&[t]).unwrap();
+        every_step.push(stepped.clone());
     }
     let d = max_abs_diff(&batched, &stepped);
     assert!(d < 1e-4, "{}: one-pass vs token-by-token logits differ by {d}", s.arch);
+    // Every position's logits from one batched pass (teacher forcing) equal the
+    // token-by-token ones.
+    model.truncate(0);
+    let n = prompt.len().min(5);
+    let tail = model.forward_tail(&prompt, n).unwrap();
+    assert_eq!(tail.len(), n);
+    for (i, row) in tail.iter().enumerate() {
+        let d = max_abs_diff(row, &every_step[prompt.len() - n + i]);
+        assert!(d < 1e-4, "{}: tail row {i} differs from step-by-step by {d}", s.arch);
+    }
+    assert!(model.forward_tail(&prompt, prompt.len() + 1).is_err());
+    assert!(model.forward_tail(&prompt, 0).is_err());
     // Truncating the cache and re-feeding gives the same logits again.
     model.truncate(prompt.len() - 1);
     let again = model.forward(&prompt[prompt.len() - 1..]).unwrap();
