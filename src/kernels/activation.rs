@@ -64,16 +64,6 @@ pub fn quantize_256(x: &[f32], out: &mut [Q8x256]) {
     super::dispatch::quantize256_for(super::Isa::detect())(x, out)
 }
 
-/// The portable quantization (any CPU).
-pub(super) fn quantize_32_portable(x: &[f32], out: &mut [Q8x32]) {
-    quantize_32_body(x, out)
-}
-
-/// The portable quantization (any CPU).
-pub(super) fn quantize_256_portable(x: &[f32], out: &mut [Q8x256]) {
-    quantize_256_body(x, out)
-}
-
 // The same code compiled with AVX2 enabled: the compiler vectorizes the rounding
 // (`round` lowers to SSE4.1 `roundps`, exactly) instead of calling `roundf` per value.
 /// # Safety
@@ -81,7 +71,7 @@ pub(super) fn quantize_256_portable(x: &[f32], out: &mut [Q8x256]) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn quantize_32_avx2(x: &[f32], out: &mut [Q8x32]) {
-    quantize_32_body(x, out)
+    quantize_32_portable(x, out)
 }
 
 /// # Safety
@@ -89,11 +79,12 @@ pub(super) unsafe fn quantize_32_avx2(x: &[f32], out: &mut [Q8x32]) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn quantize_256_avx2(x: &[f32], out: &mut [Q8x256]) {
-    quantize_256_body(x, out)
+    quantize_256_portable(x, out)
 }
 
+/// The portable quantization (any CPU); also the body the AVX2 copy compiles.
 #[inline(always)]
-fn quantize_32_body(x: &[f32], out: &mut [Q8x32]) {
+pub(super) fn quantize_32_portable(x: &[f32], out: &mut [Q8x32]) {
     debug_assert_eq!(x.len(), out.len() * 32);
     for (xs, o) in x.chunks_exact(32).zip(out.iter_mut()) {
         let (d, id) = scale_of(xs);
@@ -108,8 +99,9 @@ fn quantize_32_body(x: &[f32], out: &mut [Q8x32]) {
     }
 }
 
+/// The portable quantization (any CPU); also the body the AVX2 copy compiles.
 #[inline(always)]
-fn quantize_256_body(x: &[f32], out: &mut [Q8x256]) {
+pub(super) fn quantize_256_portable(x: &[f32], out: &mut [Q8x256]) {
     debug_assert_eq!(x.len(), out.len() * 256);
     for (xs, o) in x.chunks_exact(256).zip(out.iter_mut()) {
         let (d, id) = scale_of(xs);

@@ -11,16 +11,13 @@ pub(super) fn threads() -> usize {
 }
 
 /// Run `f(i, chunk_i)` over the `len`-long chunks of `out` (the last may be shorter),
-/// spread over the pool's threads; inline when there is a single chunk. Allocates
-/// nothing: each task reborrows its own disjoint chunk.
+/// spread over the pool's threads as [`for_each_task`] spreads tasks (inline when there
+/// is a single chunk). Allocates nothing: each task reborrows its own disjoint chunk.
 pub(super) fn for_each_chunk<T: Send>(out: &mut [T], len: usize, f: impl Fn(usize, &mut [T]) + Sync) {
     assert!(len > 0, "chunk length must be positive");
     let total = out.len();
     let chunks = total.div_ceil(len);
-    if chunks <= 1 {
-        if total > 0 {
-            f(0, out);
-        }
+    if chunks == 0 {
         return;
     }
     let base = Base(out.as_mut_ptr());

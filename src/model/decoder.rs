@@ -333,7 +333,7 @@ impl Decoder {
             x = self.layer_forward(li, &x, pos)?;
         }
         self.pos += t;
-        let tail = x.narrow(1, t - n, n)?.contiguous()?; // (1, n, n_embd)
+        let tail = x.narrow(1, t - n, n)?; // (1, n, n_embd), contiguous: one sequence
         let tail = candle_nn::ops::rms_norm(&tail, &self.output_norm, self.hp.rms_eps)?;
         let logits = self.output.forward(&tail)?; // (1, n, vocab)
         Ok(logits.squeeze(0)?)
