@@ -217,6 +217,9 @@ pub fn prepare_turn(
     let tok = engine.tokenizer().clone();
     let (text, prompt) = encode_chat(setup, &tok, messages, tool_json, Default::default())?;
     check_context(engine, &prompt)?;
+    if let (Some(fmt), ToolMode::Constrained) = (&fmt, mode) {
+        tools::check_vocabulary(fmt, &tok)?;
+    }
     let constraint = match (&fmt, mode, choice) {
         (None, _, _) | (_, ToolMode::Native, _) => TurnConstraint::Free,
         (Some(fmt), ToolMode::Constrained, ToolChoice::Auto) => {
@@ -224,7 +227,7 @@ pub fn prepare_turn(
             TurnConstraint::Lazy(LazyConstraint {
                 grammar: engine.grammar(&regex)?,
                 vocab: engine.token_vocab(),
-                trigger: tools::marker_bytes(&fmt.call_start, &tok),
+                trigger: tools::marker_bytes(fmt.trigger(), &tok),
             })
         }
         (Some(fmt), ToolMode::Constrained, _) => {

@@ -419,36 +419,40 @@ impl Engine {
                         break;
                     }
                     let t = Instant::now();
-                    // Complete here, with less budget left than the longest stretch
-                    // between two complete points took (one more call): end now rather
-                    // than start something the budget would cut.
+                    // Near the end of the budget, the shortest way to close the
+                    // constrained region.
+                    let plan =
+                        if closing || remaining <= CLOSE_LOOKAHEAD { m.completion_plan(CLOSE_MAX_BYTES) } else { None };
+                    // A closing point: complete, or one token from it (the `]` of a list
+                    // of calls). With less budget left than the longest stretch between
+                    // two closing points took (one more call), close here rather than
+                    // start something the budget would cut.
                     let since = *active_since.get_or_insert(tokens.len());
-                    if m.is_accepting() {
+                    let closing_point = match &plan {
+                        Some(p) => p.len() <= 1,
+                        None => m.is_accepting(),
+                    };
+                    if closing_point {
                         let j = last_accept.unwrap_or(since);
                         if tokens.len() > j + 1 {
                             span = span.max(tokens.len() - j);
                         }
                         last_accept = Some(tokens.len());
                         if span > 0 && remaining < span + CLOSE_MARGIN {
-                            mask_time += t.elapsed();
-                            break;
+                            closing = true;
                         }
                     }
-                    // Near the end of the budget, close the constrained region on the
-                    // shortest path rather than let the budget cut it off.
                     let mut closing_token = None;
-                    if closing || remaining <= CLOSE_LOOKAHEAD {
-                        match m.completion_plan(CLOSE_MAX_BYTES) {
-                            Some(plan) if plan.is_empty() && closing => {
-                                mask_time += t.elapsed();
-                                break; // closed; the budget is spent
-                            }
-                            Some(plan) if !plan.is_empty() && plan.len() + CLOSE_MARGIN >= remaining => {
-                                closing = true;
-                                closing_token = Some(plan[0]);
-                            }
-                            _ => {}
+                    match plan {
+                        _ if closing && m.is_accepting() => {
+                            mask_time += t.elapsed();
+                            break; // closed; the budget is spent
                         }
+                        Some(plan) if !plan.is_empty() && (closing || plan.len() + CLOSE_MARGIN >= remaining) => {
+                            closing = true;
+                            closing_token = Some(plan[0]);
+                        }
+                        _ => {}
                     }
                     match closing_token.or_else(|| m.forced_token()) {
                         Some(tok) => {

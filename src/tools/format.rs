@@ -1,8 +1,21 @@
 //! Tool-call formats, one data file per family in `grammars/*.json`.
 //!
-//! A format says how a family writes calls: the markers around each call, the
-//! separator between parallel calls, and the body's shape. Adding a family is adding a
-//! file (and a test); `build.rs` embeds every file.
+//! A format says how a family writes calls, as four nested layers:
+//!
+//! 1. an optional **section** (`section_start` … `section_end`) that holds all the calls
+//!    of a turn, such as DeepSeek's `<｜tool▁calls▁begin｜>` … `<｜tool▁calls▁end｜>`;
+//!    with `list: true` the calls inside it form a JSON array (Mistral Nemo's
+//!    `[TOOL_CALLS][{…}, {…}]`);
+//! 2. each **call** between `call_start` and `call_end` (either may be empty, the end
+//!    then being where the body's value ends), calls separated by `separator`;
+//! 3. the **body** ([`BodyKind`]): one JSON object naming the function and holding its
+//!    arguments (`{"name": …, "arguments": {…}}`), or the name as text followed by
+//!    `name_end` and the arguments value (`<function=NAME>{…}</function>`);
+//! 4. the arguments' **dialect** ([`ArgsDialect`]): JSON, or Gemma 4's native syntax.
+//!
+//! The same description drives the constrained grammar ([`super::calls_regex`]) and
+//! the parser ([`super::stream::StreamParser`]). Adding a family is adding a file (and
+//! a test); `build.rs` embeds every file.
 
 use serde::Deserialize;
 
@@ -14,44 +27,166 @@ include!(concat!(env!("OUT_DIR"), "/formats.rs"));
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BodyKind {
-    /// `{"<name_key>": "NAME", "<arguments_key>": {…}}` in JSON.
+    /// `{"<name_key>": "NAME", "<arguments_key>": {…}}` in JSON (other keys, such as an
+    /// `id`, are read and ignored; generation writes these two).
     JsonNameArguments,
+    /// `NAME` (optionally `NAME<name_index_separator>INDEX`), then `name_end`, then the
+    /// arguments value. With an empty `name_end` the name is the run of identifier
+    /// characters (`A–Z a–z 0–9 _ . -`) before the value.
+    NameThenArguments,
 }
 
-/// How one family writes tool calls.
+/// How the arguments value is spelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ArgsDialect {
+    /// RFC 8259 JSON, passed to the client as written.
+    #[default]
+    Json,
+    /// Gemma 4's native syntax (`{city:<|"|>Paris<|"|>,n:2}`), converted to JSON for
+    /// the client ([`crate::grammar::regex::Gemma4`] generates it).
+    Gemma4,
+}
+
+/// The shape of the call ids toolgate gives a family's calls (they come back to the
+/// template in the next turn, and some templates check them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallIds {
+    /// OpenAI's `call_` followed by 12 hex digits.
+    #[default]
+    Openai,
+    /// Nine ASCII letters and digits (Mistral's templates refuse any other length).
+    Alnum9,
+}
+
+/// How one family writes tool calls. See the [module docs](self) for the layers.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ToolFormat {
     /// Family name (as [`crate::template::family`] detects it).
     pub family: String,
     /// Human description.
     pub description: String,
-    /// Text that opens a call (a special token if the vocabulary has one with this text).
+    /// Text that opens the section of calls (`""`: no section). A special token if the
+    /// vocabulary has one with this text (markers may mix special tokens and text).
+    #[serde(default)]
+    pub section_start: String,
+    /// Text that closes the section (`""`: the section ends after its last call).
+    #[serde(default)]
+    pub section_end: String,
+    /// The section holds a JSON array of calls (`[` call `,` call … `]`).
+    #[serde(default)]
+    pub list: bool,
+    /// Text that opens a call.
+    #[serde(default)]
     pub call_start: String,
-    /// Text that closes a call.
+    /// Text that closes a call (`""`: the call ends with its value).
+    #[serde(default)]
     pub call_end: String,
     /// Text between parallel calls (optional when generating).
+    #[serde(default)]
     pub separator: String,
-    /// Allow a newline after `call_start` and before `call_end`.
+    /// Allow a newline inside the markers (after a start, before an end).
+    #[serde(default)]
     pub inner_newlines: bool,
     /// Body shape.
     pub body: BodyKind,
-    /// Key of the function name.
+    /// Key of the function name ([`BodyKind::JsonNameArguments`]).
+    #[serde(default = "default_name_key")]
     pub name_key: String,
-    /// Key of the arguments.
+    /// Key of the arguments ([`BodyKind::JsonNameArguments`]).
+    #[serde(default = "default_arguments_key")]
     pub arguments_key: String,
+    /// Text between the name and the arguments ([`BodyKind::NameThenArguments`]).
+    #[serde(default)]
+    pub name_end: String,
+    /// Kimi-K2 style `NAME:0`: the separator before a call index that follows the name
+    /// (`""`: none).
+    #[serde(default)]
+    pub name_index_separator: String,
+    /// Dialect of the arguments.
+    #[serde(default)]
+    pub dialect: ArgsDialect,
+    /// Key of a call id the model writes after the arguments in a JSON body (Mistral
+    /// Nemo's `"id"`; `""`: none). Generation may write it (matching `id_pattern`); the
+    /// parser ignores it, ids being toolgate's own ([`CallIds`]).
+    #[serde(default)]
+    pub id_key: String,
+    /// Regex of the id under `id_key`.
+    #[serde(default)]
+    pub id_pattern: String,
+    /// The shape of the call ids toolgate returns.
+    #[serde(default)]
+    pub call_ids: CallIds,
+}
+
+fn default_name_key() -> String {
+    "name".into()
+}
+
+fn default_arguments_key() -> String {
+    "arguments".into()
+}
+
+impl ToolFormat {
+    /// The text whose appearance in free output means calls begin: the section start,
+    /// or the call start for formats without a section.
+    ///
+    /// ```
+    /// let f = toolgate::tools::format::for_family("deepseek-v3.1")?.unwrap();
+    /// assert_eq!(f.trigger(), "<｜tool▁calls▁begin｜>");
+    /// # Ok::<(), toolgate::Error>(())
+    /// ```
+    pub fn trigger(&self) -> &str {
+        if self.section_start.is_empty() {
+            &self.call_start
+        } else {
+            &self.section_start
+        }
+    }
+
+    /// Whether calls sit inside a section.
+    pub fn has_section(&self) -> bool {
+        !self.section_start.is_empty()
+    }
+
+    /// Check the combinations the parser and grammar rely on.
+    fn validate(&self) -> std::result::Result<(), String> {
+        if self.trigger().is_empty() {
+            return Err("needs a section_start or a call_start to recognise calls by".into());
+        }
+        if self.list && (!self.has_section() || self.body != BodyKind::JsonNameArguments) {
+            return Err("`list` needs a section_start and a json_name_arguments body".into());
+        }
+        if !self.id_key.is_empty() && (self.body != BodyKind::JsonNameArguments || self.id_pattern.is_empty()) {
+            return Err("`id_key` needs a json_name_arguments body and an `id_pattern`".into());
+        }
+        if self.body == BodyKind::JsonNameArguments && self.dialect != ArgsDialect::Json {
+            return Err("a json_name_arguments body has JSON arguments".into());
+        }
+        Ok(())
+    }
 }
 
 /// All embedded formats.
 ///
+/// Cost: parses the embedded files (a few kilobytes) on each call.
+///
 /// # Errors
-/// [`Error::InvalidParameter`] if a format file is malformed (a build-time mistake the
-/// tests catch).
+/// [`Error::InvalidParameter`] if a format file is malformed or inconsistent (a
+/// build-time mistake the tests catch).
 pub fn all() -> Result<Vec<ToolFormat>> {
     FORMAT_FILES
         .iter()
         .map(|(name, text)| {
-            serde_json::from_str(text)
-                .map_err(|e| Error::InvalidParameter { name: "grammars", reason: format!("grammars/{name}: {e}") })
+            let bad = |reason: String| Error::InvalidParameter {
+                name: "grammars",
+                reason: format!("grammars/{name}: {reason}"),
+            };
+            let f: ToolFormat = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
+            f.validate().map_err(bad)?;
+            Ok(f)
         })
         .collect()
 }
@@ -61,6 +196,7 @@ pub fn all() -> Result<Vec<ToolFormat>> {
 /// ```
 /// let f = toolgate::tools::format::for_family("hermes")?.unwrap();
 /// assert_eq!(f.call_start, "<tool_call>");
+/// assert!(toolgate::tools::format::for_family("no-such-family")?.is_none());
 /// # Ok::<(), toolgate::Error>(())
 /// ```
 ///

@@ -9,11 +9,11 @@ pub mod stream;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::grammar::regex::{to_regex, Json};
+use crate::grammar::regex::{to_regex, Gemma4, Json};
 use crate::grammar::schema::{compile, Mode};
 use crate::tokenizer::{TokenKind, Tokenizer, SPECIAL_PREFIX};
 use crate::{Error, Result};
-use format::{BodyKind, ToolFormat};
+use format::{ArgsDialect, BodyKind, ToolFormat};
 
 /// An OpenAI function tool.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -110,30 +110,89 @@ pub struct CalledFunction {
     pub arguments: String,
 }
 
-/// Regex for a marker: the special token's bytes if the vocabulary has a control token
-/// with exactly this text, else the text.
+/// Gemma 4's string quote, a control token of its vocabulary.
+const GEMMA_QUOTE: &str = "<|\"|>";
+
+/// A marker's text split into the vocabulary's control tokens and plain text: at each
+/// position the longest control token whose text starts there, else one character.
+/// `(is_special, piece)` runs, plain text merged.
+fn marker_pieces<'a>(text: &'a str, tok: &Tokenizer) -> Vec<(bool, &'a str)> {
+    let is_special = |s: &str| tok.token_id(s).is_some_and(|id| tok.token_kind(id).is_some_and(TokenKind::is_special));
+    let mut out: Vec<(bool, &str)> = Vec::new();
+    let mut i = 0;
+    while i < text.len() {
+        let special =
+            text[i..].char_indices().rev().map(|(j, c)| i + j + c.len_utf8()).find(|&end| is_special(&text[i..end]));
+        match special {
+            Some(end) => {
+                out.push((true, &text[i..end]));
+                i = end;
+            }
+            None => {
+                let end = i + text[i..].chars().next().map_or(1, char::len_utf8);
+                match out.last_mut() {
+                    Some((false, run)) => *run = &text[i - run.len()..end],
+                    _ => out.push((false, &text[i..end])),
+                }
+                i = end;
+            }
+        }
+    }
+    out
+}
+
+/// Regex for a marker: each control token of the vocabulary in it as its bytes
+/// (`0xFF` + text, which no text can spell), the rest as text.
 fn marker(text: &str, tok: &Tokenizer) -> String {
-    match tok.token_id(text) {
-        Some(id) if tok.token_kind(id).is_some_and(TokenKind::is_special) => {
-            format!("(?-u:\\x{SPECIAL_PREFIX:02X}){}", regex_syntax::escape(text))
-        }
-        _ => regex_syntax::escape(text),
-    }
+    marker_pieces(text, tok)
+        .into_iter()
+        .map(|(special, piece)| {
+            if special {
+                format!("(?-u:\\x{SPECIAL_PREFIX:02X}){}", regex_syntax::escape(piece))
+            } else {
+                regex_syntax::escape(piece)
+            }
+        })
+        .collect()
 }
 
-/// The bytes a marker is generated as (see [`marker`]).
+/// The bytes a marker is generated as (see [`marker`]): what the lazy constraint
+/// watches the output for.
 pub fn marker_bytes(text: &str, tok: &Tokenizer) -> Vec<u8> {
-    match tok.token_id(text) {
-        Some(id) if tok.token_kind(id).is_some_and(TokenKind::is_special) => {
-            let mut v = vec![SPECIAL_PREFIX];
-            v.extend_from_slice(text.as_bytes());
-            v
+    let mut v = Vec::new();
+    for (special, piece) in marker_pieces(text, tok) {
+        if special {
+            v.push(SPECIAL_PREFIX);
         }
-        _ => text.as_bytes().to_vec(),
+        v.extend_from_slice(piece.as_bytes());
     }
+    v
 }
 
-/// The regex of the calls `choice` allows: one call (`parallel == false`) or one or more.
+/// Whether `tok`'s vocabulary can write `f`'s calls: Gemma 4's dialect quotes strings
+/// with a control token, and a vocabulary without it could never close a string.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] naming the missing token.
+pub fn check_vocabulary(f: &ToolFormat, tok: &Tokenizer) -> Result<()> {
+    if f.dialect == ArgsDialect::Gemma4 && marker_pieces(GEMMA_QUOTE, tok) != [(true, GEMMA_QUOTE)] {
+        return Err(Error::InvalidParameter {
+            name: "tools",
+            reason: format!(
+                "the `{}` format quotes strings with the {GEMMA_QUOTE} control token, which this vocabulary lacks; \
+                 use --tool-fallback generic",
+                f.family
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The regex of the calls `choice` allows, in `f`'s layout: one call (`parallel ==
+/// false`) or one or more, inside the family's section if it has one. Markers that
+/// are control tokens of `tok`'s vocabulary must be generated as those tokens.
+///
+/// Cost: one schema compile per selected tool; the regex grows with the schemas.
 ///
 /// # Errors
 /// [`Error::Schema`] for a tool whose `parameters` cannot be compiled;
@@ -172,23 +231,48 @@ pub fn calls_regex(
             },
             e => e,
         })?;
-        let args = to_regex(&node, &Json);
+        let args = match f.dialect {
+            ArgsDialect::Json => to_regex(&node, &Json),
+            ArgsDialect::Gemma4 => to_regex(&node, &Gemma4),
+        };
+        let name = &t.function.name;
         match f.body {
-            BodyKind::JsonNameArguments => bodies.push(format!(
-                r#"\{{"{}": ?{}, ?"{}": ?{args}\}}"#,
-                regex_syntax::escape(&f.name_key),
-                regex_syntax::escape(&serde_json::to_string(&t.function.name).unwrap_or_default()),
-                regex_syntax::escape(&f.arguments_key),
-            )),
+            BodyKind::JsonNameArguments => {
+                let id = if f.id_key.is_empty() {
+                    String::new()
+                } else {
+                    format!(r#"(?:, ?"{}": ?"(?:{})")?"#, regex_syntax::escape(&f.id_key), f.id_pattern)
+                };
+                bodies.push(format!(
+                    r#"\{{"{}": ?{}, ?"{}": ?{args}{id}\}}"#,
+                    regex_syntax::escape(&f.name_key),
+                    regex_syntax::escape(&serde_json::to_string(name).unwrap_or_default()),
+                    regex_syntax::escape(&f.arguments_key),
+                ))
+            }
+            BodyKind::NameThenArguments => {
+                let index = if f.name_index_separator.is_empty() {
+                    String::new()
+                } else {
+                    format!("{}[0-9]{{1,3}}", regex_syntax::escape(&f.name_index_separator))
+                };
+                bodies.push(format!("{}{index}{}{args}", regex_syntax::escape(name), marker(&f.name_end, tok)));
+            }
         }
     }
     let nl = if f.inner_newlines { "\\n?" } else { "" };
     let call = format!("{}{nl}(?:{}){nl}{}", marker(&f.call_start, tok), bodies.join("|"), marker(&f.call_end, tok));
-    Ok(if parallel {
-        let sep = format!("(?:{})?", regex_syntax::escape(&f.separator));
-        format!("{call}(?:{sep}{call})*")
+    let sep = if f.list { ", ?".to_string() } else { format!("(?:{})?", regex_syntax::escape(&f.separator)) };
+    let calls = if parallel { format!("{call}(?:{sep}{call})*") } else { call };
+    Ok(if f.has_section() {
+        let (open, close) = match (f.list, f.section_start.ends_with('[')) {
+            (true, true) => ("", "\\]"),
+            (true, false) => ("\\[", "\\]"),
+            (false, _) => ("", ""),
+        };
+        format!("{}{nl}{open}{calls}{close}{nl}{}", marker(&f.section_start, tok), marker(&f.section_end, tok))
     } else {
-        call
+        calls
     })
 }
 

@@ -7,25 +7,28 @@
 //! and the final [`ParsedOutput`] are the same as for the whole text at once; the
 //! non-streaming [`super::parse`] is this parser fed everything in one piece.
 //!
+//! The calls' layout comes from the family's [`ToolFormat`]: an optional section
+//! around all calls (a JSON array of them, for list formats), each call's start and end
+//! markers, and a body that is either one JSON object naming the function or the name
+//! followed by the arguments value.
+//!
 //! Two ways of reading a call:
 //! - **incremental** (for constrained generation, whose calls are valid by
-//!   construction): the header `{"name": "NAME", "arguments": ` is recognised as soon as
-//!   it is complete, and the arguments value streams out as it is generated, tracked by
-//!   a small JSON scanner so the wrapper's closing brace and the end marker never leak
-//!   into it. A call whose header has another shape is read whole instead.
+//!   construction): the function name is emitted as soon as it is complete (the header
+//!   `{"name": "NAME", "arguments": ` of a JSON body, or the text before `name_end`),
+//!   and JSON arguments stream out as they are generated, tracked by a small scanner so
+//!   the wrapper's closing brace and the end marker never leak into them. A JSON body
+//!   whose header has another shape, and arguments in a non-JSON dialect (converted to
+//!   JSON at the end), are emitted when the call is complete.
 //! - **whole** (native generation, where a call may be malformed): a call is emitted
-//!   when its end marker arrives (an end marker inside an unfinished JSON string does
-//!   not count) and its body parses; a body that does not parse goes to
-//!   the content verbatim and counts as a failure — what a client of a plain server
+//!   when its value and end marker are complete (markers inside strings do not count)
+//!   and its body parses; a call that does not parse goes to the content verbatim, up
+//!   to its end marker, and counts as a failure — what a client of a plain server
 //!   would see.
 //!
-//! Content is trimmed exactly like the non-streaming result: leading whitespace is
-//! dropped, trailing whitespace is held back until more content follows, and a piece
-//! of text that could be the start of the call marker is held until it is decided.
-
 use serde_json::value::RawValue;
 
-use super::format::{BodyKind, ToolFormat};
+use super::format::{ArgsDialect, BodyKind, CallIds, ToolFormat};
 use super::{CalledFunction, ToolCall};
 
 /// One delta of a streamed assistant turn.
@@ -71,6 +74,10 @@ pub struct ParsedOutput {
     pub truncated: bool,
 }
 
+/// Longest function name read from a name-then-arguments body: a longer run before
+/// `name_end` is a malformed call.
+const MAX_NAME: usize = 256;
+
 /// Incremental parser of one assistant turn. See the [module docs](self).
 ///
 /// ```
@@ -92,14 +99,14 @@ pub struct ParsedOutput {
 /// ```
 ///
 /// Cost: linear in the text; each piece is scanned once, apart from the held-back
-/// tail (at most the marker's length) and, in whole mode, a call's body at its end.
+/// tail (at most a marker's length) and, in whole mode, a call's body at its end.
 #[derive(Debug, Clone)]
 pub struct StreamParser {
     fmt: Option<ToolFormat>,
     incremental: bool,
     id_seed: u64,
     pending: String,
-    call: Option<OpenCall>,
+    at: Place,
     started: bool,
     held_ws: String,
     out: ParsedOutput,
@@ -107,31 +114,87 @@ pub struct StreamParser {
     reasoning: Option<super::reasoning::ReasoningSplitter>,
 }
 
+/// Where the parser is in the turn.
+#[derive(Debug, Clone, Default)]
+enum Place {
+    /// Free text, looking for the format's trigger.
+    #[default]
+    Text,
+    /// Inside a section, between calls.
+    Section(Section),
+    /// Inside a call.
+    Call(Box<OpenCall>),
+}
+
+#[derive(Debug, Clone, Default)]
+struct Section {
+    /// Text read in the section that belongs to no call (markers, separators): what a
+    /// client sees if the section turns out malformed.
+    text: String,
+    list_open: bool,
+    list_closed: bool,
+    /// Calls read in this section.
+    calls: usize,
+}
+
 #[derive(Debug, Clone, Default)]
 struct OpenCall {
+    /// The section the call is in, to return to when it ends.
+    section: Option<Section>,
+    /// What a client sees before the call's start marker if the call is malformed
+    /// (the section's trigger and text, for its first call).
+    prefix: String,
+    /// Text after the call's start marker.
     body: String,
-    whole: bool,
-    header: Option<Header>,
+    /// Where the value starts in `body` (the JSON object of a JSON body, the arguments
+    /// of a name-then-arguments body), once known.
+    value_start: Option<usize>,
+    /// The function name of a name-then-arguments body and where the text after its
+    /// `name_end` begins, once read.
+    name: Option<(String, usize)>,
+    /// Scans the value from `value_start`.
+    scan: ValueScan,
+    /// The header of a JSON body has been tried (incrementally) and is not the
+    /// `{"name": …, "arguments": …}` shape: read the call whole.
+    no_header: bool,
+    /// The call has been announced ([`StreamEvent::CallStart`]) and streams its arguments.
+    streamed: Option<Streamed>,
+    /// The call is malformed from this body offset on: skipping to its end.
+    broken: Option<usize>,
 }
 
 #[derive(Debug, Clone)]
-struct Header {
+struct Streamed {
     index: usize,
-    args_start: usize,
-    scan: ValueScan,
+    /// Where the arguments start in the body, once known, and their own scanner for a
+    /// JSON body (inside the object); a name-then-arguments body's arguments are the
+    /// value itself, scanned by [`OpenCall::scan`].
+    args: Option<usize>,
+    inner: Option<ValueScan>,
+    /// Stream fragments (JSON arguments) or only the converted whole at the end.
+    fragments: bool,
+}
+
+/// What reading a call's body gave.
+enum CallStep {
+    /// Needs more text.
+    More,
+    /// The call is complete and used this many bytes of the body.
+    Done(usize),
 }
 
 impl StreamParser {
     /// A parser for the calls of `fmt` (`None`: text only, no calls), reading calls
     /// incrementally (`true`) or whole (`false`). Call ids are
-    /// `call_<seed as 8 hex digits><index as 4>`.
+    /// `call_<seed as 8 hex digits><index as 4>`, or nine letters and digits derived from
+    /// the seed and index for a format with [`CallIds::Alnum9`].
     pub fn new(fmt: Option<ToolFormat>, incremental: bool, id_seed: u64) -> Self {
         Self {
             fmt,
             incremental,
             id_seed,
             pending: String::new(),
-            call: None,
+            at: Place::Text,
             started: false,
             held_ws: String::new(),
             out: ParsedOutput::default(),
@@ -181,7 +244,7 @@ impl StreamParser {
     }
 
     /// End of the text: flush what was held back. A call still open is truncated (see
-    /// [`ParsedOutput::truncated`]).
+    /// [`ParsedOutput::truncated`]); a malformed one still open goes to the content.
     pub fn finish(&mut self) -> Vec<StreamEvent> {
         let mut ev = Vec::new();
         if self.finished {
@@ -192,15 +255,30 @@ impl StreamParser {
             self.pieces(pieces, &mut ev);
         }
         self.finished = true;
-        if let Some(mut call) = self.call.take() {
-            self.out.truncated = true;
-            call.body.push_str(&std::mem::take(&mut self.pending));
-            if let Some(h) = &mut call.header {
-                if h.scan.end.is_none() {
-                    h.scan.feed(&call.body[h.args_start + h.scan.consumed..]);
+        match std::mem::take(&mut self.at) {
+            Place::Text => {}
+            Place::Section(sec) => {
+                if sec.calls == 0 {
+                    // The trigger, then nothing that became a call.
+                    self.out.truncated = true;
+                    self.pending.clear();
                 }
-                let (index, args_start, upto) = (h.index, h.args_start, h.args_start + h.scan.complete);
-                self.stream_args(index, &call.body, args_start, upto, &mut ev);
+            }
+            Place::Call(mut call) => {
+                call.body.push_str(&std::mem::take(&mut self.pending));
+                if let Some(fmt) = self.fmt.clone() {
+                    if call.broken.is_some() {
+                        self.fail(&fmt, &call, call.body.len(), &mut ev);
+                    } else {
+                        self.out.truncated = true;
+                        if let Some(v0) = call.value_start {
+                            if call.scan.end.is_none() {
+                                call.scan.feed(&call.body[v0 + call.scan.consumed..]);
+                            }
+                        }
+                        self.stream(&mut call, &mut ev);
+                    }
+                }
             }
         }
         let rest = std::mem::take(&mut self.pending);
@@ -219,77 +297,345 @@ impl StreamParser {
     }
 
     fn drain(&mut self, ev: &mut Vec<StreamEvent>) {
-        loop {
-            let Some(fmt) = self.fmt.clone() else {
-                let text = std::mem::take(&mut self.pending);
-                self.content(&text, ev);
-                return;
-            };
-            let Some(mut call) = self.call.take() else {
-                if let Some(s) = self.pending.find(&fmt.call_start) {
-                    let before = self.pending[..s].to_string();
-                    self.content(&before, ev);
-                    self.pending.drain(..s + fmt.call_start.len());
-                    self.call = Some(OpenCall { whole: !self.incremental, ..OpenCall::default() });
-                    continue;
-                }
-                let keep = partial_suffix(&self.pending, &fmt.call_start);
-                let emit: String = self.pending.drain(..self.pending.len() - keep).collect();
-                self.content(&emit, ev);
-                return;
-            };
-            call.body.push_str(&std::mem::take(&mut self.pending));
-            if !call.whole {
-                if call.header.is_none() {
-                    match read_header(&fmt, &call.body) {
-                        HeaderRead::More => {}
-                        HeaderRead::Other => call.whole = true,
-                        HeaderRead::Found { name, args_start } => {
-                            let index = self.out.calls.len();
-                            let id = self.call_id(index);
-                            ev.push(StreamEvent::CallStart { index, id: id.clone(), name: name.clone() });
-                            self.out.calls.push(ToolCall {
-                                id,
-                                kind: "function".into(),
-                                function: CalledFunction { name, arguments: String::new() },
-                            });
-                            call.header = Some(Header { index, args_start, scan: ValueScan::default() });
-                        }
-                    }
-                }
-                if let Some(h) = &mut call.header {
-                    if h.scan.end.is_none() {
-                        h.scan.feed(&call.body[h.args_start + h.scan.consumed..]);
-                    }
-                    let upto = h.args_start + h.scan.complete;
-                    let (index, args_start) = (h.index, h.args_start);
-                    self.stream_args(index, &call.body, args_start, upto, ev);
-                    if let Some(end) = h.scan.end {
-                        let after = args_start + end;
-                        if let Some(e) = call.body[after..].find(&fmt.call_end) {
-                            self.pending = call.body.split_off(after + e + fmt.call_end.len());
-                            continue;
-                        }
-                    }
-                    self.call = Some(call);
-                    return;
-                }
-            }
-            if call.whole {
-                if let Some(e) = whole_call_end(&fmt, &call.body) {
-                    self.pending = call.body.split_off(e + fmt.call_end.len());
-                    call.body.truncate(e);
-                    self.close_whole(&fmt, &call.body, ev);
-                    continue;
-                }
-            }
-            self.call = Some(call);
+        let Some(fmt) = self.fmt.clone() else {
+            let text = std::mem::take(&mut self.pending);
+            self.content(&text, ev);
             return;
+        };
+        loop {
+            let more = match std::mem::take(&mut self.at) {
+                Place::Text => self.text(&fmt, ev),
+                Place::Section(sec) => self.section(&fmt, sec, ev),
+                Place::Call(call) => self.call(&fmt, call, ev),
+            };
+            if more {
+                return;
+            }
         }
     }
 
+    /// Free text: emit it up to the trigger. Returns `true` when more text is needed.
+    fn text(&mut self, fmt: &ToolFormat, ev: &mut Vec<StreamEvent>) -> bool {
+        let trigger = fmt.trigger();
+        if let Some(s) = self.pending.find(trigger) {
+            let before = self.pending[..s].to_string();
+            self.content(&before, ev);
+            self.pending.drain(..s + trigger.len());
+            self.at = if fmt.has_section() {
+                Place::Section(Section {
+                    list_open: fmt.list && fmt.section_start.ends_with('['),
+                    ..Section::default()
+                })
+            } else {
+                Place::Call(Box::default())
+            };
+            return false;
+        }
+        let keep = partial_suffix(&self.pending, trigger);
+        let emit: String = self.pending.drain(..self.pending.len() - keep).collect();
+        self.content(&emit, ev);
+        true
+    }
+
+    /// Between the calls of a section. Returns `true` when more text is needed.
+    fn section(&mut self, fmt: &ToolFormat, mut sec: Section, ev: &mut Vec<StreamEvent>) -> bool {
+        loop {
+            let ws = self.pending.len() - self.pending.trim_start().len();
+            sec.text.extend(self.pending.drain(..ws));
+            if self.pending.is_empty() {
+                self.at = Place::Section(sec);
+                return true;
+            }
+            let p = self.pending.as_str();
+            let mut punct = None;
+            if fmt.list && !sec.list_open && p.starts_with('[') {
+                sec.list_open = true;
+                punct = Some(1);
+            } else if fmt.list && sec.list_open && !sec.list_closed && p.starts_with(']') {
+                sec.list_closed = true;
+                punct = Some(1);
+            } else if fmt.list && sec.list_open && !sec.list_closed && sec.calls > 0 && p.starts_with(',') {
+                punct = Some(1);
+            } else if !fmt.list && sec.calls > 0 {
+                let sep = fmt.separator.trim();
+                if !sep.is_empty() && p.starts_with(sep) {
+                    punct = Some(sep.len());
+                }
+            }
+            if let Some(n) = punct {
+                sec.text.extend(self.pending.drain(..n));
+                continue;
+            }
+            let may_end = !fmt.list || sec.list_closed;
+            if may_end && !fmt.section_end.is_empty() && p.starts_with(&fmt.section_end) {
+                self.pending.drain(..fmt.section_end.len());
+                return false;
+            }
+            if fmt.list && sec.list_closed && fmt.section_end.is_empty() {
+                return false;
+            }
+            let may_call = !fmt.list || (sec.list_open && !sec.list_closed);
+            let opens = if fmt.call_start.is_empty() { p.starts_with('{') } else { p.starts_with(&fmt.call_start) };
+            if may_call && opens {
+                self.pending.drain(..fmt.call_start.len());
+                let prefix = if sec.calls == 0 {
+                    format!("{}{}", fmt.trigger(), std::mem::take(&mut sec.text))
+                } else {
+                    std::mem::take(&mut sec.text)
+                };
+                sec.calls += 1;
+                self.at = Place::Call(Box::new(OpenCall { section: Some(sec), prefix, ..OpenCall::default() }));
+                return false;
+            }
+            let could_be = |m: &str| !m.is_empty() && m.starts_with(p);
+            if (may_end && could_be(&fmt.section_end)) || (may_call && could_be(&fmt.call_start)) {
+                self.at = Place::Section(sec);
+                return true;
+            }
+            // Anything else ends the section: after calls it is text; before any call,
+            // the trigger did not lead to one, which a client sees as text.
+            if sec.calls == 0 {
+                self.out.failures += 1;
+                let text = format!("{}{}", fmt.trigger(), sec.text);
+                self.content(&text, ev);
+            }
+            return false;
+        }
+    }
+
+    /// Inside a call. Returns `true` when more text is needed.
+    fn call(&mut self, fmt: &ToolFormat, mut call: Box<OpenCall>, ev: &mut Vec<StreamEvent>) -> bool {
+        call.body.push_str(&std::mem::take(&mut self.pending));
+        match self.read_call(fmt, &mut call, ev) {
+            CallStep::More => {
+                self.at = Place::Call(call);
+                true
+            }
+            CallStep::Done(used) => {
+                self.pending = call.body.split_off(used);
+                self.at = call.section.take().map(Place::Section).unwrap_or_default();
+                false
+            }
+        }
+    }
+
+    fn read_call(&mut self, fmt: &ToolFormat, call: &mut OpenCall, ev: &mut Vec<StreamEvent>) -> CallStep {
+        if call.broken.is_some() {
+            return self.skip_broken(fmt, call, ev);
+        }
+        let name_then = fmt.body == BodyKind::NameThenArguments;
+        if name_then && call.name.is_none() {
+            match read_name(fmt, &call.body) {
+                None => return CallStep::More,
+                Some(Err(())) => return self.break_at(fmt, call, 0, ev),
+                Some(Ok(found)) => {
+                    if self.incremental {
+                        let index = self.announce(found.0.clone(), ev);
+                        let fragments = fmt.dialect == ArgsDialect::Json;
+                        call.streamed = Some(Streamed { index, args: None, inner: None, fragments });
+                    }
+                    call.name = Some(found);
+                }
+            }
+        }
+        let v0 = match call.value_start {
+            Some(v0) => v0,
+            None => {
+                let from = call.name.as_ref().map_or(0, |(_, after)| *after);
+                let v0 = from + leading_ws(&call.body[from..]);
+                match call.body.as_bytes().get(v0) {
+                    None => return CallStep::More,
+                    Some(b'{') => {}
+                    Some(_) => return self.break_at(fmt, call, v0, ev),
+                }
+                call.value_start = Some(v0);
+                if let Some(st) = call.streamed.as_mut() {
+                    st.args = Some(v0);
+                }
+                v0
+            }
+        };
+        if self.incremental && !name_then && call.streamed.is_none() && !call.no_header {
+            match read_header(fmt, &call.body[v0..]) {
+                HeaderRead::More => {}
+                HeaderRead::Other => call.no_header = true,
+                HeaderRead::Found { name, args_start } => {
+                    let index = self.announce(name, ev);
+                    call.streamed = Some(Streamed {
+                        index,
+                        args: Some(v0 + args_start),
+                        inner: Some(ValueScan::default()),
+                        fragments: true,
+                    });
+                }
+            }
+        }
+        if call.scan.end.is_none() {
+            call.scan.gemma = fmt.dialect == ArgsDialect::Gemma4;
+            call.scan.feed(&call.body[v0 + call.scan.consumed..]);
+        }
+        self.stream(call, ev);
+        if let (Some(at), None) = (call.scan.stray, &call.streamed) {
+            return self.break_at(fmt, call, v0 + at, ev);
+        }
+        let Some(len) = call.scan.end else { return CallStep::More };
+        let v_end = v0 + len;
+        let used = if fmt.call_end.is_empty() {
+            v_end
+        } else {
+            let end = &fmt.call_end;
+            let r0 = &call.body[v_end..];
+            let r1 = r0.trim_start();
+            let ws = r0.len() - r1.len();
+            if r0.starts_with(end.as_str()) {
+                v_end + end.len()
+            } else if r1.starts_with(end.as_str()) {
+                v_end + ws + end.len()
+            } else if end.starts_with(r0) || end.starts_with(r1) {
+                return CallStep::More;
+            } else if call.streamed.is_some() {
+                // Incremental: the call is out; whatever precedes its end marker is dropped.
+                match r0.find(end.as_str()) {
+                    Some(e) => v_end + e + end.len(),
+                    None => return CallStep::More,
+                }
+            } else {
+                return self.break_at(fmt, call, v_end + ws, ev);
+            }
+        };
+        self.complete(fmt, call, v0, v_end, used, ev)
+    }
+
+    /// The call's value and end are read: emit it (or, if it does not parse, its text).
+    fn complete(
+        &mut self,
+        fmt: &ToolFormat,
+        call: &mut OpenCall,
+        v0: usize,
+        v_end: usize,
+        used: usize,
+        ev: &mut Vec<StreamEvent>,
+    ) -> CallStep {
+        let value = &call.body[v0..v_end];
+        let parsed = match (&call.name, fmt.dialect) {
+            (None, _) => parse_body(fmt, value),
+            (Some((name, _)), ArgsDialect::Json) => {
+                serde_json::from_str::<serde::de::IgnoredAny>(value).ok().map(|_| (name.clone(), value.to_string()))
+            }
+            (Some((name, _)), ArgsDialect::Gemma4) => gemma_to_json(value).map(|args| (name.clone(), args)),
+        };
+        match (&call.streamed, parsed) {
+            (Some(st), Some((_, args))) if !st.fragments => {
+                let index = st.index;
+                self.out.calls[index].function.arguments = args.clone();
+                ev.push(StreamEvent::Arguments { index, fragment: args });
+            }
+            (Some(_), Some(_)) => {}
+            (Some(st), None) => {
+                // Announced, then unreadable (not possible for a constrained call): the
+                // call stays with the arguments it has and counts as a failure.
+                if !st.fragments {
+                    self.out.failures += 1;
+                }
+            }
+            (None, Some((name, args))) => {
+                let index = self.announce(name, ev);
+                if !args.is_empty() {
+                    self.out.calls[index].function.arguments = args.clone();
+                    ev.push(StreamEvent::Arguments { index, fragment: args });
+                }
+            }
+            (None, None) => self.fail(fmt, call, used, ev),
+        }
+        CallStep::Done(used)
+    }
+
+    /// Mark the call malformed from body offset `at` and skip to its end.
+    fn break_at(&mut self, fmt: &ToolFormat, call: &mut OpenCall, at: usize, ev: &mut Vec<StreamEvent>) -> CallStep {
+        call.broken = Some(at);
+        self.skip_broken(fmt, call, ev)
+    }
+
+    /// A malformed call ends after its end marker, or before the next call, section
+    /// end or trigger, whichever comes first; without any of them, at the end of the
+    /// text ([`Self::finish`]).
+    fn skip_broken(&mut self, fmt: &ToolFormat, call: &mut OpenCall, ev: &mut Vec<StreamEvent>) -> CallStep {
+        let from = call.broken.unwrap_or(0);
+        let rest = &call.body[from..];
+        let mut ends: Vec<usize> = Vec::new();
+        if !fmt.call_end.is_empty() {
+            ends.extend(rest.find(&fmt.call_end).map(|e| from + e + fmt.call_end.len()));
+        }
+        if call.section.is_some() && !fmt.section_end.is_empty() {
+            ends.extend(rest.find(&fmt.section_end).map(|e| from + e));
+        }
+        for m in [fmt.call_start.as_str(), fmt.trigger()] {
+            if !m.is_empty() {
+                ends.extend(rest.find(m).map(|e| from + e));
+            }
+        }
+        match ends.into_iter().min() {
+            Some(used) => {
+                self.fail(fmt, call, used, ev);
+                CallStep::Done(used)
+            }
+            None => CallStep::More,
+        }
+    }
+
+    /// A call that did not parse: its text goes to the content and counts as a failure.
+    fn fail(&mut self, fmt: &ToolFormat, call: &OpenCall, used: usize, ev: &mut Vec<StreamEvent>) {
+        self.out.failures += 1;
+        let text = format!("{}{}{}", call.prefix, fmt.call_start, &call.body[..used]);
+        self.content(&text, ev);
+    }
+
+    /// Announce a call: its index, id and name.
+    fn announce(&mut self, name: String, ev: &mut Vec<StreamEvent>) -> usize {
+        let index = self.out.calls.len();
+        let id = self.call_id(index);
+        ev.push(StreamEvent::CallStart { index, id: id.clone(), name: name.clone() });
+        self.out.calls.push(ToolCall {
+            id,
+            kind: "function".into(),
+            function: CalledFunction { name, arguments: String::new() },
+        });
+        index
+    }
+
+    /// Stream the arguments of an announced call as far as they are known.
+    fn stream(&mut self, call: &mut OpenCall, ev: &mut Vec<StreamEvent>) {
+        let Some(st) = call.streamed.as_mut() else { return };
+        let (Some(args), true) = (st.args, st.fragments) else { return };
+        let upto = match st.inner.as_mut() {
+            Some(inner) => {
+                if inner.end.is_none() {
+                    inner.feed(&call.body[args + inner.consumed..]);
+                }
+                args + inner.complete
+            }
+            None => args + call.scan.complete,
+        };
+        let index = st.index;
+        self.stream_args(index, &call.body, args, upto, ev);
+    }
+
     fn call_id(&self, index: usize) -> String {
-        format!("call_{:08x}{:04x}", self.id_seed as u32, index)
+        match self.fmt.as_ref().map(|f| f.call_ids).unwrap_or_default() {
+            CallIds::Openai => format!("call_{:08x}{:04x}", self.id_seed as u32, index),
+            CallIds::Alnum9 => {
+                const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+                let mut h = (self.id_seed ^ (index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1;
+                (0..9)
+                    .map(|_| {
+                        h ^= h << 13;
+                        h ^= h >> 7;
+                        h ^= h << 17;
+                        ALPHABET[(h % ALPHABET.len() as u64) as usize] as char
+                    })
+                    .collect()
+            }
+        }
     }
 
     /// Emit `body[args_start..upto]` beyond what call `index` already has.
@@ -305,28 +651,6 @@ impl StreamParser {
             let fragment = body[from..upto].to_string();
             args.push_str(&fragment);
             ev.push(StreamEvent::Arguments { index, fragment });
-        }
-    }
-
-    fn close_whole(&mut self, fmt: &ToolFormat, body: &str, ev: &mut Vec<StreamEvent>) {
-        match parse_body(fmt, body.trim()) {
-            Some((name, arguments)) => {
-                let index = self.out.calls.len();
-                let id = self.call_id(index);
-                ev.push(StreamEvent::CallStart { index, id: id.clone(), name: name.clone() });
-                if !arguments.is_empty() {
-                    ev.push(StreamEvent::Arguments { index, fragment: arguments.clone() });
-                }
-                self.out.calls.push(ToolCall {
-                    id,
-                    kind: "function".into(),
-                    function: CalledFunction { name, arguments },
-                });
-            }
-            None => {
-                self.out.failures += 1;
-                self.content(&format!("{}{body}{}", fmt.call_start, fmt.call_end), ev);
-            }
         }
     }
 
@@ -354,18 +678,43 @@ impl StreamParser {
     }
 }
 
-/// Where a whole-mode call ends: the first end marker before which the body is not
-/// JSON cut short — so an end marker inside a string argument does not end the call.
-fn whole_call_end(fmt: &ToolFormat, body: &str) -> Option<usize> {
-    let mut from = 0;
-    while let Some(e) = body[from..].find(&fmt.call_end).map(|e| e + from) {
-        let BodyKind::JsonNameArguments = fmt.body;
-        match serde_json::from_str::<serde::de::IgnoredAny>(body[..e].trim()) {
-            Err(err) if err.is_eof() => from = e + fmt.call_end.len(),
-            _ => return Some(e),
+fn leading_ws(s: &str) -> usize {
+    s.len() - s.trim_start().len()
+}
+
+/// The name at the start of a name-then-arguments body and where the text after its
+/// `name_end` begins: `None` while undecided, `Err` for a malformed name (empty, too
+/// long, with whitespace, or without its index).
+#[allow(clippy::type_complexity)]
+fn read_name(fmt: &ToolFormat, body: &str) -> Option<Result<(String, usize), ()>> {
+    let (raw, after) = if fmt.name_end.is_empty() {
+        let ident =
+            |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') || fmt.name_index_separator.contains(c);
+        match body.find(|c: char| !ident(c)) {
+            Some(i) => (&body[..i], i),
+            None if body.len() > MAX_NAME => return Some(Err(())),
+            None => return None,
         }
-    }
-    None
+    } else {
+        match body.find(&fmt.name_end) {
+            Some(i) => (&body[..i], i + fmt.name_end.len()),
+            None if body.len() > MAX_NAME + fmt.name_end.len() => return Some(Err(())),
+            None => return None,
+        }
+    };
+    let name = if fmt.name_index_separator.is_empty() {
+        Some(raw)
+    } else {
+        raw.rsplit_once(fmt.name_index_separator.as_str())
+            .filter(|(_, i)| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
+            .map(|(n, _)| n)
+    };
+    Some(match name {
+        Some(n) if !n.is_empty() && n.len() <= MAX_NAME && !n.contains(char::is_whitespace) => {
+            Ok((n.to_string(), after))
+        }
+        _ => Err(()),
+    })
 }
 
 /// Length of the longest proper suffix of `s` that is a prefix of `marker`, on a char
@@ -385,7 +734,6 @@ enum HeaderRead {
 /// whitespace anywhere between tokens), up to the first character of a non-string
 /// arguments value.
 fn read_header(fmt: &ToolFormat, body: &str) -> HeaderRead {
-    let BodyKind::JsonNameArguments = fmt.body;
     let b = body.as_bytes();
     let mut i = 0;
     macro_rules! ws {
@@ -453,7 +801,11 @@ fn json_string_len(s: &str) -> Option<usize> {
     None
 }
 
-/// Tracks where a JSON value (object, array or scalar) ends, byte by byte.
+/// Gemma 4's string quote (a special token).
+const GEMMA_QUOTE: &str = "<|\"|>";
+
+/// Tracks where a value (object, array or scalar) ends, byte by byte: JSON, or Gemma
+/// 4's syntax (strings between [`GEMMA_QUOTE`]s, without escapes).
 #[derive(Debug, Clone, Default)]
 struct ValueScan {
     /// Bytes examined.
@@ -462,19 +814,40 @@ struct ValueScan {
     complete: usize,
     /// The value's length, once it has ended.
     end: Option<usize>,
+    /// A `<` outside any string (not part of a value: the start of a marker), where.
+    stray: Option<usize>,
     depth: usize,
     in_string: bool,
     escaped: bool,
     scalar: bool,
+    gemma: bool,
 }
 
 impl ValueScan {
+    /// Examine `s`, the text after the bytes already consumed.
     fn feed(&mut self, s: &str) {
-        for &c in s.as_bytes() {
-            if self.end.is_some() {
+        let b = s.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            if self.end.is_some() || self.stray.is_some() {
                 return;
             }
+            let c = b[i];
             let at = self.consumed;
+            if self.gemma && c == b'<' && !self.scalar {
+                let rest = &s[i..];
+                if rest.starts_with(GEMMA_QUOTE) {
+                    self.in_string = !self.in_string;
+                    i += GEMMA_QUOTE.len();
+                    self.consumed += GEMMA_QUOTE.len();
+                    self.complete = self.consumed;
+                    continue;
+                }
+                if GEMMA_QUOTE.starts_with(rest) {
+                    return; // A quote split across pieces: wait for the rest.
+                }
+            }
+            i += 1;
             self.consumed += 1;
             if self.consumed == 1 && !matches!(c, b'{' | b'[') {
                 self.scalar = true;
@@ -488,21 +861,27 @@ impl ValueScan {
                 continue;
             }
             if self.in_string {
-                match (self.escaped, c) {
-                    (true, _) => self.escaped = false,
-                    (false, b'\\') => self.escaped = true,
-                    (false, b'"') => self.in_string = false,
-                    _ => {}
+                if !self.gemma {
+                    match (self.escaped, c) {
+                        (true, _) => self.escaped = false,
+                        (false, b'\\') => self.escaped = true,
+                        (false, b'"') => self.in_string = false,
+                        _ => {}
+                    }
                 }
             } else {
                 match c {
-                    b'"' => self.in_string = true,
+                    b'"' if !self.gemma => self.in_string = true,
                     b'{' | b'[' => self.depth += 1,
                     b'}' | b']' => {
                         self.depth = self.depth.saturating_sub(1);
                         if self.depth == 0 {
                             self.end = Some(self.consumed);
                         }
+                    }
+                    b'<' => {
+                        self.stray = Some(at);
+                        return;
                     }
                     _ => {}
                 }
@@ -512,19 +891,128 @@ impl ValueScan {
     }
 }
 
-/// Parse a whole call body: `(name, arguments)`; arguments are the value's own text
-/// (or the decoded string if the model wrote them as a JSON string), `{}` if absent.
+/// Parse a whole JSON call body: `(name, arguments)`; arguments are the value's own
+/// text (or the decoded string if the model wrote them as a JSON string), `{}` if
+/// absent. Other keys (an `id`) are ignored.
 pub(crate) fn parse_body(f: &ToolFormat, body: &str) -> Option<(String, String)> {
-    match f.body {
-        BodyKind::JsonNameArguments => {
-            let map: std::collections::HashMap<String, &RawValue> = serde_json::from_str(body).ok()?;
-            let name: String = serde_json::from_str(map.get(&f.name_key)?.get()).ok()?;
-            let args = match map.get(&f.arguments_key) {
-                Some(raw) if raw.get().starts_with('"') => serde_json::from_str::<String>(raw.get()).ok()?,
-                Some(raw) => raw.get().to_string(),
-                None => "{}".into(),
-            };
-            Some((name, args))
+    let map: std::collections::HashMap<String, &RawValue> = serde_json::from_str(body).ok()?;
+    let name: String = serde_json::from_str(map.get(&f.name_key)?.get()).ok()?;
+    let args = match map.get(&f.arguments_key) {
+        Some(raw) if raw.get().starts_with('"') => serde_json::from_str::<String>(raw.get()).ok()?,
+        Some(raw) => raw.get().to_string(),
+        None => "{}".into(),
+    };
+    Some((name, args))
+}
+
+/// Gemma 4's native value syntax (`{city:<|"|>Paris<|"|>,n:[1,2]}`) as compact JSON,
+/// or `None` if `s` is not one value in that syntax.
+///
+/// ```
+/// # use toolgate::tools::stream::gemma_to_json;
+/// assert_eq!(gemma_to_json(r#"{city:<|"|>Paris<|"|>,n:[1,true]}"#).as_deref(), Some(r#"{"city":"Paris","n":[1,true]}"#));
+/// assert_eq!(gemma_to_json("{city:Paris}"), None);
+/// ```
+pub fn gemma_to_json(s: &str) -> Option<String> {
+    let mut r = GemmaReader { s, i: 0, depth: 0 };
+    let v = r.value()?;
+    r.ws();
+    (r.i == s.len()).then(|| serde_json::to_string(&v).ok()).flatten()
+}
+
+struct GemmaReader<'a> {
+    s: &'a str,
+    i: usize,
+    depth: usize,
+}
+
+impl GemmaReader<'_> {
+    fn ws(&mut self) {
+        self.i += leading_ws(&self.s[self.i..]);
+    }
+
+    fn eat(&mut self, t: &str) -> bool {
+        self.ws();
+        let hit = self.s[self.i..].starts_with(t);
+        if hit {
+            self.i += t.len();
         }
+        hit
+    }
+
+    fn string(&mut self) -> Option<String> {
+        if !self.eat(GEMMA_QUOTE) {
+            return None;
+        }
+        let len = self.s[self.i..].find(GEMMA_QUOTE)?;
+        let text = self.s[self.i..self.i + len].to_string();
+        self.i += len + GEMMA_QUOTE.len();
+        Some(text)
+    }
+
+    fn value(&mut self) -> Option<serde_json::Value> {
+        use serde_json::Value;
+        self.depth += 1;
+        if self.depth > 128 {
+            return None;
+        }
+        self.ws();
+        let rest = &self.s[self.i..];
+        let v = if rest.starts_with(GEMMA_QUOTE) {
+            Value::String(self.string()?)
+        } else if self.eat("{") {
+            let mut map = serde_json::Map::new();
+            if !self.eat("}") {
+                loop {
+                    self.ws();
+                    let key = if self.s[self.i..].starts_with(GEMMA_QUOTE) {
+                        self.string()?
+                    } else {
+                        let k = &self.s[self.i..];
+                        let n = k.find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-')).unwrap_or(k.len());
+                        if n == 0 {
+                            return None;
+                        }
+                        self.i += n;
+                        k[..n].to_string()
+                    };
+                    if !self.eat(":") {
+                        return None;
+                    }
+                    map.insert(key, self.value()?);
+                    if self.eat("}") {
+                        break;
+                    }
+                    if !self.eat(",") {
+                        return None;
+                    }
+                }
+            }
+            Value::Object(map)
+        } else if self.eat("[") {
+            let mut items = Vec::new();
+            if !self.eat("]") {
+                loop {
+                    items.push(self.value()?);
+                    if self.eat("]") {
+                        break;
+                    }
+                    if !self.eat(",") {
+                        return None;
+                    }
+                }
+            }
+            Value::Array(items)
+        } else {
+            let n = rest.find(|c: char| matches!(c, ',' | '}' | ']') || c.is_whitespace()).unwrap_or(rest.len());
+            let v: Value = serde_json::from_str(&rest[..n]).ok()?;
+            if v.is_string() || v.is_object() || v.is_array() {
+                return None;
+            }
+            self.i += n;
+            v
+        };
+        self.depth -= 1;
+        Some(v)
     }
 }

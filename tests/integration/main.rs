@@ -25,4 +25,5 @@ mod template_gate;
 mod template_render;
 mod tiny_models;
 mod tokenizer_fixtures;
+mod tool_formats;
 mod tools;

@@ -78,7 +78,11 @@ fn families_are_recognised_from_real_templates() {
         ("mistralai-Mistral-Nemo-Instruct-2407.jinja", "mistral"),
         ("google-gemma-4-31B-it.jinja", "gemma4"),
         ("meta-llama-Llama-3.1-8B-Instruct.jinja", "llama3-json"),
-        ("deepseek-ai-DeepSeek-V3.1.jinja", "deepseek-v3"),
+        ("deepseek-ai-DeepSeek-V3.1.jinja", "deepseek-v3.1"),
+        ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", "deepseek-r1"),
+        ("mistralai-Ministral-3-14B-Reasoning-2512.jinja", "mistral-v11"),
+        ("unsloth-mistral-Devstral-Small-2507.jinja", "mistral-v11"),
+        ("Apriel-1.6-15b-Thinker-fixed.jinja", "apriel"),
         ("moonshotai-Kimi-K2.jinja", "kimi-k2"),
         ("meetkai-functionary-medium-v3.1.jinja", "functionary-v3.1"),
     ] {

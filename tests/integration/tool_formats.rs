@@ -1,0 +1,321 @@
+//! Every family format in `grammars/` against the calls its vendors' own templates
+//! write: the family is detected from the template, the parser reads the calls Hugging
+//! Face's renderer produced (`../shared/templates/expected-render.jsonl`, case
+//! `tool_roundtrip`) at every split point in both reading modes, the constrained
+//! grammar accepts that exact text, and SmolLM2 — given each family's template —
+//! writes calls in that family's layout that parse and validate.
+
+use crate::common;
+
+use std::path::PathBuf;
+
+use serde_json::{json, Value};
+use toolgate::engine::chat::{tool_turn, ToolMode};
+use toolgate::engine::{Engine, GenerateParams};
+use toolgate::grammar::Grammar;
+use toolgate::model::DeviceChoice;
+use toolgate::template::source::GgufTemplates;
+use toolgate::template::{family, gate, ChatTemplate, ToolFallback};
+use toolgate::tokenizer::Tokenizer;
+use toolgate::tools::format::{self, ArgsDialect, ToolFormat};
+use toolgate::tools::stream::{ParsedOutput, StreamParser};
+use toolgate::tools::{calls_regex, Tool, ToolChoice};
+
+/// `(template file, family)`: every template in the corpus that renders tool calls in
+/// a layout toolgate has a format file for.
+const RENDERED: &[(&str, &str)] = &[
+    ("Qwen-Qwen2.5-7B-Instruct.jinja", "hermes"),
+    ("Qwen-QwQ-32B.jinja", "hermes"),
+    ("NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja", "hermes"),
+    ("MiMo-VL.jinja", "hermes"),
+    ("Bielik-11B-v3.0-Instruct.jinja", "hermes"),
+    ("mistralai-Mistral-Nemo-Instruct-2407.jinja", "mistral"),
+    ("mistralai-Ministral-3-14B-Reasoning-2512.jinja", "mistral-v11"),
+    ("unsloth-mistral-Devstral-Small-2507.jinja", "mistral-v11"),
+    ("meetkai-functionary-medium-v3.1.jinja", "functionary-v3.1"),
+    ("deepseek-ai-DeepSeek-V3.1.jinja", "deepseek-v3.1"),
+    ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", "deepseek-r1"),
+    ("moonshotai-Kimi-K2.jinja", "kimi-k2"),
+    ("Apriel-1.6-15b-Thinker-fixed.jinja", "apriel"),
+    ("google-gemma-4-31B-it.jinja", "gemma4"),
+];
+
+fn templates_dir() -> PathBuf {
+    std::env::var("TOOLGATE_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"))
+        .join("templates")
+}
+
+/// The `tool_roundtrip` case of `template`: its input and Hugging Face's text.
+fn roundtrip(template: &str) -> (Value, String) {
+    let lines = std::fs::read_to_string(templates_dir().join("expected-render.jsonl")).unwrap();
+    let row: Value = lines
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|r| r["template"] == template && r["case"] == "tool_roundtrip")
+        .unwrap_or_else(|| panic!("no tool_roundtrip case for {template}"));
+    let out = row["output"].as_str().unwrap_or_else(|| panic!("{template}: {}", row["error"])).to_string();
+    (row["input"].clone(), out)
+}
+
+/// What the model wrote in the rendered conversation: everything after the user's
+/// question (the calls, then later turns, which hold no calls).
+fn after_question(rendered: &str) -> &str {
+    let q = "Weather in Paris, and 2+3?";
+    &rendered[rendered.find(q).unwrap() + q.len()..]
+}
+
+fn parse(fmt: &ToolFormat, incremental: bool, pieces: &[&str]) -> ParsedOutput {
+    let mut p = StreamParser::new(Some(fmt.clone()), incremental, 3);
+    for piece in pieces {
+        p.push(piece);
+    }
+    p.finish();
+    p.into_output()
+}
+
+fn assert_roundtrip_calls(out: &ParsedOutput, what: &str) {
+    assert_eq!(out.failures, 0, "{what}: {out:?}");
+    let calls: Vec<(String, Value)> = out
+        .calls
+        .iter()
+        .map(|c| (c.function.name.clone(), serde_json::from_str(&c.function.arguments).expect("arguments are JSON")))
+        .collect();
+    assert_eq!(
+        calls,
+        vec![
+            ("get_weather".to_string(), json!({"city": "Paris", "unit": "celsius"})),
+            ("add".to_string(), json!({"a": 2, "b": 3}))
+        ],
+        "{what}"
+    );
+}
+
+#[test]
+fn every_family_reads_the_calls_its_templates_render_at_every_split() {
+    for &(template, fam) in RENDERED {
+        let src = std::fs::read_to_string(templates_dir().join(template)).unwrap();
+        assert_eq!(family::detect(&ChatTemplate::new(template, src).unwrap()), fam, "{template}");
+        let fmt = format::for_family(fam).unwrap().unwrap_or_else(|| panic!("no format file for {fam}"));
+        let (_, rendered) = roundtrip(template);
+        let text = after_question(&rendered);
+        for incremental in [false, true] {
+            let whole = parse(&fmt, incremental, &[text]);
+            assert_roundtrip_calls(&whole, &format!("{template} incremental={incremental}"));
+            let ids: std::collections::HashSet<_> = whole.calls.iter().map(|c| &c.id).collect();
+            assert_eq!(ids.len(), 2, "call ids are distinct");
+            let splits: Vec<usize> = (0..=text.len()).filter(|&i| text.is_char_boundary(i)).collect();
+            for &i in &splits {
+                let out = parse(&fmt, incremental, &[&text[..i], &text[i..]]);
+                assert_eq!(out, whole, "{template} incremental={incremental} split at {i}");
+            }
+            let chars: Vec<&str> = splits.windows(2).map(|w| &text[w[0]..w[1]]).collect();
+            assert_eq!(parse(&fmt, incremental, &chars), whole, "{template} char by char");
+        }
+    }
+}
+
+/// Mistral Nemo's template refuses call ids that are not nine characters long: the
+/// ids toolgate gives that family's calls render back.
+#[test]
+fn mistral_call_ids_render_back_through_the_template() {
+    let fmt = format::for_family("mistral").unwrap().unwrap();
+    let (input, rendered) = roundtrip("mistralai-Mistral-Nemo-Instruct-2407.jinja");
+    let out = parse(&fmt, false, &[after_question(&rendered)]);
+    let mut messages = vec![input["messages"][0].clone()];
+    let calls: Vec<Value> = out.calls.iter().map(|c| serde_json::to_value(c).unwrap()).collect();
+    assert!(out.calls.iter().all(|c| c.id.len() == 9 && c.id.bytes().all(|b| b.is_ascii_alphanumeric())));
+    messages.push(json!({"role": "assistant", "content": "", "tool_calls": calls}));
+    messages.push(json!({"role": "tool", "tool_call_id": out.calls[0].id, "content": "15"}));
+    messages.push(json!({"role": "tool", "tool_call_id": out.calls[1].id, "content": "5"}));
+    let src = std::fs::read_to_string(templates_dir().join("mistralai-Mistral-Nemo-Instruct-2407.jinja")).unwrap();
+    let t = ChatTemplate::new("nemo", src).unwrap();
+    let text = t.render(&toolgate::template::RenderRequest::new(messages)).unwrap();
+    assert!(text.contains(&format!("\"id\": \"{}\"", out.calls[0].id)), "{text}");
+}
+
+/// The tools of the `tool_roundtrip` case, as OpenAI tools.
+fn roundtrip_tools(input: &Value) -> Vec<Tool> {
+    serde_json::from_value(input["tools"].clone()).unwrap()
+}
+
+fn smollm2_tokenizer() -> Tokenizer {
+    let gguf = toolgate::gguf::GgufFile::open(common::model(common::SMOLLM2)).unwrap();
+    Tokenizer::from_gguf(&gguf).unwrap()
+}
+
+/// The bytes the constraint sees for `text`: Gemma 4's string quote is a control
+/// token, which the grammar spells `0xFF<|"|>` (no vocabulary here has the other
+/// markers as control tokens, so they stay text).
+fn constraint_bytes(fmt: &ToolFormat, text: &str) -> Vec<u8> {
+    match fmt.dialect {
+        ArgsDialect::Json => text.as_bytes().to_vec(),
+        ArgsDialect::Gemma4 => {
+            text.replace("<|\"|>", "\u{0}<|\"|>").bytes().map(|b| if b == 0 { 0xFF } else { b }).collect()
+        }
+    }
+}
+
+#[test]
+fn the_constraint_accepts_the_calls_each_template_renders() {
+    let tok = smollm2_tokenizer();
+    for &(template, fam) in RENDERED {
+        let fmt = format::for_family(fam).unwrap().unwrap();
+        let (input, rendered) = roundtrip(template);
+        let text = after_question(&rendered);
+        let tools = roundtrip_tools(&input);
+        let grammar = Grammar::from_regex(&calls_regex(&fmt, &tools, &ToolChoice::Required, true, &tok).unwrap())
+            .unwrap_or_else(|e| panic!("{template}: {e}"));
+        let start = text.find(fmt.trigger()).unwrap_or_else(|| panic!("{template}: no trigger in {text:?}"));
+        let calls = &text[start..];
+        // The longest prefix of the calls text the grammar accepts whole.
+        let ends: Vec<usize> = (0..=calls.len()).filter(|&i| calls.is_char_boundary(i)).collect();
+        let accepted = ends
+            .iter()
+            .rev()
+            .find(|&&i| grammar.matches(&constraint_bytes(&fmt, &calls[..i])))
+            .unwrap_or_else(|| panic!("{template}: the grammar accepts no prefix of {calls:?}"));
+        // …and it holds both calls.
+        assert_roundtrip_calls(&parse(&fmt, false, &[&calls[..*accepted]]), template);
+        // One call only when parallel calls are off; a named tool excludes the other.
+        let one = Grammar::from_regex(&calls_regex(&fmt, &tools, &ToolChoice::Required, false, &tok).unwrap()).unwrap();
+        assert!(!one.matches(&constraint_bytes(&fmt, &calls[..*accepted])), "{template}");
+        let named = calls_regex(&fmt, &tools, &ToolChoice::Named("add".into()), true, &tok).unwrap();
+        assert!(!Grammar::from_regex(&named).unwrap().matches(&constraint_bytes(&fmt, &calls[..*accepted])));
+    }
+}
+
+/// Granite 3.x and Phi-4-mini / FireFunction templates in the corpus do not render an
+/// assistant's calls back (Granite drops them, FireFunction's needs a `functions`
+/// variable), so these two read the layout their templates' own instructions give:
+/// "respond only with <|tool_call|> followed by a JSON list", "functools[{…}, …]".
+#[test]
+fn granite_and_functools_read_the_layout_their_templates_describe() {
+    let cases = [
+        ("granite", "<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}, {\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": 3}}]<|end_of_text|>"),
+        ("functools", " functools[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}, {\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": 3}}]"),
+    ];
+    let (input, _) = roundtrip("Qwen-Qwen2.5-7B-Instruct.jinja");
+    let tools = roundtrip_tools(&input);
+    let tok = smollm2_tokenizer();
+    for (fam, text) in cases {
+        let fmt = format::for_family(fam).unwrap().unwrap();
+        for incremental in [false, true] {
+            let out = parse(&fmt, incremental, &[text]);
+            assert_roundtrip_calls(&out, fam);
+            let splits: Vec<usize> = (0..=text.len()).filter(|&i| text.is_char_boundary(i)).collect();
+            for &i in &splits {
+                assert_eq!(parse(&fmt, incremental, &[&text[..i], &text[i..]]), out, "{fam} split at {i}");
+            }
+        }
+        let grammar =
+            Grammar::from_regex(&calls_regex(&fmt, &tools, &ToolChoice::Required, true, &tok).unwrap()).unwrap();
+        let calls = &text[text.find(fmt.trigger()).unwrap()..text.rfind(']').unwrap() + 1];
+        assert!(grammar.matches(calls.as_bytes()), "{fam}: {calls}");
+    }
+    // The word alone is text, not a call: the trigger is `functools[`.
+    let fmt = format::for_family("functools").unwrap().unwrap();
+    let out = parse(&fmt, false, &["Use functools.partial here."]);
+    assert_eq!((out.content.as_str(), out.calls.len(), out.failures), ("Use functools.partial here.", 0, 0));
+}
+
+/// Malformed native output in sectioned formats stays visible and counts as a failure,
+/// and the calls after it are still read.
+#[test]
+fn malformed_calls_in_sections_are_content_and_failures() {
+    let v31 = format::for_family("deepseek-v3.1").unwrap().unwrap();
+    let bad_then_good = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get weather now<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁call▁begin｜>add<｜tool▁sep｜>{\"a\": 1, \"b\": 2}<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+    let out = parse(&v31, false, &[bad_then_good]);
+    assert_eq!(out.failures, 1, "{out:?}");
+    assert_eq!(out.calls.len(), 1);
+    assert_eq!(out.calls[0].function.name, "add");
+    assert!(out.content.contains("get weather now"), "{out:?}");
+    let nemo = format::for_family("mistral").unwrap().unwrap();
+    let out = parse(&nemo, false, &["[TOOL_CALLS] I cannot call tools."]);
+    assert_eq!((out.failures, out.calls.len()), (1, 0));
+    assert_eq!(out.content, "[TOOL_CALLS] I cannot call tools.");
+    // An unclosed object before the end marker: the call is malformed, not waiting forever.
+    let hermes = format::for_family("hermes").unwrap().unwrap();
+    let out = parse(&hermes, false, &["<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}</tool_call> after"]);
+    assert_eq!((out.failures, out.calls.len(), out.truncated), (1, 0, false));
+    assert!(out.content.ends_with("</tool_call> after"), "{out:?}");
+    // Gemma 4 arguments that are not Gemma syntax.
+    let g4 = format::for_family("gemma4").unwrap().unwrap();
+    let out = parse(&g4, false, &["<|tool_call>call:f{city:Paris}<tool_call|>"]);
+    assert_eq!((out.failures, out.calls.len()), (1, 0));
+}
+
+/// SmolLM2 (49k vocabulary, no control tokens for these markers) given each family's
+/// template, constrained: every call it writes is in that family's layout, parses, and
+/// validates.
+#[test]
+fn smollm2_writes_valid_calls_in_every_family_layout_under_the_constraint() {
+    let mut engine = Engine::load(common::model(common::SMOLLM2), DeviceChoice::Cpu).unwrap();
+    let templates = GgufTemplates::from_gguf(engine.gguf()).unwrap();
+    let (input, _) = roundtrip("Qwen-Qwen2.5-7B-Instruct.jinja");
+    let tools = roundtrip_tools(&input);
+    let params = GenerateParams { max_tokens: 64, ..GenerateParams::default() };
+    let mut seen = std::collections::BTreeSet::new();
+    let mut refused = Vec::new();
+    for &(template, fam) in RENDERED {
+        if seen.contains(fam) {
+            continue; // one template per family
+        }
+        let path = templates_dir().join(template);
+        let setup = match gate("smollm2", &templates, Some("llama"), Some(&path), ToolFallback::None) {
+            Ok(setup) => setup,
+            // A template that never shows the model its tools fails the gate (as it
+            // would for a real model of that family).
+            Err(toolgate::Error::NotToolCapable(_)) => {
+                refused.push(template);
+                continue;
+            }
+            Err(e) => panic!("{template}: {e}"),
+        };
+        seen.insert(fam);
+        assert_eq!(setup.family, fam);
+        let msgs = vec![json!({"role": "user", "content": "What is the weather in Paris? Also add 2 and 3."})];
+        if format::for_family(fam).unwrap().unwrap().dialect == ArgsDialect::Gemma4 {
+            // Gemma 4 quotes strings with a control token SmolLM2 does not have: a
+            // clear refusal before generating, not a dead end halfway through a call.
+            let err = tool_turn(
+                &mut engine,
+                &setup,
+                msgs,
+                &tools,
+                &ToolChoice::Required,
+                true,
+                ToolMode::Constrained,
+                &params,
+            )
+            .unwrap_err();
+            assert!(err.to_string().contains("<|\"|> control token"), "{err}");
+            continue;
+        }
+        for (choice, parallel) in [(ToolChoice::Required, true), (ToolChoice::Named("add".into()), false)] {
+            let turn =
+                tool_turn(&mut engine, &setup, msgs.clone(), &tools, &choice, parallel, ToolMode::Constrained, &params)
+                    .unwrap_or_else(|e| panic!("{template}: {e}"));
+            assert!(!turn.tool_calls.is_empty(), "{fam}: {turn:?}");
+            assert_eq!(turn.parse_failures, 0, "{fam}: {turn:?}");
+            assert_eq!(turn.finish_reason, "tool_calls", "{fam}: {turn:?}");
+            for call in &turn.tool_calls {
+                let args: Value = serde_json::from_str(&call.function.arguments)
+                    .unwrap_or_else(|e| panic!("{fam}: {e}: {:?}", call.function.arguments));
+                let schema = &tools.iter().find(|t| t.function.name == call.function.name).unwrap().function.parameters;
+                let v = jsonschema::validator_for(schema).unwrap();
+                assert!(v.is_valid(&args), "{fam}: {call:?}");
+            }
+            if let ToolChoice::Named(n) = &choice {
+                assert_eq!(turn.tool_calls.len(), 1, "{fam}");
+                assert_eq!(&turn.tool_calls[0].function.name, n);
+            }
+        }
+    }
+    let all: std::collections::BTreeSet<&str> = RENDERED.iter().map(|(_, f)| *f).collect();
+    let missing: Vec<_> = all.difference(&seen).collect();
+    // The DeepSeek V3.1 and R1-distill templates never render the tool list (llama.cpp
+    // reports supports_tools=false for them too); every other family runs on real weights.
+    assert_eq!(missing, [&"deepseek-r1", &"deepseek-v3.1"], "refused: {refused:?}");
+}
