@@ -192,6 +192,12 @@ struct GateArgs {
     /// it with toolgate's generic tool template.
     #[arg(long, env = "TOOLGATE_TOOL_FALLBACK", default_value = "none")]
     tool_fallback: ToolFallback,
+    /// Read and write tool calls in this family's format (a file in `grammars/`: hermes,
+    /// mistral, mistral-v11, functionary-v3.1, deepseek-v3.1, deepseek-r1, kimi-k2,
+    /// apriel, granite, functools, gemma4, generic) instead of the one detected from the
+    /// chat template.
+    #[arg(long, env = "TOOLGATE_TOOL_FORMAT")]
+    tool_format: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -756,13 +762,17 @@ fn gated_setup(
 ) -> anyhow::Result<toolgate::template::ChatSetup> {
     let templates = GgufTemplates::from_gguf(engine.gguf())?;
     let arch = engine.gguf().architecture().ok();
-    Ok(toolgate::template::gate(
+    let setup = toolgate::template::gate(
         &model_id(&source.path),
         &templates,
         arch,
         gate.chat_template.as_deref(),
         gate.tool_fallback,
-    )?)
+    )?;
+    Ok(match &gate.tool_format {
+        Some(family) => setup.with_family(family)?,
+        None => setup,
+    })
 }
 
 fn chat(args: ChatArgs) -> anyhow::Result<()> {

@@ -58,6 +58,41 @@ pub struct ChatSetup {
     pub native_report: Option<ProbeReport>,
 }
 
+impl ChatSetup {
+    /// Read and write tool calls in `family`'s format instead of the one detected from
+    /// the template (`--tool-format`), for a template whose calls detection cannot
+    /// recognise or gets wrong.
+    ///
+    /// ```
+    /// # use toolgate::template::{source::GgufTemplates, gate, ToolFallback};
+    /// let setup = gate("m", &GgufTemplates::default(), None, None, ToolFallback::Generic)?;
+    /// assert_eq!(setup.with_family("hermes")?.family, "hermes");
+    /// # Ok::<(), toolgate::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] when toolgate has no format file for `family` (the
+    /// message lists those it has).
+    pub fn with_family(mut self, family: &str) -> Result<Self> {
+        let formats = crate::tools::format::all()?;
+        let known = formats.iter().any(|f| f.family == family);
+        let name = super::family::FAMILIES.iter().map(|(n, _)| *n).chain(["generic"]).find(|n| *n == family);
+        match (known, name) {
+            (true, Some(name)) => {
+                self.family = name;
+                Ok(self)
+            }
+            _ => Err(Error::InvalidParameter {
+                name: "tool-format",
+                reason: format!(
+                    "no tool-call format `{family}` (formats: {})",
+                    formats.iter().map(|f| f.family.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+            }),
+        }
+    }
+}
+
 /// Probe without judging: the effective template, its report and family.
 ///
 /// # Errors

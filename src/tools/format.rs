@@ -81,6 +81,11 @@ pub struct ToolFormat {
     /// Text that opens a call.
     #[serde(default)]
     pub call_start: String,
+    /// For a format whose calls have no marker at all (Llama 3's bare
+    /// `{"name": …, "parameters": …}`): the start of a call's body that marks a call in
+    /// free text (`{"name"`). It is part of the body, not consumed as a marker.
+    #[serde(default)]
+    pub body_trigger: String,
     /// Text that closes a call (`""`: the call ends with its value).
     #[serde(default)]
     pub call_end: String,
@@ -131,7 +136,8 @@ fn default_arguments_key() -> String {
 
 impl ToolFormat {
     /// The text whose appearance in free output means calls begin: the section start,
-    /// or the call start for formats without a section.
+    /// the call start for formats without a section, or the body trigger for formats
+    /// without markers.
     ///
     /// ```
     /// let f = toolgate::tools::format::for_family("deepseek-v3.1")?.unwrap();
@@ -139,11 +145,15 @@ impl ToolFormat {
     /// # Ok::<(), toolgate::Error>(())
     /// ```
     pub fn trigger(&self) -> &str {
-        if self.section_start.is_empty() {
-            &self.call_start
-        } else {
-            &self.section_start
-        }
+        [&self.section_start, &self.call_start, &self.body_trigger]
+            .into_iter()
+            .find(|m| !m.is_empty())
+            .map_or("", String::as_str)
+    }
+
+    /// Whether the trigger is the start of a call's body (see [`Self::body_trigger`]).
+    pub fn trigger_in_body(&self) -> bool {
+        self.section_start.is_empty() && self.call_start.is_empty()
     }
 
     /// Whether calls sit inside a section.
@@ -154,7 +164,7 @@ impl ToolFormat {
     /// Check the combinations the parser and grammar rely on.
     fn validate(&self) -> std::result::Result<(), String> {
         if self.trigger().is_empty() {
-            return Err("needs a section_start or a call_start to recognise calls by".into());
+            return Err("needs a section_start, call_start or body_trigger to recognise calls by".into());
         }
         if self.list && (!self.has_section() || self.body != BodyKind::JsonNameArguments) {
             return Err("`list` needs a section_start and a json_name_arguments body".into());

@@ -269,6 +269,11 @@ impl StreamParser {
                 if let Some(fmt) = self.fmt.clone() {
                     if call.broken.is_some() {
                         self.fail(&fmt, &call, call.body.len(), &mut ev);
+                    } else if fmt.trigger_in_body() && call.streamed.is_none() {
+                        // Without a marker, an unfinished object is as likely text
+                        // that happens to start like a call: the client sees it.
+                        let text = std::mem::take(&mut call.body);
+                        self.content(&text, &mut ev);
                     } else {
                         self.out.truncated = true;
                         if let Some(v0) = call.value_start {
@@ -320,7 +325,8 @@ impl StreamParser {
         if let Some(s) = self.pending.find(trigger) {
             let before = self.pending[..s].to_string();
             self.content(&before, ev);
-            self.pending.drain(..s + trigger.len());
+            // A body trigger is the start of the call's own text: keep it.
+            self.pending.drain(..if fmt.trigger_in_body() { s } else { s + trigger.len() });
             self.at = if fmt.has_section() {
                 Place::Section(Section {
                     list_open: fmt.list && fmt.section_start.ends_with('['),
@@ -571,7 +577,9 @@ impl StreamParser {
         }
         for m in [fmt.call_start.as_str(), fmt.trigger()] {
             if !m.is_empty() {
-                ends.extend(rest.find(m).map(|e| from + e));
+                // A body trigger at the call's own start is this call, not the next.
+                let skip = usize::from(from == 0 && fmt.trigger_in_body()).min(rest.len());
+                ends.extend(rest[skip..].find(m).map(|e| from + skip + e));
             }
         }
         match ends.into_iter().min() {

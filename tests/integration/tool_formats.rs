@@ -319,3 +319,78 @@ fn smollm2_writes_valid_calls_in_every_family_layout_under_the_constraint() {
     // reports supports_tools=false for them too); every other family runs on real weights.
     assert_eq!(missing, [&"deepseek-r1", &"deepseek-v3.1"], "refused: {refused:?}");
 }
+
+/// `--tool-format` picks any family that has a format file; an unknown one is an error
+/// listing them. Every format file's family is one detection can report.
+#[test]
+fn the_format_can_be_chosen_by_name() {
+    let generic = gate("m", &GgufTemplates::default(), None, None, ToolFallback::Generic).unwrap();
+    for f in format::all().unwrap() {
+        let setup = generic.clone().with_family(&f.family).unwrap_or_else(|e| panic!("{}: {e}", f.family));
+        assert_eq!(setup.family, f.family);
+    }
+    let err = generic.with_family("nope").unwrap_err().to_string();
+    assert!(err.contains("nope") && err.contains("mistral-v11"), "{err}");
+}
+
+/// Llama 3.x writes a bare `{"name": …, "parameters": …}` with no marker (and its
+/// templates refuse two calls in one turn, so the shared round trip has none): our
+/// renderer gives the one-call turn, which the parser, the grammar and SmolLM2 under
+/// the Llama 3.1 template all agree on.
+#[test]
+fn llama3_bare_json_calls() {
+    let fmt = format::for_family("llama3-json").unwrap().unwrap();
+    let (input, _) = roundtrip("Qwen-Qwen2.5-7B-Instruct.jinja");
+    let tools = roundtrip_tools(&input);
+    let call = json!({"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}});
+    let tok = smollm2_tokenizer();
+    for template in ["meta-llama-Llama-3.1-8B-Instruct.jinja", "meta-llama-Llama-3.3-70B-Instruct.jinja"] {
+        let t = ChatTemplate::new(template, std::fs::read_to_string(templates_dir().join(template)).unwrap()).unwrap();
+        assert_eq!(family::detect(&t), "llama3-json");
+        let mut req = toolgate::template::RenderRequest::new(vec![
+            json!({"role": "user", "content": "Weather in Paris, and 2+3?"}),
+            json!({"role": "assistant", "content": "", "tool_calls": [call]}),
+        ]);
+        req.tools = Some(input["tools"].as_array().unwrap().clone());
+        req.add_generation_prompt = false;
+        let rendered = t.render(&req).unwrap();
+        let text = after_question(&rendered);
+        for incremental in [false, true] {
+            let whole = parse(&fmt, incremental, &[text]);
+            assert_eq!(whole.failures, 0);
+            assert_eq!(whole.calls.len(), 1, "{template}: {text:?}");
+            assert_eq!(whole.calls[0].function.name, "get_weather");
+            let args: Value = serde_json::from_str(&whole.calls[0].function.arguments).unwrap();
+            assert_eq!(args, json!({"city": "Paris", "unit": "celsius"}));
+            for i in (0..=text.len()).filter(|&i| text.is_char_boundary(i)) {
+                assert_eq!(parse(&fmt, incremental, &[&text[..i], &text[i..]]), whole, "split at {i}");
+            }
+        }
+        let g = Grammar::from_regex(&calls_regex(&fmt, &tools, &ToolChoice::Required, false, &tok).unwrap()).unwrap();
+        let start = text.find("{\"name\"").unwrap();
+        let end = text[start..].find("}}").unwrap() + start + 2;
+        assert!(g.matches(&text.as_bytes()[start..end]), "{:?}", &text[start..end]);
+    }
+    // Text that merely starts like a call stays text; so does an unfinished object.
+    for text in ["Use {\"name\": 1} as the key.", "Set {\"name\" to something"] {
+        let out = parse(&fmt, false, &[text]);
+        assert_eq!((out.content.as_str(), out.calls.len()), (text, 0), "{out:?}");
+    }
+
+    let mut engine = Engine::load(common::model(common::SMOLLM2), DeviceChoice::Cpu).unwrap();
+    let templates = GgufTemplates::from_gguf(engine.gguf()).unwrap();
+    let path = templates_dir().join("meta-llama-Llama-3.1-8B-Instruct.jinja");
+    let setup = gate("smollm2", &templates, Some("llama"), Some(&path), ToolFallback::None).unwrap();
+    assert_eq!(setup.family, "llama3-json");
+    let params = GenerateParams { max_tokens: 48, ..GenerateParams::default() };
+    let msgs = vec![json!({"role": "user", "content": "What is the weather in Paris?"})];
+    for choice in [ToolChoice::Required, ToolChoice::Named("add".into())] {
+        let turn = tool_turn(&mut engine, &setup, msgs.clone(), &tools, &choice, false, ToolMode::Constrained, &params)
+            .unwrap();
+        assert_eq!((turn.tool_calls.len(), turn.parse_failures), (1, 0), "{turn:?}");
+        let call = &turn.tool_calls[0];
+        let schema = &tools.iter().find(|t| t.function.name == call.function.name).unwrap().function.parameters;
+        let args: Value = serde_json::from_str(&call.function.arguments).unwrap();
+        assert!(jsonschema::validator_for(schema).unwrap().is_valid(&args), "{call:?}");
+    }
+}
