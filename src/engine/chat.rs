@@ -231,12 +231,17 @@ pub fn prepare_turn(
             })
         }
         (Some(fmt), ToolMode::Constrained, _) => {
-            let regex = tools::calls_regex(fmt, tools, choice, parallel, &tok)?;
+            let mut regex = tools::calls_regex(fmt, tools, choice, parallel, &tok)?;
+            // A prompt that opens a reasoning block (Qwen 3.5's `<think>\n`): the model
+            // finishes its reasoning, then must call.
+            if let Some((_, end)) = setup.reasoning.filter(|(start, _)| text.trim_end().ends_with(start)) {
+                regex = tools::after_reasoning(end, &regex, &tok);
+            }
             TurnConstraint::Full(engine.grammar(&regex)?, engine.token_vocab())
         }
     };
     let incremental = mode == ToolMode::Constrained;
-    let parser = with_reasoning(StreamParser::new(fmt, incremental, id_seed(&prompt)), setup, &text);
+    let parser = with_reasoning(StreamParser::new(fmt, incremental, id_seed(&prompt)).with_tools(tools), setup, &text);
     Ok(PreparedTurn { prompt, constraint, parser, calls_possible })
 }
 

@@ -330,3 +330,99 @@ fn same_len(a: &str, b: &str) -> String {
     parts.push(format!("{b0}(?:{})", same_len(&zeros, br)));
     parts.join("|")
 }
+
+/// Bare text inside an XML-style parameter: quoted by nothing, ended by the closing tag.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct XmlText;
+
+impl Dialect for XmlText {
+    fn quote(&self) -> String {
+        String::new()
+    }
+    fn string_char(&self) -> String {
+        // Constrained strings (formats, patterns, lengths) leave `<` out, which keeps
+        // them clear of the closing tag.
+        "[^<]".into()
+    }
+    fn key(&self, name: &str) -> String {
+        Json.key(name)
+    }
+    fn any_key(&self) -> String {
+        Json.any_key()
+    }
+    fn literal(&self, v: &Value) -> String {
+        match v {
+            Value::String(s) => escape(s),
+            other => Json.literal(other),
+        }
+    }
+}
+
+/// Regex of any text that does not contain `literal`, for a literal whose first
+/// character appears nowhere else in it (`</parameter>`), built from the automaton
+/// that tracks how much of the literal was just seen.
+///
+/// ```
+/// use toolgate::grammar::{regex::without_literal, Grammar};
+/// let g = Grammar::from_regex(&without_literal("</p>"))?;
+/// assert!(g.matches(b"a < b </ c </q> <</p"));
+/// assert!(!g.matches(b"x</p>y") && !g.matches(b"<</p>"));
+/// # Ok::<(), toolgate::Error>(())
+/// ```
+///
+/// Cost: a regex of size quadratic in the literal's length.
+pub fn without_literal(literal: &str) -> String {
+    let l: Vec<char> = literal.chars().collect();
+    let first = escape(&l[0].to_string());
+    let class = |c: char| format!("[^{}{}]", escape(&c.to_string()), escape(&l[0].to_string()));
+    // Having seen l[..i], an optional further advance that stays short of the whole.
+    fn advance(l: &[char], i: usize) -> String {
+        if i + 1 >= l.len() {
+            return String::new();
+        }
+        format!("(?:{}{})?", escape(&l[i].to_string()), advance(l, i + 1))
+    }
+    // Having seen l[..i], advance and then break the match with another character.
+    fn breaks(l: &[char], i: usize, class: &dyn Fn(char) -> String) -> String {
+        if i + 1 >= l.len() {
+            return class(l[i]);
+        }
+        format!("(?:{}|{}{})", class(l[i]), escape(&l[i].to_string()), breaks(l, i + 1, class))
+    }
+    let back_to_first = format!("(?:{}{first})*", advance(&l, 1));
+    let other = format!("[^{first}]");
+    format!("(?:{other}|{first}{back_to_first}{})*(?:{first}{back_to_first}{})?", breaks(&l, 1, &class), advance(&l, 1))
+}
+
+/// Qwen3-Coder's XML-style parameters for an arguments schema: each declared
+/// property in schema order (optional ones skippable) as
+/// `<parameter=NAME>\n?VALUE\n?</parameter>\n?`, extra properties if the schema
+/// allows them, then `</function>`. String values are bare text without
+/// `</parameter>`; other values are JSON.
+pub fn xml_parameters(node: &Node) -> String {
+    const RAW_CLOSE: &str = "</parameter>";
+    fn value(n: &Node) -> String {
+        match n {
+            Node::String { min_len: 0, max_len: None, pattern: None, format: None } => without_literal(RAW_CLOSE),
+            Node::String { .. } | Node::Literals(_) => to_regex(n, &XmlText),
+            Node::AnyOf(ns) => alt(ns.iter().map(value).collect()),
+            other => to_regex(other, &Json),
+        }
+    }
+    let param = |key: &str, v: &str| format!("<parameter={key}>\\n?{v}\\n?</parameter>\\n?");
+    let body = match node {
+        Node::Object { properties, additional } => {
+            let mut out = String::new();
+            for (name, n, required) in properties {
+                let p = param(&escape(name), &value(n));
+                out.push_str(&if *required { p } else { format!("(?:{p})?") });
+            }
+            if let Some(extra) = additional {
+                out.push_str(&format!("(?:{})*", param("[A-Za-z_][A-Za-z0-9_.-]*", &value(extra))));
+            }
+            out
+        }
+        other => format!("(?:{})*", param("[A-Za-z_][A-Za-z0-9_.-]*", &value(other))),
+    };
+    format!("\\n?{body}</function>")
+}

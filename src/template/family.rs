@@ -11,6 +11,7 @@ use super::render::{ChatTemplate, RenderRequest};
 /// `(family, markers that must all appear in the rendered call)`, most specific first.
 pub const FAMILIES: &[(&str, &[&str])] = &[
     ("gemma4", &["<|tool_call>call:"]),
+    ("seed-oss", &["<seed:tool_call>"]),
     ("qwen3-coder", &["<function=", "<parameter="]),
     ("functionary-v3.1", &["<function="]),
     ("kimi-k2", &["<|tool_calls_section_begin|>"]),

@@ -46,6 +46,10 @@ pub enum ArgsDialect {
     /// Gemma 4's native syntax (`{city:<|"|>Paris<|"|>,n:2}`), converted to JSON for
     /// the client ([`crate::grammar::regex::Gemma4`] generates it).
     Gemma4,
+    /// Qwen3-Coder's XML-style parameters (`<parameter=city>\nParis\n</parameter>`…
+    /// then `</function>`): strings as bare text, other values as JSON; converted to a
+    /// JSON object for the client, with the declared types deciding what is a string.
+    XmlParameters,
 }
 
 /// The shape of the call ids toolgate gives a family's calls (they come back to the
@@ -103,6 +107,10 @@ pub struct ToolFormat {
     /// Key of the arguments ([`BodyKind::JsonNameArguments`]).
     #[serde(default = "default_arguments_key")]
     pub arguments_key: String,
+    /// Text before the name, after the call start, whitespace allowed before it
+    /// ([`BodyKind::NameThenArguments`]; Qwen3-Coder's `<function=`).
+    #[serde(default)]
+    pub name_prefix: String,
     /// Text between the name and the arguments ([`BodyKind::NameThenArguments`]).
     #[serde(default)]
     pub name_end: String,
@@ -171,6 +179,9 @@ impl ToolFormat {
         }
         if !self.id_key.is_empty() && (self.body != BodyKind::JsonNameArguments || self.id_pattern.is_empty()) {
             return Err("`id_key` needs a json_name_arguments body and an `id_pattern`".into());
+        }
+        if !self.name_prefix.is_empty() && self.body != BodyKind::NameThenArguments {
+            return Err("`name_prefix` belongs to a name_then_arguments body".into());
         }
         if self.body == BodyKind::JsonNameArguments && self.dialect != ArgsDialect::Json {
             return Err("a json_name_arguments body has JSON arguments".into());

@@ -9,7 +9,7 @@ pub mod stream;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::grammar::regex::{to_regex, Gemma4, Json};
+use crate::grammar::regex::{to_regex, xml_parameters, Gemma4, Json};
 use crate::grammar::schema::{compile, Mode};
 use crate::tokenizer::{TokenKind, Tokenizer, SPECIAL_PREFIX};
 use crate::{Error, Result};
@@ -234,6 +234,7 @@ pub fn calls_regex(
         let args = match f.dialect {
             ArgsDialect::Json => to_regex(&node, &Json),
             ArgsDialect::Gemma4 => to_regex(&node, &Gemma4),
+            ArgsDialect::XmlParameters => xml_parameters(&node),
         };
         let name = &t.function.name;
         match f.body {
@@ -256,7 +257,12 @@ pub fn calls_regex(
                 } else {
                     format!("{}[0-9]{{1,3}}", regex_syntax::escape(&f.name_index_separator))
                 };
-                bodies.push(format!("{}{index}{}{args}", regex_syntax::escape(name), marker(&f.name_end, tok)));
+                bodies.push(format!(
+                    "{}{}{index}{}{args}",
+                    regex_syntax::escape(&f.name_prefix),
+                    regex_syntax::escape(name),
+                    marker(&f.name_end, tok)
+                ));
             }
         }
     }
@@ -274,6 +280,15 @@ pub fn calls_regex(
     } else {
         calls
     })
+}
+
+/// `calls` preceded by the rest of an open reasoning block: any text without the
+/// block's `end` marker, the marker, at most two newlines, then the calls. For a turn
+/// constrained from its first token whose prompt already opened the block (the
+/// reasoning splitter then reads the block, the parser the calls). The closing logic of
+/// [`crate::engine::Engine::generate_constrained`] bounds the reasoning by the budget.
+pub fn after_reasoning(end: &str, calls: &str, tok: &Tokenizer) -> String {
+    format!("{}{}\\n{{0,2}}(?:{calls})", crate::grammar::regex::without_literal(end), marker(end, tok))
 }
 
 /// Split model output into text content and calls, reading each call whole (see

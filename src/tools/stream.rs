@@ -112,6 +112,8 @@ pub struct StreamParser {
     out: ParsedOutput,
     finished: bool,
     reasoning: Option<super::reasoning::ReasoningSplitter>,
+    /// Per function, its parameters declared as strings (for dialects without quotes).
+    string_params: std::collections::HashMap<String, std::collections::HashSet<String>>,
 }
 
 /// Where the parser is in the turn.
@@ -200,7 +202,28 @@ impl StreamParser {
             out: ParsedOutput::default(),
             finished: false,
             reasoning: None,
+            string_params: Default::default(),
         }
+    }
+
+    /// Read arguments with the declared tools' parameter types: an XML-style dialect
+    /// has no quotes, so a parameter declared as a string stays text even when it
+    /// looks like a number.
+    pub fn with_tools(mut self, tools: &[super::Tool]) -> Self {
+        self.string_params = tools
+            .iter()
+            .map(|t| {
+                let props = t.function.parameters.get("properties").and_then(|p| p.as_object());
+                let strings = props
+                    .into_iter()
+                    .flatten()
+                    .filter(|(_, schema)| declares_string(schema))
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                (t.function.name.clone(), strings)
+            })
+            .collect();
+        self
     }
 
     /// Also split off a reasoning block `start`…`end` at the start of the turn (see
@@ -448,12 +471,17 @@ impl StreamParser {
             Some(v0) => v0,
             None => {
                 let from = call.name.as_ref().map_or(0, |(_, after)| *after);
-                let v0 = from + leading_ws(&call.body[from..]);
-                match call.body.as_bytes().get(v0) {
-                    None => return CallStep::More,
-                    Some(b'{') => {}
-                    Some(_) => return self.break_at(fmt, call, v0, ev),
-                }
+                let v0 = if fmt.dialect == ArgsDialect::XmlParameters {
+                    from // parameters are read with their own whitespace
+                } else {
+                    let v0 = from + leading_ws(&call.body[from..]);
+                    match call.body.as_bytes().get(v0) {
+                        None => return CallStep::More,
+                        Some(b'{') => {}
+                        Some(_) => return self.break_at(fmt, call, v0, ev),
+                    }
+                    v0
+                };
                 call.value_start = Some(v0);
                 if let Some(st) = call.streamed.as_mut() {
                     st.args = Some(v0);
@@ -476,16 +504,24 @@ impl StreamParser {
                 }
             }
         }
-        if call.scan.end.is_none() {
-            call.scan.gemma = fmt.dialect == ArgsDialect::Gemma4;
-            call.scan.feed(&call.body[v0 + call.scan.consumed..]);
-        }
-        self.stream(call, ev);
-        if let (Some(at), None) = (call.scan.stray, &call.streamed) {
-            return self.break_at(fmt, call, v0 + at, ev);
-        }
-        let Some(len) = call.scan.end else { return CallStep::More };
-        let v_end = v0 + len;
+        let v_end = if fmt.dialect == ArgsDialect::XmlParameters {
+            match xml_params(&call.body[v0..]) {
+                None => return CallStep::More,
+                Some(Err(at)) => return self.break_at(fmt, call, v0 + at, ev),
+                Some(Ok((len, _))) => v0 + len,
+            }
+        } else {
+            if call.scan.end.is_none() {
+                call.scan.gemma = fmt.dialect == ArgsDialect::Gemma4;
+                call.scan.feed(&call.body[v0 + call.scan.consumed..]);
+            }
+            self.stream(call, ev);
+            if let (Some(at), None) = (call.scan.stray, &call.streamed) {
+                return self.break_at(fmt, call, v0 + at, ev);
+            }
+            let Some(len) = call.scan.end else { return CallStep::More };
+            v0 + len
+        };
         let used = if fmt.call_end.is_empty() {
             v_end
         } else {
@@ -529,6 +565,10 @@ impl StreamParser {
                 serde_json::from_str::<serde::de::IgnoredAny>(value).ok().map(|_| (name.clone(), value.to_string()))
             }
             (Some((name, _)), ArgsDialect::Gemma4) => gemma_to_json(value).map(|args| (name.clone(), args)),
+            (Some((name, _)), ArgsDialect::XmlParameters) => match xml_params(value) {
+                Some(Ok((_, params))) => Some((name.clone(), xml_to_json(&params, self.string_params.get(name)))),
+                _ => None,
+            },
         };
         match (&call.streamed, parsed) {
             (Some(st), Some((_, args))) if !st.fragments => {
@@ -686,15 +726,37 @@ impl StreamParser {
     }
 }
 
+/// Whether a property schema only allows strings (`type: string`, or an `enum` of
+/// strings).
+fn declares_string(schema: &serde_json::Value) -> bool {
+    match (schema.get("type"), schema.get("enum")) {
+        (Some(serde_json::Value::String(t)), _) => t == "string",
+        (Some(serde_json::Value::Array(ts)), _) => !ts.is_empty() && ts.iter().all(|t| t == "string"),
+        (None, Some(serde_json::Value::Array(vs))) => !vs.is_empty() && vs.iter().all(|v| v.is_string()),
+        _ => false,
+    }
+}
+
 fn leading_ws(s: &str) -> usize {
     s.len() - s.trim_start().len()
 }
 
 /// The name at the start of a name-then-arguments body and where the text after its
 /// `name_end` begins: `None` while undecided, `Err` for a malformed name (empty, too
-/// long, with whitespace, or without its index).
+/// long, with whitespace, without its prefix or its index).
 #[allow(clippy::type_complexity)]
 fn read_name(fmt: &ToolFormat, body: &str) -> Option<Result<(String, usize), ()>> {
+    let start = if fmt.name_prefix.is_empty() {
+        0
+    } else {
+        let ws = leading_ws(body);
+        let rest = &body[ws..];
+        if !rest.starts_with(&fmt.name_prefix) {
+            return if fmt.name_prefix.starts_with(rest) { None } else { Some(Err(())) };
+        }
+        ws + fmt.name_prefix.len()
+    };
+    let body = &body[start..];
     let (raw, after) = if fmt.name_end.is_empty() {
         let ident =
             |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') || fmt.name_index_separator.contains(c);
@@ -719,10 +781,64 @@ fn read_name(fmt: &ToolFormat, body: &str) -> Option<Result<(String, usize), ()>
     };
     Some(match name {
         Some(n) if !n.is_empty() && n.len() <= MAX_NAME && !n.contains(char::is_whitespace) => {
-            Ok((n.to_string(), after))
+            Ok((n.to_string(), start + after))
         }
         _ => Err(()),
     })
+}
+
+/// XML-style parameters at the start of `s` (Qwen3-Coder): `<parameter=KEY>VALUE
+/// </parameter>` any number of times, then `</function>`, whitespace between. `None`
+/// while undecided; `Err(offset)` where the text stops being that; `Ok((length through
+/// </function>, [(key, raw value)]))`.
+#[allow(clippy::type_complexity)]
+fn xml_params(s: &str) -> Option<Result<(usize, Vec<(String, String)>), usize>> {
+    const OPEN: &str = "<parameter=";
+    const CLOSE: &str = "</parameter>";
+    const END: &str = "</function>";
+    let mut i = 0;
+    let mut params = Vec::new();
+    loop {
+        i += leading_ws(&s[i..]);
+        let rest = &s[i..];
+        if rest.starts_with(END) {
+            return Some(Ok((i + END.len(), params)));
+        }
+        if !rest.starts_with(OPEN) {
+            return if OPEN.starts_with(rest) || END.starts_with(rest) { None } else { Some(Err(i)) };
+        }
+        let k0 = i + OPEN.len();
+        let Some(gt) = s[k0..].find('>') else {
+            return (s.len() - k0 > MAX_NAME).then_some(Err(i));
+        };
+        let key = &s[k0..k0 + gt];
+        if key.is_empty() || key.len() > MAX_NAME || key.contains(char::is_whitespace) {
+            return Some(Err(i));
+        }
+        let v0 = k0 + gt + 1;
+        let close = s[v0..].find(CLOSE)?;
+        params.push((key.to_string(), s[v0..v0 + close].to_string()));
+        i = v0 + close + CLOSE.len();
+    }
+}
+
+/// XML-style parameters as a JSON object: a value loses one leading and one trailing
+/// newline (the layout around it); parameters in `strings` (declared as strings) stay
+/// text, others are JSON when they parse as JSON (numbers, booleans, objects) and text
+/// otherwise.
+fn xml_to_json(params: &[(String, String)], strings: Option<&std::collections::HashSet<String>>) -> String {
+    let mut map = serde_json::Map::new();
+    for (key, raw) in params {
+        let v = raw.strip_prefix('\n').unwrap_or(raw);
+        let v = v.strip_suffix('\n').unwrap_or(v);
+        let value = if strings.is_some_and(|s| s.contains(key)) {
+            serde_json::Value::String(v.to_string())
+        } else {
+            serde_json::from_str(v).unwrap_or_else(|_| serde_json::Value::String(v.to_string()))
+        };
+        map.insert(key.clone(), value);
+    }
+    serde_json::Value::Object(map).to_string()
 }
 
 /// Length of the longest proper suffix of `s` that is a prefix of `marker`, on a char

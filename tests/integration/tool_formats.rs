@@ -38,6 +38,11 @@ const RENDERED: &[(&str, &str)] = &[
     ("moonshotai-Kimi-K2.jinja", "kimi-k2"),
     ("Apriel-1.6-15b-Thinker-fixed.jinja", "apriel"),
     ("google-gemma-4-31B-it.jinja", "gemma4"),
+    ("Qwen3.5-4B.jinja", "qwen3-coder"),
+    ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja", "qwen3-coder"),
+    ("StepFun3.5-Flash.jinja", "qwen3-coder"),
+    ("stepfun-ai-Step-3.5-Flash.jinja", "qwen3-coder"),
+    ("ByteDance-Seed-OSS.jinja", "seed-oss"),
 ];
 
 fn templates_dir() -> PathBuf {
@@ -150,7 +155,7 @@ fn smollm2_tokenizer() -> Tokenizer {
 /// markers as control tokens, so they stay text).
 fn constraint_bytes(fmt: &ToolFormat, text: &str) -> Vec<u8> {
     match fmt.dialect {
-        ArgsDialect::Json => text.as_bytes().to_vec(),
+        ArgsDialect::Json | ArgsDialect::XmlParameters => text.as_bytes().to_vec(),
         ArgsDialect::Gemma4 => {
             text.replace("<|\"|>", "\u{0}<|\"|>").bytes().map(|b| if b == 0 { 0xFF } else { b }).collect()
         }
@@ -393,4 +398,31 @@ fn llama3_bare_json_calls() {
         let args: Value = serde_json::from_str(&call.function.arguments).unwrap();
         assert!(jsonschema::validator_for(schema).unwrap().is_valid(&args), "{call:?}");
     }
+}
+
+/// XML-style parameters carry no quotes: the declared types decide that a string
+/// parameter that looks like a number stays a string, while an integer becomes one.
+#[test]
+fn xml_parameters_follow_the_declared_types() {
+    let fmt = format::for_family("qwen3-coder").unwrap().unwrap();
+    let tools: Vec<Tool> = serde_json::from_value(json!([{"type": "function", "function": {"name": "ship",
+        "parameters": {"type": "object", "properties": {"zip": {"type": "string"}, "count": {"type": "integer"},
+        "note": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}}}}}}]))
+    .unwrap();
+    let text = "<tool_call>\n<function=ship>\n<parameter=zip>\n75001\n</parameter>\n<parameter=count>\n3\n</parameter>\n\
+                <parameter=note>\na < b and </param> inside\n</parameter>\n<parameter=tags>\n[\"x\", \"y\"]\n</parameter>\n\
+                </function>\n</tool_call>";
+    for incremental in [false, true] {
+        let mut p = StreamParser::new(Some(fmt.clone()), incremental, 1).with_tools(&tools);
+        p.push(text);
+        p.finish();
+        let out = p.into_output();
+        assert_eq!(out.failures, 0, "{out:?}");
+        let args: Value = serde_json::from_str(&out.calls[0].function.arguments).unwrap();
+        assert_eq!(args, json!({"zip": "75001", "count": 3, "note": "a < b and </param> inside", "tags": ["x", "y"]}));
+    }
+    let tok = smollm2_tokenizer();
+    let g = Grammar::from_regex(&calls_regex(&fmt, &tools, &ToolChoice::Required, false, &tok).unwrap()).unwrap();
+    assert!(g.matches(text.as_bytes()));
+    assert!(!g.matches(text.replace("\n3\n", "\nthree\n").as_bytes()), "an integer parameter is JSON");
 }
