@@ -4,14 +4,12 @@
 
 use crate::common;
 
-use std::path::PathBuf;
-
 use serde_json::Value;
 use toolgate::engine::chat::ToolMode;
 use toolgate::engine::conversation::ToolConversation;
 use toolgate::engine::Engine;
 use toolgate::model::DeviceChoice;
-use toolgate::template::source::GgufTemplates;
+use toolgate::template::source::{GgufTemplates, TemplateSource};
 use toolgate::template::{gate, ToolFallback};
 use toolgate::tools::definition::{Schema, ToolDefinition};
 use toolgate::tools::ToolChoice;
@@ -60,14 +58,12 @@ fn two_step_tool_conversation_keeps_history() {
 
 #[test]
 fn hermes_format_on_real_weights_with_the_qwen_template() {
-    let shared = std::env::var("TOOLGATE_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"));
-    let qwen = shared.join("templates/Qwen-Qwen2.5-7B-Instruct.jinja");
-    let mut engine = Engine::load(common::model(common::SMOLLM2), DeviceChoice::Cpu).unwrap();
+    // `scripts/fetch-models` writes Qwen 2.5's template into SmolLM2's metadata: the
+    // model passes the gate on its own template, no fallback, no override.
+    let mut engine = Engine::load(common::model(common::SMOLLM2_QWEN), DeviceChoice::Cpu).unwrap();
     let templates = GgufTemplates::from_gguf(engine.gguf()).unwrap();
-    // No fallback: the Qwen 2.5 template passes the gate on its own, as Hermes.
-    let setup = gate("smollm2+qwen2.5", &templates, Some("llama"), Some(&qwen), ToolFallback::None).unwrap();
+    let setup = gate("smollm2+qwen2.5", &templates, Some("llama"), None, ToolFallback::None).unwrap();
+    assert_eq!(setup.source, TemplateSource::Gguf);
     assert_eq!(setup.family, "hermes");
     assert!(setup.report.caps.tool_capable());
     for mode in [ToolMode::Constrained, ToolMode::Native] {

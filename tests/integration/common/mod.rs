@@ -26,6 +26,8 @@ pub fn model(file: &str) -> PathBuf {
 
 pub const SMOLLM2: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 pub const GEMMA3: &str = "gemma-3-270m-q4_k_m.gguf";
+/// SmolLM2 with Qwen 2.5's tool-calling template in its metadata (made by `scripts/fetch-models`).
+pub const SMOLLM2_QWEN: &str = "SmolLM2-135M-Instruct.Qwen2.5-template.Q4_1.gguf";
 
 pub fn fixture(name: &str) -> serde_json::Value {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
