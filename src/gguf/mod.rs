@@ -18,7 +18,7 @@ use std::io::{BufReader, Read, Seek};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use candle_core::quantized::{gguf_file, QTensor};
+use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use candle_core::Device;
 
 pub use candle_core::quantized::gguf_file::Value;
@@ -362,6 +362,11 @@ impl GgufFile {
         self.content.tensor_infos.get(name).map(|i| i.shape.dims())
     }
 
+    /// The stored (GGML) type of a tensor.
+    pub fn tensor_ggml_dtype(&self, name: &str) -> Option<GgmlDType> {
+        self.content.tensor_infos.get(name).map(|i| i.ggml_dtype)
+    }
+
     /// Total number of weights (elements over all tensors), from the header only.
     pub fn n_params(&self) -> u64 {
         self.content.tensor_infos.values().map(|i| i.shape.elem_count() as u64).sum()
@@ -383,6 +388,40 @@ impl GgufFile {
     /// Names of all tensors, unordered.
     pub fn tensor_names(&self) -> impl Iterator<Item = &str> {
         self.content.tensor_infos.keys().map(|s| s.as_str())
+    }
+
+    /// The stored bytes of one tensor, with its type and shape (row-major, as
+    /// [`Self::tensor_dims`]): what a consumer that keeps the encoding as it is on disk
+    /// (toolgate's kernels) needs, without candle's decoded copy in between — loading
+    /// a weight this way peaks at its size once, not two or three times.
+    ///
+    /// Cost: one seek and one read of exactly the tensor's bytes.
+    ///
+    /// # Errors
+    /// [`Error::Tensor`] if the tensor is absent, its extent runs past the end of the
+    /// file, or the read fails.
+    pub fn tensor_bytes_of(&self, name: &str) -> Result<(GgmlDType, Vec<usize>, Vec<u8>)> {
+        use std::io::{Read as _, Seek as _, SeekFrom};
+        let bad = |reason: String| Error::Tensor { path: self.path.clone(), name: name.into(), reason };
+        let info = self.content.tensor_infos.get(name).ok_or_else(|| bad("missing".into()))?;
+        let dt = info.ggml_dtype;
+        let elems = info.shape.elem_count();
+        if elems % dt.block_size() != 0 {
+            return Err(bad(format!("{elems} elements are not whole {dt:?} blocks")));
+        }
+        let size = elems / dt.block_size() * dt.type_size();
+        let start = self.content.tensor_data_offset.saturating_add(info.offset);
+        let mut reader = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+        let file_size = reader.seek(SeekFrom::End(0)).map_err(|e| bad(e.to_string()))?;
+        if start.saturating_add(size as u64) > file_size {
+            return Err(bad(format!(
+                "{size} bytes at offset {start} run past the end of the file ({file_size} bytes)"
+            )));
+        }
+        reader.seek(SeekFrom::Start(start)).map_err(|e| bad(e.to_string()))?;
+        let mut bytes = vec![0u8; size];
+        reader.read_exact(&mut bytes).map_err(|e| bad(e.to_string()))?;
+        Ok((dt, info.shape.dims().to_vec(), bytes))
     }
 
     /// Read one tensor onto `device`, keeping its quantized type.

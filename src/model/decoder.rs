@@ -56,10 +56,28 @@ struct Layer {
     cache: KvCache,
 }
 
+/// RoPE frequencies of one base; the cos/sin of a forward's positions are computed
+/// per forward (`t × rope_dim/2` values), not tabled for the whole context (a 32k
+/// context × 128 frequencies × cos and sin is 33 MB per base).
 #[derive(Debug)]
 struct RopeTable {
-    cos: Tensor,
-    sin: Tensor,
+    inv_freq: Vec<f32>,
+}
+
+impl RopeTable {
+    /// `(cos, sin)` of positions `pos..pos + t`, each `(t, rope_dim / 2)`.
+    fn at(&self, pos: usize, t: usize, device: &Device) -> Result<(Tensor, Tensor)> {
+        let half = self.inv_freq.len();
+        let (mut cos, mut sin) = (Vec::with_capacity(t * half), Vec::with_capacity(t * half));
+        for p in pos..pos + t {
+            for f in &self.inv_freq {
+                let a = p as f32 * f;
+                cos.push(a.cos());
+                sin.push(a.sin());
+            }
+        }
+        Ok((Tensor::from_vec(cos, (t, half), device)?, Tensor::from_vec(sin, (t, half), device)?))
+    }
 }
 
 /// A loaded decoder: weights, RoPE tables and per-layer KV caches.
@@ -101,10 +119,26 @@ impl Loader<'_> {
     }
 
     fn linear(&self, name: &str) -> Result<QLinear> {
-        let w = self.qtensor(&format!("{name}.weight"))?;
         let b = self.opt_f32(&format!("{name}.bias"))?;
-        let lin = QLinear::new(w, b).map_err(|e| self.bad(name, e))?;
-        Ok(lin)
+        self.weight(&format!("{name}.weight"), b)
+    }
+
+    /// A projection: straight from the file's bytes into toolgate's kernels when they
+    /// run it (one copy of the weight, never two), else through candle's `QTensor`.
+    fn weight(&self, name: &str, bias: Option<Tensor>) -> Result<QLinear> {
+        let dims = self.gguf.tensor_dims(name).ok_or_else(|| self.bad(name, "missing"))?.to_vec();
+        let dtype = self.gguf.tensor_ggml_dtype(name);
+        let kernel_type = dtype.and_then(crate::kernels::WeightType::from_ggml);
+        if let (true, Some(ty), [out, inp]) =
+            (self.device.is_cpu() && crate::kernels::enabled(), kernel_type, dims.as_slice())
+        {
+            if inp % ty.block_len() == 0 {
+                let (_, _, bytes) = self.gguf.tensor_bytes_of(name)?;
+                let w = crate::kernels::QWeight::new(ty, bytes, *out, *inp).map_err(|e| self.bad(name, e))?;
+                return Ok(QLinear::from_qweight(w, bias));
+            }
+        }
+        QLinear::new(self.qtensor(name)?, bias).map_err(|e| self.bad(name, e))
     }
 
     fn bad(&self, name: &str, e: impl std::fmt::Display) -> Error {
@@ -136,8 +170,8 @@ impl Loader<'_> {
 impl Decoder {
     /// Load all weights of `gguf` onto `device`.
     ///
-    /// `max_context` bounds the positions this instance will process (RoPE tables are
-    /// precomputed up to it); it is clamped to the model's training context.
+    /// `max_context` bounds the positions this instance will process (the KV caches'
+    /// extent); it is clamped to the model's training context.
     ///
     /// # Errors
     /// [`Error::Metadata`] / [`Error::Tensor`] when a key or tensor is missing or has
@@ -145,8 +179,7 @@ impl Decoder {
     pub fn load(gguf: &GgufFile, spec: ArchSpec, device: &Device, max_context: usize) -> Result<Self> {
         let hp = Hyperparams::from_gguf(gguf, spec.name)?;
         let ld = Loader { gguf, device };
-        let embed_w = ld.qtensor("token_embd.weight")?;
-        let embed = QLinear::new(embed_w, None).map_err(|e| ld.bad("token_embd.weight", e))?;
+        let embed = ld.weight("token_embd.weight", None)?;
         if embed.in_features() != hp.n_embd {
             return Err(ld.bad("token_embd.weight", format!("width {} != n_embd {}", embed.in_features(), hp.n_embd)));
         }
@@ -162,17 +195,10 @@ impl Decoder {
         let freq_factors = ld.opt_f32("rope_freqs.weight")?;
         let mut rope_tables = Vec::new();
         let max_context = max_context.min(hp.context_length).max(1);
-        rope_tables.push(rope_table(
-            &hp,
-            hp.rope_base,
-            hp.rope_linear_scale,
-            freq_factors.as_ref(),
-            max_context,
-            device,
-        )?);
+        rope_tables.push(rope_table(&hp, hp.rope_base, hp.rope_linear_scale, freq_factors.as_ref())?);
         let local_rope = spec.sliding_window.map(|sw| sw.local_rope_base);
         if let Some(base) = local_rope {
-            rope_tables.push(rope_table(&hp, base, 1.0, None, max_context, device)?);
+            rope_tables.push(rope_table(&hp, base, 1.0, None)?);
         }
 
         let mut layers = Vec::with_capacity(hp.n_layer);
@@ -329,8 +355,9 @@ impl Decoder {
             x = (x * (self.hp.n_embd as f64).sqrt())?;
         }
         let pos = self.pos;
+        let ropes = self.rope_tables.iter().map(|r| r.at(pos, t, &self.device)).collect::<Result<Vec<_>>>()?;
         for li in 0..self.layers.len() {
-            x = self.layer_forward(li, &x, pos)?;
+            x = self.layer_forward(li, &x, pos, &ropes)?;
         }
         self.pos += t;
         let tail = x.narrow(1, t - n, n)?; // (1, n, n_embd), contiguous: one sequence
@@ -343,7 +370,7 @@ impl Decoder {
         self.embed.out_features()
     }
 
-    fn layer_forward(&mut self, li: usize, x: &Tensor, pos: usize) -> Result<Tensor> {
+    fn layer_forward(&mut self, li: usize, x: &Tensor, pos: usize, ropes: &[(Tensor, Tensor)]) -> Result<Tensor> {
         let hp = &self.hp;
         let (_, t, _) = x.dims3()?;
         let layer = &mut self.layers[li];
@@ -370,9 +397,9 @@ impl Decoder {
             Some(w) => candle_nn::ops::rms_norm(&k, w, hp.rms_eps)?,
             None => k,
         };
-        let table = &self.rope_tables[layer.rope];
-        let q = apply_rope(&q, table, pos, hp.rope_dim, self.spec.rope)?;
-        let k = apply_rope(&k, table, pos, hp.rope_dim, self.spec.rope)?;
+        let rope = &ropes[layer.rope];
+        let q = apply_rope(&q, rope, hp.rope_dim, self.spec.rope)?;
+        let k = apply_rope(&k, rope, hp.rope_dim, self.spec.rope)?;
 
         let (k_all, v_all) = layer.cache.append(&k, &v)?;
         let total = pos + t;
@@ -427,14 +454,7 @@ impl Decoder {
     }
 }
 
-fn rope_table(
-    hp: &Hyperparams,
-    base: f32,
-    linear_scale: f32,
-    freq_factors: Option<&Tensor>,
-    max_context: usize,
-    device: &Device,
-) -> Result<RopeTable> {
+fn rope_table(hp: &Hyperparams, base: f32, linear_scale: f32, freq_factors: Option<&Tensor>) -> Result<RopeTable> {
     let half = hp.rope_dim / 2;
     let factors: Option<Vec<f32>> = freq_factors.map(|f| f.to_vec1::<f32>()).transpose()?;
     let inv_freq: Vec<f32> = (0..half)
@@ -446,24 +466,15 @@ fn rope_table(
             }
         })
         .collect();
-    let mut angles = Vec::with_capacity(max_context * half);
-    for p in 0..max_context {
-        for f in &inv_freq {
-            angles.push(p as f32 * f);
-        }
-    }
-    let angles = Tensor::from_vec(angles, (max_context, half), device)?;
-    Ok(RopeTable { cos: angles.cos()?, sin: angles.sin()? })
+    Ok(RopeTable { inv_freq })
 }
 
-fn apply_rope(x: &Tensor, table: &RopeTable, pos: usize, rope_dim: usize, style: RopeStyle) -> Result<Tensor> {
-    let (_, _, t, d) = x.dims4()?;
-    let cos = table.cos.narrow(0, pos, t)?.contiguous()?;
-    let sin = table.sin.narrow(0, pos, t)?.contiguous()?;
+fn apply_rope(x: &Tensor, (cos, sin): &(Tensor, Tensor), rope_dim: usize, style: RopeStyle) -> Result<Tensor> {
+    let (_, _, _, d) = x.dims4()?;
     let rot = |x: &Tensor| -> Result<Tensor> {
         Ok(match style {
-            RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(x, &cos, &sin)?,
-            RopeStyle::Halves => candle_nn::rotary_emb::rope(x, &cos, &sin)?,
+            RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(x, cos, sin)?,
+            RopeStyle::Halves => candle_nn::rotary_emb::rope(x, cos, sin)?,
         })
     };
     if rope_dim == d {

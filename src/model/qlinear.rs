@@ -74,6 +74,13 @@ impl QLinear {
         Ok(Self { weight, bias, in_features, out_features })
     }
 
+    /// Wrap a weight already in toolgate's kernel layout (read straight from the file,
+    /// [`crate::gguf::GgufFile::tensor_bytes_of`]).
+    pub fn from_qweight(weight: QWeight, bias: Option<Tensor>) -> Self {
+        let (in_features, out_features) = (weight.in_features(), weight.out_features());
+        Self { weight: Weight::Kernels(Arc::new(weight)), bias, in_features, out_features }
+    }
+
     /// One projection computing `parts` side by side (outputs concatenated in order,
     /// biases too), when all of them run on toolgate's kernels with the same weight type
     /// and input width; `Ok(None)` otherwise (keep them separate). Used to fuse q/k/v and
