@@ -192,10 +192,11 @@ struct GateArgs {
     /// it with toolgate's generic tool template.
     #[arg(long, env = "TOOLGATE_TOOL_FALLBACK", default_value = "none")]
     tool_fallback: ToolFallback,
-    /// Read and write tool calls in this family's format (a file in `grammars/`: hermes,
-    /// mistral, mistral-v11, functionary-v3.1, deepseek-v3.1, deepseek-r1, kimi-k2,
-    /// apriel, granite, functools, gemma4, generic) instead of the one detected from the
-    /// chat template.
+    /// Read and write tool calls in this family's format instead of the one detected
+    /// from the chat template: a file in `grammars/` (hermes, generic, mistral,
+    /// mistral-v11, llama3-json, functionary-v3.1, deepseek-v3.1, deepseek-r1, kimi-k2,
+    /// apriel, qwen3-coder, seed-oss, gemma4, granite, functools, pythonic;
+    /// docs/tool-formats.md).
     #[arg(long, env = "TOOLGATE_TOOL_FORMAT")]
     tool_format: Option<String>,
 }

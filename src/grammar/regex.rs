@@ -32,6 +32,14 @@ pub trait Dialect {
     fn comma(&self) -> String {
         ", ?".into()
     }
+    /// Regex for a boolean.
+    fn boolean(&self) -> String {
+        "(?:true|false)".into()
+    }
+    /// Regex for null.
+    fn null(&self) -> String {
+        "null".into()
+    }
 }
 
 /// RFC 8259 JSON.
@@ -102,8 +110,8 @@ impl Dialect for Gemma4 {
 pub fn to_regex(node: &Node, d: &dyn Dialect) -> String {
     match node {
         Node::Never => "[^\\x00-\\x{10FFFF}]".into(),
-        Node::Null => "null".into(),
-        Node::Boolean => "(?:true|false)".into(),
+        Node::Null => d.null(),
+        Node::Boolean => d.boolean(),
         Node::Integer { min, max } => int_range(*min, *max),
         Node::Number => r"-?(?:0|[1-9][0-9]{0,15})(?:\.[0-9]{1,16})?(?:[eE][+-]?[0-9]{1,3})?".into(),
         Node::String { min_len, max_len, pattern, format } => {
@@ -425,4 +433,77 @@ pub fn xml_parameters(node: &Node) -> String {
         other => format!("(?:{})*", param("[A-Za-z_][A-Za-z0-9_.-]*", &value(other))),
     };
     format!("\\n?{body}</function>")
+}
+
+/// Python literals, as pythonic tool calls write values: strings in double quotes with
+/// JSON's escapes (valid Python), numbers as in JSON, `True`/`False`/`None`, lists
+/// `[…]`, dicts `{"key": …}`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Python;
+
+impl Dialect for Python {
+    fn quote(&self) -> String {
+        "\"".into()
+    }
+    fn string_char(&self) -> String {
+        JSON_CHAR.into()
+    }
+    fn key(&self, name: &str) -> String {
+        Json.key(name)
+    }
+    fn any_key(&self) -> String {
+        Json.any_key()
+    }
+    fn literal(&self, v: &Value) -> String {
+        escape(&python_repr(v))
+    }
+    fn boolean(&self) -> String {
+        "(?:True|False)".into()
+    }
+    fn null(&self) -> String {
+        "None".into()
+    }
+}
+
+/// A JSON value written as a Python literal (`true` → `True`, `null` → `None`).
+///
+/// ```
+/// use toolgate::grammar::regex::python_repr;
+/// assert_eq!(python_repr(&serde_json::json!({"a": [true, null, "x"]})), r#"{"a": [True, None, "x"]}"#);
+/// ```
+pub fn python_repr(v: &Value) -> String {
+    match v {
+        Value::Null => "None".into(),
+        Value::Bool(b) => if *b { "True" } else { "False" }.into(),
+        Value::Array(a) => format!("[{}]", a.iter().map(python_repr).collect::<Vec<_>>().join(", ")),
+        Value::Object(o) => format!(
+            "{{{}}}",
+            o.iter()
+                .map(|(k, x)| format!("{}: {}", Value::String(k.clone()), python_repr(x)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        other => other.to_string(),
+    }
+}
+
+/// Keyword arguments of a pythonic call for an arguments schema: `(name=VALUE, …)` with
+/// the declared properties in schema order (optional ones skippable), extra ones if
+/// the schema allows them, values as [`Python`] literals.
+pub fn python_kwargs(node: &Node) -> String {
+    let comma = ", ?";
+    match node {
+        Node::Object { properties, additional } => {
+            let elems: Vec<(String, bool)> = properties
+                .iter()
+                .map(|(name, n, req)| (format!("{}={}", escape(name), to_regex(n, &Python)), *req))
+                .collect();
+            let extra = additional.as_ref().map(|n| format!("[A-Za-z_][A-Za-z0-9_]*={}", to_regex(n, &Python)));
+            format!(r"\({}\)", props_first(&elems, 0, extra.as_deref(), comma))
+        }
+        other => format!(
+            r"\((?:[A-Za-z_][A-Za-z0-9_]*={v}(?:{comma}[A-Za-z_][A-Za-z0-9_]*={v})*)?\)",
+            v = to_regex(other, &Python)
+        ),
+    }
 }

@@ -50,6 +50,9 @@ pub enum ArgsDialect {
     /// then `</function>`): strings as bare text, other values as JSON; converted to a
     /// JSON object for the client, with the declared types deciding what is a string.
     XmlParameters,
+    /// Python keyword arguments (`(city="Paris", n=2, ok=True)`), as pythonic calls
+    /// write them (LFM2); converted to a JSON object for the client.
+    Python,
 }
 
 /// The shape of the call ids toolgate gives a family's calls (they come back to the
@@ -179,6 +182,11 @@ impl ToolFormat {
         }
         if !self.id_key.is_empty() && (self.body != BodyKind::JsonNameArguments || self.id_pattern.is_empty()) {
             return Err("`id_key` needs a json_name_arguments body and an `id_pattern`".into());
+        }
+        if matches!(self.dialect, ArgsDialect::XmlParameters | ArgsDialect::Python)
+            && self.body != BodyKind::NameThenArguments
+        {
+            return Err("this dialect needs a name_then_arguments body".into());
         }
         if !self.name_prefix.is_empty() && self.body != BodyKind::NameThenArguments {
             return Err("`name_prefix` belongs to a name_then_arguments body".into());

@@ -9,7 +9,7 @@ pub mod stream;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::grammar::regex::{to_regex, xml_parameters, Gemma4, Json};
+use crate::grammar::regex::{python_kwargs, to_regex, xml_parameters, Gemma4, Json};
 use crate::grammar::schema::{compile, Mode};
 use crate::tokenizer::{TokenKind, Tokenizer, SPECIAL_PREFIX};
 use crate::{Error, Result};
@@ -235,6 +235,7 @@ pub fn calls_regex(
             ArgsDialect::Json => to_regex(&node, &Json),
             ArgsDialect::Gemma4 => to_regex(&node, &Gemma4),
             ArgsDialect::XmlParameters => xml_parameters(&node),
+            ArgsDialect::Python => python_kwargs(&node),
         };
         let name = &t.function.name;
         match f.body {

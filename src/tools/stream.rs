@@ -404,7 +404,16 @@ impl StreamParser {
                 return false;
             }
             let may_call = !fmt.list || (sec.list_open && !sec.list_closed);
-            let opens = if fmt.call_start.is_empty() { p.starts_with('{') } else { p.starts_with(&fmt.call_start) };
+            let opens = if !fmt.call_start.is_empty() {
+                p.starts_with(&fmt.call_start)
+            } else if fmt.body == BodyKind::JsonNameArguments {
+                p.starts_with('{')
+            } else if !fmt.name_prefix.is_empty() {
+                p.starts_with(&fmt.name_prefix)
+            } else {
+                // A bare name (pythonic `[f(a=1), g()]`).
+                p.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            };
             if may_call && opens {
                 self.pending.drain(..fmt.call_start.len());
                 let prefix = if sec.calls == 0 {
@@ -475,9 +484,10 @@ impl StreamParser {
                     from // parameters are read with their own whitespace
                 } else {
                     let v0 = from + leading_ws(&call.body[from..]);
+                    let open = if fmt.dialect == ArgsDialect::Python { b'(' } else { b'{' };
                     match call.body.as_bytes().get(v0) {
                         None => return CallStep::More,
-                        Some(b'{') => {}
+                        Some(&c) if c == open => {}
                         Some(_) => return self.break_at(fmt, call, v0, ev),
                     }
                     v0
@@ -513,6 +523,7 @@ impl StreamParser {
         } else {
             if call.scan.end.is_none() {
                 call.scan.gemma = fmt.dialect == ArgsDialect::Gemma4;
+                call.scan.python = fmt.dialect == ArgsDialect::Python;
                 call.scan.feed(&call.body[v0 + call.scan.consumed..]);
             }
             self.stream(call, ev);
@@ -565,6 +576,7 @@ impl StreamParser {
                 serde_json::from_str::<serde::de::IgnoredAny>(value).ok().map(|_| (name.clone(), value.to_string()))
             }
             (Some((name, _)), ArgsDialect::Gemma4) => gemma_to_json(value).map(|args| (name.clone(), args)),
+            (Some((name, _)), ArgsDialect::Python) => python_kwargs_to_json(value).map(|args| (name.clone(), args)),
             (Some((name, _)), ArgsDialect::XmlParameters) => match xml_params(value) {
                 Some(Ok((_, params))) => Some((name.clone(), xml_to_json(&params, self.string_params.get(name)))),
                 _ => None,
@@ -945,6 +957,10 @@ struct ValueScan {
     escaped: bool,
     scalar: bool,
     gemma: bool,
+    /// Python literals: `(…)` brackets too, strings in `"` or `'`.
+    python: bool,
+    /// The quote that opened the current Python string.
+    quote: u8,
 }
 
 impl ValueScan {
@@ -973,7 +989,7 @@ impl ValueScan {
             }
             i += 1;
             self.consumed += 1;
-            if self.consumed == 1 && !matches!(c, b'{' | b'[') {
+            if self.consumed == 1 && !matches!(c, b'{' | b'[') && !(self.python && c == b'(') {
                 self.scalar = true;
             }
             if self.scalar {
@@ -986,17 +1002,32 @@ impl ValueScan {
             }
             if self.in_string {
                 if !self.gemma {
+                    let close = if self.python { self.quote } else { b'"' };
                     match (self.escaped, c) {
                         (true, _) => self.escaped = false,
                         (false, b'\\') => self.escaped = true,
-                        (false, b'"') => self.in_string = false,
+                        (false, q) if q == close => self.in_string = false,
                         _ => {}
                     }
                 }
             } else {
                 match c {
-                    b'"' if !self.gemma => self.in_string = true,
+                    b'"' if !self.gemma => {
+                        self.in_string = true;
+                        self.quote = c;
+                    }
+                    b'\'' if self.python => {
+                        self.in_string = true;
+                        self.quote = c;
+                    }
                     b'{' | b'[' => self.depth += 1,
+                    b'(' if self.python => self.depth += 1,
+                    b')' if self.python => {
+                        self.depth = self.depth.saturating_sub(1);
+                        if self.depth == 0 {
+                            self.end = Some(self.consumed);
+                        }
+                    }
                     b'}' | b']' => {
                         self.depth = self.depth.saturating_sub(1);
                         if self.depth == 0 {
@@ -1133,6 +1164,164 @@ impl GemmaReader<'_> {
             if v.is_string() || v.is_object() || v.is_array() {
                 return None;
             }
+            self.i += n;
+            v
+        };
+        self.depth -= 1;
+        Some(v)
+    }
+}
+
+/// Python keyword arguments (`(city="Paris", n=2, ok=True, tags=['a'])`) as a compact
+/// JSON object, or `None` if `s` is not that.
+///
+/// ```
+/// # use toolgate::tools::stream::python_kwargs_to_json;
+/// assert_eq!(
+///     python_kwargs_to_json(r#"(city="Paris", n=-2.5, ok=True, x=None, t=['a', {"k": False}])"#).as_deref(),
+///     Some(r#"{"city":"Paris","n":-2.5,"ok":true,"x":null,"t":["a",{"k":false}]}"#)
+/// );
+/// assert_eq!(python_kwargs_to_json("(city=Paris)"), None);
+/// ```
+pub fn python_kwargs_to_json(s: &str) -> Option<String> {
+    let mut r = PyReader { s, i: 0, depth: 0 };
+    let mut map = serde_json::Map::new();
+    if !r.eat("(") {
+        return None;
+    }
+    if !r.eat(")") {
+        loop {
+            r.ws();
+            let rest = &r.s[r.i..];
+            let n = rest.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(rest.len());
+            if n == 0 {
+                return None;
+            }
+            let key = rest[..n].to_string();
+            r.i += n;
+            if !r.eat("=") {
+                return None;
+            }
+            map.insert(key, r.value()?);
+            if r.eat(")") {
+                break;
+            }
+            if !r.eat(",") {
+                return None;
+            }
+        }
+    }
+    r.ws();
+    (r.i == s.len()).then(|| serde_json::Value::Object(map).to_string())
+}
+
+struct PyReader<'a> {
+    s: &'a str,
+    i: usize,
+    depth: usize,
+}
+
+impl PyReader<'_> {
+    fn ws(&mut self) {
+        self.i += leading_ws(&self.s[self.i..]);
+    }
+
+    fn eat(&mut self, t: &str) -> bool {
+        self.ws();
+        let hit = self.s[self.i..].starts_with(t);
+        if hit {
+            self.i += t.len();
+        }
+        hit
+    }
+
+    /// A string in `"` or `'` with Python's common escapes.
+    fn string(&mut self) -> Option<String> {
+        let quote = self.s[self.i..].chars().next()?;
+        let mut out = String::new();
+        let mut chars = self.s[self.i + 1..].char_indices();
+        while let Some((j, c)) = chars.next() {
+            match c {
+                c if c == quote => {
+                    self.i += 1 + j + 1;
+                    return Some(out);
+                }
+                '\\' => {
+                    let (_, e) = chars.next()?;
+                    match e {
+                        'n' => out.push('\n'),
+                        't' => out.push('\t'),
+                        'r' => out.push('\r'),
+                        '0' => out.push('\0'),
+                        'u' => {
+                            let hex: String = (0..4).filter_map(|_| chars.next().map(|(_, h)| h)).collect();
+                            out.push(char::from_u32(u32::from_str_radix(&hex, 16).ok()?)?);
+                        }
+                        other => out.push(other), // \\ \' \" and anything else literally
+                    }
+                }
+                c => out.push(c),
+            }
+        }
+        None
+    }
+
+    fn value(&mut self) -> Option<serde_json::Value> {
+        use serde_json::Value;
+        self.depth += 1;
+        if self.depth > 128 {
+            return None;
+        }
+        self.ws();
+        let rest = &self.s[self.i..];
+        let v = if rest.starts_with('"') || rest.starts_with('\'') {
+            Value::String(self.string()?)
+        } else if self.eat("[") {
+            let mut items = Vec::new();
+            if !self.eat("]") {
+                loop {
+                    items.push(self.value()?);
+                    if self.eat("]") {
+                        break;
+                    }
+                    if !self.eat(",") {
+                        return None;
+                    }
+                }
+            }
+            Value::Array(items)
+        } else if self.eat("{") {
+            let mut map = serde_json::Map::new();
+            if !self.eat("}") {
+                loop {
+                    self.ws();
+                    let Value::String(key) = self.value()? else { return None };
+                    if !self.eat(":") {
+                        return None;
+                    }
+                    map.insert(key, self.value()?);
+                    if self.eat("}") {
+                        break;
+                    }
+                    if !self.eat(",") {
+                        return None;
+                    }
+                }
+            }
+            Value::Object(map)
+        } else {
+            let n = rest
+                .find(|c: char| matches!(c, ',' | ')' | ']' | '}' | ':') || c.is_whitespace())
+                .unwrap_or(rest.len());
+            let v = match &rest[..n] {
+                "True" => Value::Bool(true),
+                "False" => Value::Bool(false),
+                "None" => Value::Null,
+                num => match serde_json::from_str::<Value>(num).ok()? {
+                    n @ Value::Number(_) => n,
+                    _ => return None,
+                },
+            };
             self.i += n;
             v
         };

@@ -155,7 +155,7 @@ fn smollm2_tokenizer() -> Tokenizer {
 /// markers as control tokens, so they stay text).
 fn constraint_bytes(fmt: &ToolFormat, text: &str) -> Vec<u8> {
     match fmt.dialect {
-        ArgsDialect::Json | ArgsDialect::XmlParameters => text.as_bytes().to_vec(),
+        ArgsDialect::Json | ArgsDialect::XmlParameters | ArgsDialect::Python => text.as_bytes().to_vec(),
         ArgsDialect::Gemma4 => {
             text.replace("<|\"|>", "\u{0}<|\"|>").bytes().map(|b| if b == 0 { 0xFF } else { b }).collect()
         }
@@ -425,4 +425,57 @@ fn xml_parameters_follow_the_declared_types() {
     let g = Grammar::from_regex(&calls_regex(&fmt, &tools, &ToolChoice::Required, false, &tok).unwrap()).unwrap();
     assert!(g.matches(text.as_bytes()));
     assert!(!g.matches(text.replace("\n3\n", "\nthree\n").as_bytes()), "an integer parameter is JSON");
+}
+
+/// LFM2's pythonic calls: its template renders no calls (the assistant's text is kept
+/// as written), so the layout comes from the model card and llama.cpp's parser:
+/// `<|tool_call_start|>[f(a=1), g(b="x")]<|tool_call_end|>`. Read at every split in both
+/// modes, accepted by the grammar, and written by SmolLM2 with `--tool-format pythonic`.
+#[test]
+fn pythonic_calls() {
+    let fmt = format::for_family("pythonic").unwrap().unwrap();
+    let text =
+        "Sure. <|tool_call_start|>[get_weather(city='Paris', unit=\"celsius\"), add(a=2, b=3)]<|tool_call_end|> Done.";
+    for incremental in [false, true] {
+        let whole = parse(&fmt, incremental, &[text]);
+        assert_roundtrip_calls(&whole, "pythonic");
+        assert_eq!(whole.content, "Sure.  Done.");
+        for i in (0..=text.len()).filter(|&i| text.is_char_boundary(i)) {
+            assert_eq!(parse(&fmt, incremental, &[&text[..i], &text[i..]]), whole, "split at {i}");
+        }
+    }
+    let (input, _) = roundtrip("Qwen-Qwen2.5-7B-Instruct.jinja");
+    let tools = roundtrip_tools(&input);
+    let tok = smollm2_tokenizer();
+    let g = Grammar::from_regex(&calls_regex(&fmt, &tools, &ToolChoice::Required, true, &tok).unwrap()).unwrap();
+    let canonical =
+        "<|tool_call_start|>[get_weather(city=\"Paris\", unit=\"celsius\"), add(a=2, b=3)]<|tool_call_end|>";
+    assert!(g.matches(canonical.as_bytes()));
+    assert!(!g.matches(canonical.replace("a=2", "a=\"2\"").as_bytes()), "an integer is not a string");
+
+    let mut engine = Engine::load(common::model(common::SMOLLM2), DeviceChoice::Cpu).unwrap();
+    let templates = GgufTemplates::from_gguf(engine.gguf()).unwrap();
+    // LFM2's template never renders an assistant's calls, so the gate refuses it (as
+    // llama.cpp's prober does): SmolLM2 runs on the generic template, and the format
+    // is chosen by name — the grammar and parser on a real vocabulary and real weights.
+    let path = templates_dir().join("LFM2-8B-A1B.jinja");
+    assert!(gate("smollm2", &templates, Some("llama"), Some(&path), ToolFallback::None).is_err());
+    let setup = gate("smollm2", &templates, Some("llama"), Some(&path), ToolFallback::Generic)
+        .unwrap()
+        .with_family("pythonic")
+        .unwrap();
+    let params = GenerateParams { max_tokens: 64, ..GenerateParams::default() };
+    let msgs = vec![json!({"role": "user", "content": "What is the weather in Paris? Also add 2 and 3."})];
+    for (choice, parallel) in [(ToolChoice::Required, true), (ToolChoice::Named("add".into()), false)] {
+        let turn =
+            tool_turn(&mut engine, &setup, msgs.clone(), &tools, &choice, parallel, ToolMode::Constrained, &params)
+                .unwrap();
+        assert!(!turn.tool_calls.is_empty() && turn.parse_failures == 0, "{turn:?}");
+        assert_eq!(turn.finish_reason, "tool_calls", "{turn:?}");
+        for call in &turn.tool_calls {
+            let schema = &tools.iter().find(|t| t.function.name == call.function.name).unwrap().function.parameters;
+            let args: Value = serde_json::from_str(&call.function.arguments).unwrap();
+            assert!(jsonschema::validator_for(schema).unwrap().is_valid(&args), "{call:?}");
+        }
+    }
 }
