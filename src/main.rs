@@ -194,9 +194,9 @@ struct GateArgs {
     tool_fallback: ToolFallback,
     /// Read and write tool calls in this family's format instead of the one detected
     /// from the chat template: a file in `grammars/` (hermes, generic, mistral,
-    /// mistral-v11, llama3-json, functionary-v3.1, deepseek-v3.1, deepseek-r1, kimi-k2,
-    /// apriel, qwen3-coder, seed-oss, gemma4, granite, functools, pythonic;
-    /// docs/tool-formats.md).
+    /// mistral-v11, llama3-json, llama3-python-tag, functionary-v3.1, deepseek-v3.1,
+    /// deepseek-r1, kimi-k2, apriel, qwen3-coder, seed-oss, gemma4, granite, functools,
+    /// pythonic; docs/tool-formats.md).
     #[arg(long, env = "TOOLGATE_TOOL_FORMAT")]
     tool_format: Option<String>,
 }

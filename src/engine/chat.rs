@@ -340,3 +340,136 @@ pub fn tool_turn(
 ) -> Result<ChatTurn> {
     prepare_turn(engine, setup, messages, tools, choice, parallel, mode)?.run(engine, params, |_| {})
 }
+
+/// One chat request for [`Engine::chat`]: OpenAI-shaped messages, the declared tools and
+/// how calls are made. Built with [`ChatRequest::new`] / [`ChatRequest::user`] and the
+/// setters below; the fields are public for everything else.
+#[derive(Debug, Clone)]
+pub struct ChatRequest {
+    /// The conversation so far, OpenAI-shaped (`role`, `content`, `tool_calls`, …).
+    pub messages: Vec<Value>,
+    /// Declared tools (none: a plain chat turn).
+    pub tools: Vec<Tool>,
+    /// `auto` (default), `none`, `required` or one named function.
+    pub tool_choice: ToolChoice,
+    /// Allow several calls in the turn (default `true`).
+    pub parallel_tool_calls: bool,
+    /// Constrained (default) or native calls.
+    pub mode: ToolMode,
+    /// Sampling, `max_tokens`, stop strings (default: greedy, 256 tokens).
+    pub params: GenerateParams,
+    /// What to do with a model whose template cannot do tools (default: refuse).
+    pub fallback: crate::template::ToolFallback,
+}
+
+impl ChatRequest {
+    /// A request for these messages, with the defaults above.
+    pub fn new(messages: Vec<Value>) -> Self {
+        Self {
+            messages,
+            tools: Vec::new(),
+            tool_choice: ToolChoice::Auto,
+            parallel_tool_calls: true,
+            mode: ToolMode::Constrained,
+            params: GenerateParams { sampling: crate::sampling::SamplingParams::greedy(), ..GenerateParams::default() },
+            fallback: crate::template::ToolFallback::None,
+        }
+    }
+
+    /// A request with one user message.
+    pub fn user(text: impl Into<String>) -> Self {
+        Self::new(vec![serde_json::json!({"role": "user", "content": text.into()})])
+    }
+
+    /// Declare tools ([`Tool`]s or [`crate::tools::definition::ToolDefinition`]s).
+    pub fn tools<T: Into<Tool>>(mut self, tools: impl IntoIterator<Item = T>) -> Self {
+        self.tools = tools.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Set `tool_choice`.
+    pub fn tool_choice(mut self, choice: ToolChoice) -> Self {
+        self.tool_choice = choice;
+        self
+    }
+
+    /// Serve a model whose template cannot do tools with this fallback.
+    pub fn fallback(mut self, fallback: crate::template::ToolFallback) -> Self {
+        self.fallback = fallback;
+        self
+    }
+
+    /// Set the token budget.
+    pub fn max_tokens(mut self, n: usize) -> Self {
+        self.params.max_tokens = n;
+        self
+    }
+}
+
+impl Engine {
+    /// The model's chat setup: its chat template through the tool-calling gate.
+    ///
+    /// Cost: the template's capability probe (a few renders, milliseconds).
+    ///
+    /// # Errors
+    /// [`Error::NotToolCapable`] when the template cannot do tools and `fallback` is
+    /// [`crate::template::ToolFallback::None`]; template errors.
+    pub fn chat_setup(&self, fallback: crate::template::ToolFallback) -> Result<ChatSetup> {
+        let templates = crate::template::source::GgufTemplates::from_gguf(self.gguf())?;
+        let arch = self.gguf().architecture().ok().map(str::to_string);
+        let name = self.gguf().path().file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+        crate::template::gate(&name, &templates, arch.as_deref(), None, fallback)
+    }
+
+    /// Answer one chat request: render it with the model's gated template, generate the
+    /// assistant's turn (calls constrained to the tools' schemas in
+    /// [`ToolMode::Constrained`]) and parse it.
+    ///
+    /// ```no_run
+    /// use toolgate::engine::{chat::ChatRequest, Engine};
+    /// use toolgate::model::DeviceChoice;
+    /// use toolgate::template::ToolFallback;
+    /// use toolgate::tools::definition::{Schema, ToolDefinition};
+    /// use toolgate::tools::ToolChoice;
+    ///
+    /// let mut engine = Engine::load("SmolLM2-135M-Instruct.Q4_1.gguf", DeviceChoice::Cpu)?;
+    /// let weather = ToolDefinition::new("get_weather").parameter("city", Schema::string()).required(["city"]);
+    /// let request = ChatRequest::user("Weather in Paris?")
+    ///     .tools([weather])
+    ///     .tool_choice(ToolChoice::Required)
+    ///     .fallback(ToolFallback::Generic);
+    /// let turn = engine.chat(&request)?;
+    /// println!("{}({})", turn.tool_calls[0].function.name, turn.tool_calls[0].function.arguments);
+    /// # Ok::<(), toolgate::Error>(())
+    /// ```
+    ///
+    /// Cost: [`Self::chat_setup`], one render and one generation. To keep a
+    /// conversation, [`super::conversation::ToolConversation`] gates once and holds
+    /// the history.
+    ///
+    /// # Errors
+    /// As [`Self::chat_setup`], [`prepare_turn`] and [`PreparedTurn::run`].
+    pub fn chat(&mut self, request: &ChatRequest) -> Result<ChatTurn> {
+        self.chat_stream(request, |_| {})
+    }
+
+    /// [`Self::chat`], calling `on_event` with each delta as it is generated (content,
+    /// then per call its name and argument fragments); the returned turn is their
+    /// aggregate.
+    ///
+    /// # Errors
+    /// As [`Self::chat`].
+    pub fn chat_stream(&mut self, request: &ChatRequest, on_event: impl FnMut(StreamEvent)) -> Result<ChatTurn> {
+        let setup = self.chat_setup(request.fallback)?;
+        prepare_turn(
+            self,
+            &setup,
+            request.messages.clone(),
+            &request.tools,
+            &request.tool_choice,
+            request.parallel_tool_calls,
+            request.mode,
+        )?
+        .run(self, &request.params, on_event)
+    }
+}

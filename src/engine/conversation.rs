@@ -26,8 +26,7 @@ use serde_json::{json, Value};
 
 use super::chat::{prepare_turn, ChatTurn, ToolMode};
 use super::{Engine, GenerateParams};
-use crate::template::source::GgufTemplates;
-use crate::template::{gate, ChatSetup, ToolFallback};
+use crate::template::{ChatSetup, ToolFallback};
 use crate::tools::stream::StreamEvent;
 use crate::tools::{Tool, ToolChoice};
 use crate::Result;
@@ -56,11 +55,7 @@ impl ToolConversation {
     /// [`crate::Error::NotToolCapable`] when the template cannot do tools and
     /// `fallback` is [`ToolFallback::None`]; template errors.
     pub fn new(engine: &Engine, fallback: ToolFallback, tools: Vec<Tool>) -> Result<Self> {
-        let templates = GgufTemplates::from_gguf(engine.gguf())?;
-        let arch = engine.gguf().architecture().ok().map(str::to_string);
-        let name = engine.gguf().path().file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
-        let setup = gate(&name, &templates, arch.as_deref(), None, fallback)?;
-        Ok(Self::with_setup(setup, tools))
+        Ok(Self::with_setup(engine.chat_setup(fallback)?, tools))
     }
 
     /// Start a conversation with a chat setup already gated (e.g. with a template

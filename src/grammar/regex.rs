@@ -113,7 +113,13 @@ pub fn to_regex(node: &Node, d: &dyn Dialect) -> String {
         Node::Null => d.null(),
         Node::Boolean => d.boolean(),
         Node::Integer { min, max } => int_range(*min, *max),
-        Node::Number => r"-?(?:0|[1-9][0-9]{0,15})(?:\.[0-9]{1,16})?(?:[eE][+-]?[0-9]{1,3})?".into(),
+        // The exponent stops at ±292: with at most 16 integer digits every number the
+        // grammar allows is a finite f64 (`6.5e555` is RFC 8259 JSON, but no JSON
+        // parser that reads into doubles accepts it).
+        Node::Number => {
+            r"-?(?:0|[1-9][0-9]{0,15})(?:\.[0-9]{1,16})?(?:[eE][+-]?(?:[0-9]{1,2}|1[0-9]{2}|2[0-8][0-9]|29[0-2]))?"
+                .into()
+        }
         Node::String { min_len, max_len, pattern, format } => {
             let q = d.quote();
             let body = match (format, pattern) {

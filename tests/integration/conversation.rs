@@ -85,3 +85,33 @@ fn hermes_format_on_real_weights_with_the_qwen_template() {
         assert!(!streamed.is_empty());
     }
 }
+
+/// The one-shot front door: `Engine::chat` with a `ChatRequest`, and `chat_stream`,
+/// whose deltas add up to the same turn.
+#[test]
+fn engine_chat_answers_a_request() {
+    let mut engine = Engine::load(common::model(common::SMOLLM2), DeviceChoice::Cpu).unwrap();
+    let request = toolgate::engine::chat::ChatRequest::user("What's the weather in Rome for the next 2 days?")
+        .tools([weather()])
+        .tool_choice(ToolChoice::Required)
+        .fallback(ToolFallback::Generic)
+        .max_tokens(60);
+    let turn = engine.chat(&request).unwrap();
+    assert_eq!(turn.finish_reason, "tool_calls", "{turn:?}");
+    turn.tool_calls.iter().for_each(check_call);
+    let mut names = Vec::new();
+    let mut args = String::new();
+    let streamed = engine
+        .chat_stream(&request, |e| match e {
+            toolgate::tools::stream::StreamEvent::CallStart { name, .. } => names.push(name),
+            toolgate::tools::stream::StreamEvent::Arguments { index: 0, fragment } => args.push_str(&fragment),
+            _ => {}
+        })
+        .unwrap();
+    assert_eq!(streamed.tool_calls.len(), turn.tool_calls.len());
+    assert_eq!(names[0], streamed.tool_calls[0].function.name);
+    assert_eq!(args, streamed.tool_calls[0].function.arguments);
+    // A model whose template cannot do tools is refused unless a fallback is named.
+    let refused = engine.chat(&toolgate::engine::chat::ChatRequest::user("hi").tools([weather()])).unwrap_err();
+    assert!(matches!(refused, toolgate::Error::NotToolCapable(_)), "{refused}");
+}

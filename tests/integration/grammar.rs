@@ -44,6 +44,21 @@ fn types_and_unions() {
     check(json!({"type": "integer"}), &["0", "-7", "42"], &["-0", "1.0", "007"]);
 }
 
+/// Every number the grammar allows is a finite double: the largest mantissa with the
+/// largest exponent still parses, one step further does not match (Gemma 3 once wrote
+/// `6.5555555555555555e555` under the old 3-digit exponent, which serde_json refuses).
+#[test]
+fn numbers_stay_finite_doubles() {
+    let largest = "9999999999999999.9999999999999999e292";
+    check(
+        json!({"type": "number"}),
+        &[largest, "-9999999999999999e292", "1e-292", "6.5e99", "0.75e55"],
+        &["6.5555555555555555e555", "1e293", "1e300", "1e999"],
+    );
+    let v: f64 = serde_json::from_str(largest).unwrap();
+    assert!(v.is_finite());
+}
+
 #[test]
 fn integer_bounds() {
     check(json!({"type": "integer", "minimum": -3, "maximum": 12}), &["-3", "0", "9", "12"], &["-4", "13", "100"]);

@@ -336,6 +336,12 @@ fn the_format_can_be_chosen_by_name() {
     }
     let err = generic.with_family("nope").unwrap_err().to_string();
     assert!(err.contains("nope") && err.contains("mistral-v11"), "{err}");
+    // `--help` names every format the flag accepts.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate")).args(["serve", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout).replace('\n', " ");
+    for f in format::all().unwrap() {
+        assert!(help.contains(&f.family), "`toolgate serve --help` does not name {}", f.family);
+    }
 }
 
 /// Llama 3.x writes a bare `{"name": …, "parameters": …}` with no marker (and its
@@ -376,6 +382,20 @@ fn llama3_bare_json_calls() {
         let end = text[start..].find("}}").unwrap() + start + 2;
         assert!(g.matches(&text.as_bytes()[start..end]), "{:?}", &text[start..end]);
     }
+    // With the `<|python_tag|>` prefix some Llama 3.x builds put before a call (no
+    // template in the corpus renders it for custom tools): the same object after it.
+    let tagged = format::for_family("llama3-python-tag").unwrap().unwrap();
+    let text = "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}<|eom_id|>";
+    for incremental in [false, true] {
+        let whole = parse(&tagged, incremental, &[text]);
+        assert_eq!((whole.calls.len(), whole.failures), (1, 0), "{whole:?}");
+        assert_eq!(whole.calls[0].function.arguments, r#"{"city": "Paris", "unit": "celsius"}"#);
+        for i in (0..=text.len()).filter(|&i| text.is_char_boundary(i)) {
+            assert_eq!(parse(&tagged, incremental, &[&text[..i], &text[i..]]), whole, "split at {i}");
+        }
+    }
+    let g = Grammar::from_regex(&calls_regex(&tagged, &tools, &ToolChoice::Required, false, &tok).unwrap()).unwrap();
+    assert!(g.matches(&text.as_bytes()[..text.find("<|eom_id|>").unwrap()]));
     // Text that merely starts like a call stays text; so does an unfinished object.
     for text in ["Use {\"name\": 1} as the key.", "Set {\"name\" to something"] {
         let out = parse(&fmt, false, &[text]);
