@@ -375,14 +375,7 @@ impl GgufFile {
     /// Bytes of all tensor data in their stored types, from the header only (for a
     /// model with tied embeddings, about what one decode step reads from memory).
     pub fn tensor_bytes(&self) -> u64 {
-        self.content
-            .tensor_infos
-            .values()
-            .map(|i| {
-                let dt = i.ggml_dtype;
-                (i.shape.elem_count() / dt.block_size() * dt.type_size()) as u64
-            })
-            .sum()
+        self.content.tensor_infos.values().map(|i| stored_size(i) as u64).sum()
     }
 
     /// Names of all tensors, unordered.
@@ -390,7 +383,7 @@ impl GgufFile {
         self.content.tensor_infos.keys().map(|s| s.as_str())
     }
 
-    /// The stored bytes of one tensor, with its type and shape (row-major, as
+    /// The stored bytes of one tensor (type: [`Self::tensor_ggml_dtype`], shape:
     /// [`Self::tensor_dims`]): what a consumer that keeps the encoding as it is on disk
     /// (toolgate's kernels) needs, without candle's decoded copy in between — loading
     /// a weight this way peaks at its size once, not two or three times.
@@ -400,16 +393,15 @@ impl GgufFile {
     /// # Errors
     /// [`Error::Tensor`] if the tensor is absent, its extent runs past the end of the
     /// file, or the read fails.
-    pub fn tensor_bytes_of(&self, name: &str) -> Result<(GgmlDType, Vec<usize>, Vec<u8>)> {
+    pub fn tensor_bytes_of(&self, name: &str) -> Result<Vec<u8>> {
         use std::io::{Read as _, Seek as _, SeekFrom};
         let bad = |reason: String| Error::Tensor { path: self.path.clone(), name: name.into(), reason };
         let info = self.content.tensor_infos.get(name).ok_or_else(|| bad("missing".into()))?;
-        let dt = info.ggml_dtype;
-        let elems = info.shape.elem_count();
+        let (dt, elems) = (info.ggml_dtype, info.shape.elem_count());
         if elems % dt.block_size() != 0 {
             return Err(bad(format!("{elems} elements are not whole {dt:?} blocks")));
         }
-        let size = elems / dt.block_size() * dt.type_size();
+        let size = stored_size(info);
         let start = self.content.tensor_data_offset.saturating_add(info.offset);
         let mut reader = self.reader.lock().unwrap_or_else(|p| p.into_inner());
         let file_size = reader.seek(SeekFrom::End(0)).map_err(|e| bad(e.to_string()))?;
@@ -421,7 +413,7 @@ impl GgufFile {
         reader.seek(SeekFrom::Start(start)).map_err(|e| bad(e.to_string()))?;
         let mut bytes = vec![0u8; size];
         reader.read_exact(&mut bytes).map_err(|e| bad(e.to_string()))?;
-        Ok((dt, info.shape.dims().to_vec(), bytes))
+        Ok(bytes)
     }
 
     /// Read one tensor onto `device`, keeping its quantized type.
@@ -441,6 +433,12 @@ impl GgufFile {
             reason: e.to_string(),
         })
     }
+}
+
+/// Bytes of a tensor's data in its stored type.
+fn stored_size(info: &gguf_file::TensorInfo) -> usize {
+    let dt = info.ggml_dtype;
+    info.shape.elem_count() / dt.block_size() * dt.type_size()
 }
 
 fn value_to_u64(v: &Value) -> Option<u64> {

@@ -447,12 +447,13 @@ pub fn xml_parameters(node: &Node) -> String {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Python;
 
+/// Strings and keys are JSON's (valid Python); literals and constants differ.
 impl Dialect for Python {
     fn quote(&self) -> String {
-        "\"".into()
+        Json.quote()
     }
     fn string_char(&self) -> String {
-        JSON_CHAR.into()
+        Json.string_char()
     }
     fn key(&self, name: &str) -> String {
         Json.key(name)

@@ -133,7 +133,7 @@ impl Loader<'_> {
             (self.device.is_cpu() && crate::kernels::enabled(), kernel_type, dims.as_slice())
         {
             if inp % ty.block_len() == 0 {
-                let (_, _, bytes) = self.gguf.tensor_bytes_of(name)?;
+                let bytes = self.gguf.tensor_bytes_of(name)?;
                 let w = crate::kernels::QWeight::new(ty, bytes, *out, *inp).map_err(|e| self.bad(name, e))?;
                 return Ok(QLinear::from_qweight(w, bias));
             }

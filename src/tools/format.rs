@@ -167,6 +167,12 @@ impl ToolFormat {
         self.section_start.is_empty() && self.call_start.is_empty()
     }
 
+    /// Whether the section start already opens the list of calls (`functools[`), so
+    /// the `[` is part of the trigger rather than the list.
+    pub fn start_opens_list(&self) -> bool {
+        self.list && self.section_start.ends_with('[')
+    }
+
     /// Whether calls sit inside a section.
     pub fn has_section(&self) -> bool {
         !self.section_start.is_empty()

@@ -272,7 +272,7 @@ pub fn calls_regex(
     let sep = if f.list { ", ?".to_string() } else { format!("(?:{})?", regex_syntax::escape(&f.separator)) };
     let calls = if parallel { format!("{call}(?:{sep}{call})*") } else { call };
     Ok(if f.has_section() {
-        let (open, close) = match (f.list, f.section_start.ends_with('[')) {
+        let (open, close) = match (f.list, f.start_opens_list()) {
             (true, true) => ("", "\\]"),
             (true, false) => ("\\[", "\\]"),
             (false, _) => ("", ""),

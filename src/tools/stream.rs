@@ -351,10 +351,7 @@ impl StreamParser {
             // A body trigger is the start of the call's own text: keep it.
             self.pending.drain(..if fmt.trigger_in_body() { s } else { s + trigger.len() });
             self.at = if fmt.has_section() {
-                Place::Section(Section {
-                    list_open: fmt.list && fmt.section_start.ends_with('['),
-                    ..Section::default()
-                })
+                Place::Section(Section { list_open: fmt.start_opens_list(), ..Section::default() })
             } else {
                 Place::Call(Box::default())
             };
@@ -569,6 +566,9 @@ impl StreamParser {
         used: usize,
         ev: &mut Vec<StreamEvent>,
     ) -> CallStep {
+        if call.streamed.as_ref().is_some_and(|st| st.fragments) {
+            return CallStep::Done(used); // its JSON arguments went out as they were generated
+        }
         let value = &call.body[v0..v_end];
         let parsed = match (&call.name, fmt.dialect) {
             (None, _) => parse_body(fmt, value),
@@ -582,20 +582,14 @@ impl StreamParser {
                 _ => None,
             },
         };
-        match (&call.streamed, parsed) {
-            (Some(st), Some((_, args))) if !st.fragments => {
-                let index = st.index;
+        match (call.streamed.as_ref().map(|st| st.index), parsed) {
+            (Some(index), Some((_, args))) => {
                 self.out.calls[index].function.arguments = args.clone();
                 ev.push(StreamEvent::Arguments { index, fragment: args });
             }
-            (Some(_), Some(_)) => {}
-            (Some(st), None) => {
-                // Announced, then unreadable (not possible for a constrained call): the
-                // call stays with the arguments it has and counts as a failure.
-                if !st.fragments {
-                    self.out.failures += 1;
-                }
-            }
+            // Announced, then unreadable (not possible for a constrained call): the call
+            // stays without arguments and counts as a failure.
+            (Some(_), None) => self.out.failures += 1,
             (None, Some((name, args))) => {
                 let index = self.announce(name, ev);
                 if !args.is_empty() {
@@ -1069,107 +1063,10 @@ pub(crate) fn parse_body(f: &ToolFormat, body: &str) -> Option<(String, String)>
 /// assert_eq!(gemma_to_json("{city:Paris}"), None);
 /// ```
 pub fn gemma_to_json(s: &str) -> Option<String> {
-    let mut r = GemmaReader { s, i: 0, depth: 0 };
+    let mut r = LiteralReader::new(s, Literals::Gemma);
     let v = r.value()?;
     r.ws();
     (r.i == s.len()).then(|| serde_json::to_string(&v).ok()).flatten()
-}
-
-struct GemmaReader<'a> {
-    s: &'a str,
-    i: usize,
-    depth: usize,
-}
-
-impl GemmaReader<'_> {
-    fn ws(&mut self) {
-        self.i += leading_ws(&self.s[self.i..]);
-    }
-
-    fn eat(&mut self, t: &str) -> bool {
-        self.ws();
-        let hit = self.s[self.i..].starts_with(t);
-        if hit {
-            self.i += t.len();
-        }
-        hit
-    }
-
-    fn string(&mut self) -> Option<String> {
-        if !self.eat(GEMMA_QUOTE) {
-            return None;
-        }
-        let len = self.s[self.i..].find(GEMMA_QUOTE)?;
-        let text = self.s[self.i..self.i + len].to_string();
-        self.i += len + GEMMA_QUOTE.len();
-        Some(text)
-    }
-
-    fn value(&mut self) -> Option<serde_json::Value> {
-        use serde_json::Value;
-        self.depth += 1;
-        if self.depth > 128 {
-            return None;
-        }
-        self.ws();
-        let rest = &self.s[self.i..];
-        let v = if rest.starts_with(GEMMA_QUOTE) {
-            Value::String(self.string()?)
-        } else if self.eat("{") {
-            let mut map = serde_json::Map::new();
-            if !self.eat("}") {
-                loop {
-                    self.ws();
-                    let key = if self.s[self.i..].starts_with(GEMMA_QUOTE) {
-                        self.string()?
-                    } else {
-                        let k = &self.s[self.i..];
-                        let n = k.find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-')).unwrap_or(k.len());
-                        if n == 0 {
-                            return None;
-                        }
-                        self.i += n;
-                        k[..n].to_string()
-                    };
-                    if !self.eat(":") {
-                        return None;
-                    }
-                    map.insert(key, self.value()?);
-                    if self.eat("}") {
-                        break;
-                    }
-                    if !self.eat(",") {
-                        return None;
-                    }
-                }
-            }
-            Value::Object(map)
-        } else if self.eat("[") {
-            let mut items = Vec::new();
-            if !self.eat("]") {
-                loop {
-                    items.push(self.value()?);
-                    if self.eat("]") {
-                        break;
-                    }
-                    if !self.eat(",") {
-                        return None;
-                    }
-                }
-            }
-            Value::Array(items)
-        } else {
-            let n = rest.find(|c: char| matches!(c, ',' | '}' | ']') || c.is_whitespace()).unwrap_or(rest.len());
-            let v: Value = serde_json::from_str(&rest[..n]).ok()?;
-            if v.is_string() || v.is_object() || v.is_array() {
-                return None;
-            }
-            self.i += n;
-            v
-        };
-        self.depth -= 1;
-        Some(v)
-    }
 }
 
 /// Python keyword arguments (`(city="Paris", n=2, ok=True, tags=['a'])`) as a compact
@@ -1184,7 +1081,7 @@ impl GemmaReader<'_> {
 /// assert_eq!(python_kwargs_to_json("(city=Paris)"), None);
 /// ```
 pub fn python_kwargs_to_json(s: &str) -> Option<String> {
-    let mut r = PyReader { s, i: 0, depth: 0 };
+    let mut r = LiteralReader::new(s, Literals::Python);
     let mut map = serde_json::Map::new();
     if !r.eat("(") {
         return None;
@@ -1215,13 +1112,31 @@ pub fn python_kwargs_to_json(s: &str) -> Option<String> {
     (r.i == s.len()).then(|| serde_json::Value::Object(map).to_string())
 }
 
-struct PyReader<'a> {
+/// The literal syntaxes models write arguments in besides JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Literals {
+    /// Gemma 4: strings between [`GEMMA_QUOTE`]s (no escapes), bare or quoted keys,
+    /// JSON's `true`/`false`/`null` and numbers.
+    Gemma,
+    /// Python: strings in `"` or `'` with the common escapes, quoted dict keys,
+    /// `True`/`False`/`None`, numbers.
+    Python,
+}
+
+/// A recursive-descent reader of one literal syntax into JSON values; nesting is
+/// bounded (128 levels).
+struct LiteralReader<'a> {
     s: &'a str,
     i: usize,
     depth: usize,
+    syntax: Literals,
 }
 
-impl PyReader<'_> {
+impl<'a> LiteralReader<'a> {
+    fn new(s: &'a str, syntax: Literals) -> Self {
+        Self { s, i: 0, depth: 0, syntax }
+    }
+
     fn ws(&mut self) {
         self.i += leading_ws(&self.s[self.i..]);
     }
@@ -1235,8 +1150,23 @@ impl PyReader<'_> {
         hit
     }
 
-    /// A string in `"` or `'` with Python's common escapes.
+    fn at_string(&self) -> bool {
+        let rest = &self.s[self.i..];
+        match self.syntax {
+            Literals::Gemma => rest.starts_with(GEMMA_QUOTE),
+            Literals::Python => rest.starts_with('"') || rest.starts_with('\''),
+        }
+    }
+
+    /// The string at the cursor (see [`Self::at_string`]).
     fn string(&mut self) -> Option<String> {
+        if self.syntax == Literals::Gemma {
+            self.i += GEMMA_QUOTE.len();
+            let len = self.s[self.i..].find(GEMMA_QUOTE)?;
+            let text = self.s[self.i..self.i + len].to_string();
+            self.i += len + GEMMA_QUOTE.len();
+            return Some(text);
+        }
         let quote = self.s[self.i..].chars().next()?;
         let mut out = String::new();
         let mut chars = self.s[self.i + 1..].char_indices();
@@ -1266,6 +1196,24 @@ impl PyReader<'_> {
         None
     }
 
+    /// A dict key: a string, or (Gemma) a bare name.
+    fn key(&mut self) -> Option<String> {
+        self.ws();
+        if self.at_string() {
+            return self.string();
+        }
+        if self.syntax != Literals::Gemma {
+            return None;
+        }
+        let k = &self.s[self.i..];
+        let n = k.find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-')).unwrap_or(k.len());
+        if n == 0 {
+            return None;
+        }
+        self.i += n;
+        Some(k[..n].to_string())
+    }
+
     fn value(&mut self) -> Option<serde_json::Value> {
         use serde_json::Value;
         self.depth += 1;
@@ -1273,9 +1221,26 @@ impl PyReader<'_> {
             return None;
         }
         self.ws();
-        let rest = &self.s[self.i..];
-        let v = if rest.starts_with('"') || rest.starts_with('\'') {
+        let v = if self.at_string() {
             Value::String(self.string()?)
+        } else if self.eat("{") {
+            let mut map = serde_json::Map::new();
+            if !self.eat("}") {
+                loop {
+                    let key = self.key()?;
+                    if !self.eat(":") {
+                        return None;
+                    }
+                    map.insert(key, self.value()?);
+                    if self.eat("}") {
+                        break;
+                    }
+                    if !self.eat(",") {
+                        return None;
+                    }
+                }
+            }
+            Value::Object(map)
         } else if self.eat("[") {
             let mut items = Vec::new();
             if !self.eat("]") {
@@ -1290,34 +1255,19 @@ impl PyReader<'_> {
                 }
             }
             Value::Array(items)
-        } else if self.eat("{") {
-            let mut map = serde_json::Map::new();
-            if !self.eat("}") {
-                loop {
-                    self.ws();
-                    let Value::String(key) = self.value()? else { return None };
-                    if !self.eat(":") {
-                        return None;
-                    }
-                    map.insert(key, self.value()?);
-                    if self.eat("}") {
-                        break;
-                    }
-                    if !self.eat(",") {
-                        return None;
-                    }
-                }
-            }
-            Value::Object(map)
         } else {
+            let rest = &self.s[self.i..];
             let n = rest
                 .find(|c: char| matches!(c, ',' | ')' | ']' | '}' | ':') || c.is_whitespace())
                 .unwrap_or(rest.len());
-            let v = match &rest[..n] {
-                "True" => Value::Bool(true),
-                "False" => Value::Bool(false),
-                "None" => Value::Null,
-                num => match serde_json::from_str::<Value>(num).ok()? {
+            let v = match (self.syntax, &rest[..n]) {
+                (Literals::Python, "True") => Value::Bool(true),
+                (Literals::Python, "False") => Value::Bool(false),
+                (Literals::Python, "None") => Value::Null,
+                (Literals::Gemma, "true") => Value::Bool(true),
+                (Literals::Gemma, "false") => Value::Bool(false),
+                (Literals::Gemma, "null") => Value::Null,
+                (_, num) => match serde_json::from_str::<Value>(num).ok()? {
                     n @ Value::Number(_) => n,
                     _ => return None,
                 },
