@@ -1,8 +1,12 @@
 //! Regex → lazy DFA → token masks, and the [`Matcher`] that follows generation.
 //!
-//! Masks are computed by walking a trie of all token byte strings through the DFA
-//! (pruning at dead states) and cached per DFA state, so a state seen before costs a
-//! hash lookup. DFA states are built lazily on first visit (regex-automata's hybrid
+//! Masks are computed by walking a flat trie of token byte strings through the DFA
+//! (skipping a subtree at a dead state) and cached per DFA state, so a state seen
+//! before costs a hash lookup. Inside strings, the plain-text slices of
+//! [`TokenVocab`] replace most of the walk: the matcher first asks where *every*
+//! plain character leads (one transition per byte class of the DFA, a few hundred in
+//! all); when they all agree, the plain tokens are allowed by length wholesale and
+//! only the rest trie (a few percent of the vocabulary) is walked. DFA states are built lazily on first visit (regex-automata's hybrid
 //! DFA) in a bounded cache; if that cache is ever cleared, the mask cache is dropped
 //! and the matcher's state is recomputed from its committed bytes.
 //!
@@ -19,96 +23,60 @@ use regex_automata::hybrid::LazyStateID;
 use regex_automata::util::syntax;
 use regex_automata::{nfa::thompson, Anchored, Input};
 
+use regex_automata::util::alphabet::ByteClasses;
+use regex_syntax::utf8::Utf8Sequences;
+
 use super::regex::{to_regex, Dialect};
 use super::schema::{compile, Mode};
+use super::vocab::TokenTrie;
+pub use super::vocab::TokenVocab;
 use crate::sampling::TokenMask;
-use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
 
 /// Lazy-DFA cache per matcher (bytes). States beyond it are evicted and rebuilt.
 pub const DFA_CACHE_BYTES: usize = 32 << 20;
-
-/// All token byte strings of a vocabulary, as a trie, plus the end-of-generation ids.
-#[derive(Debug)]
-pub struct TokenVocab {
-    /// `(first child, child count)` ranges into `edges`, per node.
-    nodes: Vec<TrieNode>,
-    eog: Vec<u32>,
-    len: usize,
-    bytes: Vec<Vec<u8>>,
-}
-
-#[derive(Debug, Default, Clone)]
-struct TrieNode {
-    children: Vec<(u8, u32)>,
-    tokens: Vec<u32>,
-}
-
-impl TokenVocab {
-    /// Build from explicit token byte strings. Empty tokens are never allowed.
-    pub fn new(bytes: Vec<Vec<u8>>, eog: Vec<u32>) -> Self {
-        let mut nodes = vec![TrieNode::default()];
-        for (id, b) in bytes.iter().enumerate() {
-            if b.is_empty() {
-                continue;
-            }
-            let mut at = 0usize;
-            for &byte in b {
-                at = match nodes[at].children.iter().find(|(c, _)| *c == byte) {
-                    Some(&(_, next)) => next as usize,
-                    None => {
-                        nodes.push(TrieNode::default());
-                        let next = nodes.len() - 1;
-                        nodes[at].children.push((byte, next as u32));
-                        next
-                    }
-                };
-            }
-            nodes[at].tokens.push(id as u32);
-        }
-        for n in &mut nodes {
-            n.children.sort_unstable();
-        }
-        Self { nodes, eog, len: bytes.len(), bytes }
-    }
-
-    /// From a tokenizer: text tokens as their bytes, special tokens as `0xFF`+text.
-    pub fn from_tokenizer(tok: &Tokenizer) -> Self {
-        Self::new(tok.token_bytes().to_vec(), tok.eog_tokens().to_vec())
-    }
-
-    /// Vocabulary size.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the vocabulary is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Bytes of a token.
-    pub fn token_bytes(&self, id: u32) -> &[u8] {
-        self.bytes.get(id as usize).map(|b| b.as_slice()).unwrap_or(&[])
-    }
-
-    /// End-of-generation tokens (allowed only where the grammar accepts).
-    pub fn eog(&self) -> &[u32] {
-        &self.eog
-    }
-
-    /// Number of trie nodes (for diagnostics).
-    pub fn trie_nodes(&self) -> usize {
-        self.nodes.len()
-    }
-}
 
 /// A compiled grammar: the lazy DFA of one regex, and the warm state finished
 /// matchers left behind.
 pub struct Grammar {
     dfa: DFA,
     regex: String,
+    /// One byte string per plain-character class path (see [`plain_paths`]); `None`
+    /// when the DFA's byte classes are too fine for the plain-text shortcut.
+    plain_paths: Option<Vec<Vec<u8>>>,
     warm: std::sync::Mutex<Option<Warm>>,
+}
+
+/// More plain-character paths than this and the shortcut costs more than it saves.
+const MAX_PLAIN_PATHS: usize = 1024;
+
+/// Byte strings standing for every plain character (valid UTF-8, not a control
+/// character, `"` or `\`): for each UTF-8 encoding range of those characters, one
+/// string per combination of the DFA's byte classes along it. Bytes of one class
+/// move every DFA state alike, so where these strings lead is where every plain
+/// character leads. `None` past [`MAX_PLAIN_PATHS`].
+fn plain_paths(classes: &ByteClasses) -> Option<Vec<Vec<u8>>> {
+    let mut out = Vec::new();
+    for (lo, hi) in [('\u{20}', '\u{21}'), ('\u{23}', '\u{5B}'), ('\u{5D}', '\u{10FFFF}')] {
+        for seq in Utf8Sequences::new(lo, hi) {
+            let mut partial: Vec<Vec<u8>> = vec![Vec::new()];
+            for range in seq.as_slice() {
+                let mut seen = [false; 256];
+                let reps: Vec<u8> = (range.start..=range.end)
+                    .filter(|&b| !std::mem::replace(&mut seen[usize::from(classes.get(b))], true))
+                    .collect();
+                partial = partial
+                    .iter()
+                    .flat_map(|p| reps.iter().map(move |&b| p.iter().copied().chain([b]).collect()))
+                    .collect();
+                if partial.len() + out.len() > MAX_PLAIN_PATHS {
+                    return None;
+                }
+            }
+            out.extend(partial);
+        }
+    }
+    Some(out)
 }
 
 /// A finished matcher's DFA cache and masks, for the next matcher to start from.
@@ -137,7 +105,8 @@ impl Grammar {
             .thompson(thompson::Config::new().utf8(false))
             .build(&format!("^(?:{regex})$"))
             .map_err(|e| Error::Schema { pointer: "#".into(), reason: format!("grammar does not compile: {e}") })?;
-        Ok(Self { dfa, regex: regex.to_string(), warm: std::sync::Mutex::new(None) })
+        let plain_paths = plain_paths(dfa.byte_classes());
+        Ok(Self { dfa, regex: regex.to_string(), plain_paths, warm: std::sync::Mutex::new(None) })
     }
 
     /// Compile a JSON Schema in a dialect.
@@ -190,6 +159,103 @@ impl Grammar {
             s = self.step(cache, s, b)?;
         }
         Some(s)
+    }
+
+    /// Where every plain character leads from `s`: `Some(Some(next))` when all lead
+    /// to the same live state, `Some(None)` when none can follow, `None` when they
+    /// disagree (or the shortcut is off for this grammar).
+    fn plain_step(&self, cache: &mut Cache, s: LazyStateID) -> Option<Option<LazyStateID>> {
+        let mut first = None;
+        for path in self.plain_paths.as_ref()? {
+            let mut at = Some(s);
+            for &b in path {
+                at = self.step(cache, at?, b);
+            }
+            match first {
+                None => first = Some(at),
+                Some(f) if f != at => return None,
+                Some(_) => {}
+            }
+        }
+        first
+    }
+
+    /// Allow every token of `trie` that can follow from `s`.
+    fn walk_trie(&self, cache: &mut Cache, trie: &TokenTrie, s: LazyStateID, mask: &mut TokenMask) {
+        let nodes = trie.nodes();
+        // `states[d]`: the DFA state after the first `d` bytes of the current branch.
+        let mut states = vec![s; trie.max_depth() + 1];
+        let mut i = 1;
+        while i < nodes.len() {
+            let node = nodes[i];
+            let depth = usize::from(node.depth);
+            match self.step(cache, states[depth - 1], node.byte) {
+                None => i = node.subtree_end as usize,
+                Some(next) => {
+                    for &t in trie.tokens_at(i) {
+                        mask.allow(t);
+                    }
+                    states[depth] = next;
+                    i += 1;
+                }
+            }
+        }
+    }
+
+    /// The mask of state `s`: plain slices plus a walk of the rest trie when every
+    /// plain character moves alike, otherwise a walk of the whole trie.
+    fn compute_mask(&self, cache: &mut Cache, vocab: &TokenVocab, s: LazyStateID) -> TokenMask {
+        // The allowed plain lengths are 1..=m; find m.
+        let mut at = s;
+        let mut m = 0;
+        let uniform = loop {
+            if m == vocab.plain_max_chars() {
+                break true;
+            }
+            match self.plain_step(cache, at) {
+                None => break false,
+                Some(None) => break true,
+                Some(Some(next)) if next == at => {
+                    m = vocab.plain_max_chars(); // a loop: every length is allowed
+                    break true;
+                }
+                Some(Some(next)) => {
+                    at = next;
+                    m += 1;
+                }
+            }
+        };
+        if uniform {
+            let mut mask = vocab.plain_upto(m).cloned().unwrap_or_else(|| TokenMask::new(vocab.len()));
+            self.walk_trie(cache, vocab.rest(), s, &mut mask);
+            mask
+        } else {
+            let mut mask = TokenMask::new(vocab.len());
+            self.walk_trie(cache, vocab.all(), s, &mut mask);
+            mask
+        }
+    }
+
+    /// The mask of the token sequences that can follow `bytes`, computed one token at
+    /// a time with no trie and no slices: the reference the fast path is tested
+    /// against. Cost: O(total bytes of the vocabulary).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] if `bytes` is not a valid prefix.
+    pub fn reference_mask(&self, vocab: &TokenVocab, bytes: &[u8]) -> Result<TokenMask> {
+        let mut cache = self.dfa.create_cache();
+        let s = self.walk(&mut cache, bytes).ok_or_else(|| Error::InvalidParameter {
+            name: "bytes",
+            reason: "not a valid prefix of this grammar".into(),
+        })?;
+        let mut mask = TokenMask::new(vocab.len());
+        for id in 0..vocab.len() as u32 {
+            let b = vocab.token_bytes(id);
+            if !b.is_empty() && b.iter().try_fold(s, |at, &x| self.step(&mut cache, at, x)).is_some() {
+                mask.allow(id);
+            }
+        }
+        Ok(mask)
     }
 
     fn accepting(&self, cache: &mut Cache, s: LazyStateID) -> bool {
@@ -331,20 +397,8 @@ impl Matcher {
         if let Some(m) = self.masks.get(&self.state) {
             return m.clone();
         }
-        let mut mask = TokenMask::new(self.vocab.len());
         let start_clears = self.cache.clear_count();
-        let mut stack: Vec<(u32, LazyStateID)> = vec![(0, self.state)];
-        while let Some((node, s)) = stack.pop() {
-            for &(byte, child) in &self.vocab.nodes[node as usize].children {
-                if let Some(n) = self.grammar.step(&mut self.cache, s, byte) {
-                    for &t in &self.vocab.nodes[child as usize].tokens {
-                        mask.allow(t);
-                    }
-                    stack.push((child, n));
-                }
-            }
-        }
-        let mask = Arc::new(mask);
+        let mask = Arc::new(self.grammar.compute_mask(&mut self.cache, &self.vocab, self.state));
         if self.cache.clear_count() == start_clears {
             self.masks.insert(self.state, mask.clone());
         } else {
@@ -456,10 +510,12 @@ impl Matcher {
     /// an open call before the token budget runs out, so a constrained call is never
     /// cut off.
     ///
-    /// Cost: a breadth-first search over at most 4096 DFA states (each tried with all
-    /// 256 bytes), then one walk down the token trie.
+    /// Cost: a breadth-first search over at most 65536 DFA states (each tried with one
+    /// byte per byte class of the DFA), then one walk down the token trie.
     pub fn completion_plan(&mut self, max_bytes: usize) -> Option<Vec<u32>> {
-        const MAX_STATES: usize = 4096;
+        const MAX_STATES: usize = 1 << 16;
+        // One byte per class: bytes of a class lead every state to the same place.
+        let reps: Vec<u8> = self.grammar.dfa.byte_classes().representatives(..).filter_map(|u| u.as_u8()).collect();
         self.sync_cache();
         if self.is_accepting() {
             return Some(Vec::new());
@@ -476,7 +532,7 @@ impl Matcher {
                 head += 1;
                 continue;
             }
-            for b in 0..=255u8 {
+            for &b in &reps {
                 let Some(n) = self.grammar.step(&mut self.cache, s, b) else { continue };
                 if self.cache.clear_count() != clears {
                     return None; // evicted mid-search: ids are stale
@@ -506,15 +562,7 @@ impl Matcher {
         let mut plan = Vec::new();
         let mut i = 0;
         while i < path.len() {
-            let (mut node, mut best) = (0usize, None);
-            for (k, &b) in path[i..].iter().enumerate() {
-                let Some(&(_, child)) = self.vocab.nodes[node].children.iter().find(|(c, _)| *c == b) else { break };
-                node = child as usize;
-                if let Some(&t) = self.vocab.nodes[node].tokens.first() {
-                    best = Some((t, k + 1));
-                }
-            }
-            let (t, len) = best?;
+            let (t, len) = self.vocab.all().longest_prefix(&path[i..])?;
             plan.push(t);
             i += len;
         }

@@ -20,5 +20,6 @@
 pub mod mask;
 pub mod regex;
 pub mod schema;
+pub mod vocab;
 
 pub use mask::{Grammar, Matcher, TokenVocab};

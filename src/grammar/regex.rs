@@ -9,8 +9,10 @@ use serde_json::Value;
 
 use super::schema::{Format, Node};
 
-/// Repetition counts above this become unbounded (`*`), to keep automata small.
-pub const MAX_REPEAT: usize = 64;
+/// Largest repetition count written out (`maxLength`, `maxItems`). A larger maximum
+/// is lowered to this one (or to the minimum, when that is larger): the grammar then
+/// generates only the shorter values, every one of them valid. Minimums are exact.
+pub const MAX_REPEAT: usize = 1024;
 
 /// How values are spelled.
 pub trait Dialect {
@@ -20,8 +22,9 @@ pub trait Dialect {
     fn string_char(&self) -> String;
     /// Regex for an object key.
     fn key(&self, name: &str) -> String;
-    /// Regex for any object key (additional properties).
-    fn any_key(&self) -> String;
+    /// Regex for an object key other than `except` (additional properties: a
+    /// declared name must go through its own schema).
+    fn any_key(&self, except: &[&str]) -> String;
     /// Regex for a literal JSON value (`enum`, `const`).
     fn literal(&self, v: &Value) -> String;
     /// Regex for the separator between key and value.
@@ -31,6 +34,24 @@ pub trait Dialect {
     /// Regex for the separator between items.
     fn comma(&self) -> String {
         ", ?".into()
+    }
+    /// Regex for character `c` inside a string (patterns are matched on the decoded
+    /// value, the grammar on its spelling): JSON writes `"`, `\` and control
+    /// characters as escapes (the short forms where RFC 8259 has them, else `\u00XX`).
+    fn string_literal_char(&self, c: char) -> String {
+        match c {
+            '"' => r#"\\""#.into(),
+            '\\' => r"\\\\".into(),
+            '\u{8}' => r"\\b".into(),
+            '\u{c}' => r"\\f".into(),
+            '\n' => r"\\n".into(),
+            '\r' => r"\\r".into(),
+            '\t' => r"\\t".into(),
+            c if c < ' ' => {
+                format!(r"\\u00[{:x}{:X}][{:x}{:X}]", c as u32 >> 4, c as u32 >> 4, c as u32 & 15, c as u32 & 15)
+            }
+            c => escape(c.encode_utf8(&mut [0; 4])),
+        }
     }
     /// Regex for a boolean.
     fn boolean(&self) -> String {
@@ -48,6 +69,71 @@ pub struct Json;
 
 const JSON_CHAR: &str = r#"(?:[^"\\\x00-\x1F]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})"#;
 
+/// One character that stands in a JSON string as itself.
+const PLAIN_CHAR: &str = r#"[^"\\\x00-\x1F]"#;
+
+fn is_plain_char(c: char) -> bool {
+    c >= ' ' && c != '"' && c != '\\'
+}
+
+/// Regex for a key that is not one of `names`: first character from the class
+/// `first`, the others from `rest` (both bracketed classes that every character of
+/// `names` belongs to). Built on the trie of the names: at each node the key may end
+/// (unless a name ends there), continue with a character no name continues with, or
+/// follow a name one character further. Size: linear in the names' total length.
+///
+/// ```
+/// use toolgate::grammar::{regex::key_except, Grammar};
+/// let g = Grammar::from_regex(&key_except("[a-z]", "[a-z]", &["ab", "b"]))?;
+/// assert!(["a", "abc", "ba", "c", ""].iter().all(|k| g.matches(k.as_bytes())));
+/// assert!(!g.matches(b"ab") && !g.matches(b"b"));
+/// # Ok::<(), toolgate::Error>(())
+/// ```
+pub fn key_except(first: &str, rest: &str, names: &[&str]) -> String {
+    #[derive(Default)]
+    struct Trie {
+        end: bool,
+        next: std::collections::BTreeMap<char, Trie>,
+    }
+    let mut root = Trie::default();
+    for n in names {
+        let mut at = &mut root;
+        for c in n.chars() {
+            at = at.next.entry(c).or_default();
+        }
+        at.end = true;
+    }
+    fn rec(t: &Trie, class: &str, rest: &str, out: &mut String) {
+        out.push_str("(?:");
+        let mut alts = 0;
+        let mut alt = |out: &mut String| {
+            if alts > 0 {
+                out.push('|');
+            }
+            alts += 1;
+        };
+        if !t.end {
+            alt(out); // end here (the empty alternative)
+        }
+        alt(out);
+        if t.next.is_empty() {
+            out.push_str(&format!("{class}{rest}*"));
+        } else {
+            let taken: String = t.next.keys().map(|c| escape(&c.to_string())).collect();
+            out.push_str(&format!("[{class}&&[^{taken}]]{rest}*"));
+        }
+        for (c, child) in &t.next {
+            alt(out);
+            out.push_str(&escape(&c.to_string()));
+            rec(child, rest, rest, out);
+        }
+        out.push(')');
+    }
+    let mut out = String::new();
+    rec(&root, first, rest, &mut out);
+    out
+}
+
 impl Dialect for Json {
     fn quote(&self) -> String {
         "\"".into()
@@ -58,8 +144,11 @@ impl Dialect for Json {
     fn key(&self, name: &str) -> String {
         escape(&serde_json::to_string(name).unwrap_or_default())
     }
-    fn any_key(&self) -> String {
-        format!("\"{JSON_CHAR}*\"")
+    fn any_key(&self, except: &[&str]) -> String {
+        // Additional keys are spelled without escapes, so "not a declared name" is a
+        // question about characters (`"\u0061"` would otherwise spell the key `a`).
+        let names: Vec<&str> = except.iter().copied().filter(|n| n.chars().all(is_plain_char)).collect();
+        format!("\"{}\"", key_except(PLAIN_CHAR, PLAIN_CHAR, &names))
     }
     fn literal(&self, v: &Value) -> String {
         escape(&serde_json::to_string(v).unwrap_or_default())
@@ -84,8 +173,13 @@ impl Dialect for Gemma4 {
     fn key(&self, name: &str) -> String {
         escape(name)
     }
-    fn any_key(&self) -> String {
-        "[A-Za-z_][A-Za-z0-9_]*".into()
+    fn any_key(&self, except: &[&str]) -> String {
+        let ident = |n: &&str| {
+            n.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        };
+        let names: Vec<&str> = except.iter().copied().filter(ident).collect();
+        key_except("[A-Za-z_]", "[A-Za-z0-9_]", &names)
     }
     fn literal(&self, v: &Value) -> String {
         match v {
@@ -103,6 +197,9 @@ impl Dialect for Gemma4 {
     }
     fn comma(&self) -> String {
         ",".into()
+    }
+    fn string_literal_char(&self, c: char) -> String {
+        escape(c.encode_utf8(&mut [0; 4]))
     }
 }
 
@@ -124,7 +221,7 @@ pub fn to_regex(node: &Node, d: &dyn Dialect) -> String {
             let q = d.quote();
             let body = match (format, pattern) {
                 (Some(f), _) => format_regex(*f),
-                (None, Some(p)) => pattern_body(p, &d.string_char()),
+                (None, Some(p)) => pattern_body(p, d).unwrap_or_else(|_| to_regex(&Node::Never, d)),
                 (None, None) => repeat(&d.string_char(), *min_len, *max_len),
             };
             format!("{q}{body}{q}")
@@ -167,7 +264,8 @@ pub fn to_regex(node: &Node, d: &dyn Dialect) -> String {
                 .iter()
                 .map(|(name, n, req)| (format!("{}{colon}{}", d.key(name), to_regex(n, d)), *req))
                 .collect();
-            let extra = additional.as_ref().map(|n| format!("{}{colon}{}", d.any_key(), to_regex(n, d)));
+            let names: Vec<&str> = properties.iter().map(|(n, _, _)| n.as_str()).collect();
+            let extra = additional.as_ref().map(|n| format!("{}{colon}{}", d.any_key(&names), to_regex(n, d)));
             format!(r"\{{{}\}}", props_first(&elems, 0, extra.as_deref(), &comma))
         }
     }
@@ -206,23 +304,27 @@ fn props_rest(e: &[(String, bool)], i: usize, extra: Option<&str>, comma: &str) 
     out
 }
 
+/// The enforced maximum for `min..=max` (see [`MAX_REPEAT`]).
+fn cap(min: usize, max: Option<usize>) -> usize {
+    max.unwrap_or(usize::MAX).min(MAX_REPEAT.max(min))
+}
+
 fn list(item: &str, comma: &str, lo: usize, hi: Option<usize>) -> String {
-    let hi = hi.filter(|&h| h <= MAX_REPEAT);
+    let hi = hi.map(|_| cap(lo, hi));
     match (lo, hi) {
         (0, Some(0)) => String::new(),
         (0, Some(h)) => format!("(?:{item}(?:{comma}{item}){{0,{}}})?", h - 1),
         (0, None) => format!("(?:{item}(?:{comma}{item})*)?"),
-        (l, Some(h)) => format!("{item}(?:{comma}{item}){{{},{}}}", l.min(MAX_REPEAT) - 1, h.max(l) - 1),
-        (l, None) => format!("{item}(?:{comma}{item}){{{},}}", l.min(MAX_REPEAT) - 1),
+        (l, Some(h)) => format!("{item}(?:{comma}{item}){{{},{}}}", l - 1, h.max(l) - 1),
+        (l, None) => format!("{item}(?:{comma}{item}){{{},}}", l - 1),
     }
 }
 
 fn repeat(unit: &str, min: usize, max: Option<usize>) -> String {
-    let min = min.min(MAX_REPEAT);
-    match max.filter(|&m| m <= MAX_REPEAT) {
-        Some(m) => format!("{unit}{{{min},{}}}", m.max(min)),
+    match max {
         None if min == 0 => format!("{unit}*"),
         None => format!("{unit}{{{min},}}"),
+        Some(_) => format!("{unit}{{{min},{}}}", cap(min, max).max(min)),
     }
 }
 
@@ -233,20 +335,168 @@ fn alt(parts: Vec<String>) -> String {
     format!("(?:{})", parts.join("|"))
 }
 
-fn pattern_body(p: &str, any_char: &str) -> String {
+/// JSON Schema's `pattern` (ECMA-262 syntax, matched anywhere in the decoded
+/// string unless anchored) → regex over the string's spelling in dialect `d`.
+///
+/// ECMA semantics where they differ from Rust's: `\d` and `\w` are ASCII, `.`
+/// excludes `\r` and U+2028/U+2029 as well as `\n`. Characters a JSON string must
+/// escape are matched as their escapes. `^`/`$` are honoured at the pattern's ends;
+/// anywhere else, and look-around, are an error.
+///
+/// ```
+/// use toolgate::grammar::regex::{pattern_body, Json};
+/// use toolgate::grammar::Grammar;
+/// let g = Grammar::from_regex(&pattern_body(r"^\d{3}$", &Json)?)?;
+/// assert!(g.matches(b"123") && !g.matches("١٢٣".as_bytes()));
+/// let g = Grammar::from_regex(&pattern_body(r#"^a"b$"#, &Json)?)?;
+/// assert!(g.matches(br#"a\"b"#) && !g.matches(br#"a"b"#));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Errors
+/// A message when the pattern does not parse or uses an unsupported construct.
+pub fn pattern_body(p: &str, d: &dyn Dialect) -> std::result::Result<String, String> {
     let anchored_start = p.starts_with('^');
-    let anchored_end = p.ends_with('$') && !p.ends_with("\\$");
-    let core = p.trim_start_matches('^');
+    let core = p.strip_prefix('^').unwrap_or(p);
+    let anchored_end = core.ends_with('$') && !core.ends_with("\\$");
     let core = if anchored_end { &core[..core.len() - 1] } else { core };
-    format!(
-        "{}(?:{core}){}",
-        if anchored_start { String::new() } else { format!("{any_char}*") },
-        if anchored_end { String::new() } else { format!("{any_char}*") }
-    )
+    let hir = regex_syntax::ParserBuilder::new()
+        .build()
+        .parse(&ecma_classes(core))
+        .map_err(|e| format!("invalid or unsupported regex: {e}"))?;
+    let mut body = String::new();
+    emit_pattern(&hir, d, &mut body)?;
+    let any = d.string_char();
+    Ok(format!(
+        "{}(?:{body}){}",
+        if anchored_start { String::new() } else { format!("{any}*") },
+        if anchored_end { String::new() } else { format!("{any}*") }
+    ))
+}
+
+/// Rewrite ECMA-262's ASCII `\d`, `\D`, `\w`, `\W` and its `.` into Rust syntax
+/// with the same meaning (Rust's are Unicode-wide).
+fn ecma_classes(p: &str) -> String {
+    let mut out = String::with_capacity(p.len());
+    let mut chars = p.chars();
+    let mut in_class = false;
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some('d') => out.push_str("[0-9]"),
+                Some('D') => out.push_str("[^0-9]"),
+                Some('w') => out.push_str("[0-9A-Za-z_]"),
+                Some('W') => out.push_str("[^0-9A-Za-z_]"),
+                Some(n) => {
+                    out.push('\\');
+                    out.push(n);
+                }
+                None => out.push('\\'),
+            },
+            '[' if !in_class => {
+                in_class = true;
+                out.push(c);
+                // A `]` right after `[` or `[^` is a literal.
+                let rest = chars.as_str();
+                let lead = if rest.starts_with('^') { 1 } else { 0 };
+                if rest[lead..].starts_with(']') {
+                    out.push_str(&rest[..lead + 1]);
+                    chars = rest[lead + 1..].chars();
+                }
+            }
+            ']' if in_class => {
+                in_class = false;
+                out.push(c);
+            }
+            '.' if !in_class => out.push_str(r"[^\n\r\x{2028}\x{2029}]"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn emit_pattern(h: &regex_syntax::hir::Hir, d: &dyn Dialect, out: &mut String) -> std::result::Result<(), String> {
+    use regex_syntax::hir::{Class, HirKind};
+    match h.kind() {
+        HirKind::Empty => {}
+        HirKind::Literal(lit) => {
+            let text = std::str::from_utf8(&lit.0).map_err(|_| "a byte-oriented pattern".to_string())?;
+            for c in text.chars() {
+                out.push_str(&d.string_literal_char(c));
+            }
+        }
+        HirKind::Class(Class::Unicode(cls)) => {
+            // Plain characters as one class, the rest as their spellings.
+            let mut alts = Vec::new();
+            let mut plain = String::new();
+            for r in cls.ranges() {
+                let (lo, hi) = (r.start() as u32, r.end() as u32);
+                let mut c = lo;
+                while c <= hi {
+                    let ch = char::from_u32(c).unwrap_or(' ');
+                    if c < 0x20 || ch == '"' || ch == '\\' {
+                        alts.push(d.string_literal_char(ch));
+                        c += 1;
+                        continue;
+                    }
+                    // The longest run from `c` with no character needing an escape.
+                    let stop = [0x22u32, 0x5C].into_iter().filter(|&x| x > c).min().unwrap_or(u32::MAX).min(hi + 1);
+                    plain.push_str(&format!("\\x{{{c:X}}}-\\x{{{:X}}}", stop - 1));
+                    c = stop;
+                }
+            }
+            if !plain.is_empty() {
+                alts.push(format!("[{plain}]"));
+            }
+            if alts.is_empty() {
+                out.push_str(r"[^\x00-\x{10FFFF}]");
+            } else {
+                out.push_str(&format!("(?:{})", alts.join("|")));
+            }
+        }
+        HirKind::Class(Class::Bytes(_)) => return Err("a byte-oriented class in the pattern".into()),
+        HirKind::Look(_) => return Err("`^`, `$` or `\\b` inside the pattern (only at its ends)".into()),
+        HirKind::Repetition(rep) => {
+            out.push_str("(?:");
+            emit_pattern(&rep.sub, d, out)?;
+            out.push(')');
+            match rep.max {
+                Some(max) => out.push_str(&format!("{{{},{max}}}", rep.min)),
+                None => out.push_str(&format!("{{{},}}", rep.min)),
+            }
+        }
+        HirKind::Capture(cap) => {
+            out.push_str("(?:");
+            emit_pattern(&cap.sub, d, out)?;
+            out.push(')');
+        }
+        HirKind::Concat(hs) => {
+            for h in hs {
+                emit_pattern(h, d, out)?;
+            }
+        }
+        HirKind::Alternation(hs) => {
+            out.push_str("(?:");
+            for (i, h) in hs.iter().enumerate() {
+                if i > 0 {
+                    out.push('|');
+                }
+                emit_pattern(h, d, out)?;
+            }
+            out.push(')');
+        }
+    }
+    Ok(())
 }
 
 fn format_regex(f: Format) -> String {
-    const DATE: &str = r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])";
+    // Days per month, and 29 February only in leap years (divisible by 4, and by
+    // 400 when by 100).
+    const DATE: &str = concat!(
+        r"(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)",
+        r"|02-(?:0[1-9]|1[0-9]|2[0-8]))",
+        r"|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)-02-29)"
+    );
     const TIME: &str =
         r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,9})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])";
     const OCTET: &str = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
@@ -255,8 +505,23 @@ fn format_regex(f: Format) -> String {
         Format::Time => TIME.into(),
         Format::DateTime => format!("{DATE}T{TIME}"),
         Format::Uuid => r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}".into(),
-        Format::Email => r"[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})*\.[A-Za-z]{2,24}".into(),
-        Format::Uri => r"[A-Za-z][A-Za-z0-9+.-]*:[^\s\x00-\x1F\x22\x5C]+".into(),
+        // A dot-atom local part of at most 64 characters, then a host name of letter-
+        // or digit-edged labels (RFC 5321/1035): a subset of valid addresses, so every
+        // generated one is valid.
+        Format::Email => {
+            const LABEL: &str = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
+            format!(r"[A-Za-z0-9_%+-]{{1,32}}(?:\.[A-Za-z0-9_%+-]{{1,15}}){{0,2}}@(?:{LABEL}\.){{1,3}}[A-Za-z]{{2,24}}")
+        }
+        // RFC 3986 absolute URI: scheme, optional `//host[:port]`, path, query,
+        // fragment, with `%` only before two hex digits (user info and IP literals
+        // are left out).
+        Format::Uri => {
+            const PCHAR: &str = r"(?:[A-Za-z0-9._~!$&'()*+,;=:@-]|%[0-9A-Fa-f]{2})";
+            const HOST: &str = r"(?:[A-Za-z0-9._~!$&'()*+,;=-]|%[0-9A-Fa-f]{2})*";
+            format!(
+                r"[A-Za-z][A-Za-z0-9+.-]*:(?://{HOST}(?::[0-9]*)?(?:/{PCHAR}*)*|/(?:{PCHAR}+(?:/{PCHAR}*)*)?|{PCHAR}+(?:/{PCHAR}*)*)?(?:\?(?:{PCHAR}|[/?])*)?(?:#(?:{PCHAR}|[/?])*)?"
+            )
+        }
         Format::Ipv4 => format!(r"{OCTET}\.{OCTET}\.{OCTET}\.{OCTET}"),
     }
 }
@@ -361,8 +626,8 @@ impl Dialect for XmlText {
     fn key(&self, name: &str) -> String {
         Json.key(name)
     }
-    fn any_key(&self) -> String {
-        Json.any_key()
+    fn any_key(&self, except: &[&str]) -> String {
+        Json.any_key(except)
     }
     fn literal(&self, v: &Value) -> String {
         match v {
@@ -458,8 +723,8 @@ impl Dialect for Python {
     fn key(&self, name: &str) -> String {
         Json.key(name)
     }
-    fn any_key(&self) -> String {
-        Json.any_key()
+    fn any_key(&self, except: &[&str]) -> String {
+        Json.any_key(except)
     }
     fn literal(&self, v: &Value) -> String {
         escape(&python_repr(v))

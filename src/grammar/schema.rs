@@ -19,8 +19,13 @@ pub enum Mode {
     Lenient,
 }
 
-/// Nesting depth to which "any JSON value" (`{}`, `additionalProperties: true`) is expanded.
-pub const MAX_DEPTH: usize = 4;
+/// Containers an unconstrained value (`{}`, `true`, `additionalProperties: true`, an
+/// array without `items`) may nest, wherever it appears: `[{"a": [1]}]` is 3 levels.
+/// Deeper values are refused by the grammar (the regex grows 4× per level).
+pub const ANY_VALUE_LEVELS: usize = 3;
+/// Schemas nested deeper than this are refused with an error (no stack exhaustion
+/// on hostile input).
+pub const MAX_NESTING: usize = 64;
 /// How many `$ref`s deep a recursive schema is expanded; deeper, the recursive branch
 /// matches nothing (so a tree's innermost `children` must be empty).
 pub const MAX_REF_DEPTH: usize = 6;
@@ -36,9 +41,10 @@ pub enum Format {
     DateTime,
     /// 8-4-4-4-12 hex.
     Uuid,
-    /// `local@domain.tld` (simplified).
+    /// `local@host.tld`: a dot-atom local part (≤ 64 characters, at most two dots)
+    /// and a host name of 2–4 labels (a subset of RFC 5321 addresses).
     Email,
-    /// `scheme:rest` without spaces (simplified).
+    /// RFC 3986 absolute URI (without user info or IP literals).
     Uri,
     /// Dotted quad, each 0–255.
     Ipv4,
@@ -151,8 +157,11 @@ fn escape_ptr(s: &str) -> String {
 
 impl Compiler<'_> {
     fn node(&self, s: &Value, ptr: &str, depth: usize) -> Result<Node> {
+        if depth > MAX_NESTING {
+            return Err(err(ptr, format!("schema nested deeper than {MAX_NESTING} levels")));
+        }
         let obj = match s {
-            Value::Bool(true) => return Ok(any_value(depth)),
+            Value::Bool(true) => return Ok(any_value(ANY_VALUE_LEVELS)),
             Value::Bool(false) => return Ok(Node::Never),
             Value::Object(o) => o,
             _ => return Err(err(ptr, "a schema must be an object or a boolean")),
@@ -164,7 +173,7 @@ impl Compiler<'_> {
             }
             let target = self.resolve(r, ptr)?;
             self.refs.set(self.refs.get() + 1);
-            let base = self.node(target, &format!("{ptr}/$ref"), depth);
+            let base = self.node(target, &format!("{ptr}/$ref"), depth + 1);
             self.refs.set(self.refs.get() - 1);
             let base = base?;
             // Siblings of $ref (2020-12) narrow it; support the common no-sibling case.
@@ -180,7 +189,7 @@ impl Compiler<'_> {
         }
         if let Some(all) = obj.get("allOf") {
             let merged = self.merge_all_of(obj, all, ptr)?;
-            return self.node(&Value::Object(merged), ptr, depth);
+            return self.node(&Value::Object(merged), ptr, depth + 1);
         }
         for key in ["anyOf", "oneOf"] {
             if let Some(alts) = obj.get(key) {
@@ -191,7 +200,7 @@ impl Compiler<'_> {
                 for (i, a) in alts.iter().enumerate() {
                     // Keywords beside anyOf apply to every branch.
                     let branch = merge_objects(&rest, a).unwrap_or_else(|| a.clone());
-                    nodes.push(self.node(&branch, &format!("{ptr}/{key}/{i}"), depth)?);
+                    nodes.push(self.node(&branch, &format!("{ptr}/{key}/{i}"), depth + 1)?);
                 }
                 return Ok(simplify_any(nodes));
             }
@@ -215,7 +224,7 @@ impl Compiler<'_> {
         let types: Vec<&str> = if types.is_empty() { infer_types(obj) } else { types };
         self.check_keywords(obj, ptr, &types)?;
         if types.is_empty() {
-            return Ok(any_value(depth));
+            return Ok(any_value(ANY_VALUE_LEVELS));
         }
         let mut nodes = Vec::new();
         for t in types {
@@ -346,16 +355,28 @@ impl Compiler<'_> {
         };
         let pattern = obj.get("pattern").and_then(Value::as_str).map(str::to_string);
         if let Some(p) = &pattern {
-            regex_syntax::Parser::new()
-                .parse(p)
-                .map_err(|e| err(&format!("{ptr}/pattern"), format!("invalid or unsupported regex: {e}")))?;
+            super::regex::pattern_body(p, &super::regex::Json).map_err(|e| err(&format!("{ptr}/pattern"), e))?;
         }
-        Ok(Node::String {
-            min_len: usize_of("minLength")?.unwrap_or(0),
-            max_len: usize_of("maxLength")?,
-            pattern,
-            format,
-        })
+        let (min_len, max_len) = (usize_of("minLength")?, usize_of("maxLength")?);
+        if self.mode == Mode::Strict {
+            // The grammar is one regex per string; a length bound on top of a pattern
+            // or format would need their intersection.
+            let shaped = if format.is_some() { Some("format") } else { pattern.as_ref().map(|_| "pattern") };
+            if let Some(shape) = shaped {
+                if format.is_some() && pattern.is_some() {
+                    return Err(err(&format!("{ptr}/pattern"), "`pattern` together with `format` is not enforced"));
+                }
+                for (k, v) in [("minLength", min_len.is_some()), ("maxLength", max_len.is_some())] {
+                    if v {
+                        return Err(err(
+                            &format!("{ptr}/{k}"),
+                            format!("`{k}` together with `{shape}` is not enforced"),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(Node::String { min_len: min_len.unwrap_or(0), max_len, pattern, format })
     }
 
     fn array(&self, obj: &Map<String, Value>, ptr: &str, depth: usize) -> Result<Node> {
@@ -367,7 +388,7 @@ impl Compiler<'_> {
             }
         }
         let items = match obj.get("items") {
-            None => Some(Box::new(any_value(depth + 1))),
+            None => Some(Box::new(any_value(ANY_VALUE_LEVELS))),
             Some(Value::Bool(false)) => None,
             Some(s) => Some(Box::new(self.node(s, &format!("{ptr}/items"), depth + 1)?)),
         };
@@ -399,14 +420,14 @@ impl Compiler<'_> {
                         format!("required property `{r}` is not declared in `properties`"),
                     ));
                 }
-                properties.push((r.to_string(), any_value(depth + 1), true));
+                properties.push((r.to_string(), any_value(ANY_VALUE_LEVELS), true));
             }
         }
         let additional = match obj.get("additionalProperties") {
             // Absent: no extra properties (as OpenAI strict mode): a tool call carries
             // only the declared arguments.
             None | Some(Value::Bool(false)) => None,
-            Some(Value::Bool(true)) => Some(Box::new(any_value(depth + 1))),
+            Some(Value::Bool(true)) => Some(Box::new(any_value(ANY_VALUE_LEVELS))),
             Some(s) => Some(Box::new(self.node(s, &format!("{ptr}/additionalProperties"), depth + 1)?)),
         };
         Ok(Node::Object { properties, additional })
@@ -470,16 +491,16 @@ fn simplify_any(nodes: Vec<Node>) -> Node {
     }
 }
 
-/// Any JSON value, with containers nested at most `MAX_DEPTH - depth` levels.
-pub fn any_value(depth: usize) -> Node {
+/// Any JSON value, with containers nested at most `levels` deep.
+pub fn any_value(levels: usize) -> Node {
     let mut alts = vec![
         Node::Null,
         Node::Boolean,
         Node::Number,
         Node::String { min_len: 0, max_len: None, pattern: None, format: None },
     ];
-    if depth < MAX_DEPTH {
-        let inner = any_value(depth + 1);
+    if levels > 0 {
+        let inner = any_value(levels - 1);
         alts.push(Node::Array { prefix: vec![], items: Some(Box::new(inner.clone())), min: 0, max: None });
         alts.push(Node::Object { properties: vec![], additional: Some(Box::new(inner)) });
     }

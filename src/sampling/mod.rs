@@ -95,6 +95,23 @@ impl TokenMask {
     pub fn words_mut(&mut self) -> &mut [u64] {
         &mut self.bits
     }
+
+    /// Allow every token `other` allows (`other` must cover the same vocabulary;
+    /// extra words are ignored). Cost: one OR per 64 tokens.
+    ///
+    /// ```
+    /// use toolgate::sampling::TokenMask;
+    /// let (mut a, mut b) = (TokenMask::new(70), TokenMask::new(70));
+    /// a.allow(1);
+    /// b.allow(69);
+    /// a.union_with(&b);
+    /// assert!(a.is_allowed(1) && a.is_allowed(69) && a.count() == 2);
+    /// ```
+    pub fn union_with(&mut self, other: &TokenMask) {
+        for (a, b) in self.bits.iter_mut().zip(&other.bits) {
+            *a |= b;
+        }
+    }
 }
 
 /// Sampling parameters. The defaults are greedy decoding with no penalties.

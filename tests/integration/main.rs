@@ -17,6 +17,7 @@ mod greedy_fixtures;
 mod hub;
 mod kernels;
 mod sampling;
+mod schema_corpus;
 mod sdk;
 mod server;
 mod stream_parser;
