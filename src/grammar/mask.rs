@@ -102,7 +102,7 @@ impl Grammar {
         let dfa = DFA::builder()
             .configure(DFA::config().cache_capacity(DFA_CACHE_BYTES).minimum_cache_clear_count(None))
             .syntax(syntax::Config::new().utf8(false))
-            .thompson(thompson::Config::new().utf8(false))
+            .thompson(thompson::Config::new().utf8(false).which_captures(thompson::WhichCaptures::None))
             .build(&format!("^(?:{regex})$"))
             .map_err(|e| Error::Schema { pointer: "#".into(), reason: format!("grammar does not compile: {e}") })?;
         let plain_paths = plain_paths(dfa.byte_classes());
