@@ -63,7 +63,8 @@ fn dump_for_peer(file: &str, tok: &Tokenizer, vocab: &TokenVocab, walks: &[(Stri
         .iter()
         .map(|(name, schema, ids)| serde_json::json!({"name": name, "schema": schema, "ids": ids}))
         .collect();
-    let out = serde_json::json!({"model": file, "tokens": tokens, "special": special, "eog": vocab.eog(), "cases": cases});
+    let out =
+        serde_json::json!({"model": file, "tokens": tokens, "special": special, "eog": vocab.eog(), "cases": cases});
     std::fs::write(dir.join(format!("{file}.json")), out.to_string()).unwrap();
 }
 

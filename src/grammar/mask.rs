@@ -35,6 +35,9 @@ use crate::{Error, Result};
 
 /// Lazy-DFA cache per matcher (bytes). States beyond it are evicted and rebuilt.
 pub const DFA_CACHE_BYTES: usize = 32 << 20;
+/// Largest NFA a grammar may compile to (bytes): a schema past it (a `minLength` of a
+/// billion, a huge enum) is refused with an error instead of exhausting memory.
+pub const NFA_SIZE_LIMIT: usize = 16 << 20;
 
 /// A compiled grammar: the lazy DFA of one regex, and the warm state finished
 /// matchers left behind.
@@ -102,7 +105,12 @@ impl Grammar {
         let dfa = DFA::builder()
             .configure(DFA::config().cache_capacity(DFA_CACHE_BYTES).minimum_cache_clear_count(None))
             .syntax(syntax::Config::new().utf8(false))
-            .thompson(thompson::Config::new().utf8(false).which_captures(thompson::WhichCaptures::None))
+            .thompson(
+                thompson::Config::new()
+                    .utf8(false)
+                    .which_captures(thompson::WhichCaptures::None)
+                    .nfa_size_limit(Some(NFA_SIZE_LIMIT)),
+            )
             .build(&format!("^(?:{regex})$"))
             .map_err(|e| Error::Schema { pointer: "#".into(), reason: format!("grammar does not compile: {e}") })?;
         let plain_paths = plain_paths(dfa.byte_classes());

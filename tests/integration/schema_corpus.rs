@@ -165,3 +165,173 @@ fn random_walks_under_the_masks_validate_and_fast_masks_equal_the_reference() {
         }
     }
 }
+
+/// Compile in both modes; any outcome but a panic is fine, and an error must say
+/// where. Returns the strict result.
+fn compile_both(schema: &Value) -> Result<Grammar, toolgate::Error> {
+    let lenient = Grammar::from_schema(schema, Mode::Lenient, &Json);
+    if let Err(e) = &lenient {
+        assert!(!e.to_string().is_empty());
+    }
+    let strict = Grammar::from_schema(schema, Mode::Strict, &Json);
+    if let Err(toolgate::Error::Schema { pointer, .. }) = &strict {
+        assert!(pointer.starts_with('#'), "{pointer}");
+    }
+    strict
+}
+
+#[test]
+fn hostile_schemas_get_bounded_grammars_or_clear_errors() {
+    // Deep nesting: an error naming the depth, not a stack overflow.
+    // (Built by moving values in: `json!` would serialize the inner value recursively.)
+    let obj = |pairs: Vec<(&str, Value)>| Value::Object(pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect());
+    let mut deep = serde_json::json!({"type": "string"});
+    for _ in 0..2000 {
+        deep = obj(vec![
+            ("type", "object".into()),
+            ("properties", obj(vec![("a", deep)])),
+            ("required", serde_json::json!(["a"])),
+        ]);
+    }
+    let e = compile_both(&deep).unwrap_err().to_string();
+    assert!(e.contains("nested deeper"), "{e}");
+    let mut any_of = serde_json::json!({"type": "integer"});
+    for _ in 0..2000 {
+        any_of = obj(vec![("anyOf", Value::Array(vec![any_of, serde_json::json!({"type": "null"})]))]);
+    }
+    assert!(compile_both(&any_of).unwrap_err().to_string().contains("nested deeper"));
+    std::mem::forget((deep, any_of)); // dropping 2000 levels recurses as deep as building
+
+    // A 10k-value enum compiles and means exactly its values.
+    let values: Vec<String> = (0..10_000).map(|i| format!("value_{i}")).collect();
+    let g = compile_both(&serde_json::json!({"enum": values})).unwrap();
+    assert!(g.matches(br#""value_0""#) && g.matches(br#""value_9999""#) && !g.matches(br#""value_10000""#));
+
+    // Huge maxLength: capped (shorter strings only, all valid); huge minLength: refused.
+    let g = compile_both(&serde_json::json!({"type": "string", "maxLength": 1_000_000_000u64})).unwrap();
+    assert!(g.matches(br#""short""#) && g.matches(format!("\"{}\"", "x".repeat(1024)).as_bytes()));
+    assert!(!g.matches(format!("\"{}\"", "x".repeat(1025)).as_bytes()));
+    let e = compile_both(&serde_json::json!({"type": "string", "minLength": 1_000_000_000u64})).unwrap_err();
+    assert!(e.to_string().contains("does not compile"), "{e}");
+    let e = compile_both(&serde_json::json!({"type": "array", "minItems": 4_000_000_000u64})).unwrap_err();
+    assert!(e.to_string().contains("does not compile"), "{e}");
+
+    // Self and mutual references: expanded to the documented depth, then nothing.
+    let g = compile_both(&serde_json::json!({"$ref": "#"})).unwrap();
+    assert!(!g.matches(b"null") && !g.is_prefix(b"x"));
+    let mutual = serde_json::json!({"$defs": {"a": {"type": "array", "items": {"$ref": "#/$defs/b"}},
+        "b": {"anyOf": [{"type": "integer"}, {"$ref": "#/$defs/a"}]}}, "$ref": "#/$defs/a"});
+    let g = compile_both(&mutual).unwrap();
+    assert!(g.matches(b"[1,[2,[]]]"));
+    assert!(compile_both(&serde_json::json!({"$ref": "#/$defs/missing"})).is_err());
+
+    // Hostile patterns: unsupported constructs and size blow-ups are errors.
+    for p in ["(?=x)y", "[", "a^b", r"(a{1000}){1000}"] {
+        let e = compile_both(&serde_json::json!({"type": "string", "pattern": p})).unwrap_err();
+        assert!(!e.to_string().is_empty());
+    }
+    // Contradictions match nothing (or are refused), never everything.
+    for s in [
+        serde_json::json!({"type": "integer", "minimum": 5, "maximum": 1}),
+        serde_json::json!({"enum": []}),
+        serde_json::json!({"type": "array", "minItems": 3, "maxItems": 1}),
+        serde_json::json!(false),
+    ] {
+        if let Ok(g) = compile_both(&s) {
+            assert!(["1", "3", "[]", "[1]", "null"].iter().all(|t| !g.matches(t.as_bytes())), "{s}");
+        }
+    }
+    // Wrong-typed keyword values are errors with a pointer.
+    for s in [
+        serde_json::json!({"type": 5}),
+        serde_json::json!({"type": "string", "maxLength": -1}),
+        serde_json::json!({"type": "object", "properties": []}),
+        serde_json::json!({"anyOf": {}}),
+        serde_json::json!([]),
+        serde_json::json!({"type": "array", "prefixItems": 3}),
+    ] {
+        assert!(compile_both(&s).is_err(), "{s} should be refused");
+    }
+}
+
+/// A random JSON value built from schema keywords and wrong-typed values.
+fn random_schema(rng: &mut StdRng, depth: usize) -> Value {
+    const KEYS: [&str; 24] = [
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+        "items",
+        "prefixItems",
+        "enum",
+        "const",
+        "anyOf",
+        "oneOf",
+        "allOf",
+        "$ref",
+        "$defs",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "format",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "minItems",
+        "maxItems",
+        "not",
+        "description",
+    ];
+    let leaf = |rng: &mut StdRng| -> Value {
+        match rng.random_range(0..9) {
+            0 => Value::Null,
+            1 => Value::Bool(rng.random_bool(0.5)),
+            2 => serde_json::json!(rng.random_range(-5i64..2000)),
+            3 => serde_json::json!(rng.random_range(-1e3..1e3)),
+            4 => serde_json::json!(
+                ["string", "integer", "number", "object", "array", "boolean", "null", "nope"][rng.random_range(0..8)]
+            ),
+            5 => {
+                serde_json::json!(["#", "#/$defs/a", "#/properties/x", "http://x", "#/$defs/b"][rng.random_range(0..5)])
+            }
+            6 => serde_json::json!(["date", "uuid", "email", "ipv4", "hostname", "uri"][rng.random_range(0..6)]),
+            7 => serde_json::json!(["^[a-z]+$", "(", "\\d{2,4}", ".*", "a|b|", "[^\"]"][rng.random_range(0..6)]),
+            _ => serde_json::json!("x"),
+        }
+    };
+    if depth >= 4 || rng.random_bool(0.3) {
+        return leaf(rng);
+    }
+    match rng.random_range(0..3) {
+        0 => Value::Array((0..rng.random_range(0..4)).map(|_| random_schema(rng, depth + 1)).collect()),
+        _ => {
+            let mut o = serde_json::Map::new();
+            for _ in 0..rng.random_range(0..5) {
+                let k =
+                    if rng.random_bool(0.8) { KEYS[rng.random_range(0..KEYS.len())].to_string() } else { "x".into() };
+                o.insert(k, random_schema(rng, depth + 1));
+            }
+            Value::Object(o)
+        }
+    }
+}
+
+#[test]
+fn random_hostile_schemas_never_panic_and_compiled_ones_stay_consistent() {
+    let mut rng = StdRng::seed_from_u64(5);
+    let mut compiled = 0;
+    for _ in 0..3000 {
+        let schema = random_schema(&mut rng, 0);
+        if let Ok(g) = compile_both(&schema) {
+            compiled += 1;
+            // Whatever compiled answers both questions without panicking, and a
+            // complete instance is also a prefix.
+            for t in ["null", "1", "\"x\"", "[]", "{}", "{\"x\":1}", "true"] {
+                if g.matches(t.as_bytes()) {
+                    assert!(g.is_prefix(t.as_bytes()));
+                }
+            }
+        }
+    }
+    assert!(compiled > 100, "{compiled} of 3000 compiled");
+}
