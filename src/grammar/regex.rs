@@ -53,6 +53,13 @@ pub trait Dialect {
             c => escape(c.encode_utf8(&mut [0; 4])),
         }
     }
+    /// Regex for an object key whose name matches `pattern` (`patternProperties`);
+    /// `None` where the dialect's keys cannot spell such names (then those
+    /// properties are never generated).
+    fn pattern_key(&self, pattern: &str) -> Option<String> {
+        let q = self.quote();
+        pattern_body(pattern, &Json).ok().map(|b| format!("{q}{b}{q}"))
+    }
     /// Regex for a boolean.
     fn boolean(&self) -> String {
         "(?:true|false)".into()
@@ -201,6 +208,9 @@ impl Dialect for Gemma4 {
     fn string_literal_char(&self, c: char) -> String {
         escape(c.encode_utf8(&mut [0; 4]))
     }
+    fn pattern_key(&self, _pattern: &str) -> Option<String> {
+        None // bare identifier keys: a pattern's names need not be identifiers
+    }
 }
 
 /// The regex for `node` in dialect `d` (unanchored text; callers anchor).
@@ -229,35 +239,39 @@ pub fn to_regex(node: &Node, d: &dyn Dialect) -> String {
         Node::Literals(vs) => alt(vs.iter().map(|v| d.literal(v)).collect()),
         Node::AnyOf(ns) => alt(ns.iter().map(|n| to_regex(n, d)).collect()),
         Node::Array { prefix, items, min, max } => {
+            // Positional items are optional from `minItems` on (`[1]` satisfies two
+            // `prefixItems`); the others follow, as many as the bounds allow.
             let comma = d.comma();
-            let mut parts: Vec<String> = prefix.iter().map(|n| to_regex(n, d)).collect();
-            let head = parts.join(&comma);
-            let rest_min = min.saturating_sub(parts.len());
-            let rest_max = max.map(|m| m.saturating_sub(parts.len()));
-            let tail = match items {
-                Some(item) if rest_max != Some(0) => {
-                    let item = to_regex(item, d);
-                    Some((item, rest_min, rest_max))
+            let k = prefix.len().min(max.unwrap_or(usize::MAX));
+            let item = items.as_ref().map(|n| to_regex(n, d));
+            let never = to_regex(&Node::Never, d);
+            let inner = if k == 0 {
+                match &item {
+                    Some(item) => list(item, &comma, *min, *max),
+                    None if *min > 0 => never,
+                    None => String::new(),
                 }
-                _ => None,
-            };
-            let inner = match (head.is_empty(), tail) {
-                (true, None) => String::new(),
-                (false, None) => head,
-                (true, Some((item, lo, hi))) => list(&item, &comma, lo, hi),
-                (false, Some((item, lo, hi))) => {
-                    let more = if lo == 0 {
-                        format!("(?:{comma}{})?", list(&item, &comma, 1, hi))
-                    } else {
-                        format!("{comma}{}", list(&item, &comma, lo, hi))
-                    };
-                    parts.clear();
-                    format!("{head}{more}")
+            } else {
+                // After all `k` positional items.
+                let mut seq = match &item {
+                    Some(item) => repeat(&format!("(?:{comma}{item})"), min.saturating_sub(k), max.map(|m| m - k)),
+                    None if *min > k => never,
+                    None => String::new(),
+                };
+                for i in (1..k).rev() {
+                    let step = format!("{comma}{}{seq}", to_regex(&prefix[i], d));
+                    seq = if i >= *min { format!("(?:{step})?") } else { step };
+                }
+                let body = format!("{}{seq}", to_regex(&prefix[0], d));
+                if *min == 0 {
+                    format!("(?:{body})?")
+                } else {
+                    body
                 }
             };
             format!(r"\[{inner}\]")
         }
-        Node::Object { properties, additional } => {
+        Node::Object { properties, additional, patterns } => {
             let colon = d.colon();
             let comma = d.comma();
             let elems: Vec<(String, bool)> = properties
@@ -265,26 +279,102 @@ pub fn to_regex(node: &Node, d: &dyn Dialect) -> String {
                 .map(|(name, n, req)| (format!("{}{colon}{}", d.key(name), to_regex(n, d)), *req))
                 .collect();
             let names: Vec<&str> = properties.iter().map(|(n, _, _)| n.as_str()).collect();
-            let extra = additional.as_ref().map(|n| format!("{}{colon}{}", d.any_key(&names), to_regex(n, d)));
+            let mut extras: Vec<String> =
+                additional.iter().map(|n| format!("{}{colon}{}", d.any_key(&names), to_regex(n, d))).collect();
+            for (p, n) in patterns {
+                if let Some(key) = d.pattern_key(p) {
+                    extras.push(format!("{key}{colon}{}", to_regex(n, d)));
+                }
+            }
+            let extra = match extras.len() {
+                0 => None,
+                1 => extras.pop(),
+                _ => Some(format!("(?:{})", extras.join("|"))),
+            };
             format!(r"\{{{}\}}", props_first(&elems, 0, extra.as_deref(), &comma))
         }
     }
 }
 
+/// An upper estimate of the length of `to_regex(node, _)` in bytes, computed without
+/// building it (saturating). [`super::schema::compile`] refuses a schema whose
+/// estimate passes [`super::schema::MAX_GRAMMAR_BYTES`]: nested objects multiply
+/// (see [`MAX_OPENING_PROPERTIES`]), and a few kilobytes of schema could otherwise
+/// expand to gigabytes of regex.
+pub fn size_estimate(node: &Node) -> usize {
+    match node {
+        Node::Never | Node::Null | Node::Boolean => 24,
+        Node::Integer { .. } => 400,
+        Node::Number => 160,
+        Node::String { pattern, format, .. } => {
+            96 + pattern.as_ref().map_or(0, |p| p.len().saturating_mul(16)) + format.map_or(0, |_| 1200)
+        }
+        Node::Literals(vs) => {
+            vs.iter().fold(8usize, |a, v| a.saturating_add(v.to_string().len().saturating_mul(2) + 8))
+        }
+        Node::AnyOf(ns) => ns.iter().fold(8usize, |a, n| a.saturating_add(size_estimate(n))),
+        Node::Array { prefix, items, .. } => {
+            let p = prefix.iter().fold(32usize, |a, n| a.saturating_add(size_estimate(n)));
+            p.saturating_add(items.as_ref().map_or(0, |i| size_estimate(i).saturating_mul(3)))
+        }
+        Node::Object { properties, additional, patterns } => {
+            let sizes: Vec<usize> =
+                properties.iter().map(|(n, p, _)| size_estimate(p).saturating_add(n.len() * 2 + 16)).collect();
+            let extra = patterns
+                .iter()
+                .map(|(p, n)| size_estimate(n).saturating_add(p.len().saturating_mul(16)))
+                .chain(additional.iter().map(|a| size_estimate(a).saturating_add(256)))
+                .fold(0usize, |a, x| a.saturating_add(x))
+                .saturating_mul(3);
+            // One copy of the rest of the object per property that can open it.
+            let mut suffix = vec![extra; sizes.len() + 1];
+            for j in (0..sizes.len()).rev() {
+                suffix[j] = suffix[j + 1].saturating_add(sizes[j]);
+            }
+            let mut total = extra.saturating_add(16);
+            for (j, (_, _, required)) in properties.iter().enumerate() {
+                if *required || j < MAX_OPENING_PROPERTIES {
+                    total = total.saturating_add(suffix[j]);
+                }
+                if *required {
+                    break;
+                }
+            }
+            total
+        }
+    }
+}
+
+/// How many optional properties may be the first one written in an object: an
+/// object's regex holds one copy of "the rest of the object" per property that can
+/// open it (a regex cannot share a suffix), so without a bound a schema of 100
+/// optional properties would need 100 copies of everything. Past the bound, an
+/// optional property can still appear, after an earlier one; the first required
+/// property can always open the object.
+pub const MAX_OPENING_PROPERTIES: usize = 8;
+
 /// Nothing emitted yet, at element `i`.
 fn props_first(e: &[(String, bool)], i: usize, extra: Option<&str>, comma: &str) -> String {
-    if i == e.len() {
-        return match extra {
+    let mut alts = Vec::new();
+    let mut all_optional = true;
+    for (j, (re, required)) in e.iter().enumerate().skip(i) {
+        if *required || j - i < MAX_OPENING_PROPERTIES {
+            alts.push(format!("{re}{}", props_rest(e, j + 1, extra, comma)));
+        }
+        if *required {
+            all_optional = false;
+            break;
+        }
+    }
+    if all_optional {
+        alts.push(match extra {
             Some(x) => format!("(?:{x}(?:{comma}{x})*)?"),
             None => String::new(),
-        };
+        });
     }
-    let (re, required) = &e[i];
-    let then = props_rest(e, i + 1, extra, comma);
-    if *required {
-        format!("{re}{then}")
-    } else {
-        format!("(?:{re}{then}|{})", props_first(e, i + 1, extra, comma))
+    match alts.len() {
+        1 => alts.pop().unwrap_or_default(),
+        _ => format!("(?:{})", alts.join("|")),
     }
 }
 
@@ -372,6 +462,18 @@ pub fn pattern_body(p: &str, d: &dyn Dialect) -> std::result::Result<String, Str
         if anchored_start { String::new() } else { format!("{any}*") },
         if anchored_end { String::new() } else { format!("{any}*") }
     ))
+}
+
+/// Whether the name `text` matches `pattern` (ECMA-262, unanchored unless `^`/`$`
+/// say otherwise), by the same translation [`pattern_body`] uses.
+///
+/// # Errors
+/// As [`pattern_body`].
+pub fn pattern_matches(pattern: &str, text: &str) -> std::result::Result<bool, String> {
+    let body = pattern_body(pattern, &Json)?;
+    let spelled = serde_json::to_string(text).map_err(|e| e.to_string())?;
+    let g = super::Grammar::from_regex(&body).map_err(|e| e.to_string())?;
+    Ok(g.matches(&spelled.as_bytes()[1..spelled.len() - 1]))
 }
 
 /// Rewrite ECMA-262's ASCII `\d`, `\D`, `\w`, `\W` and its `.` into Rust syntax
@@ -690,14 +792,17 @@ pub fn xml_parameters(node: &Node) -> String {
     }
     let param = |key: &str, v: &str| format!("<parameter={key}>\\n?{v}\\n?</parameter>\\n?");
     let body = match node {
-        Node::Object { properties, additional } => {
+        // (`patternProperties` names are not generated in this layout.)
+        Node::Object { properties, additional, .. } => {
             let mut out = String::new();
             for (name, n, required) in properties {
                 let p = param(&escape(name), &value(n));
                 out.push_str(&if *required { p } else { format!("(?:{p})?") });
             }
             if let Some(extra) = additional {
-                out.push_str(&format!("(?:{})*", param("[A-Za-z_][A-Za-z0-9_.-]*", &value(extra))));
+                let names: Vec<&str> = properties.iter().map(|(n, _, _)| n.as_str()).collect();
+                let key = key_except("[A-Za-z_]", "[A-Za-z0-9_.-]", &names);
+                out.push_str(&format!("(?:{})*", param(&key, &value(extra))));
             }
             out
         }
@@ -765,12 +870,15 @@ pub fn python_repr(v: &Value) -> String {
 pub fn python_kwargs(node: &Node) -> String {
     let comma = ", ?";
     match node {
-        Node::Object { properties, additional } => {
+        // (`patternProperties` names are not generated as keyword arguments.)
+        Node::Object { properties, additional, .. } => {
             let elems: Vec<(String, bool)> = properties
                 .iter()
                 .map(|(name, n, req)| (format!("{}={}", escape(name), to_regex(n, &Python)), *req))
                 .collect();
-            let extra = additional.as_ref().map(|n| format!("[A-Za-z_][A-Za-z0-9_]*={}", to_regex(n, &Python)));
+            let names: Vec<&str> = properties.iter().map(|(n, _, _)| n.as_str()).collect();
+            let key = key_except("[A-Za-z_]", "[A-Za-z0-9_]", &names);
+            let extra = additional.as_ref().map(|n| format!("{key}={}", to_regex(n, &Python)));
             format!(r"\({}\)", props_first(&elems, 0, extra.as_deref(), comma))
         }
         other => format!(

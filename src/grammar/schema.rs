@@ -23,6 +23,11 @@ pub enum Mode {
 /// array without `items`) may nest, wherever it appears: `[{"a": [1]}]` is 3 levels.
 /// Deeper values are refused by the grammar (the regex grows 4× per level).
 pub const ANY_VALUE_LEVELS: usize = 3;
+/// Most schema nodes one compilation visits, `$ref` expansions included: recursive
+/// references that branch would otherwise expand exponentially before any size check.
+pub const MAX_SCHEMA_NODES: usize = 100_000;
+/// Largest grammar (regex text, estimated before it is built) a schema may expand to.
+pub const MAX_GRAMMAR_BYTES: usize = 4 << 20;
 /// Schemas nested deeper than this are refused with an error (no stack exhaustion
 /// on hostile input).
 pub const MAX_NESTING: usize = 64;
@@ -98,6 +103,10 @@ pub enum Node {
         properties: Vec<(String, Node, bool)>,
         /// Extra properties allowed after the declared ones, with this value grammar.
         additional: Option<Box<Node>>,
+        /// `patternProperties`: extra properties whose name matches the pattern
+        /// (ECMA-262, as `pattern`), with this value grammar; written with the other
+        /// extras, after the declared ones.
+        patterns: Vec<(String, Node)>,
     },
     /// Any of these.
     AnyOf(Vec<Node>),
@@ -115,11 +124,23 @@ pub enum Node {
 /// ```
 ///
 /// # Errors
-/// [`Error::Schema`] for an invalid schema, an unresolvable `$ref`, or (strict mode) an
-/// unsupported keyword.
+/// [`Error::Schema`] for an invalid schema, an unresolvable `$ref`, a grammar past
+/// [`MAX_GRAMMAR_BYTES`], or (strict mode) an unsupported keyword.
 pub fn compile(schema: &Value, mode: Mode) -> Result<Node> {
-    let c = Compiler { root: schema, mode, refs: std::cell::Cell::new(0) };
-    c.node(schema, "#", 0)
+    let c = Compiler { root: schema, mode, refs: std::cell::Cell::new(0), nodes: std::cell::Cell::new(0) };
+    let node = c.node(schema, "#", 0)?;
+    let size = super::regex::size_estimate(&node);
+    if size > MAX_GRAMMAR_BYTES {
+        return Err(err(
+            "#",
+            format!(
+                "the schema expands to a grammar of about {} MiB (limit {} MiB): too many nested optional properties or unconstrained values",
+                size >> 20,
+                MAX_GRAMMAR_BYTES >> 20
+            ),
+        ));
+    }
+    Ok(node)
 }
 
 struct Compiler<'a> {
@@ -127,6 +148,8 @@ struct Compiler<'a> {
     mode: Mode,
     /// `$ref`s being expanded on the current path.
     refs: std::cell::Cell<usize>,
+    /// Schema nodes visited so far (bounded by [`MAX_SCHEMA_NODES`]).
+    nodes: std::cell::Cell<usize>,
 }
 
 const IGNORED: &[&str] = &[
@@ -160,6 +183,13 @@ impl Compiler<'_> {
         if depth > MAX_NESTING {
             return Err(err(ptr, format!("schema nested deeper than {MAX_NESTING} levels")));
         }
+        self.nodes.set(self.nodes.get() + 1);
+        if self.nodes.get() > MAX_SCHEMA_NODES {
+            return Err(err(
+                ptr,
+                format!("the schema expands to more than {MAX_SCHEMA_NODES} nodes (branching recursive `$ref`s?)"),
+            ));
+        }
         let obj = match s {
             Value::Bool(true) => return Ok(any_value(ANY_VALUE_LEVELS)),
             Value::Bool(false) => return Ok(Node::Never),
@@ -176,16 +206,37 @@ impl Compiler<'_> {
             let base = self.node(target, &format!("{ptr}/$ref"), depth + 1);
             self.refs.set(self.refs.get() - 1);
             let base = base?;
-            // Siblings of $ref (2020-12) narrow it; support the common no-sibling case.
-            let siblings: Vec<&String> =
-                obj.keys().filter(|k| *k != "$ref" && !IGNORED.contains(&k.as_str())).collect();
-            if let (Some(k), Mode::Strict) = (siblings.first(), self.mode) {
-                return Err(err(
-                    &format!("{ptr}/{}", escape_ptr(k)),
-                    format!("keyword `{k}` next to `$ref` is not supported"),
-                ));
+            // Siblings of `$ref` (2019-09 on) narrow it: merge them into the target,
+            // as `allOf` does.
+            let siblings: Map<String, Value> = obj
+                .iter()
+                .filter(|(k, _)| *k != "$ref" && !IGNORED.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            if siblings.is_empty() {
+                return Ok(base);
             }
-            return Ok(base);
+            let merged = target.as_object().and_then(|t| {
+                let mut t = t.clone();
+                t.remove("$ref").map_or(Some(()), |_| None)?; // a chained `$ref` cannot be merged
+                merge_objects(&t, &Value::Object(siblings.clone()))
+            });
+            return match (merged, self.mode) {
+                (Some(m), _) => {
+                    self.refs.set(self.refs.get() + 1);
+                    let n = self.node(&m, ptr, depth + 1);
+                    self.refs.set(self.refs.get() - 1);
+                    n
+                }
+                (None, Mode::Lenient) => Ok(base),
+                (None, Mode::Strict) => {
+                    let k = siblings.keys().next().map(String::as_str).unwrap_or("");
+                    Err(err(
+                        &format!("{ptr}/{}", escape_ptr(k)),
+                        format!("keyword `{k}` next to `$ref` cannot be merged"),
+                    ))
+                }
+            };
         }
         if let Some(all) = obj.get("allOf") {
             let merged = self.merge_all_of(obj, all, ptr)?;
@@ -202,15 +253,41 @@ impl Compiler<'_> {
                     let branch = merge_objects(&rest, a).unwrap_or_else(|| a.clone());
                     nodes.push(self.node(&branch, &format!("{ptr}/{key}/{i}"), depth + 1)?);
                 }
+                // `oneOf` means exactly one: the grammar's "any of" is that only when no
+                // value can match two branches.
+                if key == "oneOf" && self.mode == Mode::Strict {
+                    for i in 0..nodes.len() {
+                        for j in i + 1..nodes.len() {
+                            if !disjoint(&nodes[i], &nodes[j]) {
+                                return Err(err(
+                                    &format!("{ptr}/oneOf/{j}"),
+                                    format!("`oneOf` branches {i} and {j} may both match; exactly-one is not enforced"),
+                                ));
+                            }
+                        }
+                    }
+                }
                 return Ok(simplify_any(nodes));
             }
         }
-        if let Some(c) = obj.get("const") {
-            return Ok(Node::Literals(vec![c.clone()]));
-        }
-        if let Some(e) = obj.get("enum") {
-            let e = e.as_array().ok_or_else(|| err(&format!("{ptr}/enum"), "`enum` must be an array"))?;
-            return Ok(if e.is_empty() { Node::Never } else { Node::Literals(e.clone()) });
+        let literals = match (obj.get("const"), obj.get("enum")) {
+            (Some(c), _) => Some(vec![c.clone()]),
+            (None, Some(e)) => {
+                Some(e.as_array().ok_or_else(|| err(&format!("{ptr}/enum"), "`enum` must be an array"))?.clone())
+            }
+            (None, None) => None,
+        };
+        if let Some(mut values) = literals {
+            // A `type` beside them keeps only the values of that type.
+            let types: Vec<&str> = match obj.get("type") {
+                Some(Value::String(t)) => vec![t.as_str()],
+                Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+                _ => Vec::new(),
+            };
+            if !types.is_empty() {
+                values.retain(|v| types.iter().any(|t| value_has_type(v, t)));
+            }
+            return Ok(if values.is_empty() { Node::Never } else { Node::Literals(values) });
         }
         let types: Vec<&str> = match obj.get("type") {
             None => Vec::new(),
@@ -267,20 +344,36 @@ impl Compiler<'_> {
         Ok(merged)
     }
 
+    /// Strict mode: refuse a validation keyword toolgate does not enforce, when it
+    /// applies to one of `types`. Keywords of other types constrain nothing here, and
+    /// unknown keywords are annotations (JSON Schema ignores them), so both pass.
     fn check_keywords(&self, obj: &Map<String, Value>, ptr: &str, types: &[&str]) -> Result<()> {
         if self.mode == Mode::Lenient {
             return Ok(());
         }
-        for k in obj.keys() {
-            let known = IGNORED.contains(&k.as_str())
-                || matches!(k.as_str(), "type" | "enum" | "const")
-                || (types.contains(&"integer") || types.contains(&"number"))
-                    && matches!(k.as_str(), "minimum" | "maximum" | "exclusiveMinimum" | "exclusiveMaximum")
-                || types.contains(&"string") && matches!(k.as_str(), "minLength" | "maxLength" | "pattern" | "format")
-                || types.contains(&"array") && matches!(k.as_str(), "items" | "prefixItems" | "minItems" | "maxItems")
-                || types.contains(&"object")
-                    && matches!(k.as_str(), "properties" | "required" | "additionalProperties");
-            if !known {
+        let has = |t: &str| types.contains(&t);
+        for (k, v) in obj {
+            let unsupported = match k.as_str() {
+                "not"
+                | "if"
+                | "dependentSchemas"
+                | "dependentRequired"
+                | "dependencies"
+                | "unevaluatedProperties"
+                | "unevaluatedItems"
+                | "contentEncoding"
+                | "contentMediaType"
+                | "contentSchema"
+                | "$dynamicRef"
+                | "$recursiveRef" => true,
+                "propertyNames" | "maxProperties" => has("object"),
+                "minProperties" => has("object") && v.as_u64() != Some(0),
+                "contains" | "minContains" | "maxContains" => has("array"),
+                "uniqueItems" => has("array") && *v == Value::Bool(true),
+                "multipleOf" => has("integer") || has("number"),
+                _ => false,
+            };
+            if unsupported {
                 return Err(err(&format!("{ptr}/{}", escape_ptr(k)), format!("unsupported keyword `{k}`")));
             }
         }
@@ -292,14 +385,14 @@ impl Compiler<'_> {
             match obj.get(k) {
                 None => Ok(None),
                 Some(Value::Number(n)) => Ok(n.as_f64()),
-                Some(Value::Bool(_)) if k.starts_with("exclusive") => {
-                    Err(err(&format!("{ptr}/{k}"), "draft-4 boolean `exclusive*` is not supported; use a number"))
-                }
+                // Draft 4: a boolean that makes `minimum`/`maximum` exclusive (below).
+                Some(Value::Bool(_)) if k.starts_with("exclusive") => Ok(None),
                 Some(_) => Err(err(&format!("{ptr}/{k}"), format!("`{k}` must be a number"))),
             }
         };
-        let mut min = bound("minimum")?.map(|x| x.ceil());
-        let mut max = bound("maximum")?.map(|x| x.floor());
+        let draft4 = |k: &str| matches!(obj.get(k), Some(Value::Bool(true)));
+        let mut min = bound("minimum")?.map(|x| if draft4("exclusiveMinimum") { x.floor() + 1.0 } else { x.ceil() });
+        let mut max = bound("maximum")?.map(|x| if draft4("exclusiveMaximum") { x.ceil() - 1.0 } else { x.floor() });
         if let Some(x) = bound("exclusiveMinimum")? {
             let v = x.floor() + 1.0;
             min = Some(min.map_or(v, |m| m.max(v)));
@@ -387,7 +480,17 @@ impl Compiler<'_> {
                 prefix.push(self.node(s, &format!("{ptr}/prefixItems/{i}"), depth + 1)?);
             }
         }
-        let items = match obj.get("items") {
+        // Draft 4 tuples: `items` as an array, then `additionalItems` for the rest.
+        if let Some(Value::Array(p)) = obj.get("items") {
+            for (i, s) in p.iter().enumerate() {
+                prefix.push(self.node(s, &format!("{ptr}/items/{i}"), depth + 1)?);
+            }
+        }
+        let rest = match obj.get("items") {
+            Some(Value::Array(_)) => obj.get("additionalItems"),
+            other => other,
+        };
+        let items = match rest {
             None => Some(Box::new(any_value(ANY_VALUE_LEVELS))),
             Some(Value::Bool(false)) => None,
             Some(s) => Some(Box::new(self.node(s, &format!("{ptr}/items"), depth + 1)?)),
@@ -412,25 +515,55 @@ impl Compiler<'_> {
                 properties.push((name.clone(), node, required.contains(&name.as_str())));
             }
         }
-        for r in &required {
-            if !properties.iter().any(|(n, _, _)| n == r) {
+        let mut patterns = Vec::new();
+        if let Some(pp) = obj.get("patternProperties") {
+            let pp = pp.as_object().ok_or_else(|| err(&format!("{ptr}/patternProperties"), "must be an object"))?;
+            for (pat, s) in pp {
+                let at = format!("{ptr}/patternProperties/{}", escape_ptr(pat));
+                // A declared name that also matches would owe both schemas at once,
+                // and a name matching two patterns both of theirs: not expressible
+                // as one choice per key, so refused (strict) rather than loosened.
                 if self.mode == Mode::Strict {
-                    return Err(err(
-                        &format!("{ptr}/required"),
-                        format!("required property `{r}` is not declared in `properties`"),
-                    ));
+                    for (name, _, _) in &properties {
+                        if super::regex::pattern_matches(pat, name).map_err(|e| err(&at, e))? {
+                            return Err(err(&at, format!("pattern also matches the declared property `{name}`")));
+                        }
+                    }
+                    if pp.len() > 1 {
+                        return Err(err(&at, "more than one `patternProperties` pattern is not supported"));
+                    }
                 }
-                properties.push((r.to_string(), any_value(ANY_VALUE_LEVELS), true));
+                super::regex::pattern_body(pat, &super::regex::Json).map_err(|e| err(&at, e))?;
+                patterns.push((pat.clone(), self.node(s, &at, depth + 1)?));
             }
         }
         let additional = match obj.get("additionalProperties") {
-            // Absent: no extra properties (as OpenAI strict mode): a tool call carries
-            // only the declared arguments.
+            // A free-form object (no `properties` keyword at all; `"properties": {}`
+            // is the closed empty object of a tool without arguments): any properties.
+            None if !obj.contains_key("properties") && patterns.is_empty() && required.is_empty() => {
+                Some(Box::new(any_value(ANY_VALUE_LEVELS)))
+            }
+            // Absent beside declared properties: no extra properties (as OpenAI strict
+            // mode): a tool call carries only the declared arguments.
             None | Some(Value::Bool(false)) => None,
+            Some(_) if !patterns.is_empty() && self.mode == Mode::Strict => {
+                // Extra names would have to avoid the pattern: a regex complement.
+                return Err(err(
+                    &format!("{ptr}/additionalProperties"),
+                    "`additionalProperties` beside `patternProperties` is not supported",
+                ));
+            }
             Some(Value::Bool(true)) => Some(Box::new(any_value(ANY_VALUE_LEVELS))),
             Some(s) => Some(Box::new(self.node(s, &format!("{ptr}/additionalProperties"), depth + 1)?)),
         };
-        Ok(Node::Object { properties, additional })
+        // A required name with no declared schema: any value (or the extras' schema).
+        for r in &required {
+            if !properties.iter().any(|(n, _, _)| n == r) {
+                let value = additional.as_deref().cloned().unwrap_or_else(|| any_value(ANY_VALUE_LEVELS));
+                properties.push((r.to_string(), value, true));
+            }
+        }
+        Ok(Node::Object { properties, additional, patterns })
     }
 }
 
@@ -454,6 +587,17 @@ fn infer_types(obj: &Map<String, Value>) -> Vec<&'static str> {
 
 fn merge_objects(a: &Map<String, Value>, b: &Value) -> Option<Value> {
     let b = b.as_object()?;
+    // A side closed by `additionalProperties: false` sees only its own
+    // `properties`: names the other side adds would be invalid there, which a
+    // union of the two lists would not say.
+    let names = |m: &Map<String, Value>| -> Vec<String> {
+        m.get("properties").and_then(Value::as_object).map(|p| p.keys().cloned().collect()).unwrap_or_default()
+    };
+    let closed = |m: &Map<String, Value>| m.get("additionalProperties") == Some(&Value::Bool(false));
+    let (na, nb) = (names(a), names(b));
+    if closed(a) && nb.iter().any(|n| !na.contains(n)) || closed(b) && na.iter().any(|n| !nb.contains(n)) {
+        return None;
+    }
     let mut out = a.clone();
     for (k, v) in b {
         match (k.as_str(), out.get(k)) {
@@ -482,6 +626,61 @@ fn merge_objects(a: &Map<String, Value>, b: &Value) -> Option<Value> {
     Some(Value::Object(out))
 }
 
+/// Whether `v` is of JSON Schema type `t`.
+fn value_has_type(v: &Value, t: &str) -> bool {
+    match t {
+        "null" => v.is_null(),
+        "boolean" => v.is_boolean(),
+        "integer" => v.is_i64() || v.is_u64() || v.as_f64().is_some_and(|f| f.fract() == 0.0),
+        "number" => v.is_number(),
+        "string" => v.is_string(),
+        "array" => v.is_array(),
+        "object" => v.is_object(),
+        _ => false,
+    }
+}
+
+/// The JSON types a node can match, as bits (null, boolean, number, string, array,
+/// object).
+fn kinds(n: &Node) -> u8 {
+    match n {
+        Node::Never => 0,
+        Node::Null => 1,
+        Node::Boolean => 2,
+        Node::Integer { .. } | Node::Number => 4,
+        Node::String { .. } => 8,
+        Node::Array { .. } => 16,
+        Node::Object { .. } => 32,
+        Node::Literals(vs) => vs.iter().fold(0, |k, v| {
+            k | match v {
+                Value::Null => 1,
+                Value::Bool(_) => 2,
+                Value::Number(_) => 4,
+                Value::String(_) => 8,
+                Value::Array(_) => 16,
+                Value::Object(_) => 32,
+            }
+        }),
+        Node::AnyOf(ns) => ns.iter().fold(0, |k, n| k | kinds(n)),
+    }
+}
+
+/// Whether no value can match both nodes (conservative: `false` when unsure).
+fn disjoint(a: &Node, b: &Node) -> bool {
+    if kinds(a) & kinds(b) == 0 {
+        return true;
+    }
+    match (a, b) {
+        (Node::Literals(x), Node::Literals(y)) => x.iter().all(|v| !y.contains(v)),
+        // A discriminator: a property both require, with values no value satisfies both.
+        (Node::Object { properties: pa, .. }, Node::Object { properties: pb, .. }) => {
+            pa.iter().any(|(k, va, ra)| *ra && pb.iter().any(|(kb, vb, rb)| *rb && kb == k && disjoint(va, vb)))
+        }
+        (Node::AnyOf(xs), other) | (other, Node::AnyOf(xs)) => xs.iter().all(|x| disjoint(x, other)),
+        _ => false,
+    }
+}
+
 fn simplify_any(nodes: Vec<Node>) -> Node {
     let mut nodes: Vec<Node> = nodes.into_iter().filter(|n| *n != Node::Never).collect();
     match nodes.len() {
@@ -502,7 +701,7 @@ pub fn any_value(levels: usize) -> Node {
     if levels > 0 {
         let inner = any_value(levels - 1);
         alts.push(Node::Array { prefix: vec![], items: Some(Box::new(inner.clone())), min: 0, max: None });
-        alts.push(Node::Object { properties: vec![], additional: Some(Box::new(inner)) });
+        alts.push(Node::Object { properties: vec![], additional: Some(Box::new(inner)), patterns: vec![] });
     }
     Node::AnyOf(alts)
 }

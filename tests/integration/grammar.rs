@@ -134,7 +134,9 @@ fn objects_keep_schema_order_and_skip_optionals() {
             "{ \"b\":\"x\",\"d\":null}",
         ],
     );
-    check(json!({"type": "object"}), &["{}"], &["{\"x\":1}"]);
+    // Declared properties close the object; no `properties` at all leaves it free-form.
+    check(json!({"type": "object", "properties": {}}), &["{}"], &["{\"x\":1}"]);
+    check(json!({"type": "object"}), &["{}", "{\"x\":1}", "{\"x\":[{\"y\":null}]}"], &["{\"x\":}", "[]"]);
     check(
         json!({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": {"type": "string"}}),
         &["{\"a\":1,\"x\":\"y\"}", "{\"x\":\"y\",\"z\":\"w\"}", "{}"],
@@ -191,6 +193,47 @@ fn unsupported_keywords_name_the_pointer_or_are_ignored_in_lenient_mode() {
     {
         assert!(matches!(Grammar::from_schema(&bad, Mode::Strict, &Json), Err(Error::Schema { .. })), "{bad}");
     }
+}
+
+#[test]
+fn real_world_keywords_follow_json_schema() {
+    // Unknown keywords are annotations; keywords of another type constrain nothing.
+    check(json!({"type": "string", "x-vendor": 1, "id": "a", "properties": {"p": {}}}), &["\"s\""], &["1"]);
+    // Draft 4: boolean exclusive bounds and tuple `items` + `additionalItems`.
+    check(json!({"type": "integer", "minimum": 0, "exclusiveMinimum": true, "maximum": 3}), &["1", "3"], &["0", "4"]);
+    check(
+        json!({"type": "array", "items": [{"type": "integer"}, {"type": "string"}], "additionalItems": false}),
+        &["[1,\"a\"]", "[1]", "[]"],
+        &["[1,\"a\",2]", "[\"a\"]"],
+    );
+    // `$ref` siblings narrow the target.
+    check(json!({"$defs": {"s": {"type": "string"}}, "$ref": "#/$defs/s", "maxLength": 2}), &["\"ab\""], &["\"abc\""]);
+    // `type` beside `enum` keeps only that type's values.
+    check(json!({"type": "string", "enum": ["a", 1, null]}), &["\"a\""], &["1", "null"]);
+    // `oneOf`: disjoint branches (types, discriminators) are exact; overlapping ones are refused.
+    check(json!({"oneOf": [{"type": "string"}, {"type": "integer"}]}), &["\"a\"", "1"], &["null"]);
+    let tagged = json!({"oneOf": [
+        {"type": "object", "properties": {"kind": {"const": "a"}, "x": {"type": "integer"}}, "required": ["kind"]},
+        {"type": "object", "properties": {"kind": {"const": "b"}, "y": {"type": "string"}}, "required": ["kind"]}]});
+    check(tagged, &["{\"kind\":\"a\",\"x\":1}", "{\"kind\":\"b\",\"y\":\"z\"}"], &["{\"kind\":\"a\",\"y\":\"z\"}"]);
+    let overlap = json!({"oneOf": [{"type": "integer"}, {"type": "integer", "minimum": 0}]});
+    let e = Grammar::from_schema(&overlap, Mode::Strict, &Json).unwrap_err().to_string();
+    assert!(e.contains("oneOf"), "{e}");
+    assert!(Grammar::from_schema(&overlap, Mode::Lenient, &Json).unwrap().matches(b"-1"));
+    // `patternProperties`: extra names that match, with their schema.
+    check(
+        json!({"type": "object", "properties": {"id": {"type": "integer"}}, "patternProperties": {"^x-[a-z]+$": {"type": "string"}}}),
+        &["{\"id\":1,\"x-tag\":\"v\"}", "{\"x-a\":\"v\",\"x-b\":\"w\"}"],
+        &["{\"x-tag\":1}", "{\"other\":\"v\"}"],
+    );
+    // Patterns mean ECMA-262 on the decoded string: ASCII `\d`, quotes spelled escaped.
+    check(json!({"type": "string", "pattern": "^\\d+$"}), &["\"123\""], &["\"١٢٣\"", "\"12a\""]);
+    check(json!({"type": "string", "pattern": "^a\"b$"}), &["\"a\\\"b\""], &["\"ab\""]);
+    // `allOf` cannot add names to a side closed by `additionalProperties: false`.
+    let closed = json!({"allOf": [
+        {"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": false},
+        {"properties": {"b": {"type": "integer"}}}]});
+    assert!(Grammar::from_schema(&closed, Mode::Strict, &Json).is_err());
 }
 
 #[test]
