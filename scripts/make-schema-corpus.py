@@ -40,6 +40,7 @@ ATOMS = [
     ({"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 100}, [1, 99], [0, 100]),
     ({"type": "integer", "minimum": -50, "maximum": 50}, [-50, 0, 50], [-51, 51]),
     ({"type": "number"}, [3.14, -2, 0, 1e10, 0.0025], ["x", None]),
+    ({"type": "number", "minimum": 0, "maximum": 1}, [0, 0.5, 1, 0.25, 1.0], [1.5, -0.1, 1.0001, "0.5"]),
     ({"type": "boolean"}, [True, False], ["true", 0]),
     ({"type": "null"}, [None], [0, "null"]),
     ({"type": ["string", "null"]}, ["x", None], [1, False]),
@@ -176,6 +177,24 @@ def special_schemas():
     yield ("nullable_object", {"anyOf": [{"type": "null"}, {"type": "object", "properties": {"x": {"type": "integer"}},
                                                               "required": ["x"], "additionalProperties": False}]},
            [None, {"x": 1}], [{"x": None}, {}])
+    yield ("number_bounds", {"type": "object", "properties": {
+        "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+        "lat": {"type": "number", "minimum": -90, "maximum": 90},
+        "price": {"type": "number", "exclusiveMinimum": 0},
+        "delta": {"type": "number", "exclusiveMaximum": 0},
+        "ratio": {"type": "number", "exclusiveMinimum": -1, "exclusiveMaximum": 1}},
+        "required": ["temperature", "lat", "price", "delta"], "additionalProperties": False},
+           [{"temperature": 0.7, "lat": -33.86, "price": 0.01, "delta": -0.5, "ratio": 0},
+            {"temperature": 2, "lat": 90, "price": 1500, "delta": -3, "ratio": -0.999},
+            {"temperature": 0, "lat": -90.0, "price": 12.5, "delta": -0.001, "ratio": 0.5},
+            {"temperature": 2.0, "lat": 0, "price": 1, "delta": -1}],
+           [{"temperature": 2.01, "lat": 0, "price": 1, "delta": -1},
+            {"temperature": -0.1, "lat": 0, "price": 1, "delta": -1},
+            {"temperature": 1, "lat": -90.5, "price": 1, "delta": -1},
+            {"temperature": 1, "lat": 0, "price": 0, "delta": -1},
+            {"temperature": 1, "lat": 0, "price": 1, "delta": 0},
+            {"temperature": 1, "lat": 0, "price": 1, "delta": -1, "ratio": 1},
+            {"temperature": 1, "lat": 0, "price": 1, "delta": -1, "ratio": -1.0}])
     # Written with ensure_ascii: \uXXXX escapes, surrogate pairs for the emoji.
     yield ("string_escapes", {"type": "string"}, ["é and \n", "\u0001 control", "quote \" backslash \\", "🎉"],
            [1])

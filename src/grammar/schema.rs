@@ -55,6 +55,17 @@ pub enum Format {
     Ipv4,
 }
 
+/// An integer-valued bound on a [`Node::Number`]: `minimum: 0` is
+/// `NumBound { value: 0, exclusive: false }`, `exclusiveMaximum: 100` is
+/// `NumBound { value: 100, exclusive: true }`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NumBound {
+    /// The bound, within ±10^15.
+    pub value: i64,
+    /// Whether the bound itself is excluded.
+    pub exclusive: bool,
+}
+
 /// The value grammar a schema compiles to.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Node {
@@ -71,8 +82,15 @@ pub enum Node {
         /// Inclusive upper bound.
         max: Option<i64>,
     },
-    /// Any JSON number.
-    Number,
+    /// A JSON number between optional integer-valued bounds. Unbounded numbers may
+    /// carry an exponent; bounded ones are written in plain decimal notation (the
+    /// bounds are then checked on the digits).
+    Number {
+        /// Lower bound.
+        min: Option<NumBound>,
+        /// Upper bound.
+        max: Option<NumBound>,
+    },
     /// A string.
     String {
         /// Minimum length in characters.
@@ -412,14 +430,60 @@ impl Compiler<'_> {
     }
 
     fn number(&self, obj: &Map<String, Value>, ptr: &str) -> Result<Node> {
-        if self.mode == Mode::Strict {
-            for k in ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"] {
-                if obj.contains_key(k) {
-                    return Err(err(&format!("{ptr}/{k}"), format!("`{k}` is only enforced for integers")));
+        // Every bound that applies, as (value, exclusive); the tightest is kept below.
+        let mut lower: Vec<(f64, bool)> = Vec::new();
+        let mut upper: Vec<(f64, bool)> = Vec::new();
+        let draft4 = |k: &str| matches!(obj.get(k), Some(Value::Bool(true)));
+        for (k, is_lower, exclusive) in [
+            ("minimum", true, draft4("exclusiveMinimum")),
+            ("maximum", false, draft4("exclusiveMaximum")),
+            ("exclusiveMinimum", true, true),
+            ("exclusiveMaximum", false, true),
+        ] {
+            let x = match obj.get(k) {
+                None => continue,
+                Some(Value::Bool(_)) if k.starts_with("exclusive") => continue,
+                Some(Value::Number(n)) => n.as_f64().unwrap_or(f64::NAN),
+                Some(_) => return Err(err(&format!("{ptr}/{k}"), format!("`{k}` must be a number"))),
+            };
+            // The grammar compares digits against an integer; a fractional bound
+            // (`minimum: 0.5`) would need its digits too.
+            if x.fract() != 0.0 || x.abs() > 1e15 {
+                if self.mode == Mode::Strict {
+                    return Err(err(
+                        &format!("{ptr}/{k}"),
+                        format!("`{k}` on a number is only enforced for whole bounds within ±10^15"),
+                    ));
                 }
+                continue;
+            }
+            if is_lower {
+                lower.push((x, exclusive))
+            } else {
+                upper.push((x, exclusive))
             }
         }
-        Ok(Node::Number)
+        // The tightest: the largest lower bound (exclusive wins a tie), the smallest upper.
+        let tightest = |bs: &[(f64, bool)], lower: bool| {
+            bs.iter()
+                .copied()
+                .reduce(|a, b| {
+                    let better = if lower { b.0 > a.0 } else { b.0 < a.0 };
+                    if better || (b.0 == a.0 && b.1) {
+                        b
+                    } else {
+                        a
+                    }
+                })
+                .map(|(v, exclusive)| NumBound { value: v as i64, exclusive })
+        };
+        let (min, max) = (tightest(&lower, true), tightest(&upper, false));
+        if let (Some(a), Some(b)) = (min, max) {
+            if a.value > b.value || (a.value == b.value && (a.exclusive || b.exclusive)) {
+                return Ok(Node::Never);
+            }
+        }
+        Ok(Node::Number { min, max })
     }
 
     fn string(&self, obj: &Map<String, Value>, ptr: &str) -> Result<Node> {
@@ -647,7 +711,7 @@ fn kinds(n: &Node) -> u8 {
         Node::Never => 0,
         Node::Null => 1,
         Node::Boolean => 2,
-        Node::Integer { .. } | Node::Number => 4,
+        Node::Integer { .. } | Node::Number { .. } => 4,
         Node::String { .. } => 8,
         Node::Array { .. } => 16,
         Node::Object { .. } => 32,
@@ -695,7 +759,7 @@ pub fn any_value(levels: usize) -> Node {
     let mut alts = vec![
         Node::Null,
         Node::Boolean,
-        Node::Number,
+        Node::Number { min: None, max: None },
         Node::String { min_len: 0, max_len: None, pattern: None, format: None },
     ];
     if levels > 0 {

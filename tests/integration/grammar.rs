@@ -67,6 +67,67 @@ fn integer_bounds() {
     check(json!({"type": "integer", "maximum": -10}), &["-10", "-500"], &["-9", "0"]);
 }
 
+/// Number bounds against arithmetic: every decimal from -13 to 13 in steps the digits
+/// can tell apart (`-0`, `2.0`, `2.000`, `2.01`, `2.5` …) is accepted exactly when its
+/// value is within the bounds, for every kind of bound on either side.
+#[test]
+fn number_bounds_follow_arithmetic() {
+    let mut texts = Vec::new();
+    for i in 0..=13 {
+        for frac in ["", ".0", ".000", ".01", ".5", ".99"] {
+            texts.push(format!("{i}{frac}"));
+            texts.push(format!("-{i}{frac}"));
+        }
+    }
+    let bounds = [None, Some(-10), Some(-1), Some(0), Some(2), Some(11)];
+    let mut checked = 0;
+    for lo in bounds {
+        for hi in bounds {
+            for (lo_ex, hi_ex) in [(false, false), (true, false), (false, true), (true, true)] {
+                let mut schema = json!({"type": "number"});
+                if let Some(lo) = lo {
+                    schema[if lo_ex { "exclusiveMinimum" } else { "minimum" }] = json!(lo);
+                }
+                if let Some(hi) = hi {
+                    schema[if hi_ex { "exclusiveMaximum" } else { "maximum" }] = json!(hi);
+                }
+                let g = grammar(schema.clone());
+                let node = toolgate::grammar::schema::compile(&schema, Mode::Strict).unwrap();
+                let (len, estimate) = (g.regex().len(), toolgate::grammar::regex::size_estimate(&node));
+                assert!(len <= estimate, "{schema}: regex of {len} bytes, estimated {estimate}");
+                for t in &texts {
+                    let x: f64 = t.parse().unwrap();
+                    let above = lo.is_none_or(|l| if lo_ex { x > l as f64 } else { x >= l as f64 });
+                    let below = hi.is_none_or(|h| if hi_ex { x < h as f64 } else { x <= h as f64 });
+                    assert_eq!(g.matches(t.as_bytes()), above && below, "{schema}: {t}");
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked > 20_000);
+    // The size estimate holds for the widest ragged bounds too.
+    for schema in [
+        json!({"type": "number", "minimum": -987654321012345i64, "exclusiveMaximum": 987654321012344i64}),
+        json!({"type": "number", "exclusiveMinimum": 123456789098765i64}),
+        json!({"type": "number", "exclusiveMinimum": -1e15, "maximum": 1e15}),
+        json!({"type": "integer", "minimum": -987654321012345i64, "maximum": 987654321012344i64}),
+    ] {
+        let node = toolgate::grammar::schema::compile(&schema, Mode::Strict).unwrap();
+        let (len, estimate) = (grammar(schema.clone()).regex().len(), toolgate::grammar::regex::size_estimate(&node));
+        assert!(len <= estimate, "{schema}: regex of {len} bytes, estimated {estimate}");
+    }
+    // Bounds in the draft-4 spelling, and several bounds at once (the tightest wins).
+    check(json!({"type": "number", "minimum": 0, "exclusiveMinimum": true}), &["0.1"], &["0", "0.0"]);
+    check(json!({"type": "number", "minimum": -5, "exclusiveMinimum": 1, "maximum": 3}), &["1.5", "3"], &["1", "3.1"]);
+    check(json!({"type": "number", "minimum": 2.0, "maximum": 1}), &[], &["1", "2", "1.5"]);
+    // A fractional bound is not enforced: strict refuses it, naming the keyword.
+    let e = Grammar::from_schema(&json!({"type": "number", "minimum": 0.5}), Mode::Strict, &Json).unwrap_err();
+    assert!(e.to_string().contains("#/minimum"), "{e}");
+    let lenient = Grammar::from_schema(&json!({"type": "number", "minimum": 0.5}), Mode::Lenient, &Json).unwrap();
+    assert!(lenient.matches(b"0.25"));
+}
+
 #[test]
 fn strings_escapes_unicode_and_lengths() {
     check(
