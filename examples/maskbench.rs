@@ -3,7 +3,7 @@
 //! llguidance reports on).
 //!
 //! ```text
-//! cargo run --release --example maskbench -- DIR [--lenient] [--failures N] [--verbose]
+//! cargo run --release --example maskbench -- DIR [--lenient] [--failures N] [--dump FILE] [--verbose]
 //! ```
 //!
 //! `DIR` holds the benchmark's `maskbench/data/*.json` files (`{"schema", "tests":
@@ -22,11 +22,18 @@ use toolgate::grammar::Grammar;
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let dir = args.first().ok_or_else(|| anyhow::anyhow!("usage: maskbench DIR [--lenient] [--failures N]"))?;
+    let dir =
+        args.first().ok_or_else(|| anyhow::anyhow!("usage: maskbench DIR [--lenient] [--failures N] [--dump FILE]"))?;
     let verbose = args.iter().any(|a| a == "--verbose");
     let mode = if args.iter().any(|a| a == "--lenient") { Mode::Lenient } else { Mode::Strict };
     let show: usize =
         args.iter().position(|a| a == "--failures").and_then(|i| args.get(i + 1)?.parse().ok()).unwrap_or(10);
+    // `--dump FILE`: every wrong verdict as a JSON line (file, instance, expected), to
+    // sort the failures by cause.
+    let mut dump = match args.iter().position(|a| a == "--dump").and_then(|i| args.get(i + 1)) {
+        Some(path) => Some(std::io::BufWriter::new(std::fs::File::create(path)?)),
+        None => None,
+    };
     let mut files: Vec<_> = std::fs::read_dir(dir)?.filter_map(|e| e.ok()).map(|e| e.path()).collect();
     files.sort();
     let (mut schemas, mut compiled, mut passed, mut with_tests) = (0, 0, 0, 0);
@@ -76,8 +83,13 @@ fn main() -> anyhow::Result<()> {
                 } else {
                     invalid_accepted += 1;
                 }
+                let name = f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                if let Some(out) = dump.as_mut() {
+                    use std::io::Write;
+                    let line = serde_json::json!({"file": name, "instance": test["data"], "valid": expect});
+                    writeln!(out, "{line}")?;
+                }
                 if failures.len() < show {
-                    let name = f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
                     let what = if expect { "valid rejected" } else { "invalid accepted" };
                     failures.push(format!("{name}: {what}: {}", instance.chars().take(200).collect::<String>()));
                 }

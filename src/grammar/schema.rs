@@ -737,8 +737,26 @@ fn disjoint(a: &Node, b: &Node) -> bool {
     match (a, b) {
         (Node::Literals(x), Node::Literals(y)) => x.iter().all(|v| !y.contains(v)),
         // A discriminator: a property both require, with values no value satisfies both.
-        (Node::Object { properties: pa, .. }, Node::Object { properties: pb, .. }) => {
-            pa.iter().any(|(k, va, ra)| *ra && pb.iter().any(|(kb, vb, rb)| *rb && kb == k && disjoint(va, vb)))
+        (
+            Node::Object { properties: pa, additional: xa, patterns: qa },
+            Node::Object { properties: pb, additional: xb, patterns: qb },
+        ) => {
+            let discriminated =
+                pa.iter().any(|(k, va, ra)| *ra && pb.iter().any(|(kb, vb, rb)| *rb && kb == k && disjoint(va, vb)));
+            // A property one side requires and the other, closed, cannot hold.
+            let closed_out = |p: &[(String, Node, bool)],
+                              other: &[(String, Node, bool)],
+                              extra: &Option<Box<Node>>,
+                              patterns: &[(String, Node)]| {
+                extra.is_none()
+                    && patterns.is_empty()
+                    && p.iter().any(|(k, _, r)| *r && !other.iter().any(|(o, _, _)| o == k))
+            };
+            discriminated || closed_out(pa, pb, xb, qb) || closed_out(pb, pa, xa, qa)
+        }
+        (Node::Integer { min: a0, max: a1 }, Node::Integer { min: b0, max: b1 }) => {
+            let below = |hi: &Option<i64>, lo: &Option<i64>| matches!((hi, lo), (Some(h), Some(l)) if h < l);
+            below(a1, b0) || below(b1, a0)
         }
         (Node::AnyOf(xs), other) | (other, Node::AnyOf(xs)) => xs.iter().all(|x| disjoint(x, other)),
         _ => false,

@@ -277,6 +277,21 @@ fn real_world_keywords_follow_json_schema() {
         {"type": "object", "properties": {"kind": {"const": "a"}, "x": {"type": "integer"}}, "required": ["kind"]},
         {"type": "object", "properties": {"kind": {"const": "b"}, "y": {"type": "string"}}, "required": ["kind"]}]});
     check(tagged, &["{\"kind\":\"a\",\"x\":1}", "{\"kind\":\"b\",\"y\":\"z\"}"], &["{\"kind\":\"a\",\"y\":\"z\"}"]);
+    // Closed objects told apart by a property only one of them may hold; integer ranges
+    // that do not meet.
+    let shapes = json!({"oneOf": [
+        {"type": "object", "properties": {"radius": {"type": "number"}}, "required": ["radius"]},
+        {"type": "object", "properties": {"w": {"type": "number"}, "h": {"type": "number"}}, "required": ["w"]}]});
+    check(shapes, &["{\"radius\":1}", "{\"w\":2,\"h\":3}"], &["{\"radius\":1,\"w\":2}", "{}"]);
+    check(
+        json!({"oneOf": [{"type": "integer", "maximum": 0}, {"type": "integer", "minimum": 10}]}),
+        &["-3", "12"],
+        &["5"],
+    );
+    let open = json!({"oneOf": [
+        {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": true},
+        {"type": "object", "properties": {"b": {"type": "integer"}}, "required": ["b"], "additionalProperties": true}]});
+    assert!(Grammar::from_schema(&open, Mode::Strict, &Json).is_err(), "{{a, b}} matches both open branches");
     let overlap = json!({"oneOf": [{"type": "integer"}, {"type": "integer", "minimum": 0}]});
     let e = Grammar::from_schema(&overlap, Mode::Strict, &Json).unwrap_err().to_string();
     assert!(e.contains("oneOf"), "{e}");
