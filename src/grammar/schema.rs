@@ -188,6 +188,30 @@ const IGNORED: &[&str] = &[
     "nullable",
 ];
 
+/// The string formats draft 2020-12 defines (§7.3); `format` names outside this list
+/// are annotations only.
+const STANDARD_FORMATS: &[&str] = &[
+    "date-time",
+    "date",
+    "time",
+    "duration",
+    "email",
+    "idn-email",
+    "hostname",
+    "idn-hostname",
+    "ipv4",
+    "ipv6",
+    "uri",
+    "uri-reference",
+    "iri",
+    "iri-reference",
+    "uuid",
+    "uri-template",
+    "json-pointer",
+    "relative-json-pointer",
+    "regex",
+];
+
 fn err(pointer: &str, reason: impl Into<String>) -> Error {
     Error::Schema { pointer: pointer.to_string(), reason: reason.into() }
 }
@@ -505,7 +529,10 @@ impl Compiler<'_> {
             Some("email") => Some(Format::Email),
             Some("uri") => Some(Format::Uri),
             Some("ipv4") => Some(Format::Ipv4),
-            Some(f) if self.mode == Mode::Strict => {
+            // A format JSON Schema defines but toolgate has no grammar for: refused in
+            // strict mode. Any other name (`path`, `int32`, `url` …) is an annotation
+            // the specification says to ignore.
+            Some(f) if self.mode == Mode::Strict && STANDARD_FORMATS.contains(&f) => {
                 return Err(err(&format!("{ptr}/format"), format!("unsupported format `{f}`")))
             }
             Some(_) => None,

@@ -259,6 +259,11 @@ fn unsupported_keywords_name_the_pointer_or_are_ignored_in_lenient_mode() {
 #[test]
 fn real_world_keywords_follow_json_schema() {
     // Unknown keywords are annotations; keywords of another type constrain nothing.
+    // So are format names JSON Schema does not define; a defined one without a grammar
+    // is refused in strict mode.
+    check(json!({"type": "string", "format": "int32"}), &["\"anything\""], &["1"]);
+    let e = Grammar::from_schema(&json!({"type": "string", "format": "hostname"}), Mode::Strict, &Json).unwrap_err();
+    assert!(e.to_string().contains("#/format"), "{e}");
     check(json!({"type": "string", "x-vendor": 1, "id": "a", "properties": {"p": {}}}), &["\"s\""], &["1"]);
     // Draft 4: boolean exclusive bounds and tuple `items` + `additionalItems`.
     check(json!({"type": "integer", "minimum": 0, "exclusiveMinimum": true, "maximum": 3}), &["1", "3"], &["0", "4"]);
