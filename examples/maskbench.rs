@@ -3,7 +3,7 @@
 //! llguidance reports on).
 //!
 //! ```text
-//! cargo run --release --example maskbench -- DIR [--lenient] [--failures N] [--dump FILE] [--verbose]
+//! cargo run --release --example maskbench -- DIR [--lenient] [--open-objects] [--failures N] [--dump FILE] [--verbose]
 //! ```
 //!
 //! `DIR` holds the benchmark's `maskbench/data/*.json` files (`{"schema", "tests":
@@ -17,15 +17,18 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use toolgate::grammar::regex::Json;
-use toolgate::grammar::schema::Mode;
+use toolgate::grammar::schema::{Mode, Objects};
 use toolgate::grammar::Grammar;
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let dir =
-        args.first().ok_or_else(|| anyhow::anyhow!("usage: maskbench DIR [--lenient] [--failures N] [--dump FILE]"))?;
+    let dir = args.first().ok_or_else(|| {
+        anyhow::anyhow!("usage: maskbench DIR [--lenient] [--open-objects] [--failures N] [--dump FILE]")
+    })?;
     let verbose = args.iter().any(|a| a == "--verbose");
     let mode = if args.iter().any(|a| a == "--lenient") { Mode::Lenient } else { Mode::Strict };
+    // `--open-objects`: JSON Schema's reading of objects without `additionalProperties`.
+    let objects = if args.iter().any(|a| a == "--open-objects") { Objects::Open } else { Objects::Closed };
     let show: usize =
         args.iter().position(|a| a == "--failures").and_then(|i| args.get(i + 1)?.parse().ok()).unwrap_or(10);
     // `--dump FILE`: every wrong verdict as a JSON line (file, instance, expected), to
@@ -53,7 +56,7 @@ fn main() -> anyhow::Result<()> {
             eprintln!("{}", f.display());
         }
         let t = Instant::now();
-        let g = match Grammar::from_schema(&doc["schema"], mode, &Json) {
+        let g = match Grammar::from_schema_with(&doc["schema"], mode, objects, &Json) {
             Ok(g) => g,
             Err(e) => {
                 // Group by the message without the pointer.
@@ -101,7 +104,7 @@ fn main() -> anyhow::Result<()> {
     }
     compile_ms.sort_by(f64::total_cmp);
     let pct = |p: f64| compile_ms.get(((compile_ms.len().max(1) - 1) as f64 * p) as usize).copied().unwrap_or(0.0);
-    println!("mode: {mode:?}");
+    println!("mode: {mode:?}, objects: {objects:?}");
     println!("schemas: {schemas} ({with_tests} with tests)");
     println!(
         "compiled: {compiled} ({:.1}%); compiled and every test passed: {passed} ({:.1}%)",

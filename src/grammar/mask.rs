@@ -27,7 +27,7 @@ use regex_automata::util::alphabet::ByteClasses;
 use regex_syntax::utf8::Utf8Sequences;
 
 use super::regex::{to_regex, Dialect};
-use super::schema::{compile, Mode};
+use super::schema::{compile_with, Mode, Objects};
 use super::vocab::TokenTrie;
 pub use super::vocab::TokenVocab;
 use crate::sampling::TokenMask;
@@ -122,7 +122,22 @@ impl Grammar {
     /// # Errors
     /// [`Error::Schema`] from [`compile`] or the regex compiler.
     pub fn from_schema(schema: &serde_json::Value, mode: Mode, dialect: &dyn Dialect) -> Result<Self> {
-        let node = compile(schema, mode)?;
+        Self::from_schema_with(schema, mode, Objects::Closed, dialect)
+    }
+
+    /// [`Grammar::from_schema`], choosing what undeclared properties an object admits
+    /// ([`Objects::Open`] is JSON Schema's reading, for `response_format` and
+    /// validation-style uses; tool calls keep [`Objects::Closed`]).
+    ///
+    /// # Errors
+    /// As [`Grammar::from_schema`].
+    pub fn from_schema_with(
+        schema: &serde_json::Value,
+        mode: Mode,
+        objects: Objects,
+        dialect: &dyn Dialect,
+    ) -> Result<Self> {
+        let node = compile_with(schema, mode, objects)?;
         Self::from_regex(&to_regex(&node, dialect))
     }
 

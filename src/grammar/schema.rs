@@ -19,6 +19,23 @@ pub enum Mode {
     Lenient,
 }
 
+/// What an object schema with declared `properties` and no `additionalProperties`
+/// allows besides them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Objects {
+    /// Nothing: a tool call carries exactly its declared arguments (as OpenAI strict
+    /// mode reads such a schema). The default.
+    #[default]
+    Closed,
+    /// JSON Schema's reading: any other property, after the declared ones, with a value
+    /// nesting at most [`OPEN_EXTRA_LEVELS`] containers (every open object carries a
+    /// copy of that value's grammar, so deeper extras would multiply its size).
+    Open,
+}
+
+/// Containers an extra property's value may nest in an [`Objects::Open`] object.
+pub const OPEN_EXTRA_LEVELS: usize = 1;
+
 /// Containers an unconstrained value (`{}`, `true`, `additionalProperties: true`, an
 /// array without `items`) may nest, wherever it appears: `[{"a": [1]}]` is 3 levels.
 /// Deeper values are refused by the grammar (the regex grows 4× per level).
@@ -145,7 +162,23 @@ pub enum Node {
 /// [`Error::Schema`] for an invalid schema, an unresolvable `$ref`, a grammar past
 /// [`MAX_GRAMMAR_BYTES`], or (strict mode) an unsupported keyword.
 pub fn compile(schema: &Value, mode: Mode) -> Result<Node> {
-    let c = Compiler { root: schema, mode, refs: std::cell::Cell::new(0), nodes: std::cell::Cell::new(0) };
+    compile_with(schema, mode, Objects::Closed)
+}
+
+/// [`compile`], choosing what undeclared properties an object admits ([`Objects`]).
+///
+/// ```
+/// use toolgate::grammar::schema::{compile_with, Mode, Objects, Node};
+/// let s = serde_json::json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+/// let Node::Object { additional, .. } = compile_with(&s, Mode::Strict, Objects::Open)? else { panic!() };
+/// assert!(additional.is_some());
+/// # Ok::<(), toolgate::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`compile`].
+pub fn compile_with(schema: &Value, mode: Mode, objects: Objects) -> Result<Node> {
+    let c = Compiler { root: schema, mode, objects, refs: std::cell::Cell::new(0), nodes: std::cell::Cell::new(0) };
     let node = c.node(schema, "#", 0)?;
     let size = super::regex::size_estimate(&node);
     if size > MAX_GRAMMAR_BYTES {
@@ -164,6 +197,7 @@ pub fn compile(schema: &Value, mode: Mode) -> Result<Node> {
 struct Compiler<'a> {
     root: &'a Value,
     mode: Mode,
+    objects: Objects,
     /// `$ref`s being expanded on the current path.
     refs: std::cell::Cell<usize>,
     /// Schema nodes visited so far (bounded by [`MAX_SCHEMA_NODES`]).
@@ -636,6 +670,11 @@ impl Compiler<'_> {
             }
             // Absent beside declared properties: no extra properties (as OpenAI strict
             // mode): a tool call carries only the declared arguments.
+            // Open objects with a pattern keep to declared and matching names: extra
+            // names would have to avoid the pattern (a regex complement).
+            None if self.objects == Objects::Open && patterns.is_empty() => {
+                Some(Box::new(any_value(OPEN_EXTRA_LEVELS)))
+            }
             None | Some(Value::Bool(false)) => None,
             Some(_) if !patterns.is_empty() && self.mode == Mode::Strict => {
                 // Extra names would have to avoid the pattern: a regex complement.

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use toolgate::engine::{Engine, GenerateParams};
 use toolgate::gguf::GgufFile;
 use toolgate::grammar::regex::{Gemma4, Json};
-use toolgate::grammar::schema::Mode;
+use toolgate::grammar::schema::{Mode, Objects};
 use toolgate::grammar::{Grammar, TokenVocab};
 use toolgate::model::DeviceChoice;
 use toolgate::sampling::{SamplingParams, TokenMask};
@@ -258,6 +258,18 @@ fn unsupported_keywords_name_the_pointer_or_are_ignored_in_lenient_mode() {
 
 #[test]
 fn real_world_keywords_follow_json_schema() {
+    // Objects without `additionalProperties`: closed for tool calls (the default), open
+    // in JSON Schema's reading (extras after the declared properties, never repeating
+    // one, values nesting at most one container).
+    let person = json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]});
+    let open = Grammar::from_schema_with(&person, Mode::Strict, Objects::Open, &Json).unwrap();
+    for ok in [r#"{"name":"a"}"#, r#"{"name":"a","age":3}"#, r#"{"name":"a","tags":["x"],"m":{"k":null}}"#] {
+        assert!(open.matches(ok.as_bytes()), "{ok}");
+    }
+    for bad in [r#"{"name":1}"#, r#"{"name":"a","name":"b"}"#, r#"{"age":3}"#, r#"{"name":"a","x":[[1]]}"#] {
+        assert!(!open.matches(bad.as_bytes()), "{bad}");
+    }
+    assert!(!grammar(person).matches(br#"{"name":"a","age":3}"#));
     // Unknown keywords are annotations; keywords of another type constrain nothing.
     // So are format names JSON Schema does not define; a defined one without a grammar
     // is refused in strict mode.
