@@ -272,7 +272,7 @@ pub fn to_regex(node: &Node, d: &dyn Dialect) -> String {
             };
             format!(r"\[{inner}\]")
         }
-        Node::Object { properties, additional, patterns } => {
+        Node::Object { properties, additional, patterns, non_empty } => {
             let colon = d.colon();
             let comma = d.comma();
             let elems: Vec<(String, bool)> = properties
@@ -292,7 +292,7 @@ pub fn to_regex(node: &Node, d: &dyn Dialect) -> String {
                 1 => extras.pop(),
                 _ => Some(format!("(?:{})", extras.join("|"))),
             };
-            format!(r"\{{{}\}}", props_first(&elems, 0, extra.as_deref(), &comma))
+            format!(r"\{{{}\}}", props_first(&elems, extra.as_deref(), &comma, *non_empty))
         }
     }
 }
@@ -320,7 +320,7 @@ pub fn size_estimate(node: &Node) -> usize {
             let p = prefix.iter().fold(32usize, |a, n| a.saturating_add(size_estimate(n)));
             p.saturating_add(items.as_ref().map_or(0, |i| size_estimate(i).saturating_mul(3)))
         }
-        Node::Object { properties, additional, patterns } => {
+        Node::Object { properties, additional, patterns, .. } => {
             let sizes: Vec<usize> =
                 properties.iter().map(|(n, p, _)| size_estimate(p).saturating_add(n.len() * 2 + 16)).collect();
             let extra = patterns
@@ -356,12 +356,12 @@ pub fn size_estimate(node: &Node) -> usize {
 /// property can always open the object.
 pub const MAX_OPENING_PROPERTIES: usize = 8;
 
-/// Nothing emitted yet, at element `i`.
-fn props_first(e: &[(String, bool)], i: usize, extra: Option<&str>, comma: &str) -> String {
+/// Nothing emitted yet: the whole property list (`non_empty`: not the empty one).
+fn props_first(e: &[(String, bool)], extra: Option<&str>, comma: &str, non_empty: bool) -> String {
     let mut alts = Vec::new();
     let mut all_optional = true;
-    for (j, (re, required)) in e.iter().enumerate().skip(i) {
-        if *required || j - i < MAX_OPENING_PROPERTIES {
+    for (j, (re, required)) in e.iter().enumerate() {
+        if *required || j < MAX_OPENING_PROPERTIES {
             alts.push(format!("{re}{}", props_rest(e, j + 1, extra, comma)));
         }
         if *required {
@@ -370,12 +370,15 @@ fn props_first(e: &[(String, bool)], i: usize, extra: Option<&str>, comma: &str)
         }
     }
     if all_optional {
-        alts.push(match extra {
-            Some(x) => format!("(?:{x}(?:{comma}{x})*)?"),
-            None => String::new(),
-        });
+        match (extra, non_empty) {
+            (Some(x), false) => alts.push(format!("(?:{x}(?:{comma}{x})*)?")),
+            (Some(x), true) => alts.push(format!("{x}(?:{comma}{x})*")),
+            (None, false) => alts.push(String::new()),
+            (None, true) => {}
+        }
     }
     match alts.len() {
+        0 => to_regex(&Node::Never, &Json),
         1 => alts.pop().unwrap_or_default(),
         _ => format!("(?:{})", alts.join("|")),
     }
@@ -864,18 +867,26 @@ pub fn xml_parameters(node: &Node) -> String {
     let param = |key: &str, v: &str| format!("<parameter={key}>\\n?{v}\\n?</parameter>\\n?");
     let body = match node {
         // (`patternProperties` names are not generated in this layout.)
-        Node::Object { properties, additional, .. } => {
-            let mut out = String::new();
-            for (name, n, required) in properties {
-                let p = param(&escape(name), &value(n));
-                out.push_str(&if *required { p } else { format!("(?:{p})?") });
+        Node::Object { properties, additional, non_empty, .. } => {
+            let names: Vec<&str> = properties.iter().map(|(n, _, _)| n.as_str()).collect();
+            let key = key_except("[A-Za-z_]", "[A-Za-z0-9_.-]", &names);
+            let extra = additional.as_ref().map(|extra| param(&key, &value(extra)));
+            if *non_empty {
+                // At least one parameter: the JSON objects' layout, without separators.
+                let elems: Vec<(String, bool)> =
+                    properties.iter().map(|(name, n, required)| (param(&escape(name), &value(n)), *required)).collect();
+                props_first(&elems, extra.as_deref(), "", true)
+            } else {
+                let mut out = String::new();
+                for (name, n, required) in properties {
+                    let p = param(&escape(name), &value(n));
+                    out.push_str(&if *required { p } else { format!("(?:{p})?") });
+                }
+                if let Some(x) = extra {
+                    out.push_str(&format!("(?:{x})*"));
+                }
+                out
             }
-            if let Some(extra) = additional {
-                let names: Vec<&str> = properties.iter().map(|(n, _, _)| n.as_str()).collect();
-                let key = key_except("[A-Za-z_]", "[A-Za-z0-9_.-]", &names);
-                out.push_str(&format!("(?:{})*", param(&key, &value(extra))));
-            }
-            out
         }
         other => format!("(?:{})*", param("[A-Za-z_][A-Za-z0-9_.-]*", &value(other))),
     };
@@ -942,7 +953,7 @@ pub fn python_kwargs(node: &Node) -> String {
     let comma = ", ?";
     match node {
         // (`patternProperties` names are not generated as keyword arguments.)
-        Node::Object { properties, additional, .. } => {
+        Node::Object { properties, additional, non_empty, .. } => {
             let elems: Vec<(String, bool)> = properties
                 .iter()
                 .map(|(name, n, req)| (format!("{}={}", escape(name), to_regex(n, &Python)), *req))
@@ -950,7 +961,7 @@ pub fn python_kwargs(node: &Node) -> String {
             let names: Vec<&str> = properties.iter().map(|(n, _, _)| n.as_str()).collect();
             let key = key_except("[A-Za-z_]", "[A-Za-z0-9_]", &names);
             let extra = additional.as_ref().map(|n| format!("{key}={}", to_regex(n, &Python)));
-            format!(r"\({}\)", props_first(&elems, 0, extra.as_deref(), comma))
+            format!(r"\({}\)", props_first(&elems, extra.as_deref(), comma, *non_empty))
         }
         other => format!(
             r"\((?:[A-Za-z_][A-Za-z0-9_]*={v}(?:{comma}[A-Za-z_][A-Za-z0-9_]*={v})*)?\)",

@@ -142,6 +142,9 @@ pub enum Node {
         /// (ECMA-262, as `pattern`), with this value grammar; written with the other
         /// extras, after the declared ones.
         patterns: Vec<(String, Node)>,
+        /// `minProperties: 1` beyond the required properties: the empty object `{}`
+        /// is excluded.
+        non_empty: bool,
     },
     /// Any of these.
     AnyOf(Vec<Node>),
@@ -443,7 +446,6 @@ impl Compiler<'_> {
                 | "$dynamicRef"
                 | "$recursiveRef" => true,
                 "propertyNames" | "maxProperties" => has("object"),
-                "minProperties" => has("object") && v.as_u64() != Some(0),
                 "contains" | "minContains" | "maxContains" => has("array"),
                 "uniqueItems" => has("array") && *v == Value::Bool(true),
                 "multipleOf" => has("integer") || has("number"),
@@ -454,6 +456,26 @@ impl Compiler<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Whether `minProperties` asks for more than the `required` properties give: `1`
+    /// excludes `{}`; more is refused in strict mode (lenient: `{}` excluded only).
+    fn min_properties(&self, obj: &Map<String, Value>, ptr: &str, required: usize) -> Result<bool> {
+        let at = format!("{ptr}/minProperties");
+        let n = match obj.get("minProperties") {
+            None => return Ok(false),
+            Some(v) => v.as_u64().ok_or_else(|| err(&at, "`minProperties` must be a non-negative integer"))?,
+        };
+        if n <= required as u64 {
+            return Ok(false);
+        }
+        if n > 1 && self.mode == Mode::Strict {
+            return Err(err(
+                &at,
+                format!("`minProperties: {n}` beyond the {required} required properties is not enforced"),
+            ));
+        }
+        Ok(true)
     }
 
     fn integer(&self, obj: &Map<String, Value>, ptr: &str) -> Result<Node> {
@@ -668,13 +690,13 @@ impl Compiler<'_> {
             None if !obj.contains_key("properties") && patterns.is_empty() && required.is_empty() => {
                 Some(Box::new(any_value(ANY_VALUE_LEVELS)))
             }
-            // Absent beside declared properties: no extra properties (as OpenAI strict
-            // mode): a tool call carries only the declared arguments.
             // Open objects with a pattern keep to declared and matching names: extra
             // names would have to avoid the pattern (a regex complement).
             None if self.objects == Objects::Open && patterns.is_empty() => {
                 Some(Box::new(any_value(OPEN_EXTRA_LEVELS)))
             }
+            // Absent beside declared properties: no extra properties (as OpenAI strict
+            // mode): a tool call carries only the declared arguments.
             None | Some(Value::Bool(false)) => None,
             Some(_) if !patterns.is_empty() && self.mode == Mode::Strict => {
                 // Extra names would have to avoid the pattern: a regex complement.
@@ -693,7 +715,8 @@ impl Compiler<'_> {
                 properties.push((r.to_string(), value, true));
             }
         }
-        Ok(Node::Object { properties, additional, patterns })
+        let non_empty = self.min_properties(obj, ptr, properties.iter().filter(|p| p.2).count())?;
+        Ok(Node::Object { properties, additional, patterns, non_empty })
     }
 }
 
@@ -804,8 +827,8 @@ fn disjoint(a: &Node, b: &Node) -> bool {
         (Node::Literals(x), Node::Literals(y)) => x.iter().all(|v| !y.contains(v)),
         // A discriminator: a property both require, with values no value satisfies both.
         (
-            Node::Object { properties: pa, additional: xa, patterns: qa },
-            Node::Object { properties: pb, additional: xb, patterns: qb },
+            Node::Object { properties: pa, additional: xa, patterns: qa, .. },
+            Node::Object { properties: pb, additional: xb, patterns: qb, .. },
         ) => {
             let discriminated =
                 pa.iter().any(|(k, va, ra)| *ra && pb.iter().any(|(kb, vb, rb)| *rb && kb == k && disjoint(va, vb)));
@@ -849,7 +872,12 @@ pub fn any_value(levels: usize) -> Node {
     if levels > 0 {
         let inner = any_value(levels - 1);
         alts.push(Node::Array { prefix: vec![], items: Some(Box::new(inner.clone())), min: 0, max: None });
-        alts.push(Node::Object { properties: vec![], additional: Some(Box::new(inner)), patterns: vec![] });
+        alts.push(Node::Object {
+            properties: vec![],
+            additional: Some(Box::new(inner)),
+            patterns: vec![],
+            non_empty: false,
+        });
     }
     Node::AnyOf(alts)
 }

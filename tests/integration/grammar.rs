@@ -270,6 +270,31 @@ fn real_world_keywords_follow_json_schema() {
         assert!(!open.matches(bad.as_bytes()), "{bad}");
     }
     assert!(!grammar(person).matches(br#"{"name":"a","age":3}"#));
+    // `minProperties: 1` over optional properties excludes `{}` (in every layout);
+    // more than the required properties give is refused in strict mode.
+    let filters = json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}, "minProperties": 1});
+    check(filters.clone(), &[r#"{"a":1}"#, r#"{"b":"x"}"#, r#"{"a":1,"b":"x"}"#], &["{}"]);
+    let node = toolgate::grammar::schema::compile(&filters, Mode::Strict).unwrap();
+    let xml = Grammar::from_regex(&toolgate::grammar::regex::xml_parameters(&node)).unwrap();
+    assert!(xml.matches(b"<parameter=a>1</parameter></function>"));
+    assert!(!xml.matches(b"</function>"));
+    check(
+        json!({"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 1}),
+        &[r#"{"k":1}"#],
+        &["{}"],
+    );
+    check(
+        json!({"type": "object", "properties": {"a": {}}, "required": ["a"], "minProperties": 1}),
+        &[r#"{"a":1}"#],
+        &["{}"],
+    );
+    let e = Grammar::from_schema(
+        &json!({"type": "object", "properties": {"a": {}}, "minProperties": 2}),
+        Mode::Strict,
+        &Json,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("#/minProperties"), "{e}");
     // Unknown keywords are annotations; keywords of another type constrain nothing.
     // So are format names JSON Schema does not define; a defined one without a grammar
     // is refused in strict mode.
