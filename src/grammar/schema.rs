@@ -445,7 +445,7 @@ impl Compiler<'_> {
                 | "contentSchema"
                 | "$dynamicRef"
                 | "$recursiveRef" => true,
-                "propertyNames" | "maxProperties" => has("object"),
+                "propertyNames" => has("object"),
                 "contains" | "minContains" | "maxContains" => has("array"),
                 "uniqueItems" => has("array") && *v == Value::Bool(true),
                 "multipleOf" => has("integer") || has("number"),
@@ -716,6 +716,48 @@ impl Compiler<'_> {
             }
         }
         let non_empty = self.min_properties(obj, ptr, properties.iter().filter(|p| p.2).count())?;
+        let object = Node::Object { properties, additional, patterns, non_empty };
+        self.max_properties(obj, ptr, object)
+    }
+
+    /// `maxProperties`, where the grammar can hold it exactly: a closed object that
+    /// cannot reach the bound anyway, at most one property (each declared property
+    /// alone, or the required one), or fewer than the required (nothing matches).
+    /// Otherwise refused in strict mode, ignored in lenient.
+    fn max_properties(&self, obj: &Map<String, Value>, ptr: &str, object: Node) -> Result<Node> {
+        let at = format!("{ptr}/maxProperties");
+        let Some(v) = obj.get("maxProperties") else { return Ok(object) };
+        let max = v.as_u64().ok_or_else(|| err(&at, "`maxProperties` must be a non-negative integer"))? as usize;
+        let Node::Object { properties, additional, patterns, non_empty } = object else { return Ok(object) };
+        let required = properties.iter().filter(|p| p.2).count();
+        let closed = additional.is_none() && patterns.is_empty();
+        if required > max {
+            return Ok(Node::Never);
+        }
+        if closed && properties.len() <= max {
+            return Ok(Node::Object { properties, additional, patterns, non_empty });
+        }
+        if closed && max <= 1 {
+            // `{}` (unless excluded) or exactly one property: the required one if any.
+            let single = |(name, node, _): &(String, Node, bool)| Node::Object {
+                properties: vec![(name.clone(), node.clone(), true)],
+                additional: None,
+                patterns: vec![],
+                non_empty: false,
+            };
+            let mut alts: Vec<Node> = match properties.iter().find(|p| p.2) {
+                Some(p) => vec![single(p)],
+                None if max == 1 => properties.iter().map(single).collect(),
+                None => vec![],
+            };
+            if required == 0 && !non_empty {
+                alts.push(Node::Object { properties: vec![], additional: None, patterns: vec![], non_empty: false });
+            }
+            return Ok(simplify_any(alts));
+        }
+        if self.mode == Mode::Strict {
+            return Err(err(&at, format!("`maxProperties: {max}` is not enforced on this object")));
+        }
         Ok(Node::Object { properties, additional, patterns, non_empty })
     }
 }

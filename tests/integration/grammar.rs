@@ -295,6 +295,16 @@ fn real_world_keywords_follow_json_schema() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("#/minProperties"), "{e}");
+    // `maxProperties` where it is exact: at most one of the optional properties, a
+    // bound the closed object cannot reach, or below the required count.
+    let one_of = json!({"type": "object", "properties": {"id": {"type": "integer"}, "name": {"type": "string"}}, "maxProperties": 1});
+    check(one_of, &["{}", r#"{"id":1}"#, r#"{"name":"x"}"#], &[r#"{"id":1,"name":"x"}"#]);
+    let loose = json!({"type": "object", "properties": {"a": {}}, "maxProperties": 5});
+    check(loose, &["{}", r#"{"a":[1]}"#], &[r#"{"b":1}"#]);
+    let none = json!({"type": "object", "properties": {"a": {}, "b": {}}, "required": ["a", "b"], "maxProperties": 1});
+    check(none, &[], &[r#"{"a":1,"b":2}"#, r#"{"a":1}"#]);
+    let open = json!({"type": "object", "additionalProperties": {"type": "integer"}, "maxProperties": 2});
+    assert!(Grammar::from_schema(&open, Mode::Strict, &Json).unwrap_err().to_string().contains("#/maxProperties"));
     // Unknown keywords are annotations; keywords of another type constrain nothing.
     // So are format names JSON Schema does not define; a defined one without a grammar
     // is refused in strict mode.
