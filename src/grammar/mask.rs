@@ -285,6 +285,45 @@ impl Grammar {
         self.dfa.next_eoi_state(cache, s).is_ok_and(|e| e.is_match())
     }
 
+    /// Whether some text matches both grammars: a breadth-first search over pairs of
+    /// states of the two automata, trying every byte from each pair. Cost: up to
+    /// `max_pairs` × 256 automaton steps. `None` when the search visits more than
+    /// `max_pairs` pairs without an answer (or a lazy-DFA cache was cleared on the way).
+    ///
+    /// ```
+    /// use toolgate::grammar::Grammar;
+    /// let digits = Grammar::from_regex("[0-9]+")?;
+    /// assert_eq!(digits.intersects(&Grammar::from_regex("[a-z]+")?, 4096), Some(false));
+    /// assert_eq!(digits.intersects(&Grammar::from_regex("[5-7]x?")?, 4096), Some(true));
+    /// # Ok::<(), toolgate::Error>(())
+    /// ```
+    pub fn intersects(&self, other: &Grammar, max_pairs: usize) -> Option<bool> {
+        let (mut ca, mut cb) = (self.dfa.create_cache(), other.dfa.create_cache());
+        let start = (self.start(&mut ca), other.start(&mut cb));
+        let mut seen = std::collections::HashSet::from([start]);
+        let mut queue = std::collections::VecDeque::from([start]);
+        let mut answer = Some(false);
+        while let Some((a, b)) = queue.pop_front() {
+            if self.accepting(&mut ca, a) && other.accepting(&mut cb, b) {
+                answer = Some(true);
+                break;
+            }
+            for byte in 0..=255u8 {
+                let (Some(na), Some(nb)) = (self.step(&mut ca, a, byte), other.step(&mut cb, b, byte)) else {
+                    continue;
+                };
+                if seen.insert((na, nb)) {
+                    if seen.len() > max_pairs {
+                        return None;
+                    }
+                    queue.push_back((na, nb));
+                }
+            }
+        }
+        // State ids are only meaningful while no cache was cleared.
+        (ca.clear_count() == 0 && cb.clear_count() == 0).then_some(answer?)
+    }
+
     /// A matcher that has already consumed `prefix` (bytes generated before the
     /// constraint took over, e.g. a tool-call trigger).
     ///

@@ -889,8 +889,43 @@ fn disjoint(a: &Node, b: &Node) -> bool {
             let below = |hi: &Option<i64>, lo: &Option<i64>| matches!((hi, lo), (Some(h), Some(l)) if h < l);
             below(a1, b0) || below(b1, a0)
         }
-        (Node::AnyOf(xs), other) | (other, Node::AnyOf(xs)) => xs.iter().all(|x| disjoint(x, other)),
+        (Node::AnyOf(xs), other) | (other, Node::AnyOf(xs)) if !exact_scalar(a) || !exact_scalar(b) => {
+            xs.iter().all(|x| disjoint(x, other))
+        }
+        // Scalars whose grammar is exactly their schema (no caps, no format subsets):
+        // disjoint when their automata share no text.
+        _ if exact_scalar(a) && exact_scalar(b) => {
+            const MAX_PAIRS: usize = 4096;
+            let d = &super::regex::Json;
+            let grammar = |n: &Node| super::mask::Grammar::from_regex(&super::regex::to_regex(n, d)).ok();
+            match (grammar(a), grammar(b)) {
+                (Some(ga), Some(gb)) => ga.intersects(&gb, MAX_PAIRS) == Some(false),
+                _ => false,
+            }
+        }
         _ => false,
+    }
+}
+
+/// Whether `n` is a scalar whose grammar accepts exactly what its schema does: no
+/// length cap (`maxLength` over [`super::regex::MAX_REPEAT`]) and no format that is a
+/// stated subset (email, uri, times), so two such grammars that share no text are
+/// two schemas that share no value.
+fn exact_scalar(n: &Node) -> bool {
+    match n {
+        Node::Never | Node::Null | Node::Boolean | Node::Integer { .. } | Node::Number { .. } => true,
+        Node::String { max_len, format, .. } => {
+            max_len.is_none_or(|m| m <= super::regex::MAX_REPEAT)
+                && matches!(format, None | Some(Format::Date | Format::Uuid | Format::Ipv4))
+        }
+        // (`1.0` is the integer 1 to JSON Schema, spelled unlike `1`: not compared by text.)
+        Node::Literals(vs) => vs.iter().all(|v| match v {
+            Value::Array(_) | Value::Object(_) => false,
+            Value::Number(x) => !x.is_f64(),
+            _ => true,
+        }),
+        Node::AnyOf(ns) => ns.iter().all(exact_scalar),
+        Node::Array { .. } | Node::Object { .. } => false,
     }
 }
 

@@ -340,6 +340,11 @@ fn real_world_keywords_follow_json_schema() {
         &["-3", "12"],
         &["5"],
     );
+    // Scalars whose automata share no text: patterns, literals, empty strings.
+    let id = json!({"oneOf": [{"type": "string", "pattern": "^[0-9]+$"}, {"enum": ["any", "none"]}, {"type": "string", "maxLength": 0}]});
+    check(id, &["\"42\"", "\"any\"", "\"\""], &["\"anyx\"", "\"4a\""]);
+    let both = json!({"oneOf": [{"type": "string", "pattern": "^[a-z]+$"}, {"enum": ["any", "NONE"]}]});
+    assert!(Grammar::from_schema(&both, Mode::Strict, &Json).is_err(), "\"any\" matches both");
     let open = json!({"oneOf": [
         {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": true},
         {"type": "object", "properties": {"b": {"type": "integer"}}, "required": ["b"], "additionalProperties": true}]});
