@@ -452,6 +452,14 @@ fn alt(parts: Vec<String>) -> String {
 /// # Errors
 /// A message when the pattern does not parse or uses an unsupported construct.
 pub fn pattern_body(p: &str, d: &dyn Dialect) -> std::result::Result<String, String> {
+    // `a|b` matches somewhere exactly when `a` or `b` does: each alternative keeps its
+    // own anchors (`^\d+$|^none$`).
+    let alternatives = top_level_alternatives(p);
+    if alternatives.len() > 1 {
+        let bodies: std::result::Result<Vec<String>, String> =
+            alternatives.iter().map(|a| pattern_body(a, d)).collect();
+        return Ok(format!("(?:{})", bodies?.join("|")));
+    }
     let anchored_start = p.starts_with('^');
     let core = p.strip_prefix('^').unwrap_or(p);
     let anchored_end = core.ends_with('$') && !core.ends_with("\\$");
@@ -468,6 +476,28 @@ pub fn pattern_body(p: &str, d: &dyn Dialect) -> std::result::Result<String, Str
         if anchored_start { String::new() } else { format!("{any}*") },
         if anchored_end { String::new() } else { format!("{any}*") }
     ))
+}
+
+/// `p` split at its `|`s outside groups and character classes.
+fn top_level_alternatives(p: &str) -> Vec<&str> {
+    let (mut parts, mut start, mut depth, mut in_class, mut escaped) = (Vec::new(), 0, 0usize, false, false);
+    for (i, c) in p.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            '[' if !in_class => in_class = true,
+            ']' if in_class => in_class = false,
+            '(' if !in_class => depth += 1,
+            ')' if !in_class => depth = depth.saturating_sub(1),
+            '|' if !in_class && depth == 0 => {
+                parts.push(&p[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&p[start..]);
+    parts
 }
 
 /// Whether the name `text` matches `pattern` (ECMA-262, unanchored unless `^`/`$`

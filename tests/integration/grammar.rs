@@ -305,6 +305,10 @@ fn real_world_keywords_follow_json_schema() {
     check(none, &[], &[r#"{"a":1,"b":2}"#, r#"{"a":1}"#]);
     let open = json!({"type": "object", "additionalProperties": {"type": "integer"}, "maxProperties": 2});
     assert!(Grammar::from_schema(&open, Mode::Strict, &Json).unwrap_err().to_string().contains("#/maxProperties"));
+    // Top-level alternatives keep their own anchors; `|` in a class or group stays.
+    let alts = json!({"type": "string", "pattern": "^[0-9]+$|^none$|x[|]y"});
+    check(alts, &["\"42\"", "\"none\"", "\"ax|yb\""], &["\"4a\"", "\"nones\"", "\"xy\""]);
+    check(json!({"type": "string", "pattern": "^(a|b)$"}), &["\"a\""], &["\"ab\""]);
     // Unknown keywords are annotations; keywords of another type constrain nothing.
     // So are format names JSON Schema does not define; a defined one without a grammar
     // is refused in strict mode.
