@@ -232,7 +232,12 @@ pub fn to_regex(node: &Node, d: &dyn Dialect) -> String {
             let q = d.quote();
             let body = match (format, pattern) {
                 (Some(f), _) => format_regex(*f),
-                (None, Some(p)) => pattern_body(p, d).unwrap_or_else(|_| to_regex(&Node::Never, d)),
+                // Length bounds beside a pattern hold where they meet exactly
+                // ([`pattern_with_length`]); elsewhere (lenient mode only) the pattern.
+                (None, Some(p)) => match pattern_with_length(p, *min_len, *max_len, d) {
+                    Ok(Some(re)) if *min_len > 0 || max_len.is_some() => re,
+                    _ => pattern_body(p, d).unwrap_or_else(|_| to_regex(&Node::Never, d)),
+                },
                 (None, None) => repeat(&d.string_char(), *min_len, *max_len),
             };
             format!("{q}{body}{q}")
@@ -476,6 +481,66 @@ pub fn pattern_body(p: &str, d: &dyn Dialect) -> std::result::Result<String, Str
         if anchored_start { String::new() } else { format!("{any}*") },
         if anchored_end { String::new() } else { format!("{any}*") }
     ))
+}
+
+/// A `pattern` together with `minLength`/`maxLength`, where the two meet exactly: a
+/// pattern anchored at both ends that is one character class (or one character),
+/// repeated, whose repetition the length bounds narrow (`^[a-z0-9]+$` with
+/// `maxLength: 8` is `[a-z0-9]{1,8}`). `Ok(None)` for any other pattern. Cost: one
+/// parse of the pattern.
+///
+/// ```
+/// use toolgate::grammar::regex::{pattern_with_length, Json};
+/// let re = pattern_with_length("^[a-z]+$", 2, Some(3), &Json).unwrap().unwrap();
+/// let re = regex_automata::meta::Regex::new(&format!("^(?:{re})$")).unwrap();
+/// assert!(re.is_match("ab") && re.is_match("abc") && !re.is_match("a") && !re.is_match("abcd"));
+/// assert_eq!(pattern_with_length("^a+b$", 1, Some(3), &Json), Ok(None));
+/// ```
+///
+/// # Errors
+/// As [`pattern_body`].
+pub fn pattern_with_length(
+    p: &str,
+    min: usize,
+    max: Option<usize>,
+    d: &dyn Dialect,
+) -> std::result::Result<Option<String>, String> {
+    use regex_syntax::hir::HirKind;
+    let Some(core) = p.strip_prefix('^').and_then(|c| c.strip_suffix('$')) else { return Ok(None) };
+    if core.ends_with('\\') || top_level_alternatives(p).len() > 1 {
+        return Ok(None);
+    }
+    let hir = regex_syntax::ParserBuilder::new()
+        .build()
+        .parse(&ecma_classes(core))
+        .map_err(|e| format!("invalid or unsupported regex: {e}"))?;
+    let mut h = &hir;
+    while let HirKind::Capture(c) = h.kind() {
+        h = &c.sub;
+    }
+    let one_char = |h: &regex_syntax::hir::Hir| match h.kind() {
+        HirKind::Class(regex_syntax::hir::Class::Unicode(_)) => true,
+        HirKind::Literal(l) => std::str::from_utf8(&l.0).is_ok_and(|t| t.chars().count() == 1),
+        _ => false,
+    };
+    let (unit, lo, hi) = match h.kind() {
+        HirKind::Repetition(r) if one_char(&r.sub) => (&*r.sub, r.min as usize, r.max.map(|m| m as usize)),
+        _ if one_char(h) => (h, 1, Some(1)),
+        _ => return Ok(None),
+    };
+    let (lo, hi) = (
+        lo.max(min),
+        match (hi, max) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        },
+    );
+    if hi.is_some_and(|h| h < lo) {
+        return Ok(Some(to_regex(&Node::Never, d)));
+    }
+    let mut body = String::new();
+    emit_pattern(unit, d, &mut body)?;
+    Ok(Some(repeat(&format!("(?:{body})"), lo, hi)))
 }
 
 /// `p` split at its `|`s outside groups and character classes.

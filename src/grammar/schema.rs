@@ -606,8 +606,17 @@ impl Compiler<'_> {
                 if format.is_some() && pattern.is_some() {
                     return Err(err(&format!("{ptr}/pattern"), "`pattern` together with `format` is not enforced"));
                 }
+                // An anchored repeated class meets the length bounds exactly.
+                let exact = match &pattern {
+                    Some(p) if format.is_none() => {
+                        super::regex::pattern_with_length(p, min_len.unwrap_or(0), max_len, &super::regex::Json)
+                            .map_err(|e| err(&format!("{ptr}/pattern"), e))?
+                            .is_some()
+                    }
+                    _ => false,
+                };
                 for (k, v) in [("minLength", min_len.is_some()), ("maxLength", max_len.is_some())] {
-                    if v {
+                    if v && !exact {
                         return Err(err(
                             &format!("{ptr}/{k}"),
                             format!("`{k}` together with `{shape}` is not enforced"),

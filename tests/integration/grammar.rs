@@ -305,6 +305,19 @@ fn real_world_keywords_follow_json_schema() {
     check(none, &[], &[r#"{"a":1,"b":2}"#, r#"{"a":1}"#]);
     let open = json!({"type": "object", "additionalProperties": {"type": "integer"}, "maxProperties": 2});
     assert!(Grammar::from_schema(&open, Mode::Strict, &Json).unwrap_err().to_string().contains("#/maxProperties"));
+    // Length bounds beside an anchored repeated class narrow its repetition; beside
+    // other patterns they are refused in strict mode.
+    let code = json!({"type": "string", "pattern": "^[a-z0-9]+$", "minLength": 3, "maxLength": 5});
+    check(code, &["\"abc\"", "\"a1b2c\""], &["\"ab\"", "\"abcdef\"", "\"ABC\""]);
+    check(
+        json!({"type": "string", "pattern": "^\\d{2,}$", "maxLength": 3}),
+        &["\"12\"", "\"123\""],
+        &["\"1\"", "\"1234\""],
+    );
+    check(json!({"type": "string", "pattern": "^.$", "minLength": 2}), &[], &["\"a\"", "\"ab\""]);
+    let mixed = json!({"type": "string", "pattern": "^a+b$", "maxLength": 4});
+    let e = Grammar::from_schema(&mixed, Mode::Strict, &Json).unwrap_err();
+    assert!(e.to_string().contains("#/maxLength"), "{e}");
     // Top-level alternatives keep their own anchors; `|` in a class or group stays.
     let alts = json!({"type": "string", "pattern": "^[0-9]+$|^none$|x[|]y"});
     check(alts, &["\"42\"", "\"none\"", "\"ax|yb\""], &["\"4a\"", "\"nones\"", "\"xy\""]);
