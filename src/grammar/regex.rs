@@ -465,16 +465,9 @@ pub fn pattern_body(p: &str, d: &dyn Dialect) -> std::result::Result<String, Str
             alternatives.iter().map(|a| pattern_body(a, d)).collect();
         return Ok(format!("(?:{})", bodies?.join("|")));
     }
-    let anchored_start = p.starts_with('^');
-    let core = p.strip_prefix('^').unwrap_or(p);
-    let anchored_end = core.ends_with('$') && !core.ends_with("\\$");
-    let core = if anchored_end { &core[..core.len() - 1] } else { core };
-    let hir = regex_syntax::ParserBuilder::new()
-        .build()
-        .parse(&ecma_classes(core))
-        .map_err(|e| format!("invalid or unsupported regex: {e}"))?;
+    let (anchored_start, core, anchored_end) = split_anchors(p);
     let mut body = String::new();
-    emit_pattern(&hir, d, &mut body)?;
+    emit_pattern(&parse_ecma(core)?, d, &mut body)?;
     let any = d.string_char();
     Ok(format!(
         "{}(?:{body}){}",
@@ -506,14 +499,11 @@ pub fn pattern_with_length(
     d: &dyn Dialect,
 ) -> std::result::Result<Option<String>, String> {
     use regex_syntax::hir::HirKind;
-    let Some(core) = p.strip_prefix('^').and_then(|c| c.strip_suffix('$')) else { return Ok(None) };
-    if core.ends_with('\\') || top_level_alternatives(p).len() > 1 {
+    let (true, core, true) = split_anchors(p) else { return Ok(None) };
+    if top_level_alternatives(p).len() > 1 {
         return Ok(None);
     }
-    let hir = regex_syntax::ParserBuilder::new()
-        .build()
-        .parse(&ecma_classes(core))
-        .map_err(|e| format!("invalid or unsupported regex: {e}"))?;
+    let hir = parse_ecma(core)?;
     let mut h = &hir;
     while let HirKind::Capture(c) = h.kind() {
         h = &c.sub;
@@ -541,6 +531,22 @@ pub fn pattern_with_length(
     let mut body = String::new();
     emit_pattern(unit, d, &mut body)?;
     Ok(Some(repeat(&format!("(?:{body})"), lo, hi)))
+}
+
+/// `p` as (anchored at the start, the pattern between its anchors, anchored at the
+/// end); an escaped `\$` is a character, not an anchor.
+fn split_anchors(p: &str) -> (bool, &str, bool) {
+    let core = p.strip_prefix('^').unwrap_or(p);
+    let anchored_end = core.ends_with('$') && !core.ends_with("\\$");
+    (p.starts_with('^'), if anchored_end { &core[..core.len() - 1] } else { core }, anchored_end)
+}
+
+/// Parse an ECMA-262 pattern (without its end anchors) with ECMA's class meanings.
+fn parse_ecma(core: &str) -> std::result::Result<regex_syntax::hir::Hir, String> {
+    regex_syntax::ParserBuilder::new()
+        .build()
+        .parse(&ecma_classes(core))
+        .map_err(|e| format!("invalid or unsupported regex: {e}"))
 }
 
 /// `p` split at its `|`s outside groups and character classes.

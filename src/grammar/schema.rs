@@ -478,26 +478,43 @@ impl Compiler<'_> {
         Ok(true)
     }
 
-    fn integer(&self, obj: &Map<String, Value>, ptr: &str) -> Result<Node> {
-        let bound = |k: &str| -> Result<Option<f64>> {
-            match obj.get(k) {
-                None => Ok(None),
-                Some(Value::Number(n)) => Ok(n.as_f64()),
-                // Draft 4: a boolean that makes `minimum`/`maximum` exclusive (below).
-                Some(Value::Bool(_)) if k.starts_with("exclusive") => Ok(None),
-                Some(_) => Err(err(&format!("{ptr}/{k}"), format!("`{k}` must be a number"))),
-            }
-        };
+    /// Every numeric bound of `obj`: `minimum`/`maximum` (exclusive when a draft-4
+    /// boolean `exclusiveMinimum`/`exclusiveMaximum` says so) and the 2020-12
+    /// `exclusiveMinimum`/`exclusiveMaximum` numbers, as (keyword, value, lower,
+    /// exclusive).
+    fn bounds(obj: &Map<String, Value>, ptr: &str) -> Result<Vec<(&'static str, f64, bool, bool)>> {
         let draft4 = |k: &str| matches!(obj.get(k), Some(Value::Bool(true)));
-        let mut min = bound("minimum")?.map(|x| if draft4("exclusiveMinimum") { x.floor() + 1.0 } else { x.ceil() });
-        let mut max = bound("maximum")?.map(|x| if draft4("exclusiveMaximum") { x.ceil() - 1.0 } else { x.floor() });
-        if let Some(x) = bound("exclusiveMinimum")? {
-            let v = x.floor() + 1.0;
-            min = Some(min.map_or(v, |m| m.max(v)));
+        let mut out = Vec::new();
+        for (k, lower, exclusive) in [
+            ("minimum", true, draft4("exclusiveMinimum")),
+            ("maximum", false, draft4("exclusiveMaximum")),
+            ("exclusiveMinimum", true, true),
+            ("exclusiveMaximum", false, true),
+        ] {
+            match obj.get(k) {
+                None => {}
+                Some(Value::Bool(_)) if k.starts_with("exclusive") => {}
+                Some(Value::Number(n)) => out.push((k, n.as_f64().unwrap_or(f64::NAN), lower, exclusive)),
+                Some(_) => return Err(err(&format!("{ptr}/{k}"), format!("`{k}` must be a number"))),
+            }
         }
-        if let Some(x) = bound("exclusiveMaximum")? {
-            let v = x.ceil() - 1.0;
-            max = Some(max.map_or(v, |m| m.min(v)));
+        Ok(out)
+    }
+
+    fn integer(&self, obj: &Map<String, Value>, ptr: &str) -> Result<Node> {
+        // Each bound as the integer it admits first (`> 1.5` is `≥ 2`); the tightest wins.
+        let (mut min, mut max): (Option<f64>, Option<f64>) = (None, None);
+        for (_, x, lower, exclusive) in Self::bounds(obj, ptr)? {
+            if x.is_nan() {
+                continue;
+            }
+            if lower {
+                let v = if exclusive { x.floor() + 1.0 } else { x.ceil() };
+                min = Some(min.map_or(v, |m| m.max(v)));
+            } else {
+                let v = if exclusive { x.ceil() - 1.0 } else { x.floor() };
+                max = Some(max.map_or(v, |m| m.min(v)));
+            }
         }
         let clamp = |x: f64| x.clamp(-1e15, 1e15) as i64;
         let (min, max) = (min.map(clamp), max.map(clamp));
@@ -510,22 +527,9 @@ impl Compiler<'_> {
     }
 
     fn number(&self, obj: &Map<String, Value>, ptr: &str) -> Result<Node> {
-        // Every bound that applies, as (value, exclusive); the tightest is kept below.
         let mut lower: Vec<(f64, bool)> = Vec::new();
         let mut upper: Vec<(f64, bool)> = Vec::new();
-        let draft4 = |k: &str| matches!(obj.get(k), Some(Value::Bool(true)));
-        for (k, is_lower, exclusive) in [
-            ("minimum", true, draft4("exclusiveMinimum")),
-            ("maximum", false, draft4("exclusiveMaximum")),
-            ("exclusiveMinimum", true, true),
-            ("exclusiveMaximum", false, true),
-        ] {
-            let x = match obj.get(k) {
-                None => continue,
-                Some(Value::Bool(_)) if k.starts_with("exclusive") => continue,
-                Some(Value::Number(n)) => n.as_f64().unwrap_or(f64::NAN),
-                Some(_) => return Err(err(&format!("{ptr}/{k}"), format!("`{k}` must be a number"))),
-            };
+        for (k, x, is_lower, exclusive) in Self::bounds(obj, ptr)? {
             // The grammar compares digits against an integer; a fractional bound
             // (`minimum: 0.5`) would need its digits too.
             if x.fract() != 0.0 || x.abs() > 1e15 {
