@@ -113,11 +113,7 @@ fn over_http(base: &str, run: usize, max_tokens: usize) -> Sample {
         last = Some(now);
     }
     let (first, last) = (first.expect("no content"), last.expect("no events"));
-    Sample {
-        ttft: first - t0,
-        decode_tps: tokens.saturating_sub(1) as f64 / (last - first).as_secs_f64(),
-        tokens,
-    }
+    Sample { ttft: first - t0, decode_tps: tokens.saturating_sub(1) as f64 / (last - first).as_secs_f64(), tokens }
 }
 
 fn median(mut xs: Vec<f64>) -> f64 {

@@ -7,10 +7,11 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::{Engine, FinishReason, GenerateParams, Generation, LazyConstraint};
+use super::{Constraint, Engine, FinishReason, GenerateParams, Generation, LazyConstraint};
 use crate::grammar::regex::Json as JsonDialect;
 use crate::grammar::schema::Mode as SchemaMode;
 use crate::grammar::{Grammar, TokenVocab};
+use crate::sampling::TokenLogprob;
 use crate::template::{transform, ChatSetup, RenderRequest};
 use crate::tokenizer::{EncodeOptions, Tokenizer};
 use crate::tools::stream::{StreamEvent, StreamParser};
@@ -111,6 +112,11 @@ pub struct ChatTurn {
     pub completion_tokens: usize,
     /// Where the time went.
     pub timings: TurnTimings,
+    /// Each generated token's log-probability, when the turn's
+    /// [`GenerateParams::logprobs`] asked for them (text and calls alike, in order);
+    /// otherwise empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub logprobs: Vec<TokenLogprob>,
 }
 
 /// Time spent in one turn's generation.
@@ -291,17 +297,39 @@ impl PreparedTurn {
         self,
         engine: &mut Engine,
         params: &GenerateParams,
+        on_event: impl FnMut(StreamEvent),
+    ) -> Result<ChatTurn> {
+        self.run_with_logprobs(engine, params, on_event, |_| {})
+    }
+
+    /// [`Self::run`], also calling `on_logprob` with each generated token's
+    /// log-probability (when `params.logprobs` asks for them) just before the deltas
+    /// that token's text produces; the returned turn has them all in
+    /// [`ChatTurn::logprobs`].
+    ///
+    /// # Errors
+    /// As [`Self::run`]; [`Error::InvalidParameter`] for more than
+    /// [`crate::sampling::MAX_TOP_LOGPROBS`] alternatives.
+    pub fn run_with_logprobs(
+        self,
+        engine: &mut Engine,
+        params: &GenerateParams,
         mut on_event: impl FnMut(StreamEvent),
+        mut on_logprob: impl FnMut(&TokenLogprob),
     ) -> Result<ChatTurn> {
         let PreparedTurn { prompt, constraint, mut parser, calls_possible } = self;
         let params = GenerateParams { keep_special_text: calls_possible, ..params.clone() };
         let mut feed = |text: &str| parser.push(text).into_iter().for_each(&mut on_event);
         let gen: Generation = match constraint {
-            TurnConstraint::Free => engine.generate(&prompt, &params, &mut feed)?,
-            TurnConstraint::Lazy(lazy) => engine.generate_lazy(&prompt, &params, lazy, &mut feed)?,
+            TurnConstraint::Free => {
+                engine.generate_with(&prompt, &params, Constraint::None, &mut feed, &mut on_logprob)?
+            }
+            TurnConstraint::Lazy(lazy) => {
+                engine.generate_with(&prompt, &params, Constraint::lazy(lazy), &mut feed, &mut on_logprob)?
+            }
             TurnConstraint::Full(grammar, vocab) => {
                 let mut m = grammar.matcher(vocab);
-                engine.generate_constrained(&prompt, &params, &mut m, &mut feed)?
+                engine.generate_with(&prompt, &params, Constraint::Always(&mut m), &mut feed, &mut on_logprob)?
             }
         };
         parser.finish().into_iter().for_each(&mut on_event);
@@ -321,6 +349,7 @@ impl PreparedTurn {
             prompt_tokens: gen.prompt_tokens,
             completion_tokens: gen.completion_tokens,
             timings: TurnTimings { prompt: gen.prompt_time, decode: gen.decode_time, mask: gen.mask_time },
+            logprobs: gen.logprobs,
         })
     }
 }

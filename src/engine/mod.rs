@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::gguf::GgufFile;
 use crate::model::{self, DeviceChoice, LoadOptions, Model};
-use crate::sampling::{Sampler, SamplingParams};
+use crate::sampling::{log_probs, Sampler, SamplingParams, TokenLogprob, MAX_TOP_LOGPROBS};
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
 
@@ -31,7 +31,9 @@ pub struct LazyConstraint {
     pub trigger: Vec<u8>,
 }
 
-enum Constraint<'a> {
+/// How a generation is constrained (the engine's internal form of the public
+/// `generate*` entry points).
+pub(crate) enum Constraint<'a> {
     None,
     Always(&'a mut crate::grammar::Matcher),
     /// The lazy constraint, its matcher once triggered, and the bytes generated so far.
@@ -39,6 +41,11 @@ enum Constraint<'a> {
 }
 
 impl Constraint<'_> {
+    /// A lazy constraint, not yet triggered.
+    pub(crate) fn lazy(lazy: LazyConstraint) -> Self {
+        Constraint::Lazy(lazy, None, Vec::new())
+    }
+
     fn active(&mut self) -> Option<&mut crate::grammar::Matcher> {
         match self {
             Constraint::None => None,
@@ -105,6 +112,11 @@ pub struct GenerateParams {
     /// Set to `true` from anywhere to stop the generation before its next token
     /// ([`FinishReason::Cancelled`]); the server sets it when a client disconnects.
     pub cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// Record each generated token's log-probability and this many most likely
+    /// alternatives (0 to [`crate::sampling::MAX_TOP_LOGPROBS`]) in
+    /// [`Generation::logprobs`]; `None` (the default) records nothing. Costs one
+    /// log-softmax over the vocabulary per token.
+    pub logprobs: Option<usize>,
 }
 
 impl Default for GenerateParams {
@@ -116,6 +128,7 @@ impl Default for GenerateParams {
             stop_on_eog: true,
             keep_special_text: false,
             cancel: None,
+            logprobs: None,
         }
     }
 }
@@ -161,6 +174,9 @@ pub struct Generation {
     pub decode_time: Duration,
     /// Time spent computing constraint masks (part of prompt and decode time).
     pub mask_time: Duration,
+    /// With [`GenerateParams::logprobs`]: one entry per generated token, in order (the
+    /// end-of-generation token that ended the turn excluded); otherwise empty.
+    pub logprobs: Vec<TokenLogprob>,
 }
 
 impl Generation {
@@ -327,7 +343,7 @@ impl Engine {
         params: &GenerateParams,
         on_text: impl FnMut(&str),
     ) -> Result<Generation> {
-        self.generate_with(prompt, params, Constraint::None, on_text)
+        self.generate_with(prompt, params, Constraint::None, on_text, &mut |_| {})
     }
 
     /// Generate freely until the bytes of `lazy.trigger` appear (a tool-call marker),
@@ -343,7 +359,7 @@ impl Engine {
         lazy: LazyConstraint,
         on_text: impl FnMut(&str),
     ) -> Result<Generation> {
-        self.generate_with(prompt, params, Constraint::Lazy(lazy, None, Vec::new()), on_text)
+        self.generate_with(prompt, params, Constraint::lazy(lazy), on_text, &mut |_| {})
     }
 
     /// Like [`Engine::generate`], with every token constrained by `matcher` (a grammar
@@ -361,18 +377,27 @@ impl Engine {
         matcher: &mut crate::grammar::Matcher,
         on_text: impl FnMut(&str),
     ) -> Result<Generation> {
-        self.generate_with(prompt, params, Constraint::Always(matcher), on_text)
+        self.generate_with(prompt, params, Constraint::Always(matcher), on_text, &mut |_| {})
     }
 
-    fn generate_with(
+    /// The one generation loop. `on_token` sees each token's log-probability (with
+    /// [`GenerateParams::logprobs`]) before `on_text` sees its text.
+    pub(crate) fn generate_with(
         &mut self,
         prompt: &[u32],
         params: &GenerateParams,
         mut constraint: Constraint<'_>,
         mut on_text: impl FnMut(&str),
+        on_token: &mut dyn FnMut(&TokenLogprob),
     ) -> Result<Generation> {
         if prompt.is_empty() {
             return Err(Error::InvalidParameter { name: "prompt", reason: "empty prompt".into() });
+        }
+        if params.logprobs.is_some_and(|k| k > MAX_TOP_LOGPROBS) {
+            return Err(Error::InvalidParameter {
+                name: "top_logprobs",
+                reason: format!("must be between 0 and {MAX_TOP_LOGPROBS}"),
+            });
         }
         let ctx = self.model.context_length();
         if prompt.len() >= ctx {
@@ -406,12 +431,15 @@ impl Engine {
         let mut active_since: Option<usize> = None;
         let mut decode_started = Instant::now();
         let mut mask = crate::sampling::TokenMask::new(self.tokenizer.vocab_size());
+        let (mut logprobs, mut step_logprobs) = (Vec::new(), Vec::new());
         while tokens.len() < params.max_tokens {
             if params.cancel.as_ref().is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
                 finish = FinishReason::Cancelled;
                 break;
             }
             let remaining = params.max_tokens - tokens.len();
+            // The model's own distribution, before the sampler changes `logits`.
+            let top = params.logprobs.map(|k| log_probs(&logits, k, &mut step_logprobs));
             let next = match constraint.active() {
                 Some(m) => {
                     if m.is_finished() {
@@ -485,6 +513,11 @@ impl Engine {
                 finish = FinishReason::Stop;
                 break;
             }
+            if let Some(top) = top {
+                let entry = TokenLogprob { token: next, logprob: step_logprobs[next as usize], top };
+                on_token(&entry);
+                logprobs.push(entry);
+            }
             let piece = detok.push(next);
             let (emit, hit) = stops.push(&piece);
             if !emit.is_empty() {
@@ -521,6 +554,7 @@ impl Engine {
             prompt_time,
             decode_time,
             mask_time,
+            logprobs,
         })
     }
 }

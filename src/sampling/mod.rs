@@ -316,3 +316,61 @@ pub fn argmax(xs: &[f32]) -> Option<usize> {
     }
     best.map(|(i, _)| i)
 }
+
+/// The most alternatives [`log_probs`] reports per token (OpenAI's `top_logprobs` bound).
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// One generated token's log-probability under the model, with the most likely
+/// alternatives at its step.
+///
+/// The distribution is the model's own: the log-softmax of the raw logits, before
+/// penalties, temperature, top-k/top-p/min-p and any constraint mask. A token a grammar
+/// forced can therefore have a low log-probability: that is how far the constraint
+/// moved the model.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TokenLogprob {
+    /// The token chosen.
+    pub token: u32,
+    /// Its natural-log probability (≤ 0).
+    pub logprob: f32,
+    /// The `k` most likely tokens and their log-probabilities, most likely first (ties
+    /// by lower id); empty when `k = 0`.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// Log-probabilities at one step: write `log_softmax(logits)` into `out` (resized to
+/// the vocabulary) and return the `top` most likely `(token, logprob)` pairs, most
+/// likely first. Non-finite logits get `-inf`.
+///
+/// Cost: three passes over the vocabulary and one more for `top > 0`, no allocation
+/// beyond `out`'s first growth.
+///
+/// ```
+/// use toolgate::sampling::log_probs;
+/// let mut lp = Vec::new();
+/// let top = log_probs(&[0.0, 0.0, f32::NEG_INFINITY, 1.0_f32.ln()], 2, &mut lp);
+/// assert!((lp[0] - (1.0_f32 / 3.0).ln()).abs() < 1e-6);
+/// assert_eq!(lp[2], f32::NEG_INFINITY);
+/// assert_eq!(top.iter().map(|t| t.0).collect::<Vec<_>>(), vec![0, 1]);
+/// ```
+pub fn log_probs(logits: &[f32], top: usize, out: &mut Vec<f32>) -> Vec<(u32, f32)> {
+    let max = logits.iter().copied().filter(|x| x.is_finite()).fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().filter(|x| x.is_finite()).map(|&x| ((x - max) as f64).exp()).sum();
+    let lse = max + sum.ln() as f32;
+    out.clear();
+    out.extend(logits.iter().map(|&x| if x.is_finite() { x - lse } else { f32::NEG_INFINITY }));
+    if top == 0 {
+        return Vec::new();
+    }
+    // A sorted list of the best `top` so far: one comparison rejects almost every token.
+    let mut best: Vec<(u32, f32)> = Vec::with_capacity(top + 1);
+    for (i, &l) in out.iter().enumerate() {
+        if best.len() == top && best.last().is_some_and(|w| l <= w.1) {
+            continue;
+        }
+        let at = best.partition_point(|b| b.1 >= l);
+        best.insert(at, (i as u32, l));
+        best.truncate(top);
+    }
+    best
+}

@@ -342,7 +342,8 @@ pub(crate) async fn messages(State(s): State<Arc<AppState>>, req: Request) -> Re
                 batch.push(sse("error", AnthropicError(e).body()));
                 false
             }
-            Some(Msg::Started(_)) => true,
+            // The Messages API has no log-probabilities; none are asked for here.
+            Some(Msg::Started(_) | Msg::Logprob(_)) => true,
             None => false,
         };
         let next = go_on.then_some((running, w));

@@ -252,6 +252,9 @@ pub(crate) enum Msg {
     Started(usize),
     /// A delta (streaming requests only).
     Event(StreamEvent),
+    /// One generated token's log-probabilities, as an OpenAI `logprobs.content` entry
+    /// (requests that asked for `logprobs` only); sent before the deltas of its text.
+    Logprob(Value),
     /// The finished turn.
     Done(ChatTurn),
     /// An error, before or during generation.
@@ -323,11 +326,23 @@ impl Running {
             };
             let _ = tx.send(Msg::Started(prepared.prompt_tokens()));
             let params = GenerateParams { cancel: Some(cancel.clone()), ..params };
-            let result = prepared.run(&mut engine, &params, |e| {
-                if stream && tx.send(Msg::Event(e)).is_err() {
-                    cancel.store(true, Ordering::Relaxed);
-                }
-            });
+            let vocab = params.logprobs.map(|_| engine.token_vocab());
+            let result = prepared.run_with_logprobs(
+                &mut engine,
+                &params,
+                |e| {
+                    if stream && tx.send(Msg::Event(e)).is_err() {
+                        cancel.store(true, Ordering::Relaxed);
+                    }
+                },
+                |l| {
+                    if let Some(vocab) = &vocab {
+                        if tx.send(Msg::Logprob(openai::logprob_json(vocab, l))).is_err() {
+                            cancel.store(true, Ordering::Relaxed);
+                        }
+                    }
+                },
+            );
             let last = match result {
                 Ok(turn) => {
                     state.metrics.turn(&turn, queued);
@@ -355,11 +370,18 @@ impl Running {
     }
 
     /// Wait for the whole turn.
-    pub(crate) async fn finish(mut self) -> Result<ChatTurn, ApiError> {
+    pub(crate) async fn finish(self) -> Result<ChatTurn, ApiError> {
+        Ok(self.finish_with_logprobs().await?.0)
+    }
+
+    /// Wait for the whole turn and the `logprobs.content` entries sent on the way.
+    pub(crate) async fn finish_with_logprobs(mut self) -> Result<(ChatTurn, Vec<Value>), ApiError> {
+        let mut logprobs = Vec::new();
         loop {
             match self.next().await {
-                Some(Msg::Done(turn)) => return Ok(turn),
+                Some(Msg::Done(turn)) => return Ok((turn, logprobs)),
                 Some(Msg::Failed(e)) => return Err(e),
+                Some(Msg::Logprob(v)) => logprobs.push(v),
                 Some(_) => continue,
                 None => return Err(internal("generation task failed")),
             }

@@ -17,7 +17,8 @@ use super::{now, read_body, ApiError, AppState, Msg, Running};
 use crate::engine::chat::{prepare_text_turn, prepare_turn, ChatTurn, PreparedTurn};
 use crate::engine::{Engine, GenerateParams};
 use crate::grammar::schema::Mode;
-use crate::sampling::SamplingParams;
+use crate::grammar::TokenVocab;
+use crate::sampling::{SamplingParams, TokenLogprob, MAX_TOP_LOGPROBS};
 use crate::tools::stream::StreamEvent;
 use crate::tools::{Tool, ToolChoice};
 
@@ -31,6 +32,8 @@ pub(crate) struct ChatRequest {
     params: GenerateParams,
     stream: bool,
     include_usage: bool,
+    /// `logprobs: true`: report each token's log-probability (and `top_logprobs`).
+    logprobs: bool,
 }
 
 impl ChatRequest {
@@ -107,8 +110,34 @@ impl ChatRequest {
             }
             _ => None,
         };
-        let params = GenerateParams { max_tokens, sampling, stop, ..GenerateParams::default() };
-        Ok(Self { messages, tools, choice, parallel, schema, params, stream, include_usage })
+        let logprobs = match obj.get("logprobs") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => return Err(ApiError::bad("`logprobs` must be a boolean", Some("logprobs"))),
+        };
+        let top_logprobs = match obj.get("top_logprobs") {
+            None | Some(Value::Null) => None,
+            Some(v) => match v.as_u64().filter(|&k| k as usize <= MAX_TOP_LOGPROBS) {
+                Some(_) if !logprobs => {
+                    return Err(ApiError::bad("`top_logprobs` needs `logprobs: true`", Some("top_logprobs")))
+                }
+                Some(k) => Some(k as usize),
+                None => {
+                    return Err(ApiError::bad(
+                        format!("`top_logprobs` must be an integer from 0 to {MAX_TOP_LOGPROBS}"),
+                        Some("top_logprobs"),
+                    ))
+                }
+            },
+        };
+        let params = GenerateParams {
+            max_tokens,
+            sampling,
+            stop,
+            logprobs: logprobs.then(|| top_logprobs.unwrap_or(0)),
+            ..GenerateParams::default()
+        };
+        Ok(Self { messages, tools, choice, parallel, schema, params, stream, include_usage, logprobs })
     }
 
     /// Render, tokenize and compile: every request error surfaces here, before a
@@ -119,6 +148,29 @@ impl ChatRequest {
         } else {
             prepare_text_turn(engine, &s.setup, self.messages, self.schema.as_ref().map(|(v, m)| (v, *m)))
         }
+    }
+}
+
+/// One `logprobs.content` entry: the token's text (lossy where it is part of a UTF-8
+/// character), its bytes and log-probability, and the alternatives in the same shape.
+pub(crate) fn logprob_json(vocab: &TokenVocab, l: &TokenLogprob) -> Value {
+    let entry = |id: u32, logprob: f32| {
+        let b = vocab.token_bytes(id);
+        // Control tokens are stored as 0xFF + their text.
+        let b = b.strip_prefix(&[0xFF]).unwrap_or(b);
+        json!({"token": String::from_utf8_lossy(b), "logprob": logprob, "bytes": b})
+    };
+    let mut v = entry(l.token, l.logprob);
+    v["top_logprobs"] = l.top.iter().map(|&(id, lp)| entry(id, lp)).collect();
+    v
+}
+
+/// The `logprobs` field of a choice: `null` unless the request asked for them.
+fn logprobs_field(asked: bool, content: Vec<Value>) -> Value {
+    if asked {
+        json!({"content": content, "refusal": null})
+    } else {
+        Value::Null
     }
 }
 
@@ -154,9 +206,9 @@ fn delta_json(e: &StreamEvent) -> Value {
 }
 
 /// One `chat.completion.chunk` event.
-fn chunk(head: &Value, delta: Value, finish: Option<&str>) -> Event {
+fn chunk(head: &Value, delta: Value, finish: Option<&str>, logprobs: Value) -> Event {
     let mut v = head.clone();
-    v["choices"] = json!([{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": null}]);
+    v["choices"] = json!([{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}]);
     Event::default().data(v.to_string())
 }
 
@@ -164,29 +216,38 @@ fn chunk(head: &Value, delta: Value, finish: Option<&str>) -> Event {
 pub(crate) async fn chat_completions(State(s): State<Arc<AppState>>, req: Request) -> Result<Response, ApiError> {
     let body = read_body(req).await?;
     let mut r = ChatRequest::parse(&s, &body)?;
-    let (stream, include_usage) = (r.stream, r.include_usage);
+    let (stream, include_usage, asked) = (r.stream, r.include_usage, r.logprobs);
     let params = std::mem::take(&mut r.params);
     let running = Running::start(&s, move |e, st| r.prepare(e, st), params, stream).await?;
     let id = format!("chatcmpl-{:016x}", rand::random::<u64>());
     let (created, model) = (now(), s.model_id.clone());
     if !stream {
-        let turn = running.finish().await?;
+        let (turn, logprobs) = running.finish_with_logprobs().await?;
         return Ok(Json(json!({
             "id": id, "object": "chat.completion", "created": created, "model": model,
             "choices": [{"index": 0, "message": message_json(&turn), "finish_reason": turn.finish_reason,
-                "logprobs": null}],
+                "logprobs": logprobs_field(asked, logprobs)}],
             "usage": usage_json(&turn),
         }))
         .into_response());
     }
     let head = json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model});
-    let first = chunk(&head, json!({"role": "assistant", "content": ""}), None);
-    let events = stream::unfold(Some((running, head)), move |st| async move {
-        let (mut running, head) = st?;
+    let first = chunk(&head, json!({"role": "assistant", "content": ""}), None, logprobs_field(asked, vec![]));
+    // Log-probabilities wait for the next chunk: the one carrying their token's text
+    // (or the finishing chunk, for tokens whose text produced no delta).
+    let events = stream::unfold(Some((running, head, Vec::new())), move |st| async move {
+        let (mut running, head, mut pending) = st?;
         let (batch, go_on) = match running.next().await {
-            Some(Msg::Event(e)) => (vec![chunk(&head, delta_json(&e), None)], true),
+            Some(Msg::Logprob(v)) => {
+                pending.push(v);
+                (vec![], true)
+            }
+            Some(Msg::Event(e)) => {
+                (vec![chunk(&head, delta_json(&e), None, logprobs_field(asked, std::mem::take(&mut pending)))], true)
+            }
             Some(Msg::Done(turn)) => {
-                let mut b = vec![chunk(&head, json!({}), Some(turn.finish_reason))];
+                let lp = logprobs_field(asked, std::mem::take(&mut pending));
+                let mut b = vec![chunk(&head, json!({}), Some(turn.finish_reason), lp)];
                 if include_usage {
                     let mut v = head.clone();
                     v["choices"] = json!([]);
@@ -202,7 +263,7 @@ pub(crate) async fn chat_completions(State(s): State<Arc<AppState>>, req: Reques
             Some(Msg::Started(_)) => (vec![], true),
             None => (vec![], false),
         };
-        let next = go_on.then_some((running, head));
+        let next = go_on.then_some((running, head, pending));
         Some((stream::iter(batch.into_iter().map(Ok::<Event, Infallible>)), next))
     })
     .flatten();

@@ -88,3 +88,49 @@ fn cli_reports_a_bad_model_without_panicking() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("broken.gguf") && !stderr.contains("panicked"), "{stderr}");
 }
+
+#[test]
+fn logprobs_are_the_models_log_softmax_at_every_generated_token() {
+    let mut engine = Engine::load(common::model(common::SMOLLM2), DeviceChoice::Cpu).unwrap();
+    let ids = engine.tokenizer().encode_prompt("The capital of France is", false).unwrap();
+    // Sampled at temperature 0.9, so chosen tokens are not always the most likely.
+    let params = GenerateParams { logprobs: Some(5), ..sampled(3) };
+    let g = engine.generate(&ids, &params, |_| {}).unwrap();
+    assert_eq!(g.logprobs.len(), g.tokens.len());
+    // The same positions teacher-forced in one batched pass: row i predicts token i.
+    let model = engine.model();
+    model.truncate(0);
+    let mut input = ids.clone();
+    input.extend_from_slice(&g.tokens[..g.tokens.len() - 1]);
+    let rows = model.forward_tail(&input, g.tokens.len()).unwrap();
+    let mut lp = Vec::new();
+    let mut not_top = 0;
+    for (i, ((l, row), &t)) in g.logprobs.iter().zip(&rows).zip(&g.tokens).enumerate() {
+        assert_eq!(l.token, t);
+        let top = toolgate::sampling::log_probs(row, 5, &mut lp);
+        assert!((l.logprob - lp[t as usize]).abs() < 1e-2, "step {i}: {} vs {}", l.logprob, lp[t as usize]);
+        assert!(l.logprob <= 0.0);
+        assert_eq!(l.top.len(), 5);
+        assert!(l.top.windows(2).all(|w| w[0].1 >= w[1].1), "step {i}: not sorted {:?}", l.top);
+        assert!(l.top[0].1 >= l.logprob);
+        assert!(l.top.iter().map(|x| x.1.exp()).sum::<f32>() <= 1.0 + 1e-4);
+        for ((a, x), (b, y)) in l.top.iter().zip(&top) {
+            assert!((x - y).abs() < 1e-2, "step {i}: top {a}:{x} vs teacher-forced {b}:{y}");
+        }
+        not_top += usize::from(l.token != l.top[0].0);
+    }
+    assert!(not_top > 0, "24 tokens at temperature 0.9 should pick a runner-up at least once");
+
+    // Greedy: the chosen token is the most likely one, every step.
+    let greedy = GenerateParams { max_tokens: 12, logprobs: Some(1), ..GenerateParams::default() };
+    let g = engine.generate(&ids, &greedy, |_| {}).unwrap();
+    assert!(g.logprobs.iter().all(|l| l.top.len() == 1 && l.token == l.top[0].0 && l.logprob == l.top[0].1));
+    // Off by default; more than 20 alternatives refused.
+    assert!(engine
+        .generate(&ids, &GenerateParams { max_tokens: 2, ..GenerateParams::default() }, |_| {})
+        .unwrap()
+        .logprobs
+        .is_empty());
+    let e = engine.generate(&ids, &GenerateParams { logprobs: Some(21), ..GenerateParams::default() }, |_| {});
+    assert!(e.unwrap_err().to_string().contains("top_logprobs"));
+}

@@ -306,3 +306,74 @@ fn queue_bound_429_cancel_on_disconnect_and_metrics() {
     let generated = metric(&text, "toolgate_completion_tokens_total");
     assert!(generated > 0.0 && generated < 200.0, "{generated} tokens generated: {text}");
 }
+
+#[test]
+fn logprobs_like_openai_streamed_and_not() {
+    let s = start(&["--tool-fallback", "generic"]);
+    let body = json!({"messages": [{"role": "user", "content": "Name three colors."}], "max_tokens": 16,
+        "temperature": 0, "logprobs": true, "top_logprobs": 3});
+    let (status, v) = post(&s, &body.to_string());
+    assert_eq!(status, 200, "{v}");
+    let c = &v["choices"][0];
+    let entries = c["logprobs"]["content"].as_array().unwrap().clone();
+    let completion = v["usage"]["completion_tokens"].as_u64().unwrap() as usize;
+    // One entry per generated token; the end-of-turn token that ended the turn has none.
+    let ended_on_eog = c["finish_reason"] == "stop";
+    assert_eq!(entries.len() + usize::from(ended_on_eog), completion, "{v}");
+    let spelled: String = entries.iter().map(|e| e["token"].as_str().unwrap()).collect();
+    assert_eq!(spelled, c["message"]["content"].as_str().unwrap());
+    for e in &entries {
+        let bytes: Vec<u8> = e["bytes"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap() as u8).collect();
+        assert_eq!(String::from_utf8(bytes).unwrap(), e["token"].as_str().unwrap());
+        let lp = e["logprob"].as_f64().unwrap();
+        assert!(lp <= 0.0);
+        let top = e["top_logprobs"].as_array().unwrap();
+        assert_eq!(top.len(), 3);
+        // Greedy: the chosen token is the most likely; the alternatives are sorted.
+        assert_eq!(top[0]["token"], e["token"]);
+        assert_eq!(top[0]["logprob"], e["logprob"]);
+        assert!(top.windows(2).all(|w| w[0]["logprob"].as_f64() >= w[1]["logprob"].as_f64()));
+    }
+
+    // Streamed: the same entries, each on a chunk no earlier than its token's text.
+    let mut sbody = body.clone();
+    sbody["stream"] = json!(true);
+    let events = post_stream(&s, &sbody);
+    let (mut streamed, mut text_so_far, mut spelled_so_far) = (Vec::new(), String::new(), String::new());
+    for e in &events[..events.len() - 1] {
+        let v: Value = serde_json::from_str(e).unwrap();
+        let choice = &v["choices"][0];
+        if let Some(a) = choice["logprobs"]["content"].as_array() {
+            for x in a {
+                spelled_so_far.push_str(x["token"].as_str().unwrap());
+            }
+            streamed.extend(a.iter().cloned());
+        }
+        text_so_far.push_str(choice["delta"]["content"].as_str().unwrap_or(""));
+        assert!(text_so_far.starts_with(&spelled_so_far) || spelled_so_far.starts_with(&text_so_far));
+    }
+    assert_eq!(streamed.len(), entries.len());
+    for (a, b) in streamed.iter().zip(&entries) {
+        assert_eq!(a["token"], b["token"]);
+        // The second request reuses the cached prompt prefix: rounding may differ.
+        assert!((a["logprob"].as_f64().unwrap() - b["logprob"].as_f64().unwrap()).abs() < 1e-3, "{a} vs {b}");
+    }
+
+    // Not asked: null, streamed or not.
+    let plain = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2});
+    let (_, v) = post(&s, &plain.to_string());
+    assert!(v["choices"][0]["logprobs"].is_null(), "{v}");
+    // Bad values: 400 naming the parameter.
+    for (extra, param) in [
+        (json!({"logprobs": "yes"}), "logprobs"),
+        (json!({"logprobs": true, "top_logprobs": 21}), "top_logprobs"),
+        (json!({"logprobs": true, "top_logprobs": -1}), "top_logprobs"),
+        (json!({"top_logprobs": 2}), "top_logprobs"),
+    ] {
+        let mut b = plain.clone();
+        b.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        let (status, v) = post(&s, &b.to_string());
+        assert_eq!(status, 400, "{v}");
+        assert_eq!(v["error"]["param"], param, "{v}");
+    }
+}

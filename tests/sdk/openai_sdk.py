@@ -106,6 +106,20 @@ obj = json.loads(r.choices[0].message.content)
 assert set(obj) == {"city", "population"} and isinstance(obj["population"], int), obj
 print("ok json_schema:", obj)
 
+# logprobs: the SDK's typed objects, non-streamed and streamed; the tokens spell the content.
+r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Say hello."}], temperature=0,
+                                   max_tokens=12, logprobs=True, top_logprobs=2)
+lp = r.choices[0].logprobs.content
+assert "".join(t.token for t in lp) == r.choices[0].message.content, (lp, r.choices[0].message.content)
+assert all(t.logprob <= 0 and len(t.top_logprobs) == 2 and t.top_logprobs[0].token == t.token for t in lp), lp
+streamed = []
+for c in client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Say hello."}],
+                                        temperature=0, max_tokens=12, logprobs=True, top_logprobs=2, stream=True):
+    if c.choices and c.choices[0].logprobs and c.choices[0].logprobs.content:
+        streamed += c.choices[0].logprobs.content
+assert [t.token for t in streamed] == [t.token for t in lp], (streamed, lp)
+print("ok logprobs:", len(lp), "tokens")
+
 # Errors surface as the SDK's typed exceptions.
 import openai
 try:
