@@ -1,8 +1,14 @@
 //! The generic decoder-only transformer every supported architecture runs on.
 //!
-//! Shapes (batch is always 1): token ids `(t)` → hidden `(1, t, n_embd)`; per layer
+//! Shapes (one sequence): token ids `(t)` → hidden `(1, t, n_embd)`; per layer
 //! Q `(1, n_head, t, head_dim)`, K/V `(1, n_kv_head, t, head_dim)` appended to the
 //! [`KvCache`]; logits of the last position `(vocab)`.
+//!
+//! **Slots**: the decoder holds [`Decoder::slots`] independent sequences, each with its
+//! own KV caches and position ([`Decoder::set_slots`], [`Decoder::select_slot`]).
+//! [`Decoder::forward_batch`] decodes one token of each of `b` sequences in one pass:
+//! hidden `(1, b, n_embd)`, every projection one `b`-row matmul (the weights are read
+//! once for all of them), attention per row against that row's own cache.
 
 use std::sync::Arc;
 
@@ -53,7 +59,8 @@ struct Layer {
     window: Option<usize>,
     /// Index into `Decoder::rope_tables`.
     rope: usize,
-    cache: KvCache,
+    /// One cache per slot.
+    caches: Vec<KvCache>,
 }
 
 /// RoPE frequencies of one base; the cos/sin of a forward's positions are computed
@@ -65,11 +72,11 @@ struct RopeTable {
 }
 
 impl RopeTable {
-    /// `(cos, sin)` of positions `pos..pos + t`, each `(t, rope_dim / 2)`.
-    fn at(&self, pos: usize, t: usize, device: &Device) -> Result<(Tensor, Tensor)> {
-        let half = self.inv_freq.len();
+    /// `(cos, sin)` of `positions`, each `(positions.len(), rope_dim / 2)`.
+    fn at(&self, positions: impl ExactSizeIterator<Item = usize>, device: &Device) -> Result<(Tensor, Tensor)> {
+        let (half, t) = (self.inv_freq.len(), positions.len());
         let (mut cos, mut sin) = (Vec::with_capacity(t * half), Vec::with_capacity(t * half));
-        for p in pos..pos + t {
+        for p in positions {
             for f in &self.inv_freq {
                 let a = p as f32 * f;
                 cos.push(a.cos());
@@ -92,7 +99,18 @@ pub struct Decoder {
     rope_tables: Vec<RopeTable>,
     max_context: usize,
     device: Device,
-    pos: usize,
+    /// Cached positions, per slot.
+    pos: Vec<usize>,
+    /// The slot `forward`, `forward_tail`, `position` and `truncate` act on.
+    slot: usize,
+}
+
+/// Which rows of a forward pass belong to which sequence.
+enum Rows<'a> {
+    /// All rows are one sequence: `slot`, starting at position `pos`.
+    One { slot: usize, pos: usize },
+    /// Row `i` is one token of sequence `rows[i].0` at position `rows[i].1`.
+    Each(&'a [(usize, usize)]),
 }
 
 struct Loader<'a> {
@@ -262,7 +280,7 @@ impl Decoder {
                 post_ffn_norm,
                 window: if is_local { hp.sliding_window } else { None },
                 rope: if is_local { 1 } else { 0 },
-                cache: KvCache::default(),
+                caches: vec![KvCache::default()],
             });
         }
         Ok(Self {
@@ -275,7 +293,8 @@ impl Decoder {
             rope_tables,
             max_context,
             device: device.clone(),
-            pos: 0,
+            pos: vec![0],
+            slot: 0,
         })
     }
 
@@ -294,9 +313,42 @@ impl Decoder {
         self.max_context
     }
 
-    /// Number of positions in the KV cache.
+    /// Number of positions in the current slot's KV cache.
     pub fn position(&self) -> usize {
-        self.pos
+        self.pos[self.slot]
+    }
+
+    /// Number of sequence slots (1 after loading).
+    pub fn slots(&self) -> usize {
+        self.pos.len()
+    }
+
+    /// Hold `n` (at least 1) independent sequences. New slots start empty; slots past
+    /// `n` are dropped with their caches; the current slot becomes 0 if it was dropped.
+    ///
+    /// Cost: nothing until a slot's cache fills (caches grow on demand).
+    pub fn set_slots(&mut self, n: usize) {
+        let n = n.max(1);
+        self.pos.resize(n, 0);
+        for l in &mut self.layers {
+            l.caches.resize_with(n, KvCache::default);
+        }
+        if self.slot >= n {
+            self.slot = 0;
+        }
+    }
+
+    /// Make `slot` the one [`Decoder::forward`], [`Decoder::forward_tail`],
+    /// [`Decoder::position`] and [`Decoder::truncate`] act on.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] if `slot >= slots()`.
+    pub fn select_slot(&mut self, slot: usize) -> Result<()> {
+        if slot >= self.slots() {
+            return Err(Error::InvalidParameter { name: "slot", reason: format!("{slot} of {} slots", self.slots()) });
+        }
+        self.slot = slot;
+        Ok(())
     }
 
     /// The device the weights live on.
@@ -309,11 +361,12 @@ impl Decoder {
         self.output.out_features()
     }
 
-    /// Drop cached positions `len..`.
+    /// Drop the current slot's cached positions `len..`.
     pub fn truncate(&mut self, len: usize) {
-        self.pos = self.pos.min(len);
+        let slot = self.slot;
+        self.pos[slot] = self.pos[slot].min(len);
         for l in &mut self.layers {
-            l.cache.truncate(self.pos);
+            l.caches[slot].truncate(self.pos[slot]);
         }
     }
 
@@ -342,35 +395,93 @@ impl Decoder {
         if n == 0 || n > t {
             return Err(Error::InvalidParameter { name: "n", reason: format!("{n} logit rows of {t} positions") });
         }
-        if self.pos + t > self.max_context {
-            return Err(Error::ContextOverflow { prompt_tokens: self.pos + t, context_length: self.max_context });
+        let (slot, pos) = (self.slot, self.pos[self.slot]);
+        if pos + t > self.max_context {
+            return Err(Error::ContextOverflow { prompt_tokens: pos + t, context_length: self.max_context });
         }
+        let x = self.embed_tokens(tokens)?; // (1, t, n_embd)
+        let ropes = self.rope_tables.iter().map(|r| r.at(pos..pos + t, &self.device)).collect::<Result<Vec<_>>>()?;
+        let x = self.layers_forward(x, Rows::One { slot, pos }, &ropes)?;
+        self.pos[slot] += t;
+        let tail = x.narrow(1, t - n, n)?; // (1, n, n_embd), contiguous: one sequence
+        self.head(&tail)
+    }
+
+    /// Decode one token for each of several sequences in one pass: `batch[i] = (slot,
+    /// token)` feeds `token` to `slot` at that slot's next position. Returns the
+    /// next-token logits, shape `(b, vocab)`, row `i` for `batch[i]`. The current slot
+    /// is unchanged.
+    ///
+    /// Each row's logits equal what [`Decoder::forward`] on that slot alone gives, up to
+    /// floating-point rounding (the projections run as one `b`-row matmul).
+    ///
+    /// Cost: one pass over the weights for all `b` tokens (decode is bound by reading
+    /// them, so `b` sequences cost little more than one), plus each row's attention.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] for an empty batch, a slot out of range or twice,
+    /// or a token outside the vocabulary; [`Error::ContextOverflow`] if a slot is full.
+    pub fn forward_batch(&mut self, batch: &[(usize, u32)]) -> Result<Tensor> {
+        if batch.is_empty() {
+            return Err(Error::InvalidParameter { name: "batch", reason: "empty batch".into() });
+        }
+        let mut rows = Vec::with_capacity(batch.len());
+        for (i, &(slot, _)) in batch.iter().enumerate() {
+            if slot >= self.slots() || batch[..i].iter().any(|b| b.0 == slot) {
+                return Err(Error::InvalidParameter {
+                    name: "batch",
+                    reason: format!("slot {slot} is out of range ({} slots) or given twice", self.slots()),
+                });
+            }
+            let pos = self.pos[slot];
+            if pos + 1 > self.max_context {
+                return Err(Error::ContextOverflow { prompt_tokens: pos + 1, context_length: self.max_context });
+            }
+            rows.push((slot, pos));
+        }
+        let tokens: Vec<u32> = batch.iter().map(|b| b.1).collect();
+        let x = self.embed_tokens(&tokens)?; // (1, b, n_embd)
+        let ropes = self
+            .rope_tables
+            .iter()
+            .map(|r| r.at(rows.iter().map(|r| r.1), &self.device))
+            .collect::<Result<Vec<_>>>()?;
+        let x = self.layers_forward(x, Rows::Each(&rows), &ropes)?;
+        for &(slot, _) in &rows {
+            self.pos[slot] += 1;
+        }
+        self.head(&x)
+    }
+
+    /// Token ids `(t)` → scaled embeddings `(1, t, n_embd)`.
+    fn embed_tokens(&self, tokens: &[u32]) -> Result<Tensor> {
         let vocab = self.embed_rows();
         if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= vocab) {
             return Err(Error::InvalidParameter { name: "tokens", reason: format!("token id {bad} >= vocab {vocab}") });
         }
         let ids = Tensor::new(tokens, &self.device)?;
-        let mut x = self.embed.embedding(&ids)?.unsqueeze(0)?; // (1, t, n_embd)
-        if self.spec.embed_scale {
-            x = (x * (self.hp.n_embd as f64).sqrt())?;
-        }
-        let pos = self.pos;
-        let ropes = self.rope_tables.iter().map(|r| r.at(pos, t, &self.device)).collect::<Result<Vec<_>>>()?;
+        let x = self.embed.embedding(&ids)?.unsqueeze(0)?;
+        Ok(if self.spec.embed_scale { (x * (self.hp.n_embd as f64).sqrt())? } else { x })
+    }
+
+    fn layers_forward(&mut self, mut x: Tensor, rows: Rows<'_>, ropes: &[(Tensor, Tensor)]) -> Result<Tensor> {
         for li in 0..self.layers.len() {
-            x = self.layer_forward(li, &x, pos, &ropes)?;
+            x = self.layer_forward(li, &x, &rows, ropes)?;
         }
-        self.pos += t;
-        let tail = x.narrow(1, t - n, n)?; // (1, n, n_embd), contiguous: one sequence
-        let tail = candle_nn::ops::rms_norm(&tail, &self.output_norm, self.hp.rms_eps)?;
-        let logits = self.output.forward(&tail)?; // (1, n, vocab)
-        Ok(logits.squeeze(0)?)
+        Ok(x)
+    }
+
+    /// Final norm and output head: `(1, n, n_embd)` → logits `(n, vocab)`.
+    fn head(&self, x: &Tensor) -> Result<Tensor> {
+        let x = candle_nn::ops::rms_norm(x, &self.output_norm, self.hp.rms_eps)?;
+        Ok(self.output.forward(&x)?.squeeze(0)?)
     }
 
     fn embed_rows(&self) -> usize {
         self.embed.out_features()
     }
 
-    fn layer_forward(&mut self, li: usize, x: &Tensor, pos: usize, ropes: &[(Tensor, Tensor)]) -> Result<Tensor> {
+    fn layer_forward(&mut self, li: usize, x: &Tensor, rows: &Rows<'_>, ropes: &[(Tensor, Tensor)]) -> Result<Tensor> {
         let hp = &self.hp;
         let (_, t, _) = x.dims3()?;
         let layer = &mut self.layers[li];
@@ -401,31 +512,17 @@ impl Decoder {
         let q = apply_rope(&q, rope, hp.rope_dim, self.spec.rope)?;
         let k = apply_rope(&k, rope, hp.rope_dim, self.spec.rope)?;
 
-        let (k_all, v_all) = layer.cache.append(&k, &v)?;
-        let total = pos + t;
-        // Keys outside every query's window are dropped up front.
-        let first_key = match layer.window {
-            Some(w) if pos + 1 > w => pos + 1 - w,
-            _ => 0,
+        let o = match *rows {
+            Rows::One { slot, pos } => layer_attention(layer, hp, slot, pos, &q, &k, &v)?, // (1, t, h * dv)
+            Rows::Each(rows) => {
+                let mut out = Vec::with_capacity(rows.len());
+                for (i, &(slot, pos)) in rows.iter().enumerate() {
+                    let (q, k, v) = (q.narrow(2, i, 1)?, k.narrow(2, i, 1)?, v.narrow(2, i, 1)?);
+                    out.push(layer_attention(layer, hp, slot, pos, &q, &k, &v)?);
+                }
+                Tensor::cat(&out, 1)? // (1, b, h * dv)
+            }
         };
-        let (k_all, v_all) = if first_key > 0 {
-            (k_all.narrow(2, first_key, total - first_key)?, v_all.narrow(2, first_key, total - first_key)?)
-        } else {
-            (k_all, v_all)
-        };
-        let shape = AttentionShape {
-            n_head: hp.n_head,
-            n_kv_head: hp.n_head_kv,
-            head_dim: hp.head_dim,
-            v_head_dim: hp.v_head_dim,
-            queries: t,
-            pos,
-            first_key,
-            keys: total - first_key,
-            window: layer.window,
-            scale: (1.0 / (hp.head_dim as f64).sqrt()) as f32,
-        };
-        let o = attend(&q, &k_all, &v_all, shape)?; // (1, t, h * dv)
         let mut o = layer.attn_out.forward(&o)?;
         if let Some(w) = &layer.post_attn_norm {
             o = candle_nn::ops::rms_norm(&o, w, hp.rms_eps)?;
@@ -452,6 +549,46 @@ impl Decoder {
         }
         Ok((x + f)?)
     }
+}
+
+/// One sequence's attention in one layer: append `k`, `v` `(1, n_kv_head, t, d)` at
+/// `pos` to `slot`'s cache and attend `q` `(1, n_head, t, d)` to it → `(1, t, h · dv)`.
+#[allow(clippy::too_many_arguments)]
+fn layer_attention(
+    layer: &mut Layer,
+    hp: &Hyperparams,
+    slot: usize,
+    pos: usize,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+) -> Result<Tensor> {
+    let t = q.dim(2)?;
+    let (k_all, v_all) = layer.caches[slot].append(k, v)?;
+    let total = pos + t;
+    // Keys outside every query's window are dropped up front.
+    let first_key = match layer.window {
+        Some(w) if pos + 1 > w => pos + 1 - w,
+        _ => 0,
+    };
+    let (k_all, v_all) = if first_key > 0 {
+        (k_all.narrow(2, first_key, total - first_key)?, v_all.narrow(2, first_key, total - first_key)?)
+    } else {
+        (k_all, v_all)
+    };
+    let shape = AttentionShape {
+        n_head: hp.n_head,
+        n_kv_head: hp.n_head_kv,
+        head_dim: hp.head_dim,
+        v_head_dim: hp.v_head_dim,
+        queries: t,
+        pos,
+        first_key,
+        keys: total - first_key,
+        window: layer.window,
+        scale: (1.0 / (hp.head_dim as f64).sqrt()) as f32,
+    };
+    attend(q, &k_all, &v_all, shape)
 }
 
 fn rope_table(hp: &Hyperparams, base: f32, linear_scale: f32, freq_factors: Option<&Tensor>) -> Result<RopeTable> {

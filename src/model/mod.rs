@@ -56,6 +56,48 @@ pub trait Model: Send {
     fn vocab_size(&self) -> usize;
     /// `general.architecture`.
     fn architecture(&self) -> &str;
+    /// Independent sequences this model holds (each its own KV cache and position);
+    /// 1 unless [`Model::set_slots`] asked for more.
+    fn slots(&self) -> usize {
+        1
+    }
+    /// Hold `n` independent sequences (see [`decoder::Decoder::set_slots`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] from models that hold one sequence only (`n > 1`).
+    fn set_slots(&mut self, n: usize) -> Result<()> {
+        match n {
+            0 | 1 => Ok(()),
+            _ => Err(Error::InvalidParameter { name: "slots", reason: "this model holds one sequence".into() }),
+        }
+    }
+    /// Make `slot` the sequence [`Model::forward`], [`Model::forward_tail`],
+    /// [`Model::position`] and [`Model::truncate`] act on.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] if `slot >= slots()`.
+    fn select_slot(&mut self, slot: usize) -> Result<()> {
+        match slot {
+            0 => Ok(()),
+            _ => Err(Error::InvalidParameter { name: "slot", reason: format!("{slot} of 1 slot") }),
+        }
+    }
+    /// Decode one token for each of several sequences in one pass: `batch[i] = (slot,
+    /// token)`; returns row `i`'s next-token logits for each (see
+    /// [`decoder::Decoder::forward_batch`]).
+    ///
+    /// # Errors
+    /// As [`decoder::Decoder::forward_batch`]; the default (one sequence) takes a batch
+    /// of one token of slot 0.
+    fn forward_batch(&mut self, batch: &[(usize, u32)]) -> Result<Vec<Vec<f32>>> {
+        match batch {
+            [(0, t)] => Ok(vec![self.forward(&[*t])?]),
+            _ => Err(Error::InvalidParameter { name: "batch", reason: "this model holds one sequence".into() }),
+        }
+    }
+    /// The current sequence will not ask for another decode step until its next
+    /// prefill: a model that batches sequences stops waiting for it. Nothing for others.
+    fn finish_sequence(&mut self) {}
 }
 
 impl Model for decoder::Decoder {
@@ -81,6 +123,20 @@ impl Model for decoder::Decoder {
     }
     fn architecture(&self) -> &str {
         self.spec().name
+    }
+    fn slots(&self) -> usize {
+        decoder::Decoder::slots(self)
+    }
+    fn set_slots(&mut self, n: usize) -> Result<()> {
+        decoder::Decoder::set_slots(self, n);
+        Ok(())
+    }
+    fn select_slot(&mut self, slot: usize) -> Result<()> {
+        decoder::Decoder::select_slot(self, slot)
+    }
+    fn forward_batch(&mut self, batch: &[(usize, u32)]) -> Result<Vec<Vec<f32>>> {
+        let logits = decoder::Decoder::forward_batch(self, batch)?;
+        Ok(logits.to_dtype(candle_core::DType::F32)?.to_vec2::<f32>()?)
     }
 }
 

@@ -8,6 +8,7 @@
 mod common;
 
 mod attention;
+mod batching;
 mod bench;
 mod config;
 mod conversation;
