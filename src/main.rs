@@ -257,6 +257,10 @@ struct ServeArgs {
     /// Requests that may wait for or hold the model at once; more get 429 with Retry-After.
     #[arg(long, env = "TOOLGATE_MAX_QUEUE", default_value_t = toolgate::server::DEFAULT_MAX_QUEUE)]
     max_queue: usize,
+    /// Requests that generate at the same time, each with its own KV cache, their decode
+    /// steps batched on one copy of the weights (1: one at a time).
+    #[arg(long, env = "TOOLGATE_PARALLEL", default_value_t = toolgate::server::DEFAULT_PARALLEL)]
+    parallel: usize,
 }
 
 #[derive(Debug, Args)]
@@ -883,8 +887,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let setup = gated_setup(&engine, &source, &args.gate)?;
     let id = source.id.clone();
     let mode = if args.tool_mode == "native" { ToolMode::Native } else { ToolMode::Constrained };
-    let state =
-        std::sync::Arc::new(toolgate::server::AppState::new(engine, setup, id, mode).with_max_queue(args.max_queue));
+    let state = toolgate::server::AppState::parallel(engine, args.parallel, setup, id, mode)?;
+    let state = std::sync::Arc::new(state.with_max_queue(args.max_queue));
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(toolgate::server::serve(state, &args.host, args.port))?;
     Ok(())

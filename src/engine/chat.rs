@@ -285,6 +285,11 @@ impl PreparedTurn {
         self.prompt.len()
     }
 
+    /// The prompt's token ids.
+    pub fn prompt(&self) -> &[u32] {
+        &self.prompt
+    }
+
     /// Generate the turn, calling `on_event` with each delta as it is decided (see
     /// [`StreamEvent`]); the returned turn is exactly the aggregate of the deltas.
     /// `params.keep_special_text` is forced on so control-token markers are seen.

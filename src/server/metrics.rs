@@ -41,6 +41,8 @@ pub struct Metrics {
     mask_seconds: Counter<f64, AtomicU64>,
     turn_seconds: Histogram,
     first_token_seconds: Histogram,
+    decode_steps: Counter,
+    decode_rows: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -85,8 +87,18 @@ impl Metrics {
             "Queue wait + prefill until the first generated token",
             first_token_seconds.clone(),
         );
+        let decode_steps = Counter::default();
+        registry.register("decode_steps", "Batched decode steps run (with --parallel > 1)", decode_steps.clone());
+        let decode_rows = Counter::default();
+        registry.register(
+            "decode_rows",
+            "Tokens those steps decoded; rows / steps is the mean batch size",
+            decode_rows.clone(),
+        );
         Self {
             registry,
+            decode_steps,
+            decode_rows,
             requests,
             queue_depth,
             prompt_tokens,
@@ -109,6 +121,12 @@ impl Metrics {
         let q = queued.as_secs_f64();
         self.first_token_seconds.observe(q + turn.timings.prompt.as_secs_f64());
         self.turn_seconds.observe(q + turn.timings.prompt.as_secs_f64() + turn.timings.decode.as_secs_f64());
+    }
+
+    /// Bring the decode-step counters up to `stats` (called before rendering).
+    pub fn sync_batch(&self, stats: &crate::engine::batch::BatchStats) {
+        self.decode_steps.inc_by(stats.steps().saturating_sub(self.decode_steps.get()));
+        self.decode_rows.inc_by(stats.rows().saturating_sub(self.decode_rows.get()));
     }
 
     /// The exposition text.

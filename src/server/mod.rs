@@ -2,19 +2,22 @@
 //! ([`openai`]) and Anthropic-compatible `/v1/messages` ([`anthropic`]), both with
 //! tools and streaming, plus `/v1/models`, `/props` and `/health`.
 //!
-//! One model per process; requests run one at a time, in arrival order, on one
-//! generation thread (the engine holds a single KV cache) and a client that disconnects cancels its
-//! generation before the next token. At most `max_queue` requests wait for or hold
-//! the engine; past that, 429 with `Retry-After`. Every error is an error object in
-//! the endpoint's own style with the right status. `GET /metrics` exposes
-//! Prometheus metrics ([`metrics`]).
+//! One model per process. Up to `parallel` requests generate at the same time, each
+//! on its own long-lived generation thread with its own sequence slot of the model,
+//! their decode steps batched ([`crate::engine::batch`]); the rest wait in arrival
+//! order. A request goes to the free slot whose cache already holds the longest prefix
+//! of its prompt (an agent's system prompt, tools and earlier turns are not prefilled
+//! again). A client that disconnects cancels its generation before the next token. At
+//! most `max_queue` requests wait for or hold a slot; past that, 429 with
+//! `Retry-After`. Every error is an error object in the endpoint's own style with the
+//! right status. `GET /metrics` exposes Prometheus metrics ([`metrics`]).
 
 pub mod anthropic;
 pub mod metrics;
 pub mod openai;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::extract::{MatchedPath, Request, State};
@@ -24,6 +27,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
+use crate::engine::batch::BatchStats;
 use crate::engine::chat::{ChatTurn, PreparedTurn, ToolMode};
 use crate::engine::{Engine, GenerateParams};
 use crate::template::ChatSetup;
@@ -36,53 +40,158 @@ pub const MAX_BODY_BYTES: usize = 4 << 20;
 
 /// What the server serves.
 pub struct AppState {
-    engine: Mutex<Engine>,
-    /// The one generation thread: turns run there in arrival order.
-    worker: Mutex<std::sync::mpsc::Sender<Job>>,
+    /// The engines (one per sequence slot); `None` while a turn holds it.
+    engines: Mutex<Vec<Option<Engine>>>,
+    engine_free: Condvar,
+    /// The generation threads' queue: turns start in arrival order.
+    jobs: Mutex<std::sync::mpsc::Sender<Job>>,
     pub(crate) setup: ChatSetup,
     pub(crate) model_id: String,
     pub(crate) tool_mode: ToolMode,
     max_queue: usize,
     queued: AtomicUsize,
     metrics: Metrics,
+    batch: Option<BatchStats>,
 }
 
 type Job = Box<dyn FnOnce() + Send>;
 
-/// The generation thread. One long-lived thread (rather than a blocking-pool thread
-/// per request) keeps the allocator's working set in one arena: memory stays flat
-/// under many concurrent clients.
-fn spawn_worker() -> std::sync::mpsc::Sender<Job> {
+/// `n` generation threads sharing one queue. Long-lived threads (rather than a
+/// blocking-pool thread per request) keep the allocator's working set in a few arenas:
+/// memory stays flat under many concurrent clients.
+fn spawn_workers(n: usize) -> std::sync::mpsc::Sender<Job> {
     let (tx, rx) = std::sync::mpsc::channel::<Job>();
-    std::thread::Builder::new()
-        .name("toolgate-generate".into())
-        .spawn(move || {
-            for job in rx {
+    let rx = Arc::new(Mutex::new(rx));
+    for i in 0..n {
+        let rx = rx.clone();
+        std::thread::Builder::new()
+            .name(format!("toolgate-generate-{i}"))
+            .spawn(move || loop {
+                let job = match rx.lock().unwrap_or_else(|p| p.into_inner()).recv() {
+                    Ok(job) => job,
+                    Err(_) => return, // the server is gone
+                };
                 // A panic in one turn (a bug) must not take the server down: that
-                // request's channel closes and it gets a 500.
+                // request's channel closes and it gets a 500; its engine goes back
+                // (`Lease`'s drop).
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
-            }
-        })
-        .expect("spawning the generation thread");
+            })
+            .expect("spawning a generation thread");
+    }
     tx
 }
+
+/// An engine taken from the pool, given back (and out of the decode batch) on drop,
+/// also when a turn panics.
+struct Lease<'a> {
+    state: &'a AppState,
+    slot: usize,
+    engine: Option<Engine>,
+}
+
+impl Lease<'_> {
+    fn engine(&mut self) -> &mut Engine {
+        self.engine.as_mut().expect("held until drop")
+    }
+
+    /// Move to the free engine whose cache holds the longest prefix of `prompt`, if it
+    /// holds more than this one's.
+    fn follow_prefix(&mut self, prompt: &[u32]) {
+        let mut pool = self.state.pool();
+        let mine = self.engine().reusable_prefix(prompt);
+        let best = pool
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| Some((i, e.as_ref()?.reusable_prefix(prompt))))
+            .max_by_key(|&(i, n)| (n, std::cmp::Reverse(i)));
+        if let Some((i, n)) = best.filter(|&(_, n)| n > mine) {
+            let other = pool[i].take();
+            pool[self.slot] = std::mem::replace(&mut self.engine, other);
+            self.slot = i;
+            tracing::debug!(slot = i, reused = n, "turn moved to the slot holding its prefix");
+        }
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        if let Some(mut e) = self.engine.take() {
+            e.finish_sequence();
+            self.state.pool()[self.slot] = Some(e);
+            self.state.engine_free.notify_one();
+        }
+    }
+}
+
+/// Default number of requests generating at once (`--parallel`): on 2 CPU cores,
+/// batched decode throughput stops growing past 4 sequences (BENCHMARKS.md).
+pub const DEFAULT_PARALLEL: usize = 4;
 
 /// Default bound on requests waiting for or holding the engine.
 pub const DEFAULT_MAX_QUEUE: usize = 64;
 
 impl AppState {
-    /// Serve `engine` (which passed the gate with `setup`) as `model_id`, with at most
-    /// [`DEFAULT_MAX_QUEUE`] requests queued.
+    /// Serve `engine` (which passed the gate with `setup`) as `model_id`, one request
+    /// at a time, with at most [`DEFAULT_MAX_QUEUE`] requests queued.
     pub fn new(engine: Engine, setup: ChatSetup, model_id: String, tool_mode: ToolMode) -> Self {
+        Self::with_engines(vec![engine], None, setup, model_id, tool_mode)
+    }
+
+    /// Serve `engine` with up to `parallel` requests generating at once, on one copy of
+    /// the weights, their decode steps batched ([`Engine::into_batched`]).
+    ///
+    /// # Errors
+    /// As [`Engine::into_batched`].
+    pub fn parallel(
+        engine: Engine,
+        parallel: usize,
+        setup: ChatSetup,
+        model_id: String,
+        tool_mode: ToolMode,
+    ) -> crate::Result<Self> {
+        if parallel <= 1 {
+            return Ok(Self::new(engine, setup, model_id, tool_mode));
+        }
+        let (engines, stats) = engine.into_batched(parallel)?;
+        Ok(Self::with_engines(engines, Some(stats), setup, model_id, tool_mode))
+    }
+
+    fn with_engines(
+        engines: Vec<Engine>,
+        batch: Option<BatchStats>,
+        setup: ChatSetup,
+        model_id: String,
+        tool_mode: ToolMode,
+    ) -> Self {
+        let n = engines.len();
         Self {
-            engine: Mutex::new(engine),
-            worker: Mutex::new(spawn_worker()),
+            engines: Mutex::new(engines.into_iter().map(Some).collect()),
+            engine_free: Condvar::new(),
+            jobs: Mutex::new(spawn_workers(n)),
             setup,
             model_id,
             tool_mode,
             max_queue: DEFAULT_MAX_QUEUE,
             queued: AtomicUsize::new(0),
             metrics: Metrics::new(),
+            batch,
+        }
+    }
+
+    fn pool(&self) -> std::sync::MutexGuard<'_, Vec<Option<Engine>>> {
+        self.engines.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A free engine (there is one whenever a generation thread asks: threads and
+    /// engines are as many, and a thread holds one engine at a time).
+    fn lease(&self) -> Lease<'_> {
+        let mut pool = self.pool();
+        loop {
+            if let Some(i) = pool.iter().position(Option::is_some) {
+                let engine = pool[i].take();
+                return Lease { state: self, slot: i, engine };
+            }
+            pool = self.engine_free.wait(pool).unwrap_or_else(|p| p.into_inner());
         }
     }
 
@@ -196,6 +305,9 @@ async fn count_requests(State(s): State<Arc<AppState>>, req: Request, next: axum
 }
 
 async fn metrics_text(State(s): State<Arc<AppState>>) -> Response {
+    if let Some(b) = &s.batch {
+        s.metrics.sync_batch(b);
+    }
     (
         [(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
         s.metrics.render(),
@@ -218,6 +330,7 @@ async fn props(State(s): State<Arc<AppState>>) -> Json<Value> {
         "template_source": s.setup.source.to_string(),
         "chat_format": s.setup.family,
         "tool_mode": s.tool_mode,
+        "parallel": s.pool().len(),
         "conversation_policy": s.setup.policy,
     }))
 }
@@ -311,24 +424,26 @@ impl Running {
             // The slot and the engine are given back before the last message is sent,
             // so a client that has its answer sees the queue without its request.
             let slot = slot;
-            let mut engine = state.engine.lock().unwrap_or_else(|p| p.into_inner());
+            let mut lease = state.lease();
             let queued = queued_at.elapsed();
             if cancel.load(Ordering::Relaxed) {
                 return; // the client left while queued
             }
-            let prepared = match prepare(&mut engine, &state) {
+            let prepared = match prepare(lease.engine(), &state) {
                 Ok(p) => p,
                 Err(e) => {
-                    drop((engine, slot));
+                    drop((lease, slot));
                     let _ = tx.send(Msg::Failed(e.into()));
                     return;
                 }
             };
+            lease.follow_prefix(prepared.prompt());
             let _ = tx.send(Msg::Started(prepared.prompt_tokens()));
             let params = GenerateParams { cancel: Some(cancel.clone()), ..params };
+            let engine = lease.engine();
             let vocab = params.logprobs.map(|_| engine.token_vocab());
             let result = prepared.run_with_logprobs(
-                &mut engine,
+                engine,
                 &params,
                 |e| {
                     if stream && tx.send(Msg::Event(e)).is_err() {
@@ -350,10 +465,10 @@ impl Running {
                 }
                 Err(e) => Msg::Failed(e.into()),
             };
-            drop((engine, slot));
+            drop((lease, slot));
             let _ = tx.send(last);
         });
-        let sent = s.worker.lock().unwrap_or_else(|p| p.into_inner()).send(job);
+        let sent = s.jobs.lock().unwrap_or_else(|p| p.into_inner()).send(job);
         if sent.is_err() {
             return Err(internal("the generation thread is gone"));
         }

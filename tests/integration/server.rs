@@ -377,3 +377,51 @@ fn logprobs_like_openai_streamed_and_not() {
         assert_eq!(v["error"]["param"], param, "{v}");
     }
 }
+
+#[test]
+fn parallel_requests_are_batched_and_answer_as_they_would_alone() {
+    let s = start(&["--tool-fallback", "generic", "--parallel", "3"]);
+    let tools = json!([{"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]);
+    let bodies = [
+        json!({"messages": [{"role": "user", "content": "Name three colors."}], "max_tokens": 24, "temperature": 0}),
+        json!({"messages": [{"role": "user", "content": "Weather in Oslo?"}], "tools": tools,
+            "tool_choice": "required", "max_tokens": 40, "temperature": 0}),
+        json!({"messages": [{"role": "user", "content": "Write a haiku about rain."}], "max_tokens": 32,
+            "temperature": 0}),
+    ];
+    let answer = |v: &Value| (v["choices"][0]["message"].clone(), v["choices"][0]["finish_reason"].clone());
+    let alone: Vec<_> = bodies
+        .iter()
+        .map(|b| {
+            let (status, v) = post(&s, &b.to_string());
+            assert_eq!(status, 200, "{v}");
+            answer(&v)
+        })
+        .collect();
+    let (status, props) = {
+        let mut r = agent().get(format!("{}/props", s.base)).call().unwrap();
+        (r.status().as_u16(), serde_json::from_str::<Value>(&r.body_mut().read_to_string().unwrap()).unwrap())
+    };
+    assert_eq!((status, props["parallel"].as_u64()), (200, Some(3)), "{props}");
+    // All three at once, twice over.
+    for _ in 0..2 {
+        let together: Vec<_> = std::thread::scope(|sc| {
+            let hs: Vec<_> = bodies.iter().map(|b| sc.spawn(|| post(&s, &b.to_string()))).collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for ((status, v), want) in together.iter().zip(&alone) {
+            assert_eq!(*status, 200, "{v}");
+            let (msg, finish) = answer(v);
+            // Same text and finish reason; call ids are random per request.
+            assert_eq!(msg["content"], want.0["content"]);
+            assert_eq!(finish, want.1);
+            assert_eq!(msg["tool_calls"][0]["function"], want.0["tool_calls"][0]["function"]);
+        }
+    }
+    let mut r = agent().get(format!("{}/metrics", s.base)).call().unwrap();
+    let text = r.body_mut().read_to_string().unwrap();
+    let (steps, rows) = (metric(&text, "toolgate_decode_steps_total"), metric(&text, "toolgate_decode_rows_total"));
+    assert!(steps > 0.0 && rows > steps, "decode steps were not batched: {steps} steps, {rows} rows");
+    assert_eq!(metric(&text, "toolgate_queue_depth"), 0.0, "{text}");
+}
