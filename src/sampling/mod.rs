@@ -240,44 +240,93 @@ impl Sampler {
         if p.temperature == 0.0 {
             return Ok(best as u32);
         }
-        // Candidates sorted by logit, descending.
+        if p.top_k > 0 {
+            return Ok(self.sample_top_k(logits));
+        }
+        // Unnormalised probabilities, the most likely at 1.
+        let max = logits[best];
+        let weight = |l: f32| if l.is_finite() { ((l - max) / p.temperature).exp() } else { 0.0 };
+        if p.top_p >= 1.0 {
+            // No ranking needed: one draw over the vocabulary in id order (tokens under
+            // min-p's floor weigh nothing).
+            let w = |l: f32| Some(weight(l)).filter(|&w| w >= p.min_p).unwrap_or(0.0);
+            let total: f32 = logits.iter().map(|&l| w(l)).sum();
+            let mut r = self.rng.random::<f32>() * total;
+            for (i, &l) in logits.iter().enumerate() {
+                let x = w(l);
+                if r < x {
+                    return Ok(i as u32);
+                }
+                r -= x;
+            }
+            return Ok(best as u32);
+        }
+        // Top-p: rank only the tokens above a floor whose mass already reaches `top_p` —
+        // the nucleus (the most likely tokens until their mass reaches it) lies above it.
+        // The floor starts at 2^-8 of the best and drops until it holds enough; the
+        // vocabulary is sorted only in the rare case it never does.
+        let total: f32 = logits.iter().map(|&l| weight(l)).sum();
+        let mut floor = 1.0f32 / 256.0;
+        let mut cand: Vec<(u32, f32)> = loop {
+            let mass: f32 = logits.iter().map(|&l| weight(l)).filter(|&w| w >= floor).sum();
+            if mass >= p.top_p * total || floor == 0.0 {
+                break logits
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &l)| (i as u32, weight(l)))
+                    .filter(|&(_, w)| w >= floor && w > 0.0)
+                    .collect();
+            }
+            floor = if floor < 1e-30 { 0.0 } else { floor / 256.0 };
+        };
+        cand.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let mut acc = 0.0;
+        let keep = cand.iter().position(|&(_, w)| {
+            acc += w;
+            acc >= p.top_p * total
+        });
+        cand.truncate(keep.map_or(cand.len(), |k| k + 1));
+        Ok(self.draw_ranked(&cand))
+    }
+
+    /// The old-style ranked path for top-k: the `k` best, sorted, then top-p and min-p.
+    fn sample_top_k(&mut self, logits: &[f32]) -> u32 {
+        let p = &self.params;
         let mut cand: Vec<(u32, f32)> =
             logits.iter().enumerate().filter(|(_, l)| l.is_finite()).map(|(i, &l)| (i as u32, l)).collect();
-        if p.top_k > 0 && p.top_k < cand.len() {
+        if p.top_k < cand.len() {
             cand.select_nth_unstable_by(p.top_k - 1, |a, b| b.1.total_cmp(&a.1));
             cand.truncate(p.top_k);
         }
         cand.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         let max = cand[0].1;
-        let mut probs: Vec<f32> = cand.iter().map(|(_, l)| ((l - max) / p.temperature).exp()).collect();
-        let sum: f32 = probs.iter().sum();
-        probs.iter_mut().for_each(|x| *x /= sum);
+        let mut ranked: Vec<(u32, f32)> = cand.iter().map(|&(i, l)| (i, ((l - max) / p.temperature).exp())).collect();
+        let sum: f32 = ranked.iter().map(|x| x.1).sum();
         if p.top_p < 1.0 {
             let mut acc = 0.0;
-            let mut keep = probs.len();
-            for (i, x) in probs.iter().enumerate() {
-                acc += x;
-                if acc >= p.top_p {
-                    keep = i + 1;
-                    break;
-                }
+            if let Some(k) = ranked.iter().position(|x| {
+                acc += x.1 / sum;
+                acc >= p.top_p
+            }) {
+                ranked.truncate(k + 1);
             }
-            probs.truncate(keep);
         }
-        if p.min_p > 0.0 {
-            let floor = probs[0] * p.min_p;
-            let keep = probs.iter().take_while(|&&x| x >= floor).count().max(1);
-            probs.truncate(keep);
-        }
-        let total: f32 = probs.iter().sum();
+        self.draw_ranked(&ranked)
+    }
+
+    /// Draw from `(token, weight)` sorted by weight, most likely first, after min-p.
+    fn draw_ranked(&mut self, ranked: &[(u32, f32)]) -> u32 {
+        let floor = ranked[0].1 * self.params.min_p;
+        let keep = ranked.iter().take_while(|x| x.1 >= floor).count().max(1);
+        let total: f32 = ranked[..keep].iter().map(|x| x.1).sum();
         let mut r = self.rng.random::<f32>() * total;
-        for (i, x) in probs.iter().enumerate() {
-            if r < *x {
-                return Ok(cand[i].0);
+        for &(id, w) in &ranked[..keep] {
+            if r < w {
+                return id;
             }
-            r -= x;
+            r -= w;
         }
-        Ok(cand[probs.len() - 1].0)
+        ranked[keep - 1].0
     }
 
     fn apply_penalties(&self, logits: &mut [f32]) {

@@ -114,3 +114,47 @@ fn invalid_parameters_are_rejected_by_name() {
         }
     }
 }
+
+/// The nucleus by a full sort: the most likely tokens (ties by lower id) until their
+/// probability reaches `top_p`.
+fn nucleus(logits: &[f32], temperature: f32, top_p: f32) -> Vec<u32> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut w: Vec<(u32, f32)> =
+        logits.iter().enumerate().map(|(i, &l)| (i as u32, ((l - max) / temperature).exp())).collect();
+    let total: f32 = w.iter().map(|x| x.1).sum();
+    w.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut acc = 0.0;
+    let k = w.iter().position(|x| {
+        acc += x.1;
+        acc >= top_p * total
+    });
+    w.truncate(k.map_or(w.len(), |k| k + 1));
+    w.into_iter().map(|x| x.0).collect()
+}
+
+#[test]
+fn top_p_over_a_large_vocabulary_keeps_exactly_the_nucleus() {
+    // A peaked head over a long flat tail (the tail alone holds most of the mass, so the
+    // ranking must reach below the first floor), a smooth spread, and a flat vocabulary.
+    let mut tail = vec![-7.0f32; 10_000];
+    tail[17] = 0.0;
+    let spread: Vec<f32> = (0..50_000).map(|i| ((i * 7919) % 1000) as f32 / 100.0).collect();
+    let flat = vec![1.0f32; 1000];
+    for (name, logits, top_p) in [("tail", &tail, 0.5), ("spread", &spread, 0.9), ("flat", &flat, 0.5)] {
+        let want: std::collections::HashSet<u32> = nucleus(logits, 1.0, top_p).into_iter().collect();
+        let mut s = Sampler::new(SamplingParams { top_p, seed: 5, ..params(1.0) }).unwrap();
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..3000 {
+            let t = s.sample(&mut logits.clone(), None).unwrap();
+            assert!(want.contains(&t), "{name}: {t} is outside the nucleus of {} tokens", want.len());
+            seen.insert(t);
+        }
+        // Draws spread over the nucleus, not stuck on its head.
+        assert!(
+            seen.len() * 4 >= want.len().min(3000),
+            "{name}: {} of {} nucleus tokens drawn",
+            seen.len(),
+            want.len()
+        );
+    }
+}
