@@ -24,6 +24,23 @@ use crate::{Error, Result};
 
 use stop::StopMatcher;
 
+/// Return the allocator's free pages to the system (glibc's `malloc_trim`): loading
+/// frees many small allocations (GGUF metadata values, tokenizer build tables) that
+/// would otherwise stay resident. Nothing elsewhere.
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        extern "C" {
+            fn malloc_trim(pad: usize) -> std::ffi::c_int;
+        }
+        // SAFETY: `malloc_trim` only releases memory glibc's allocator holds free; it is
+        // thread-safe and has no preconditions.
+        unsafe {
+            malloc_trim(0);
+        }
+    }
+}
+
 /// A constraint that switches on when its trigger appears in the output.
 #[derive(Debug, Clone)]
 pub struct LazyConstraint {
@@ -234,9 +251,15 @@ impl Engine {
     /// # Errors
     /// Any GGUF, tokenizer, architecture or device error.
     pub fn load_with(path: impl AsRef<Path>, opts: &LoadOptions) -> Result<Self> {
-        let gguf = GgufFile::open(path)?;
+        let mut gguf = GgufFile::open(path)?;
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
+        // The tokenizer holds the vocabulary now; building it also left freed memory
+        // behind (SentencePiece's merge candidates): give both back before the weights
+        // arrive, so they do not add to the peak.
+        gguf.release_vocabulary();
+        release_freed_memory();
         let model = model::load(&gguf, opts)?;
+        release_freed_memory();
         if model.vocab_size() < tokenizer.vocab_size() {
             return Err(Error::Tensor {
                 path: gguf.path().to_path_buf(),

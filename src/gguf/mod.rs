@@ -300,6 +300,17 @@ impl GgufFile {
         }
     }
 
+    /// Forget the vocabulary arrays (`tokenizer.ggml.tokens`, `.scores`, `.token_type`,
+    /// `.merges`) once a [`crate::tokenizer::Tokenizer`] holds them: as GGUF metadata
+    /// values they take about 25 MiB for a 262k vocabulary. [`crate::engine::Engine`]
+    /// does this after building its tokenizer, so its [`crate::engine::Engine::gguf`]
+    /// has every other key but not these.
+    pub fn release_vocabulary(&mut self) {
+        for key in ["tokens", "scores", "token_type", "merges"] {
+            self.content.metadata.remove(&format!("tokenizer.ggml.{key}"));
+        }
+    }
+
     /// An array of strings (e.g. `tokenizer.ggml.tokens`).
     ///
     /// # Errors
