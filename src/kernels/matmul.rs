@@ -19,8 +19,25 @@ const ROW_TILE: usize = 16;
 /// Fewest weight rows per parallel task.
 const MIN_CHUNK: usize = 16;
 
+/// From this many activation rows on (prefill), a matmul with a 32-weight block type
+/// dequantizes its weights to f32, a tile of rows at a time, and multiplies with an
+/// f32 GEMM (the `gemm` crate's register-blocked kernels, AVX-512/AVX2/NEON by
+/// run-time detection): dequantizing a weight row once is cheap next to `m` dot
+/// products with it, and the f32 micro-kernels beat the integer dot products' per-block
+/// overhead at this size (see [`super::f32_path`]). Below it (decode, small batches),
+/// the integer dot products read the quantized weights once.
+pub const GEMM_MIN_ROWS: usize = 32;
+
+/// Weight rows dequantized per GEMM call (`TILE × k` floats per thread: 1.25 MiB at
+/// `k = 2048`). Large enough that the GEMM's packing of the activations is paid once
+/// per 160 weight rows, not once per 32 (measured: 32 was slower on k = 2048).
+pub const GEMM_TILE: usize = 160;
+
 /// `y (m, n) = x (m, k) · Wᵀ` where `w` is `(n, k)`.
 pub(super) fn matmul(w: &QWeight, x: &[f32], m: usize, y: &mut [f32], isa: Isa) {
+    if super::f32_path(w.ty, m) {
+        return matmul_dequantized(w, x, m, y);
+    }
     let k = w.in_features;
     match w.ty.act_kind() {
         ActKind::Blocks32 => with_scratch(&ACTS32, m * k / 32, Q8x32::ZERO, |acts| {
@@ -45,6 +62,58 @@ thread_local! {
     /// step makes ~100 matmul calls; none of them allocates).
     static ACTS32: Cell<Vec<Q8x32>> = const { Cell::new(Vec::new()) };
     static ACTS256: Cell<Vec<Q8x256>> = const { Cell::new(Vec::new()) };
+    /// Each pool thread's tile of dequantized weight rows.
+    static WEIGHTS: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
+}
+
+/// The prefill path (see [`GEMM_MIN_ROWS`]): each task owns a run of weight rows
+/// (columns of `y`), dequantizes them [`GEMM_TILE`] at a time and multiplies the whole
+/// of `x` by each tile.
+fn matmul_dequantized(w: &QWeight, x: &[f32], m: usize, y: &mut [f32]) {
+    let (n, k) = (w.out_features, w.in_features);
+    assert_eq!(x.len(), m * k, "input of {m} rows of {k}");
+    assert_eq!(y.len(), m * n, "output of {m} rows of {n}");
+    let rb = w.row_bytes();
+    let chunk = n.div_ceil(threads()).max(GEMM_TILE);
+    let cols = Columns(y.as_mut_ptr());
+    for_each_task(n.div_ceil(chunk), |ci| {
+        let (j0, j1) = (ci * chunk, ((ci + 1) * chunk).min(n));
+        with_scratch(&WEIGHTS, GEMM_TILE * k, 0.0, |tile| {
+            for a in (j0..j1).step_by(GEMM_TILE) {
+                let b = (a + GEMM_TILE).min(j1);
+                for j in a..b {
+                    super::formats::dequantize_row(w.ty, &w.data[j * rb..(j + 1) * rb], &mut tile[(j - a) * k..][..k]);
+                }
+                // SAFETY: dst is y's columns a..b (rows of stride n), inside y (m·n
+                // elements, checked above) and written by this task alone; lhs is x
+                // (m × k, row-major), rhs the tile read as k × (b − a) (column j − a is
+                // dequantized row j); all three outlive the call.
+                unsafe {
+                    gemm::gemm(
+                        m,
+                        b - a,
+                        k,
+                        cols.base().add(a),
+                        1,
+                        n as isize,
+                        false,
+                        x.as_ptr(),
+                        1,
+                        k as isize,
+                        tile.as_ptr(),
+                        k as isize,
+                        1,
+                        0.0,
+                        1.0,
+                        false,
+                        false,
+                        false,
+                        gemm::Parallelism::None,
+                    );
+                }
+            }
+        });
+    });
 }
 
 /// Run `f` on `len` elements of this thread's scratch buffer `key` (contents
@@ -73,6 +142,10 @@ unsafe impl Send for Columns {}
 unsafe impl Sync for Columns {}
 
 impl Columns {
+    fn base(&self) -> *mut f32 {
+        self.0
+    }
+
     /// # Safety
     /// `i` is inside `y`, no other task writes element `i`, and `y` is alive.
     unsafe fn write(&self, i: usize, v: f32) {

@@ -73,6 +73,23 @@ pub fn enabled() -> bool {
 /// Activation rows one kernel call processes together.
 pub const MAX_ROWS: usize = 4;
 
+pub use matmul::{GEMM_MIN_ROWS, GEMM_TILE};
+
+/// Whether a matmul of `m` activation rows with `ty` weights runs in f32 — the weights
+/// dequantized a tile at a time, the activations as they are, an f32 GEMM — rather than
+/// as integer dot products against 8-bit activations. True for prefill-sized `m`
+/// ([`GEMM_MIN_ROWS`] and up) with the 32-weight block types (Q4_0, Q4_1, Q5_0,
+/// Q8_0), where it measured faster; the k-quants stay on their integer kernels.
+///
+/// ```
+/// use toolgate::kernels::{f32_path, WeightType};
+/// assert!(!f32_path(WeightType::Q5_0, 1) && f32_path(WeightType::Q5_0, 128));
+/// assert!(!f32_path(WeightType::Q6K, 128));
+/// ```
+pub fn f32_path(ty: WeightType, m: usize) -> bool {
+    m >= GEMM_MIN_ROWS && ty.act_kind() == formats::ActKind::Blocks32
+}
+
 /// The instruction set the kernels run with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Isa {
