@@ -71,39 +71,52 @@ unsafe fn dot32<const TY: u8, const R: usize>(w: &[u8], xs: &[&[Q8x32]], out: &m
     };
     let nb = w.len() / bb;
     let ones = _mm256_set1_epi16(1);
-    let mut acc = [_mm256_setzero_ps(); R];
-    let mut corr = [0f32; R];
+    // Two accumulator sets, for even and odd blocks: with one, every block's FMA waits
+    // for the previous one's (4-cycle latency), which bounds decode (R = 1).
+    let (mut acc0, mut acc1) = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);
+    let (mut corr0, mut corr1) = ([0f32; R], [0f32; R]);
     let mut x = [std::ptr::null::<Q8x32>(); R];
     for r in 0..R {
         x[r] = xs.get_unchecked(r).as_ptr();
     }
-    for i in 0..nb {
-        let b = w.as_ptr().add(i * bb);
-        let d = f16_at(b);
-        let (codes, m) = match TY {
-            T_Q4_0 => (nibbles32(b.add(2)), -8.0 * d),
-            T_Q4_1 => (nibbles32(b.add(4)), f16_at(b.add(2))),
-            T_Q5_0 => {
-                let qh = std::ptr::read_unaligned(b.add(2) as *const u32);
-                let hb = _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10));
-                (_mm256_or_si256(nibbles32(b.add(6)), hb), -16.0 * d)
+    macro_rules! block {
+        ($i:expr, $acc:ident, $corr:ident) => {{
+            let b = w.as_ptr().add($i * bb);
+            let d = f16_at(b);
+            let (codes, m) = match TY {
+                T_Q4_0 => (nibbles32(b.add(2)), -8.0 * d),
+                T_Q4_1 => (nibbles32(b.add(4)), f16_at(b.add(2))),
+                T_Q5_0 => {
+                    let qh = std::ptr::read_unaligned(b.add(2) as *const u32);
+                    let hb = _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10));
+                    (_mm256_or_si256(nibbles32(b.add(6)), hb), -16.0 * d)
+                }
+                _ => (_mm256_loadu_si256(b.add(2) as *const __m256i), 0.0),
+            };
+            let abs = if TY == T_Q8_0 { _mm256_sign_epi8(codes, codes) } else { codes };
+            for r in 0..R {
+                let a = &*x[r].add($i);
+                let q = _mm256_loadu_si256(a.qs.as_ptr() as *const __m256i);
+                let q = if TY == T_Q8_0 { _mm256_sign_epi8(q, codes) } else { q };
+                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(abs, q), ones);
+                $acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d), _mm256_cvtepi32_ps(p), $acc[r]);
+                if TY != T_Q8_0 {
+                    $corr[r] += m * a.s;
+                }
             }
-            _ => (_mm256_loadu_si256(b.add(2) as *const __m256i), 0.0),
-        };
-        let abs = if TY == T_Q8_0 { _mm256_sign_epi8(codes, codes) } else { codes };
-        for r in 0..R {
-            let a = &*x[r].add(i);
-            let q = _mm256_loadu_si256(a.qs.as_ptr() as *const __m256i);
-            let q = if TY == T_Q8_0 { _mm256_sign_epi8(q, codes) } else { q };
-            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(abs, q), ones);
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d), _mm256_cvtepi32_ps(p), acc[r]);
-            if TY != T_Q8_0 {
-                corr[r] += m * a.s;
-            }
-        }
+        }};
+    }
+    let mut i = 0;
+    while i + 1 < nb {
+        block!(i, acc0, corr0);
+        block!(i + 1, acc1, corr1);
+        i += 2;
+    }
+    if i < nb {
+        block!(i, acc0, corr0);
     }
     for r in 0..R {
-        *out.get_unchecked_mut(r) = hsum_ps(acc[r]) + corr[r];
+        *out.get_unchecked_mut(r) = hsum_ps(_mm256_add_ps(acc0[r], acc1[r])) + corr0[r] + corr1[r];
     }
 }
 

@@ -12,7 +12,12 @@
 //!    toolgate's maximum (a tie at the precision two implementations agree to);
 //! 2. free-running: toolgate's greedy tokens equal llama.cpp's up to the first
 //!    divergence, and that divergence is such a tie in llama.cpp's own logits;
-//! 3. first-step logits of llama.cpp's top 5 are within the model's tolerance.
+//! 3. first-step logits of llama.cpp's top 5 are within the model's tolerance of each
+//!    other's, once the offset all five share is removed (and within twice it raw).
+//!    That shared offset is the part of the noise that moves every logit together:
+//!    on Gemma 3, three kernel builds exact to 1e-6 per dot product (portable, AVX2 with
+//!    one and with two accumulator chains) moved one prompt's top 5 by a shared −0.4,
+//!    +0.1 and −1.2, while their spread stayed within 0.4.
 //!
 //! The per-model tolerance ([`SMOLLM2_TOL`], [`GEMMA3_TOL`]) is the measured logit
 //! noise between implementations of the same math: activations are re-quantized to 8
@@ -126,19 +131,28 @@ fn free_running(model_file: &str, fixture: &str, tie: f32) {
 fn first_step_logits(model_file: &str, fixture: &str, tol: f32) {
     let mut engine = Engine::load(common::model(model_file), DeviceChoice::Cpu).unwrap();
     let fx = common::fixture(fixture);
-    let mut worst = 0f32;
+    let (mut worst, mut worst_raw) = (0f32, 0f32);
     for run in fx["runs"].as_array().unwrap() {
         let prompt_ids = ids(&run["prompt_ids"]);
         engine.model().truncate(0);
         let logits = engine.model().forward(&prompt_ids).unwrap();
-        for pair in run["top5"][0].as_array().unwrap() {
-            let id = pair[0].as_u64().unwrap() as usize;
-            let want = pair[1].as_f64().unwrap() as f32;
-            worst = worst.max((logits[id] - want).abs());
+        let diffs: Vec<f32> = run["top5"][0]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|pair| logits[pair[0].as_u64().unwrap() as usize] - pair[1].as_f64().unwrap() as f32)
+            .collect();
+        // The top 5 relative to each other (what decides between them): the offset
+        // they share is taken out. See the module docs.
+        let shared = diffs.iter().sum::<f32>() / diffs.len() as f32;
+        for d in &diffs {
+            worst = worst.max((d - shared).abs());
+            worst_raw = worst_raw.max(d.abs());
         }
     }
-    eprintln!("{model_file}: max |logit - llama.cpp| over first-step top-5 = {worst:.3}");
-    assert!(worst <= tol, "max logit deviation {worst} > {tol}");
+    eprintln!("{model_file}: first-step top-5 vs llama.cpp: max deviation {worst:.3} (shared offset removed), {worst_raw:.3} raw");
+    assert!(worst <= tol, "max logit deviation {worst} > {tol} (shared offset removed)");
+    assert!(worst_raw <= 2.0 * tol, "max raw logit deviation {worst_raw} > {}", 2.0 * tol);
 }
 
 #[test]
