@@ -108,6 +108,8 @@ pub struct ChatTurn {
     pub parse_failures: usize,
     /// Tokens in the prompt.
     pub prompt_tokens: usize,
+    /// Leading prompt tokens reused from the cache of an earlier turn (not prefilled).
+    pub cached_tokens: usize,
     /// Tokens generated.
     pub completion_tokens: usize,
     /// Where the time went.
@@ -352,6 +354,7 @@ impl PreparedTurn {
             finish_reason,
             parse_failures: out.failures,
             prompt_tokens: gen.prompt_tokens,
+            cached_tokens: gen.cached_tokens,
             completion_tokens: gen.completion_tokens,
             timings: TurnTimings { prompt: gen.prompt_time, decode: gen.decode_time, mask: gen.mask_time },
             logprobs: gen.logprobs,

@@ -185,6 +185,8 @@ pub struct Generation {
     pub tokens: Vec<u32>,
     /// Tokens in the prompt.
     pub prompt_tokens: usize,
+    /// Leading prompt tokens whose keys and values were already cached (not prefilled).
+    pub cached_tokens: usize,
     /// Tokens generated.
     pub completion_tokens: usize,
     /// Why it stopped.
@@ -378,6 +380,12 @@ impl Engine {
     /// The model's context window, in tokens.
     pub fn context_length(&self) -> usize {
         self.model.context_length()
+    }
+
+    /// Tokens whose keys and values this engine's sequence holds (what the next prompt
+    /// can reuse a prefix of).
+    pub fn cached_len(&self) -> usize {
+        self.cached.len()
     }
 
     /// How many leading tokens of `prompt` the next generation would not need to
@@ -643,6 +651,7 @@ impl Engine {
             completion_tokens: tokens.len(),
             tokens,
             prompt_tokens: prompt.len(),
+            cached_tokens: reuse,
             finish_reason: finish,
             prompt_time,
             decode_time,

@@ -309,7 +309,8 @@ pub(crate) async fn messages(State(s): State<Arc<AppState>>, req: Request) -> Re
         return Ok(Json(json!({
             "id": id, "type": "message", "role": "assistant", "model": model,
             "content": content_blocks(&turn), "stop_reason": stop_reason(&turn), "stop_sequence": null,
-            "usage": {"input_tokens": turn.prompt_tokens, "output_tokens": turn.completion_tokens},
+            "usage": {"input_tokens": turn.prompt_tokens, "output_tokens": turn.completion_tokens,
+                "cache_read_input_tokens": turn.cached_tokens},
         }))
         .into_response());
     }

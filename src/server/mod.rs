@@ -94,21 +94,28 @@ impl Lease<'_> {
         self.engine.as_mut().expect("held until drop")
     }
 
-    /// Move to the free engine whose cache holds the longest prefix of `prompt`, if it
-    /// holds more than this one's.
+    /// Move to the free engine that serves `prompt` best: the most cached prefix reused,
+    /// the least other cached work thrown away. Score: reused − discarded tokens (a
+    /// conversation's turns return to the slot holding its history; a new conversation
+    /// takes an empty or little-used slot rather than evicting another's long prefix).
     fn follow_prefix(&mut self, prompt: &[u32]) {
+        let score = |e: &Engine| {
+            let reused = e.reusable_prefix(prompt) as i64;
+            reused - (e.cached_len() as i64 - reused)
+        };
         let mut pool = self.state.pool();
-        let mine = self.engine().reusable_prefix(prompt);
+        let mine = score(self.engine());
         let best = pool
             .iter()
             .enumerate()
-            .filter_map(|(i, e)| Some((i, e.as_ref()?.reusable_prefix(prompt))))
-            .max_by_key(|&(i, n)| (n, std::cmp::Reverse(i)));
-        if let Some((i, n)) = best.filter(|&(_, n)| n > mine) {
+            .filter_map(|(i, e)| Some((i, score(e.as_ref()?))))
+            .max_by_key(|&(i, s)| (s, std::cmp::Reverse(i)));
+        if let Some((i, s)) = best.filter(|&(_, s)| s > mine) {
             let other = pool[i].take();
             pool[self.slot] = std::mem::replace(&mut self.engine, other);
             self.slot = i;
-            tracing::debug!(slot = i, reused = n, "turn moved to the slot holding its prefix");
+            self.state.engine_free.notify_one();
+            tracing::debug!(slot = i, score = s, "turn moved to the slot that serves its prompt best");
         }
     }
 }

@@ -176,7 +176,8 @@ fn logprobs_field(asked: bool, content: Vec<Value>) -> Value {
 
 fn usage_json(turn: &ChatTurn) -> Value {
     json!({"prompt_tokens": turn.prompt_tokens, "completion_tokens": turn.completion_tokens,
-        "total_tokens": turn.prompt_tokens + turn.completion_tokens})
+        "total_tokens": turn.prompt_tokens + turn.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": turn.cached_tokens}})
 }
 
 fn message_json(turn: &ChatTurn) -> Value {

@@ -425,3 +425,33 @@ fn parallel_requests_are_batched_and_answer_as_they_would_alone() {
     assert!(steps > 0.0 && rows > steps, "decode steps were not batched: {steps} steps, {rows} rows");
     assert_eq!(metric(&text, "toolgate_queue_depth"), 0.0, "{text}");
 }
+
+#[test]
+fn each_conversation_returns_to_the_slot_holding_its_history() {
+    let s = start(&["--tool-fallback", "generic", "--parallel", "2"]);
+    let system = |topic: &str| format!("You are an expert on {topic}. {}", "Answer briefly and precisely. ".repeat(12));
+    let turn = |msgs: &Value| {
+        let (status, v) = post(&s, &json!({"messages": msgs, "max_tokens": 6, "temperature": 0}).to_string());
+        assert_eq!(status, 200, "{v}");
+        let u = &v["usage"];
+        let answer = v["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+        (u["prompt_tokens"].as_u64().unwrap(), u["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap(), answer)
+    };
+    let (mut a, mut b) = (
+        json!([{"role": "system", "content": system("rivers")}, {"role": "user", "content": "Longest river?"}]),
+        json!([{"role": "system", "content": system("mountains")}, {"role": "user", "content": "Highest peak?"}]),
+    );
+    // Two conversations, interleaved: A, B, A, B. With two slots, each keeps its own.
+    let (a1, a1_cached, a1_answer) = turn(&a);
+    let (b1, b1_cached, b1_answer) = turn(&b);
+    assert!(a1_cached < a1 / 4 && b1_cached < b1 / 4, "first turns reuse at most the template's opening");
+    for (conv, answer) in [(&mut a, a1_answer), (&mut b, b1_answer)] {
+        let msgs = conv.as_array_mut().unwrap();
+        msgs.push(json!({"role": "assistant", "content": answer}));
+        msgs.push(json!({"role": "user", "content": "And the second?"}));
+    }
+    let (_, a2_cached, _) = turn(&a);
+    let (_, b2_cached, _) = turn(&b);
+    assert!(a2_cached >= a1, "A's second turn reused {a2_cached} tokens; its first prompt had {a1}");
+    assert!(b2_cached >= b1, "B's second turn reused {b2_cached} tokens; its first prompt had {b1}");
+}
