@@ -73,7 +73,6 @@ fn matmul_dequantized(w: &QWeight, x: &[f32], m: usize, y: &mut [f32]) {
     let (n, k) = (w.out_features, w.in_features);
     assert_eq!(x.len(), m * k, "input of {m} rows of {k}");
     assert_eq!(y.len(), m * n, "output of {m} rows of {n}");
-    let rb = w.row_bytes();
     let chunk = n.div_ceil(threads()).max(GEMM_TILE);
     let cols = Columns(y.as_mut_ptr());
     for_each_task(n.div_ceil(chunk), |ci| {
@@ -82,7 +81,7 @@ fn matmul_dequantized(w: &QWeight, x: &[f32], m: usize, y: &mut [f32]) {
             for a in (j0..j1).step_by(GEMM_TILE) {
                 let b = (a + GEMM_TILE).min(j1);
                 for j in a..b {
-                    super::formats::dequantize_row(w.ty, &w.data[j * rb..(j + 1) * rb], &mut tile[(j - a) * k..][..k]);
+                    super::formats::dequantize_row(w.ty, w.row(j), &mut tile[(j - a) * k..][..k]);
                 }
                 // SAFETY: dst is y's columns a..b (rows of stride n), inside y (m·n
                 // elements, checked above) and written by this task alone; lhs is x
@@ -156,8 +155,6 @@ impl Columns {
 fn run<A: Sync>(w: &QWeight, acts: &[A], blocks: usize, m: usize, y: &mut [f32], dot: DotFn<A>) {
     let n = w.out_features;
     assert_eq!(y.len(), m * n, "output of {m} rows of {n}");
-    let rb = w.row_bytes();
-    let row = |j: usize| &w.data[j * rb..(j + 1) * rb];
     let act = |r: usize| &acts[r * blocks..(r + 1) * blocks];
     let chunk = n.div_ceil(threads() * 4).max(MIN_CHUNK);
     // Each task owns a run of weight rows (columns of `y`) and fills them for every
@@ -169,7 +166,7 @@ fn run<A: Sync>(w: &QWeight, acts: &[A], blocks: usize, m: usize, y: &mut [f32],
             let x = [act(0)];
             for j in j0..j1 {
                 let mut o = 0f32;
-                dot(w.ty, row(j), &x, std::slice::from_mut(&mut o));
+                dot(w.ty, w.row(j), &x, std::slice::from_mut(&mut o));
                 // SAFETY: as below, with `r = 0`.
                 unsafe { cols.write(j, o) };
             }
@@ -179,7 +176,7 @@ fn run<A: Sync>(w: &QWeight, acts: &[A], blocks: usize, m: usize, y: &mut [f32],
         for t0 in (0..m).step_by(ROW_TILE) {
             let t1 = (t0 + ROW_TILE).min(m);
             for j in j0..j1 {
-                let wr = row(j);
+                let wr = w.row(j);
                 for g0 in (t0..t1).step_by(MAX_ROWS) {
                     let g1 = (g0 + MAX_ROWS).min(t1);
                     let mut xs: [&[A]; MAX_ROWS] = [act(g0); MAX_ROWS];

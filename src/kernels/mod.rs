@@ -318,8 +318,13 @@ impl QWeight {
                 reason: format!("row {j} into {} values of a ({}, {})", out.len(), self.out_features, self.in_features),
             });
         }
-        let rb = self.row_bytes();
-        dequantize_row(self.ty, &self.data[j * rb..(j + 1) * rb], out);
+        dequantize_row(self.ty, self.row(j), out);
         Ok(())
+    }
+
+    /// The bytes of weight row `j` (panics past `out_features`).
+    pub(crate) fn row(&self, j: usize) -> &[u8] {
+        let rb = self.row_bytes();
+        &self.data[j * rb..(j + 1) * rb]
     }
 }

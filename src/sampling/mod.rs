@@ -219,7 +219,8 @@ impl Sampler {
     /// Choose the next token from `logits` (modified in place), allowing only tokens in
     /// `mask` if given.
     ///
-    /// Cost: O(vocab) for greedy and min-p; O(vocab log vocab) when top-k/top-p sort.
+    /// Cost: a few O(vocab) passes (one `exp` per token when sampling); top-k sorts
+    /// its `k` candidates, top-p only the tokens above a floor that holds the nucleus.
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] if the mask allows nothing or every logit is `NaN`/`-inf`.
@@ -243,17 +244,21 @@ impl Sampler {
         if p.top_k > 0 {
             return Ok(self.sample_top_k(logits));
         }
-        // Unnormalised probabilities, the most likely at 1.
+        // Unnormalised probabilities in place of the logits, the most likely at 1 (one
+        // `exp` per token, read by every pass below).
         let max = logits[best];
-        let weight = |l: f32| if l.is_finite() { ((l - max) / p.temperature).exp() } else { 0.0 };
+        for l in logits.iter_mut() {
+            *l = if l.is_finite() { ((*l - max) / p.temperature).exp() } else { 0.0 };
+        }
+        let weights: &[f32] = logits;
         if p.top_p >= 1.0 {
             // No ranking needed: one draw over the vocabulary in id order (tokens under
             // min-p's floor weigh nothing).
-            let w = |l: f32| Some(weight(l)).filter(|&w| w >= p.min_p).unwrap_or(0.0);
-            let total: f32 = logits.iter().map(|&l| w(l)).sum();
+            let w = |x: f32| if x >= p.min_p { x } else { 0.0 };
+            let total: f32 = weights.iter().map(|&x| w(x)).sum();
             let mut r = self.rng.random::<f32>() * total;
-            for (i, &l) in logits.iter().enumerate() {
-                let x = w(l);
+            for (i, &x) in weights.iter().enumerate() {
+                let x = w(x);
                 if r < x {
                     return Ok(i as u32);
                 }
@@ -265,15 +270,15 @@ impl Sampler {
         // the nucleus (the most likely tokens until their mass reaches it) lies above it.
         // The floor starts at 2^-8 of the best and drops until it holds enough; the
         // vocabulary is sorted only in the rare case it never does.
-        let total: f32 = logits.iter().map(|&l| weight(l)).sum();
+        let total: f32 = weights.iter().sum();
         let mut floor = 1.0f32 / 256.0;
         let mut cand: Vec<(u32, f32)> = loop {
-            let mass: f32 = logits.iter().map(|&l| weight(l)).filter(|&w| w >= floor).sum();
+            let mass: f32 = weights.iter().filter(|&&w| w >= floor).sum();
             if mass >= p.top_p * total || floor == 0.0 {
-                break logits
+                break weights
                     .iter()
                     .enumerate()
-                    .map(|(i, &l)| (i as u32, weight(l)))
+                    .map(|(i, &w)| (i as u32, w))
                     .filter(|&(_, w)| w >= floor && w > 0.0)
                     .collect();
             }

@@ -51,11 +51,7 @@ impl ChatRequest {
                 });
             }
         }
-        let stream = match obj.get("stream") {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(b)) => *b,
-            Some(_) => return Err(ApiError::bad("`stream` must be a boolean", Some("stream"))),
-        };
+        let stream = opt_bool(obj, "stream")?;
         let include_usage = req.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false);
         if obj.get("n").and_then(Value::as_u64).is_some_and(|n| n != 1) {
             return Err(ApiError::bad("only n=1 is supported", Some("n")));
@@ -110,11 +106,7 @@ impl ChatRequest {
             }
             _ => None,
         };
-        let logprobs = match obj.get("logprobs") {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(b)) => *b,
-            Some(_) => return Err(ApiError::bad("`logprobs` must be a boolean", Some("logprobs"))),
-        };
+        let logprobs = opt_bool(obj, "logprobs")?;
         let top_logprobs = match obj.get("top_logprobs") {
             None | Some(Value::Null) => None,
             Some(v) => match v.as_u64().filter(|&k| k as usize <= MAX_TOP_LOGPROBS) {
@@ -148,6 +140,15 @@ impl ChatRequest {
         } else {
             prepare_text_turn(engine, &s.setup, self.messages, self.schema.as_ref().map(|(v, m)| (v, *m)))
         }
+    }
+}
+
+/// An optional boolean field (absent or `null`: false); anything else is a 400 naming it.
+fn opt_bool(obj: &serde_json::Map<String, Value>, name: &'static str) -> Result<bool, ApiError> {
+    match obj.get(name) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(_) => Err(ApiError::bad(format!("`{name}` must be a boolean"), Some(name))),
     }
 }
 
