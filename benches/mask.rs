@@ -71,7 +71,13 @@ fn dump_for_peer(file: &str, tok: &Tokenizer, vocab: &TokenVocab, walks: &[(Stri
 fn main() {
     let smoke = !std::env::args().any(|a| a == "--bench");
     let runs = if smoke { 1 } else { 20 };
+    // `cargo bench --bench mask -- smol` measures only the models whose file names
+    // contain one of the given words.
+    let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
     for file in ["SmolLM2-135M-Instruct.Q4_1.gguf", "gemma-3-270m-q4_k_m.gguf"] {
+        if !only.is_empty() && !only.iter().any(|w| file.to_lowercase().contains(&w.to_lowercase())) {
+            continue;
+        }
         let path = models_dir().join(file);
         assert!(path.exists(), "{file} not found: run scripts/fetch-models");
         let gguf = GgufFile::open(&path).unwrap();

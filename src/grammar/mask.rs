@@ -6,9 +6,10 @@
 //! [`TokenVocab`] replace most of the walk: the matcher first asks where *every*
 //! plain character leads (one transition per byte class of the DFA, a few hundred in
 //! all); when they all agree, the plain tokens are allowed by length wholesale and
-//! only the rest trie (a few percent of the vocabulary) is walked. DFA states are built lazily on first visit (regex-automata's hybrid
-//! DFA) in a bounded cache; if that cache is ever cleared, the mask cache is dropped
-//! and the matcher's state is recomputed from its committed bytes.
+//! only the rest trie (a few percent of the vocabulary) is walked. DFA states are
+//! built lazily on first visit ([`super::dfa`]) in a bounded cache; if that cache is
+//! ever cleared, the mask cache is dropped and the matcher's state is recomputed from
+//! its committed bytes.
 //!
 //! A finished [`Matcher`] gives its DFA cache and masks back to its [`Grammar`], and
 //! the next matcher of that grammar over the same vocabulary starts warm: with the
@@ -18,14 +19,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use regex_automata::hybrid::dfa::{Cache, DFA};
-use regex_automata::hybrid::LazyStateID;
-use regex_automata::util::syntax;
-use regex_automata::{nfa::thompson, Anchored, Input};
-
 use regex_automata::util::alphabet::ByteClasses;
 use regex_syntax::utf8::Utf8Sequences;
 
+use super::dfa::{Cache, Dfa, DfaState};
 use super::regex::{to_regex, Dialect};
 use super::schema::{compile_with, Mode, Objects};
 use super::vocab::TokenTrie;
@@ -42,7 +39,7 @@ pub const NFA_SIZE_LIMIT: usize = 16 << 20;
 /// A compiled grammar: the lazy DFA of one regex, and the warm state finished
 /// matchers left behind.
 pub struct Grammar {
-    dfa: DFA,
+    dfa: Dfa,
     regex: String,
     /// One byte string per plain-character class path (see [`plain_paths`]); `None`
     /// when the DFA's byte classes are too fine for the plain-text shortcut.
@@ -87,7 +84,7 @@ struct Warm {
     vocab: Arc<TokenVocab>,
     cache: Cache,
     clear_count: usize,
-    masks: HashMap<LazyStateID, Arc<TokenMask>>,
+    masks: HashMap<DfaState, Arc<TokenMask>>,
 }
 
 impl std::fmt::Debug for Grammar {
@@ -102,17 +99,7 @@ impl Grammar {
     /// # Errors
     /// [`Error::Schema`] if the regex does not compile (it names the regex size).
     pub fn from_regex(regex: &str) -> Result<Self> {
-        let dfa = DFA::builder()
-            .configure(DFA::config().cache_capacity(DFA_CACHE_BYTES).minimum_cache_clear_count(None))
-            .syntax(syntax::Config::new().utf8(false))
-            .thompson(
-                thompson::Config::new()
-                    .utf8(false)
-                    .which_captures(thompson::WhichCaptures::None)
-                    .nfa_size_limit(Some(NFA_SIZE_LIMIT)),
-            )
-            .build(&format!("^(?:{regex})$"))
-            .map_err(|e| Error::Schema { pointer: "#".into(), reason: format!("grammar does not compile: {e}") })?;
+        let dfa = Dfa::new(regex, NFA_SIZE_LIMIT)?;
         let plain_paths = plain_paths(dfa.byte_classes());
         Ok(Self { dfa, regex: regex.to_string(), plain_paths, warm: std::sync::Mutex::new(None) })
     }
@@ -148,7 +135,7 @@ impl Grammar {
 
     /// Whether `text` is a complete instance. Cost: O(len).
     pub fn matches(&self, text: &[u8]) -> bool {
-        let mut cache = self.dfa.create_cache();
+        let mut cache = self.create_cache();
         match self.walk(&mut cache, text) {
             Some(s) => self.accepting(&mut cache, s),
             None => false,
@@ -157,26 +144,25 @@ impl Grammar {
 
     /// Whether `text` can be extended to an instance. Cost: O(len).
     pub fn is_prefix(&self, text: &[u8]) -> bool {
-        let mut cache = self.dfa.create_cache();
+        let mut cache = self.create_cache();
         self.walk(&mut cache, text).is_some()
     }
 
-    fn start(&self, cache: &mut Cache) -> LazyStateID {
-        self.dfa
-            .start_state_forward(cache, &Input::new(&[] as &[u8]).anchored(Anchored::Yes))
-            .expect("anchored start state of a regex without look-behind")
+    fn start(&self, cache: &mut Cache) -> DfaState {
+        self.dfa.start(cache)
     }
 
-    fn step(&self, cache: &mut Cache, s: LazyStateID, b: u8) -> Option<LazyStateID> {
-        let n = self.dfa.next_state(cache, s, b).ok()?;
-        if n.is_dead() || n.is_quit() {
-            None
-        } else {
-            Some(n)
-        }
+    #[inline]
+    fn step(&self, cache: &mut Cache, s: DfaState, b: u8) -> Option<DfaState> {
+        let n = self.dfa.next(cache, s, b);
+        (!n.is_dead()).then_some(n)
     }
 
-    fn walk(&self, cache: &mut Cache, bytes: &[u8]) -> Option<LazyStateID> {
+    fn create_cache(&self) -> Cache {
+        self.dfa.create_cache(DFA_CACHE_BYTES)
+    }
+
+    fn walk(&self, cache: &mut Cache, bytes: &[u8]) -> Option<DfaState> {
         let mut s = self.start(cache);
         for &b in bytes {
             s = self.step(cache, s, b)?;
@@ -187,7 +173,7 @@ impl Grammar {
     /// Where every plain character leads from `s`: `Some(Some(next))` when all lead
     /// to the same live state, `Some(None)` when none can follow, `None` when they
     /// disagree (or the shortcut is off for this grammar).
-    fn plain_step(&self, cache: &mut Cache, s: LazyStateID) -> Option<Option<LazyStateID>> {
+    fn plain_step(&self, cache: &mut Cache, s: DfaState) -> Option<Option<DfaState>> {
         let mut first = None;
         for path in self.plain_paths.as_ref()? {
             let mut at = Some(s);
@@ -204,7 +190,7 @@ impl Grammar {
     }
 
     /// Allow every token of `trie` that can follow from `s`.
-    fn walk_trie(&self, cache: &mut Cache, trie: &TokenTrie, s: LazyStateID, mask: &mut TokenMask) {
+    fn walk_trie(&self, cache: &mut Cache, trie: &TokenTrie, s: DfaState, mask: &mut TokenMask) {
         let nodes = trie.nodes();
         // `states[d]`: the DFA state after the first `d` bytes of the current branch.
         let mut states = vec![s; trie.max_depth() + 1];
@@ -227,7 +213,7 @@ impl Grammar {
 
     /// The mask of state `s`: plain slices plus a walk of the rest trie when every
     /// plain character moves alike, otherwise a walk of the whole trie.
-    fn compute_mask(&self, cache: &mut Cache, vocab: &TokenVocab, s: LazyStateID) -> TokenMask {
+    fn compute_mask(&self, cache: &mut Cache, vocab: &TokenVocab, s: DfaState) -> TokenMask {
         // The allowed plain lengths are 1..=m; find m.
         let mut at = s;
         let mut m = 0;
@@ -266,7 +252,7 @@ impl Grammar {
     /// # Errors
     /// [`Error::InvalidParameter`] if `bytes` is not a valid prefix.
     pub fn reference_mask(&self, vocab: &TokenVocab, bytes: &[u8]) -> Result<TokenMask> {
-        let mut cache = self.dfa.create_cache();
+        let mut cache = self.create_cache();
         let s = self.walk(&mut cache, bytes).ok_or_else(|| Error::InvalidParameter {
             name: "bytes",
             reason: "not a valid prefix of this grammar".into(),
@@ -281,8 +267,8 @@ impl Grammar {
         Ok(mask)
     }
 
-    fn accepting(&self, cache: &mut Cache, s: LazyStateID) -> bool {
-        self.dfa.next_eoi_state(cache, s).is_ok_and(|e| e.is_match())
+    fn accepting(&self, cache: &mut Cache, s: DfaState) -> bool {
+        self.dfa.is_accepting(cache, s)
     }
 
     /// Whether some text matches both grammars: a breadth-first search over pairs of
@@ -298,7 +284,7 @@ impl Grammar {
     /// # Ok::<(), toolgate::Error>(())
     /// ```
     pub fn intersects(&self, other: &Grammar, max_pairs: usize) -> Option<bool> {
-        let (mut ca, mut cb) = (self.dfa.create_cache(), other.dfa.create_cache());
+        let (mut ca, mut cb) = (self.create_cache(), other.create_cache());
         let start = (self.start(&mut ca), other.start(&mut cb));
         let mut seen = std::collections::HashSet::from([start]);
         let mut queue = std::collections::VecDeque::from([start]);
@@ -390,7 +376,7 @@ impl Grammar {
         let (mut cache, clear_count, masks) = match warm {
             Some(w) => (w.cache, w.clear_count, w.masks),
             None => {
-                let cache = self.dfa.create_cache();
+                let cache = self.create_cache();
                 let n = cache.clear_count();
                 (cache, n, HashMap::new())
             }
@@ -421,17 +407,17 @@ pub struct Matcher {
     vocab: Arc<TokenVocab>,
     cache: Cache,
     clear_count: usize,
-    state: LazyStateID,
+    state: DfaState,
     bytes: Vec<u8>,
     prefix: Vec<u8>,
     tokens: Vec<u32>,
-    masks: HashMap<LazyStateID, Arc<TokenMask>>,
+    masks: HashMap<DfaState, Arc<TokenMask>>,
     finished: bool,
 }
 
 impl Drop for Matcher {
     fn drop(&mut self) {
-        let cache = std::mem::replace(&mut self.cache, self.grammar.dfa.create_cache());
+        let cache = std::mem::replace(&mut self.cache, self.grammar.create_cache());
         let warm = Warm {
             vocab: self.vocab.clone(),
             cache,
@@ -584,7 +570,7 @@ impl Matcher {
         }
         let clears = self.cache.clear_count();
         // (state, parent index, byte, depth)
-        let mut nodes: Vec<(LazyStateID, usize, u8, usize)> = vec![(self.state, usize::MAX, 0, 0)];
+        let mut nodes: Vec<(DfaState, usize, u8, usize)> = vec![(self.state, usize::MAX, 0, 0)];
         let mut seen = std::collections::HashSet::from([self.state]);
         let mut head = 0;
         let mut goal = None;

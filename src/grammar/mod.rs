@@ -17,6 +17,7 @@
 //! # Ok::<(), toolgate::Error>(())
 //! ```
 
+pub mod dfa;
 pub mod mask;
 pub mod regex;
 pub mod schema;

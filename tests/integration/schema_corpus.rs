@@ -166,6 +166,79 @@ fn random_walks_under_the_masks_validate_and_fast_masks_equal_the_reference() {
     }
 }
 
+/// The grammar's lazy DFA (`grammar::dfa`) against regex-automata's PikeVM, which
+/// simulates the same NFA without determinizing: on every corpus schema's regex, for
+/// the corpus instances, random walks through the DFA and byte-level mutations of
+/// both, the two agree on every whole match. A DFA whose cache holds nothing (cleared
+/// before every new row) must agree too.
+#[test]
+fn the_lazy_dfa_agrees_with_an_nfa_simulation_and_survives_cache_clears() {
+    use regex_automata::nfa::thompson::pikevm::PikeVM;
+    use regex_automata::nfa::thompson::{self, WhichCaptures};
+    use regex_automata::util::syntax;
+    use toolgate::grammar::dfa::{Dfa, DfaState};
+
+    fn run(dfa: &Dfa, cache: &mut toolgate::grammar::dfa::Cache, text: &[u8]) -> bool {
+        let mut s = dfa.start(cache);
+        for &b in text {
+            s = dfa.next(cache, s, b);
+        }
+        dfa.is_accepting(cache, s)
+    }
+
+    let mut rng = StdRng::seed_from_u64(5);
+    let (mut checked, mut matched, mut clears) = (0usize, 0usize, 0usize);
+    for e in corpus() {
+        let g = Grammar::from_schema(&e.schema, Mode::Strict, &Json).unwrap();
+        let dfa = Dfa::new(g.regex(), toolgate::grammar::mask::NFA_SIZE_LIMIT).unwrap();
+        let (mut big, mut none) = (dfa.create_cache(1 << 30), dfa.create_cache(0));
+        let vm = PikeVM::builder()
+            .syntax(syntax::Config::new().utf8(false))
+            .thompson(thompson::Config::new().utf8(false).which_captures(WhichCaptures::None))
+            .build(&format!("^(?:{})$", g.regex()))
+            .unwrap();
+        let mut vm_cache = vm.create_cache();
+        let mut texts: Vec<Vec<u8>> = e.valid.iter().chain(&e.invalid).map(|t| t.as_bytes().to_vec()).collect();
+        for _ in 0..8 {
+            // A random walk over live bytes, stopping at random accepting points.
+            let (mut s, mut text) = (dfa.start(&mut big), Vec::new());
+            while text.len() < 300 && !(dfa.is_accepting(&big, s) && rng.random_bool(0.2)) {
+                let live: Vec<u8> = (0..=255u8).filter(|&b| !dfa.next(&mut big, s, b).is_dead()).collect();
+                if live.is_empty() {
+                    break;
+                }
+                let b = live[rng.random_range(0..live.len())];
+                s = dfa.next(&mut big, s, b);
+                text.push(b);
+            }
+            texts.push(text);
+        }
+        for i in 0..texts.len() {
+            let t = texts[i].clone();
+            if t.is_empty() {
+                continue;
+            }
+            let at = rng.random_range(0..t.len());
+            let mut replaced = t.clone();
+            replaced[at] = rng.random();
+            let mut inserted = t.clone();
+            inserted.insert(at, rng.random());
+            texts.extend([t[..at].to_vec(), replaced, inserted]);
+        }
+        for t in &texts {
+            let want = vm.is_match(&mut vm_cache, t.as_slice());
+            assert_eq!(run(&dfa, &mut big, t), want, "{}: {:?}", e.name, String::from_utf8_lossy(t));
+            assert_eq!(run(&dfa, &mut none, t), want, "{} (empty cache): {:?}", e.name, String::from_utf8_lossy(t));
+            checked += 1;
+            matched += usize::from(want);
+        }
+        assert_eq!(big.clear_count(), 0);
+        clears += none.clear_count();
+        assert!(dfa.next(&mut big, DfaState::DEAD, b'{').is_dead());
+    }
+    assert!(checked > 5000 && matched > 1500 && clears > 10_000, "{checked} texts, {matched} matches, {clears} clears");
+}
+
 /// Compile in both modes; any outcome but a panic is fine, and an error must say
 /// where. Returns the strict result.
 fn compile_both(schema: &Value) -> Result<Grammar, toolgate::Error> {
