@@ -3,7 +3,7 @@
 //! llguidance reports on).
 //!
 //! ```text
-//! cargo run --release --example maskbench -- DIR [--lenient] [--open-objects] [--failures N] [--dump FILE] [--verbose]
+//! cargo run --release --example maskbench -- DIR [--lenient] [--open-objects] [--failures N] [--dump FILE] [--verdicts FILE] [--verbose]
 //! ```
 //!
 //! `DIR` holds the benchmark's `maskbench/data/*.json` files (`{"schema", "tests":
@@ -23,7 +23,9 @@ use toolgate::grammar::Grammar;
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let dir = args.first().ok_or_else(|| {
-        anyhow::anyhow!("usage: maskbench DIR [--lenient] [--open-objects] [--failures N] [--dump FILE]")
+        anyhow::anyhow!(
+            "usage: maskbench DIR [--lenient] [--open-objects] [--failures N] [--dump FILE] [--verdicts FILE]"
+        )
     })?;
     let verbose = args.iter().any(|a| a == "--verbose");
     let mode = if args.iter().any(|a| a == "--lenient") { Mode::Lenient } else { Mode::Strict };
@@ -36,6 +38,18 @@ fn main() -> anyhow::Result<()> {
     let mut dump = match args.iter().position(|a| a == "--dump").and_then(|i| args.get(i + 1)) {
         Some(path) => Some(std::io::BufWriter::new(std::fs::File::create(path)?)),
         None => None,
+    };
+    // `--verdicts FILE`: one JSON line per schema (file, compiled, passed, error), the
+    // format `scripts/maskbench-llguidance.py` writes, to compare engines per schema.
+    let mut verdicts = match args.iter().position(|a| a == "--verdicts").and_then(|i| args.get(i + 1)) {
+        Some(path) => Some(std::io::BufWriter::new(std::fs::File::create(path)?)),
+        None => None,
+    };
+    let mut verdict = |file: &std::path::Path, compiled: bool, passed: bool, error: Option<String>| {
+        use std::io::Write;
+        let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let line = serde_json::json!({"file": name, "compiled": compiled, "passed": passed, "error": error});
+        verdicts.as_mut().map_or(Ok(()), |out| writeln!(out, "{line}"))
     };
     let mut files: Vec<_> = std::fs::read_dir(dir)?.filter_map(|e| e.ok()).map(|e| e.path()).collect();
     files.sort();
@@ -64,6 +78,7 @@ fn main() -> anyhow::Result<()> {
                 let key = msg.split_once(": ").map(|(_, r)| r).unwrap_or(&msg);
                 let key: String = key.chars().take(70).collect();
                 *reasons.entry(key).or_default() += 1;
+                verdict(f, false, false, Some(msg))?;
                 continue;
             }
         };
@@ -101,6 +116,7 @@ fn main() -> anyhow::Result<()> {
         if ok {
             passed += 1;
         }
+        verdict(f, true, ok, None)?;
     }
     compile_ms.sort_by(f64::total_cmp);
     let pct = |p: f64| compile_ms.get(((compile_ms.len().max(1) - 1) as f64 * p) as usize).copied().unwrap_or(0.0);

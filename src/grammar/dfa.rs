@@ -10,10 +10,22 @@
 //! no NFA transition covers is dead at no further cost, and each live class costs one
 //! epsilon closure. Later steps are one table lookup.
 //!
-//! States are sets of *consuming* NFA states (byte ranges) plus the match state,
-//! sorted, so two paths that reach the same set share one DFA state. The regex is
-//! matched whole: the search is anchored at the start and a state accepts when its
-//! set holds the match state. Look-around (`^`, `$`, `\b`) is refused at build time.
+//! **Rules.** A grammar may come as a main regex plus rules it references
+//! ([`super::regex::Rules`]): a reference is a marker the regex spells in bytes no
+//! input holds (`0xF8`, the rule number in base 4 as `0xF9..=0xFC`, `0xFD`), and the
+//! DFA follows it as a call: it enters the rule's own NFA and, when the rule
+//! matches, returns to just after the marker. So a sub-grammar used in many places
+//! (the rest of an object after each optional property, an array's item, an open
+//! object's extra values) is compiled once, where a plain regex must copy it at each
+//! use. A DFA state is then a set of *configurations*: an NFA state and the stack of
+//! return points that led there (interned; a call in tail position pushes nothing).
+//! Stacks deeper than [`MAX_STACK`] are dropped, which only recursive rules reach.
+//!
+//! States are sets of configurations of *consuming* NFA states (byte ranges) and the
+//! match state, sorted, so two paths that reach the same set share one DFA state. The
+//! regex is matched whole: the search is anchored at the start and a state accepts
+//! when its set holds a match with an empty stack. Look-around (`^`, `$`, `\b`) is
+//! refused at build time.
 //!
 //! Memory is bounded: past [`Cache`]'s capacity every state is dropped and rebuilt on
 //! demand ([`Cache::clear_count`] tells callers their ids went stale).
@@ -58,6 +70,41 @@ impl DfaState {
 /// Marks a row that was not expanded yet.
 const UNKNOWN: u32 = u32::MAX;
 
+/// Deepest stack of pending rule returns a configuration may carry.
+pub const MAX_STACK: usize = 256;
+
+/// The bytes that spell a rule reference (see the module docs): valid UTF-8 never
+/// holds them, and no grammar transition on them is ever taken by input.
+pub const CALL_START: u8 = 0xF8;
+/// The first of the four base-4 digit bytes of a rule number.
+pub const CALL_DIGIT: u8 = 0xF9;
+/// Ends a rule reference.
+pub const CALL_END: u8 = 0xFD;
+
+/// A configuration: NFA state in the low 32 bits, stack id in the high 32.
+type Config = u64;
+
+fn config(q: StateID, stack: u32) -> Config {
+    (u64::from(stack) << 32) | u64::from(q.as_u32())
+}
+
+fn nfa_state(c: Config) -> StateID {
+    StateID::new_unchecked(c as u32 as usize)
+}
+
+fn stack_of(c: Config) -> u32 {
+    (c >> 32) as u32
+}
+
+/// One rule reference at an NFA state: which rule, where to resume, and whether the
+/// resume point is the end of the caller (a tail call, which pushes nothing).
+#[derive(Debug, Clone, Copy)]
+struct Call {
+    start: StateID,
+    resume: StateID,
+    tail: bool,
+}
+
 /// A regex compiled to a Thompson NFA, determinized lazily into a [`Cache`].
 #[derive(Debug)]
 pub struct Dfa {
@@ -65,6 +112,10 @@ pub struct Dfa {
     classes: ByteClasses,
     /// Number of byte classes: the length of a transition row.
     stride: usize,
+    /// The rule references leaving each NFA state (empty for most).
+    calls: HashMap<u32, Vec<Call>, foldhash::fast::FixedState>,
+    /// Byte classes that only spell rule references: never input transitions.
+    call_classes: [bool; 256],
 }
 
 impl Dfa {
@@ -76,6 +127,35 @@ impl Dfa {
     /// [`Error::Schema`] if the regex does not parse, its NFA exceeds `nfa_size_limit`
     /// bytes, or it uses look-around.
     pub fn new(regex: &str, nfa_size_limit: usize) -> Result<Self> {
+        Self::with_rules(regex, &[], nfa_size_limit)
+    }
+
+    /// Compile `main` and the `rules` its references call (rule `i` is referenced as
+    /// [`super::regex::Rules::reference`]`(i)`).
+    ///
+    /// Cost: the NFA compile of every rule, plus one pass over the NFA's states to find
+    /// the references.
+    ///
+    /// # Errors
+    /// As [`Dfa::new`], and [`Error::Schema`] for a reference to a rule that does not
+    /// exist or a malformed one.
+    ///
+    /// ```
+    /// use toolgate::grammar::dfa::Dfa;
+    /// use toolgate::grammar::regex::Rules;
+    /// // `item` once, called twice.
+    /// let main = format!(r"\[(?:{0}(?:,{0})*)?\]", Rules::reference(0));
+    /// let dfa = Dfa::with_rules(&main, &["[0-9]+|x".to_string()], 1 << 20)?;
+    /// let mut cache = dfa.create_cache(1 << 20);
+    /// let run = |cache: &mut _, text: &[u8]| {
+    ///     let s = text.iter().fold(dfa.start(cache), |s, &b| dfa.next(cache, s, b));
+    ///     dfa.is_accepting(cache, s)
+    /// };
+    /// assert!(run(&mut cache, b"[12,x,3]"));
+    /// assert!(!run(&mut cache, b"[12,,3]"));
+    /// # Ok::<(), toolgate::Error>(())
+    /// ```
+    pub fn with_rules(main: &str, rules: &[String], nfa_size_limit: usize) -> Result<Self> {
         let fail = |reason: String| Error::Schema { pointer: "#".into(), reason };
         let nfa = thompson::Compiler::new()
             .syntax(syntax::Config::new().utf8(false))
@@ -85,7 +165,7 @@ impl Dfa {
                     .which_captures(thompson::WhichCaptures::None)
                     .nfa_size_limit(Some(nfa_size_limit)),
             )
-            .build(regex)
+            .build_many(&std::iter::once(main).chain(rules.iter().map(String::as_str)).collect::<Vec<_>>())
             .map_err(|e| fail(format!("grammar does not compile: {e}")))?;
         if !nfa.look_set_any().is_empty() {
             return Err(fail("grammar uses look-around (`^`, `$`, `\\b`), which a token mask cannot follow".into()));
@@ -93,7 +173,100 @@ impl Dfa {
         let classes = *nfa.byte_classes();
         // `alphabet_len` counts the end-of-input class as well.
         let stride = classes.alphabet_len() - 1;
-        Ok(Self { nfa, classes, stride })
+        let mut call_classes = [false; 256];
+        for b in CALL_START..=CALL_END {
+            call_classes[usize::from(classes.get(b))] = true;
+        }
+        let mut dfa = Self { nfa, classes, stride, calls: HashMap::default(), call_classes };
+        dfa.calls = dfa.find_calls().map_err(fail)?;
+        Ok(dfa)
+    }
+
+    /// The rule references of every NFA state with a transition on [`CALL_START`]:
+    /// the digits that follow it are read through the NFA (a reference may share its
+    /// first bytes with others, in a trie), up to [`CALL_END`].
+    fn find_calls(&self) -> std::result::Result<HashMap<u32, Vec<Call>, foldhash::fast::FixedState>, String> {
+        let mut calls: HashMap<u32, Vec<Call>, foldhash::fast::FixedState> = HashMap::default();
+        for (i, state) in self.nfa.states().iter().enumerate() {
+            // A reference starts with a transition on exactly this byte (wider ranges, such
+            // as the unanchored search prefix, are not references).
+            let targets = transitions(state).filter(|t| t.0 == CALL_START && t.1 == CALL_START).map(|t| t.2);
+            let mut found = Vec::new();
+            for t in targets {
+                self.read_reference(t, 0, 0, &mut found)?;
+            }
+            if found.is_empty() {
+                continue;
+            }
+            let mut list = Vec::new();
+            for (rule, resume) in found {
+                let pattern = regex_automata::PatternID::new(rule + 1)
+                    .ok()
+                    .filter(|p| p.as_usize() < self.nfa.pattern_len())
+                    .ok_or_else(|| format!("grammar references rule {rule}, which does not exist"))?;
+                let start = self.nfa.start_pattern(pattern).ok_or("rule without a start state")?;
+                list.push(Call { start, resume, tail: self.only_matches(resume) });
+            }
+            calls.insert(i as u32, list);
+        }
+        Ok(calls)
+    }
+
+    /// Read a reference's digits from NFA state `q` (after `digits` digits worth
+    /// `value`), collecting (rule, resume state) at each [`CALL_END`].
+    fn read_reference(
+        &self,
+        q: StateID,
+        value: usize,
+        digits: usize,
+        out: &mut Vec<(usize, StateID)>,
+    ) -> std::result::Result<(), String> {
+        if digits > 16 {
+            return Err("malformed rule reference in grammar".into());
+        }
+        let mut stack = vec![q];
+        let mut seen = std::collections::HashSet::new();
+        while let Some(q) = stack.pop() {
+            if !seen.insert(q) {
+                continue;
+            }
+            let state = self.nfa.state(q);
+            if let Some(eps) = epsilons(state) {
+                stack.extend(eps);
+                continue;
+            }
+            for (lo, hi, next) in transitions(state) {
+                for b in lo..=hi {
+                    match b {
+                        CALL_END => out.push((value, next)),
+                        d if (CALL_DIGIT..CALL_DIGIT + 4).contains(&d) => {
+                            self.read_reference(next, value * 4 + usize::from(d - CALL_DIGIT), digits + 1, out)?
+                        }
+                        _ => return Err("malformed rule reference in grammar".into()),
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether every path from `q` reaches a match without consuming anything: a
+    /// call resuming at `q` is in tail position.
+    fn only_matches(&self, q: StateID) -> bool {
+        let mut stack = vec![q];
+        let mut seen = std::collections::HashSet::new();
+        while let Some(q) = stack.pop() {
+            if !seen.insert(q) {
+                continue;
+            }
+            let state = self.nfa.state(q);
+            match epsilons(state) {
+                Some(eps) => stack.extend(eps),
+                None if matches!(state, State::Match { .. } | State::Fail) => {}
+                None => return false,
+            }
+        }
+        true
     }
 
     /// The byte classes: bytes of one class move every state alike.
@@ -108,12 +281,16 @@ impl Dfa {
             accepting: Vec::new(),
             sets: Vec::new(),
             ids: HashMap::default(),
+            stacks: Vec::new(),
+            stack_ids: HashMap::default(),
+            depth: Vec::new(),
             start: None,
             memory: 0,
             capacity,
             clear_count: 0,
             stamp: Vec::new(),
             generation: 0,
+            seen: Default::default(),
             stack: Vec::new(),
             pairs: Vec::new(),
             set: Vec::new(),
@@ -127,10 +304,9 @@ impl Dfa {
         if let Some(s) = cache.start {
             return s;
         }
-        cache.set.clear();
-        cache.generation = cache.generation.wrapping_add(1);
+        let start = self.nfa.start_pattern(regex_automata::PatternID::ZERO).unwrap_or(self.nfa.start_anchored());
         let mut stack = std::mem::take(&mut cache.stack);
-        stack.push(self.nfa.start_anchored());
+        stack.push(config(start, 0));
         self.close(cache, &mut stack);
         cache.stack = stack;
         let s = self.intern(cache);
@@ -164,38 +340,32 @@ impl Dfa {
     /// be cleared first.
     fn expand(&self, cache: &mut Cache, mut s: DfaState) -> DfaState {
         if cache.memory > cache.capacity {
-            let set = cache.sets[s.0 as usize].clone();
+            // Keep `s`: its configurations with their stacks spelled out.
+            let kept: Vec<(StateID, Vec<StateID>)> =
+                cache.sets[s.0 as usize].iter().map(|&c| (nfa_state(c), cache.frames(stack_of(c)))).collect();
             cache.reset(self.stride);
             cache.clear_count += 1;
             cache.set.clear();
-            cache.set.extend_from_slice(&set);
+            for (q, frames) in kept {
+                let st = frames.iter().rev().try_fold(0, |st, &r| cache.push(st, r));
+                if let Some(st) = st {
+                    cache.set.push(config(q, st));
+                }
+            }
             s = self.intern(cache);
         }
-        // (class, target) for every NFA transition out of the state.
+        // (class, target configuration) for every NFA transition out of the state.
         let mut pairs = std::mem::take(&mut cache.pairs);
         pairs.clear();
         let set = cache.sets[s.0 as usize].clone();
-        for &q in set.iter() {
-            let mut span = |start: u8, end: u8, next: StateID| {
-                for c in self.classes.get(start)..=self.classes.get(end) {
-                    pairs.push((c, next.as_u32()));
-                }
-            };
-            match self.nfa.state(StateID::new_unchecked(q as usize)) {
-                State::ByteRange { trans } => span(trans.start, trans.end, trans.next),
-                State::Sparse(sparse) => {
-                    for t in sparse.transitions.iter() {
-                        span(t.start, t.end, t.next);
+        for &c in set.iter() {
+            let st = stack_of(c);
+            for (start, end, next) in transitions(self.nfa.state(nfa_state(c))) {
+                for class in self.classes.get(start)..=self.classes.get(end) {
+                    if !self.call_classes[usize::from(class)] {
+                        pairs.push((class, config(next, st)));
                     }
                 }
-                State::Dense(dense) => {
-                    for b in 0..=255u8 {
-                        if let Some(next) = dense.matches_byte(b) {
-                            span(b, b, next);
-                        }
-                    }
-                }
-                _ => {}
             }
         }
         pairs.sort_unstable();
@@ -218,10 +388,8 @@ impl Dfa {
             let target = match previous {
                 Some((_, _, t)) if same => t,
                 _ => {
-                    cache.set.clear();
-                    cache.generation = cache.generation.wrapping_add(1);
                     let mut stack = std::mem::take(&mut cache.stack);
-                    stack.extend(pairs[i..j].iter().map(|p| StateID::new_unchecked(p.1 as usize)));
+                    stack.extend(pairs[i..j].iter().map(|p| p.1));
                     self.close(cache, &mut stack);
                     cache.stack = stack;
                     self.intern(cache)
@@ -235,31 +403,36 @@ impl Dfa {
         s
     }
 
-    /// Add the epsilon closure of `stack`'s NFA states to `cache.set` (consuming
-    /// states and the match state only), skipping states already stamped with the
-    /// current generation.
-    fn close(&self, cache: &mut Cache, stack: &mut Vec<StateID>) {
-        if cache.stamp.len() < self.nfa.states().len() {
-            cache.stamp.resize(self.nfa.states().len(), 0);
-        }
-        if cache.generation == 0 {
-            // The stamps wrapped around: forget them all.
-            cache.stamp.fill(0);
-            cache.generation = 1;
-        }
-        while let Some(q) = stack.pop() {
-            let seen = &mut cache.stamp[q.as_usize()];
-            if *seen == cache.generation {
+    /// Set `cache.set` to the epsilon closure of `stack`'s configurations (consuming
+    /// states and matches with an empty stack), entering rules at references and
+    /// returning from them at their matches.
+    fn close(&self, cache: &mut Cache, stack: &mut Vec<Config>) {
+        cache.set.clear();
+        cache.begin_closure(self.nfa.states().len());
+        while let Some(c) = stack.pop() {
+            if !cache.first_visit(c) {
                 continue;
             }
-            *seen = cache.generation;
-            match self.nfa.state(q) {
-                State::ByteRange { .. } | State::Sparse(_) | State::Dense(_) | State::Match { .. } => {
-                    cache.set.push(q.as_u32())
+            let (q, st) = (nfa_state(c), stack_of(c));
+            let state = self.nfa.state(q);
+            match state {
+                State::ByteRange { .. } | State::Sparse(_) | State::Dense(_) => {
+                    cache.set.push(c);
+                    for call in self.calls.get(&q.as_u32()).into_iter().flatten() {
+                        let inner = if call.tail { Some(st) } else { cache.push(st, call.resume) };
+                        if let Some(inner) = inner {
+                            stack.push(config(call.start, inner));
+                        }
+                    }
                 }
-                State::Union { alternates } => stack.extend(alternates.iter().rev()),
-                State::BinaryUnion { alt1, alt2 } => stack.extend([*alt2, *alt1]),
-                State::Capture { next, .. } => stack.push(*next),
+                State::Match { .. } if st == 0 => cache.set.push(c),
+                State::Match { .. } => {
+                    let (parent, resume) = cache.stacks[st as usize];
+                    stack.push(config(resume, parent));
+                }
+                State::Union { alternates } => stack.extend(alternates.iter().rev().map(|&n| config(n, st))),
+                State::BinaryUnion { alt1, alt2 } => stack.extend([config(*alt2, st), config(*alt1, st)]),
+                State::Capture { next, .. } => stack.push(config(*next, st)),
                 // Look-around is refused at build time; `Fail` matches nothing.
                 State::Look { .. } | State::Fail => {}
             }
@@ -276,15 +449,39 @@ impl Dfa {
             return DfaState(id);
         }
         let id = cache.sets.len() as u32;
-        let set: Arc<[u32]> = cache.set.as_slice().into();
-        let accepting =
-            set.iter().any(|&q| matches!(self.nfa.state(StateID::new_unchecked(q as usize)), State::Match { .. }));
-        cache.memory += self.stride * 4 + set.len() * 4 + 96;
+        let set: Arc<[Config]> = cache.set.as_slice().into();
+        let accepting = set.iter().any(|&c| matches!(self.nfa.state(nfa_state(c)), State::Match { .. }));
+        cache.memory += self.stride * 4 + set.len() * 8 + 96;
         cache.sets.push(set.clone());
         cache.ids.insert(set, id);
         cache.accepting.push(accepting);
         cache.trans.resize(cache.trans.len() + self.stride, UNKNOWN);
         DfaState(id)
+    }
+}
+
+/// The byte transitions of an NFA state as `(first, last, next)`.
+fn transitions(state: &State) -> impl Iterator<Item = (u8, u8, StateID)> + '_ {
+    let (range, sparse, dense) = match state {
+        State::ByteRange { trans } => (Some((trans.start, trans.end, trans.next)), &[][..], None),
+        State::Sparse(s) => (None, &s.transitions[..], None),
+        State::Dense(d) => (None, &[][..], Some(d)),
+        _ => (None, &[][..], None),
+    };
+    range
+        .into_iter()
+        .chain(sparse.iter().map(|t| (t.start, t.end, t.next)))
+        .chain(dense.into_iter().flat_map(|d| (0..=255u8).filter_map(move |b| d.matches_byte(b).map(|n| (b, b, n)))))
+}
+
+/// The states an NFA state moves to without input, or `None` for a consuming state,
+/// a match or a failure.
+fn epsilons(state: &State) -> Option<Vec<StateID>> {
+    match state {
+        State::Union { alternates } => Some(alternates.iter().rev().copied().collect()),
+        State::BinaryUnion { alt1, alt2 } => Some(vec![*alt2, *alt1]),
+        State::Capture { next, .. } | State::Look { next, .. } => Some(vec![*next]),
+        _ => None,
     }
 }
 
@@ -295,20 +492,26 @@ pub struct Cache {
     /// is expanded.
     trans: Vec<u32>,
     accepting: Vec<bool>,
-    /// The NFA states of each DFA state, sorted.
-    sets: Vec<Arc<[u32]>>,
-    ids: HashMap<Arc<[u32]>, u32, foldhash::fast::FixedState>,
+    /// The configurations of each DFA state, sorted.
+    sets: Vec<Arc<[Config]>>,
+    ids: HashMap<Arc<[Config]>, u32, foldhash::fast::FixedState>,
+    /// Interned stacks of rule return points: `(parent, resume state)`; 0 is empty.
+    stacks: Vec<(u32, StateID)>,
+    stack_ids: HashMap<(u32, StateID), u32, foldhash::fast::FixedState>,
+    depth: Vec<u16>,
     start: Option<DfaState>,
     memory: usize,
     capacity: usize,
     clear_count: usize,
-    // Scratch for closures: a generation stamp per NFA state, the DFS stack, the
-    // (class, target) pairs of a row and the set being built.
+    // Scratch for closures: a generation stamp per NFA state (configurations with an
+    // empty stack), a set for the others, the DFS stack, the (class, target) pairs of
+    // a row and the set being built.
     stamp: Vec<u32>,
     generation: u32,
-    stack: Vec<StateID>,
-    pairs: Vec<(u8, u32)>,
-    set: Vec<u32>,
+    seen: std::collections::HashSet<Config, foldhash::fast::FixedState>,
+    stack: Vec<Config>,
+    pairs: Vec<(u8, Config)>,
+    set: Vec<Config>,
 }
 
 impl std::fmt::Debug for Cache {
@@ -337,7 +540,7 @@ impl Cache {
         self.memory
     }
 
-    /// Drop every state but the dead one.
+    /// Drop every state but the dead one, and every stack.
     fn reset(&mut self, stride: usize) {
         self.trans.clear();
         self.trans.resize(stride, DfaState::DEAD.0);
@@ -346,7 +549,67 @@ impl Cache {
         self.sets.clear();
         self.sets.push(Arc::from(&[][..]));
         self.ids.clear();
+        self.stacks.clear();
+        self.stacks.push((0, StateID::ZERO));
+        self.stack_ids.clear();
+        self.depth.clear();
+        self.depth.push(0);
         self.start = None;
         self.memory = stride * 4;
+    }
+
+    /// The stack `st` with `resume` pushed, or `None` past [`MAX_STACK`].
+    fn push(&mut self, st: u32, resume: StateID) -> Option<u32> {
+        if let Some(&id) = self.stack_ids.get(&(st, resume)) {
+            return Some(id);
+        }
+        let depth = self.depth[st as usize] + 1;
+        if usize::from(depth) > MAX_STACK {
+            return None;
+        }
+        let id = self.stacks.len() as u32;
+        self.stacks.push((st, resume));
+        self.depth.push(depth);
+        self.stack_ids.insert((st, resume), id);
+        self.memory += 32;
+        Some(id)
+    }
+
+    /// The resume states of stack `st`, innermost first.
+    fn frames(&self, mut st: u32) -> Vec<StateID> {
+        let mut out = Vec::new();
+        while st != 0 {
+            let (parent, resume) = self.stacks[st as usize];
+            out.push(resume);
+            st = parent;
+        }
+        out
+    }
+
+    fn begin_closure(&mut self, nfa_states: usize) {
+        if self.stamp.len() < nfa_states {
+            self.stamp.resize(nfa_states, 0);
+        }
+        self.generation = self.generation.wrapping_add(1);
+        if self.generation == 0 {
+            // The stamps wrapped around: forget them all.
+            self.stamp.fill(0);
+            self.generation = 1;
+        }
+        if !self.seen.is_empty() {
+            self.seen.clear();
+        }
+    }
+
+    /// Whether configuration `c` is met for the first time in this closure.
+    fn first_visit(&mut self, c: Config) -> bool {
+        if stack_of(c) == 0 {
+            let seen = &mut self.stamp[nfa_state(c).as_usize()];
+            let first = *seen != self.generation;
+            *seen = self.generation;
+            first
+        } else {
+            self.seen.insert(c)
+        }
     }
 }

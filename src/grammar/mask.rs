@@ -23,8 +23,8 @@ use regex_automata::util::alphabet::ByteClasses;
 use regex_syntax::utf8::Utf8Sequences;
 
 use super::dfa::{Cache, Dfa, DfaState};
-use super::regex::{to_regex, Dialect};
-use super::schema::{compile_with, Mode, Objects};
+use super::regex::{to_rules, Dialect, Rules};
+use super::schema::{compile_with, Mode, Objects, MAX_GRAMMAR_BYTES};
 use super::vocab::TokenTrie;
 pub use super::vocab::TokenVocab;
 use crate::sampling::TokenMask;
@@ -41,6 +41,7 @@ pub const NFA_SIZE_LIMIT: usize = 16 << 20;
 pub struct Grammar {
     dfa: Dfa,
     regex: String,
+    rules: Vec<String>,
     /// One byte string per plain-character class path (see [`plain_paths`]); `None`
     /// when the DFA's byte classes are too fine for the plain-text shortcut.
     plain_paths: Option<Vec<Vec<u8>>>,
@@ -99,15 +100,34 @@ impl Grammar {
     /// # Errors
     /// [`Error::Schema`] if the regex does not compile (it names the regex size).
     pub fn from_regex(regex: &str) -> Result<Self> {
-        let dfa = Dfa::new(regex, NFA_SIZE_LIMIT)?;
+        Self::from_rules(regex, &Rules::none())
+    }
+
+    /// Compile a regex that references `rules` ([`super::regex::to_rules`]).
+    ///
+    /// # Errors
+    /// As [`Grammar::from_regex`], and for a reference to a missing rule.
+    pub fn from_rules(regex: &str, rules: &Rules) -> Result<Self> {
+        let dfa = Dfa::with_rules(regex, rules.bodies(), NFA_SIZE_LIMIT)?;
         let plain_paths = plain_paths(dfa.byte_classes());
-        Ok(Self { dfa, regex: regex.to_string(), plain_paths, warm: std::sync::Mutex::new(None) })
+        Ok(Self {
+            dfa,
+            regex: regex.to_string(),
+            rules: rules.bodies().to_vec(),
+            plain_paths,
+            warm: std::sync::Mutex::new(None),
+        })
     }
 
     /// Compile a JSON Schema in a dialect.
     ///
+    /// Parts of the grammar used in several places (the rest of an object after each
+    /// optional property, array items, nested values) are compiled once, as rules
+    /// ([`super::regex::Rules`]).
+    ///
     /// # Errors
-    /// [`Error::Schema`] from [`compile`] or the regex compiler.
+    /// [`Error::Schema`] from [`compile`](super::schema::compile), for a grammar past
+    /// [`MAX_GRAMMAR_BYTES`], or from the regex compiler.
     pub fn from_schema(schema: &serde_json::Value, mode: Mode, dialect: &dyn Dialect) -> Result<Self> {
         Self::from_schema_with(schema, mode, Objects::Closed, dialect)
     }
@@ -125,12 +145,30 @@ impl Grammar {
         dialect: &dyn Dialect,
     ) -> Result<Self> {
         let node = compile_with(schema, mode, objects)?;
-        Self::from_regex(&to_regex(&node, dialect))
+        let mut rules = Rules::new();
+        let main = to_rules(&node, dialect, &mut rules);
+        let size = main.len() + rules.total_len();
+        if size > MAX_GRAMMAR_BYTES {
+            return Err(Error::Schema {
+                pointer: "#".into(),
+                reason: format!(
+                    "the schema's grammar takes {} MiB (limit {} MiB): too many distinct properties or values",
+                    size >> 20,
+                    MAX_GRAMMAR_BYTES >> 20
+                ),
+            });
+        }
+        Self::from_rules(&main, &rules)
     }
 
-    /// The regex this grammar was built from.
+    /// The regex this grammar was built from (it may reference [`Grammar::rules`]).
     pub fn regex(&self) -> &str {
         &self.regex
+    }
+
+    /// The rules [`Grammar::regex`] references, by number (empty for a plain regex).
+    pub fn rules(&self) -> &[String] {
+        &self.rules
     }
 
     /// Whether `text` is a complete instance. Cost: O(len).

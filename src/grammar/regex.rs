@@ -14,6 +14,117 @@ use super::schema::{Format, Node, NumBound};
 /// generates only the shorter values, every one of them valid. Minimums are exact.
 pub const MAX_REPEAT: usize = 1024;
 
+/// Sub-regexes at least this long are emitted once, as a rule, and referenced where
+/// they are used (see [`Rules`]); shorter ones are copied.
+pub const SHARE_MIN_LEN: usize = 256;
+
+/// Sub-grammars a regex references instead of copying. A plain regex cannot share a
+/// part between two places, so an object whose optional properties may each open it
+/// holds one copy of "the rest of the object" per such property, an array writes its
+/// item twice (`item(,item)*`) and nested containers multiply those copies. With
+/// rules, each such part is emitted once and referenced; [`super::dfa::Dfa`] follows
+/// references as calls. Identical parts share one rule.
+///
+/// ```
+/// use toolgate::grammar::regex::Rules;
+/// let mut rules = Rules::new();
+/// let long = "[a-z]".repeat(100);
+/// let r = rules.share(long.clone());
+/// assert_eq!(r, Rules::reference(0));
+/// assert_eq!(rules.share(long.clone()), r); // the same rule
+/// assert_eq!(rules.share("[0-9]+".into()), "[0-9]+"); // short: copied
+/// assert_eq!(rules.inline(&format!("x{r}")), format!("x(?:{long})"));
+/// ```
+#[derive(Debug, Clone)]
+pub struct Rules {
+    bodies: Vec<String>,
+    ids: std::collections::HashMap<String, usize>,
+    min_len: usize,
+    total: usize,
+}
+
+impl Default for Rules {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Rules {
+    /// An empty table sharing every part of at least [`SHARE_MIN_LEN`] bytes.
+    pub fn new() -> Self {
+        Self { bodies: Vec::new(), ids: Default::default(), min_len: SHARE_MIN_LEN, total: 0 }
+    }
+
+    /// A table that shares nothing: the regex is one plain regex.
+    pub fn none() -> Self {
+        Self { min_len: usize::MAX, ..Self::new() }
+    }
+
+    /// Whether this table shares anything (not [`Rules::none`]).
+    pub fn shares(&self) -> bool {
+        self.min_len != usize::MAX
+    }
+
+    /// How a regex references rule `i`: bytes no input holds (see
+    /// [`super::dfa`]'s module docs).
+    pub fn reference(i: usize) -> String {
+        let mut digits = Vec::new();
+        let mut n = i;
+        loop {
+            digits.push(super::dfa::CALL_DIGIT + (n % 4) as u8);
+            n /= 4;
+            if n == 0 {
+                break;
+            }
+        }
+        let mut out = format!("(?-u:\\x{:02X}", super::dfa::CALL_START);
+        for d in digits.iter().rev() {
+            out.push_str(&format!("\\x{d:02X}"));
+        }
+        out.push_str(&format!("\\x{:02X})", super::dfa::CALL_END));
+        out
+    }
+
+    /// `re` itself if short, else a reference to the rule holding it.
+    /// Cost: a hash of `re`.
+    pub fn share(&mut self, re: String) -> String {
+        if re.len() < self.min_len {
+            return re;
+        }
+        if let Some(&i) = self.ids.get(&re) {
+            return Self::reference(i);
+        }
+        let i = self.bodies.len();
+        self.total += re.len();
+        self.ids.insert(re.clone(), i);
+        self.bodies.push(re);
+        Self::reference(i)
+    }
+
+    /// The rule bodies, by number.
+    pub fn bodies(&self) -> &[String] {
+        &self.bodies
+    }
+
+    /// Total bytes of the rule bodies.
+    pub fn total_len(&self) -> usize {
+        self.total
+    }
+
+    /// `regex` with every reference replaced by its rule, recursively: the one plain
+    /// regex it stands for (for tests and oracles; it can be exponentially larger).
+    pub fn inline(&self, regex: &str) -> String {
+        let mut out = regex.to_string();
+        for i in (0..self.bodies.len()).rev() {
+            let r = Self::reference(i);
+            if out.contains(&r) {
+                out = out.replace(&r, &format!("(?:{})", self.inline(&self.bodies[i])));
+            }
+        }
+        out
+    }
+}
+
 /// How values are spelled.
 pub trait Dialect {
     /// Regex for a string's opening and closing quote.
@@ -215,6 +326,18 @@ impl Dialect for Gemma4 {
 
 /// The regex for `node` in dialect `d` (unanchored text; callers anchor).
 pub fn to_regex(node: &Node, d: &dyn Dialect) -> String {
+    emit(node, d, &mut Rules::none())
+}
+
+/// [`to_regex`], with large parts emitted once into `rules` and referenced (see
+/// [`Rules`]). Compile the result with [`super::Grammar::from_rules`].
+///
+/// Cost: linear in the schema's size, where [`to_regex`] copies shared parts.
+pub fn to_rules(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
+    emit(node, d, rules)
+}
+
+fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
     match node {
         Node::Never => "[^\\x00-\\x{10FFFF}]".into(),
         Node::Null => d.null(),
@@ -243,13 +366,16 @@ pub fn to_regex(node: &Node, d: &dyn Dialect) -> String {
             format!("{q}{body}{q}")
         }
         Node::Literals(vs) => alt(vs.iter().map(|v| d.literal(v)).collect()),
-        Node::AnyOf(ns) => alt(ns.iter().map(|n| to_regex(n, d)).collect()),
+        Node::AnyOf(ns) => alt(ns.iter().map(|n| emit(n, d, rules)).collect()),
         Node::Array { prefix, items, min, max } => {
             // Positional items are optional from `minItems` on (`[1]` satisfies two
             // `prefixItems`); the others follow, as many as the bounds allow.
             let comma = d.comma();
             let k = prefix.len().min(max.unwrap_or(usize::MAX));
-            let item = items.as_ref().map(|n| to_regex(n, d));
+            let item = items.as_ref().map(|n| {
+                let re = emit(n, d, rules);
+                rules.share(re)
+            });
             let never = to_regex(&Node::Never, d);
             let inner = if k == 0 {
                 match &item {
@@ -265,10 +391,12 @@ pub fn to_regex(node: &Node, d: &dyn Dialect) -> String {
                     None => String::new(),
                 };
                 for i in (1..k).rev() {
-                    let step = format!("{comma}{}{seq}", to_regex(&prefix[i], d));
+                    let item = emit(&prefix[i], d, rules);
+                    let step = format!("{comma}{}{seq}", rules.share(item));
                     seq = if i >= *min { format!("(?:{step})?") } else { step };
                 }
-                let body = format!("{}{seq}", to_regex(&prefix[0], d));
+                let first = emit(&prefix[0], d, rules);
+                let body = format!("{}{seq}", rules.share(first));
                 if *min == 0 {
                     format!("(?:{body})?")
                 } else {
@@ -282,14 +410,21 @@ pub fn to_regex(node: &Node, d: &dyn Dialect) -> String {
             let comma = d.comma();
             let elems: Vec<(String, bool)> = properties
                 .iter()
-                .map(|(name, n, req)| (format!("{}{colon}{}", d.key(name), to_regex(n, d)), *req))
+                .map(|(name, n, req)| {
+                    let value = emit(n, d, rules);
+                    (format!("{}{colon}{}", d.key(name), rules.share(value)), *req)
+                })
                 .collect();
             let names: Vec<&str> = properties.iter().map(|(n, _, _)| n.as_str()).collect();
-            let mut extras: Vec<String> =
-                additional.iter().map(|n| format!("{}{colon}{}", d.any_key(&names), to_regex(n, d))).collect();
+            let mut extras: Vec<String> = Vec::new();
+            if let Some(n) = additional {
+                let value = emit(n, d, rules);
+                extras.push(format!("{}{colon}{}", d.any_key(&names), rules.share(value)));
+            }
             for (p, n) in patterns {
                 if let Some(key) = d.pattern_key(p) {
-                    extras.push(format!("{key}{colon}{}", to_regex(n, d)));
+                    let value = emit(n, d, rules);
+                    extras.push(format!("{key}{colon}{}", rules.share(value)));
                 }
             }
             let extra = match extras.len() {
@@ -297,7 +432,7 @@ pub fn to_regex(node: &Node, d: &dyn Dialect) -> String {
                 1 => extras.pop(),
                 _ => Some(format!("(?:{})", extras.join("|"))),
             };
-            format!(r"\{{{}\}}", props_first(&elems, extra.as_deref(), &comma, *non_empty))
+            format!(r"\{{{}\}}", props_first(&elems, extra.as_deref(), &comma, *non_empty, rules))
         }
     }
 }
@@ -362,7 +497,10 @@ pub fn size_estimate(node: &Node) -> usize {
 pub const MAX_OPENING_PROPERTIES: usize = 8;
 
 /// Nothing emitted yet: the whole property list (`non_empty`: not the empty one).
-fn props_first(e: &[(String, bool)], extra: Option<&str>, comma: &str, non_empty: bool) -> String {
+fn props_first(e: &[(String, bool)], extra: Option<&str>, comma: &str, non_empty: bool, rules: &mut Rules) -> String {
+    if rules.shares() {
+        return props_first_shared(e, extra, comma, non_empty, rules);
+    }
     let mut alts = Vec::new();
     let mut all_optional = true;
     for (j, (re, required)) in e.iter().enumerate() {
@@ -382,6 +520,50 @@ fn props_first(e: &[(String, bool)], extra: Option<&str>, comma: &str, non_empty
             (None, true) => {}
         }
     }
+    alternatives(alts)
+}
+
+/// [`props_first`] with "the rest of the object from property `i` on" shared through
+/// `rules` (each built on the next), so an object of `n` properties costs `O(n)`:
+/// every optional property may open the object (no [`MAX_OPENING_PROPERTIES`]), and
+/// extra properties may stand anywhere between the declared ones, as JSON Schema
+/// allows.
+fn props_first_shared(
+    e: &[(String, bool)],
+    extra: Option<&str>,
+    comma: &str,
+    non_empty: bool,
+    rules: &mut Rules,
+) -> String {
+    // An extra property is written once, as a rule, however often it may appear.
+    let extra = extra.map(|x| rules.share(x.to_string()));
+    let extra = extra.as_deref();
+    let extras = extra.map(|x| format!("(?:{comma}{x})*")).unwrap_or_default();
+    let mut rest = vec![String::new(); e.len() + 1];
+    rest[e.len()] = extras.clone();
+    // `rest[0]` is only needed after an extra property opened the object.
+    let first = if extra.is_some() { 0 } else { 1 };
+    for i in (first..e.len()).rev() {
+        let own = rest_element(&e[i].0, e[i].1, comma);
+        rest[i] = rules.share(format!("{extras}{own}{}", rest[i + 1]));
+    }
+    let mut alts = Vec::new();
+    for (j, (re, required)) in e.iter().enumerate() {
+        alts.push(format!("{re}{}", rest[j + 1]));
+        if *required {
+            break;
+        }
+    }
+    if let Some(x) = extra {
+        alts.push(format!("{x}{}", rest[0]));
+    }
+    if !non_empty && e.iter().all(|(_, required)| !required) {
+        alts.push(String::new());
+    }
+    alternatives(alts)
+}
+
+fn alternatives(mut alts: Vec<String>) -> String {
     match alts.len() {
         0 => to_regex(&Node::Never, &Json),
         1 => alts.pop().unwrap_or_default(),
@@ -393,16 +575,20 @@ fn props_first(e: &[(String, bool)], extra: Option<&str>, comma: &str, non_empty
 fn props_rest(e: &[(String, bool)], i: usize, extra: Option<&str>, comma: &str) -> String {
     let mut out = String::new();
     for (re, required) in &e[i..] {
-        if *required {
-            out.push_str(&format!("{comma}{re}"));
-        } else {
-            out.push_str(&format!("(?:{comma}{re})?"));
-        }
+        out.push_str(&rest_element(re, *required, comma));
     }
     if let Some(x) = extra {
         out.push_str(&format!("(?:{comma}{x})*"));
     }
     out
+}
+
+fn rest_element(re: &str, required: bool, comma: &str) -> String {
+    if required {
+        format!("{comma}{re}")
+    } else {
+        format!("(?:{comma}{re})?")
+    }
 }
 
 /// The enforced maximum for `min..=max` (see [`MAX_REPEAT`]).
@@ -976,7 +1162,7 @@ pub fn xml_parameters(node: &Node) -> String {
                 // At least one parameter: the JSON objects' layout, without separators.
                 let elems: Vec<(String, bool)> =
                     properties.iter().map(|(name, n, required)| (param(&escape(name), &value(n)), *required)).collect();
-                props_first(&elems, extra.as_deref(), "", true)
+                props_first(&elems, extra.as_deref(), "", true, &mut Rules::none())
             } else {
                 let mut out = String::new();
                 for (name, n, required) in properties {
@@ -1062,7 +1248,7 @@ pub fn python_kwargs(node: &Node) -> String {
             let names: Vec<&str> = properties.iter().map(|(n, _, _)| n.as_str()).collect();
             let key = key_except("[A-Za-z_]", "[A-Za-z0-9_]", &names);
             let extra = additional.as_ref().map(|n| format!("{key}={}", to_regex(n, &Python)));
-            format!(r"\({}\)", props_first(&elems, extra.as_deref(), comma, *non_empty))
+            format!(r"\({}\)", props_first(&elems, extra.as_deref(), comma, *non_empty, &mut Rules::none()))
         }
         other => format!(
             r"\((?:[A-Za-z_][A-Za-z0-9_]*={v}(?:{comma}[A-Za-z_][A-Za-z0-9_]*={v})*)?\)",

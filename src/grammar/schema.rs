@@ -162,8 +162,8 @@ pub enum Node {
 /// ```
 ///
 /// # Errors
-/// [`Error::Schema`] for an invalid schema, an unresolvable `$ref`, a grammar past
-/// [`MAX_GRAMMAR_BYTES`], or (strict mode) an unsupported keyword.
+/// [`Error::Schema`] for an invalid schema, an unresolvable `$ref`, a schema past
+/// [`MAX_SCHEMA_NODES`] or [`MAX_NESTING`], or (strict mode) an unsupported keyword.
 pub fn compile(schema: &Value, mode: Mode) -> Result<Node> {
     compile_with(schema, mode, Objects::Closed)
 }
@@ -182,8 +182,18 @@ pub fn compile(schema: &Value, mode: Mode) -> Result<Node> {
 /// As [`compile`].
 pub fn compile_with(schema: &Value, mode: Mode, objects: Objects) -> Result<Node> {
     let c = Compiler { root: schema, mode, objects, refs: std::cell::Cell::new(0), nodes: std::cell::Cell::new(0) };
-    let node = c.node(schema, "#", 0)?;
-    let size = super::regex::size_estimate(&node);
+    c.node(schema, "#", 0)
+}
+
+/// Refuse a value grammar whose plain regex ([`super::regex::to_regex`], which copies
+/// shared parts) would pass [`MAX_GRAMMAR_BYTES`], from an estimate made without
+/// building it. [`super::Grammar::from_schema`] shares those parts and checks its real
+/// size instead; this is for callers that emit a plain regex.
+///
+/// # Errors
+/// [`Error::Schema`] naming the estimated size.
+pub fn check_plain_size(node: &Node) -> Result<()> {
+    let size = super::regex::size_estimate(node);
     if size > MAX_GRAMMAR_BYTES {
         return Err(err(
             "#",
@@ -194,7 +204,7 @@ pub fn compile_with(schema: &Value, mode: Mode, objects: Objects) -> Result<Node
             ),
         ));
     }
-    Ok(node)
+    Ok(())
 }
 
 struct Compiler<'a> {
@@ -329,7 +339,18 @@ impl Compiler<'_> {
                 let mut nodes = Vec::new();
                 for (i, a) in alts.iter().enumerate() {
                     // Keywords beside anyOf apply to every branch.
-                    let branch = merge_objects(&rest, a).unwrap_or_else(|| a.clone());
+                    // Where they cannot be merged, strict mode refuses rather than drop
+                    // them; lenient mode keeps the branch alone (wider).
+                    let branch = match (merge_objects(&rest, a), self.mode) {
+                        (Some(b), _) => b,
+                        (None, Mode::Lenient) => a.clone(),
+                        (None, Mode::Strict) => {
+                            return Err(err(
+                                &format!("{ptr}/{key}/{i}"),
+                                format!("the keywords beside `{key}` cannot be merged into this branch"),
+                            ))
+                        }
+                    };
                     nodes.push(self.node(&branch, &format!("{ptr}/{key}/{i}"), depth + 1)?);
                 }
                 // `oneOf` means exactly one: the grammar's "any of" is that only when no
@@ -810,9 +831,17 @@ fn merge_objects(a: &Map<String, Value>, b: &Value) -> Option<Value> {
     for (k, v) in b {
         match (k.as_str(), out.get(k)) {
             ("properties", Some(Value::Object(pa))) => {
+                // A property both sides declare must satisfy both schemas: merge
+                // them (the later one alone would drop the earlier's constraints).
                 let mut p = pa.clone();
                 for (pk, pv) in v.as_object()? {
-                    p.insert(pk.clone(), pv.clone());
+                    let both = match p.get(pk) {
+                        None | Some(Value::Bool(true)) => pv.clone(),
+                        Some(existing) if existing == pv || pv == &Value::Bool(true) => existing.clone(),
+                        Some(Value::Object(existing)) => merge_objects(existing, pv)?,
+                        Some(_) => return None,
+                    };
+                    p.insert(pk.clone(), both);
                 }
                 out.insert(k.clone(), Value::Object(p));
             }

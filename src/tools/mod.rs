@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::grammar::regex::{python_kwargs, to_regex, xml_parameters, Gemma4, Json};
-use crate::grammar::schema::{compile, Mode};
+use crate::grammar::schema::{check_plain_size, compile, Mode};
 use crate::tokenizer::{TokenKind, Tokenizer, SPECIAL_PREFIX};
 use crate::{Error, Result};
 use format::{ArgsDialect, BodyKind, ToolFormat};
@@ -224,7 +224,9 @@ pub fn calls_regex(
     let mut bodies = Vec::new();
     for t in &selected {
         let mode = if t.function.strict == Some(true) { Mode::Strict } else { Mode::Lenient };
-        let node = compile(&t.function.parameters, mode).map_err(|e| match e {
+        // The call grammar is one plain regex, composed around each tool's arguments.
+        let node = compile(&t.function.parameters, mode).and_then(|n| check_plain_size(&n).map(|()| n));
+        let node = node.map_err(|e| match e {
             Error::Schema { pointer, reason } => Error::Schema {
                 pointer: format!("tools[{}].function.parameters{}", t.function.name, &pointer[1..]),
                 reason,

@@ -166,8 +166,9 @@ fn random_walks_under_the_masks_validate_and_fast_masks_equal_the_reference() {
     }
 }
 
-/// The grammar's lazy DFA (`grammar::dfa`) against regex-automata's PikeVM, which
-/// simulates the same NFA without determinizing: on every corpus schema's regex, for
+/// The grammar's lazy DFA (`grammar::dfa`), with its shared rules, against
+/// regex-automata's PikeVM, which simulates the one plain regex the rules stand for
+/// without determinizing: on every corpus schema, for
 /// the corpus instances, random walks through the DFA and byte-level mutations of
 /// both, the two agree on every whole match. A DFA whose cache holds nothing (cleared
 /// before every new row) must agree too.
@@ -177,6 +178,7 @@ fn the_lazy_dfa_agrees_with_an_nfa_simulation_and_survives_cache_clears() {
     use regex_automata::nfa::thompson::{self, WhichCaptures};
     use regex_automata::util::syntax;
     use toolgate::grammar::dfa::{Dfa, DfaState};
+    use toolgate::grammar::regex::Rules;
 
     fn run(dfa: &Dfa, cache: &mut toolgate::grammar::dfa::Cache, text: &[u8]) -> bool {
         let mut s = dfa.start(cache);
@@ -187,15 +189,20 @@ fn the_lazy_dfa_agrees_with_an_nfa_simulation_and_survives_cache_clears() {
     }
 
     let mut rng = StdRng::seed_from_u64(5);
-    let (mut checked, mut matched, mut clears) = (0usize, 0usize, 0usize);
+    let (mut checked, mut matched, mut clears, mut shared) = (0usize, 0usize, 0usize, 0usize);
     for e in corpus() {
-        let g = Grammar::from_schema(&e.schema, Mode::Strict, &Json).unwrap();
-        let dfa = Dfa::new(g.regex(), toolgate::grammar::mask::NFA_SIZE_LIMIT).unwrap();
+        // The grammar as `Grammar::from_schema` builds it (a main regex and shared
+        // rules); the PikeVM runs the one plain regex the rules stand for.
+        let node = toolgate::grammar::schema::compile(&e.schema, Mode::Strict).unwrap();
+        let mut rules = Rules::new();
+        let main = toolgate::grammar::regex::to_rules(&node, &Json, &mut rules);
+        shared += rules.bodies().len();
+        let dfa = Dfa::with_rules(&main, rules.bodies(), toolgate::grammar::mask::NFA_SIZE_LIMIT).unwrap();
         let (mut big, mut none) = (dfa.create_cache(1 << 30), dfa.create_cache(0));
         let vm = PikeVM::builder()
             .syntax(syntax::Config::new().utf8(false))
             .thompson(thompson::Config::new().utf8(false).which_captures(WhichCaptures::None))
-            .build(&format!("^(?:{})$", g.regex()))
+            .build(&format!("^(?:{})$", rules.inline(&main)))
             .unwrap();
         let mut vm_cache = vm.create_cache();
         let mut texts: Vec<Vec<u8>> = e.valid.iter().chain(&e.invalid).map(|t| t.as_bytes().to_vec()).collect();
@@ -236,7 +243,10 @@ fn the_lazy_dfa_agrees_with_an_nfa_simulation_and_survives_cache_clears() {
         clears += none.clear_count();
         assert!(dfa.next(&mut big, DfaState::DEAD, b'{').is_dead());
     }
-    assert!(checked > 5000 && matched > 1500 && clears > 10_000, "{checked} texts, {matched} matches, {clears} clears");
+    assert!(
+        checked > 5000 && matched > 1500 && clears > 10_000 && shared > 100,
+        "{checked} texts, {matched} matches, {clears} clears, {shared} rules"
+    );
 }
 
 /// Compile in both modes; any outcome but a panic is fine, and an error must say
