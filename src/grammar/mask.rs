@@ -24,7 +24,7 @@ use regex_syntax::utf8::Utf8Sequences;
 
 use super::dfa::{Cache, Dfa, DfaState};
 use super::regex::{to_rules, Dialect, Rules};
-use super::schema::{compile_with, Mode, Objects, MAX_GRAMMAR_BYTES};
+use super::schema::{compile_shared, Mode, Objects, MAX_GRAMMAR_BYTES};
 use super::vocab::TokenTrie;
 pub use super::vocab::TokenVocab;
 use crate::sampling::TokenMask;
@@ -144,7 +144,7 @@ impl Grammar {
         objects: Objects,
         dialect: &dyn Dialect,
     ) -> Result<Self> {
-        let node = compile_with(schema, mode, objects)?;
+        let node = compile_shared(schema, mode, objects)?;
         let mut rules = Rules::new();
         let main = to_rules(&node, dialect, &mut rules);
         let size = main.len() + rules.total_len();

@@ -488,10 +488,11 @@ pub fn size_estimate(node: &Node) -> usize {
     }
 }
 
-/// How many optional properties may be the first one written in an object: an
-/// object's regex holds one copy of "the rest of the object" per property that can
-/// open it (a regex cannot share a suffix), so without a bound a schema of 100
-/// optional properties would need 100 copies of everything. Past the bound, an
+/// How many optional properties may be the first one written in an object, in a plain
+/// regex ([`to_regex`]): it holds one copy of "the rest of the object" per property
+/// that can open it (a regex cannot share a suffix), so without a bound a schema of 100
+/// optional properties would need 100 copies of everything. [`to_rules`] shares those
+/// rests and has no such bound. Past the bound, an
 /// optional property can still appear, after an earlier one; the first required
 /// property can always open the object.
 pub const MAX_OPENING_PROPERTIES: usize = 8;

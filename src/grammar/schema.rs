@@ -27,19 +27,28 @@ pub enum Objects {
     /// mode reads such a schema). The default.
     #[default]
     Closed,
-    /// JSON Schema's reading: any other property, after the declared ones, with a value
-    /// nesting at most [`OPEN_EXTRA_LEVELS`] containers (every open object carries a
-    /// copy of that value's grammar, so deeper extras would multiply its size).
+    /// JSON Schema's reading: any other property, anywhere among the declared ones
+    /// (with [`super::Grammar::from_schema_with`]; after them in a plain regex), with a
+    /// value nesting at most [`OPEN_EXTRA_LEVELS`] containers.
     Open,
 }
 
-/// Containers an extra property's value may nest in an [`Objects::Open`] object.
+/// Containers an extra property's value may nest in an [`Objects::Open`] object, in a
+/// plain regex ([`compile`] for [`super::regex::to_regex`]).
 pub const OPEN_EXTRA_LEVELS: usize = 1;
 
 /// Containers an unconstrained value (`{}`, `true`, `additionalProperties: true`, an
-/// array without `items`) may nest, wherever it appears: `[{"a": [1]}]` is 3 levels.
-/// Deeper values are refused by the grammar (the regex grows 4× per level).
+/// array without `items`) may nest, wherever it appears, in a plain regex:
+/// `[{"a": [1]}]` is 3 levels. Deeper values are refused by the grammar (a plain
+/// regex grows 4× per level).
 pub const ANY_VALUE_LEVELS: usize = 3;
+
+/// [`OPEN_EXTRA_LEVELS`] for grammars with shared rules ([`compile_shared`]), where a
+/// level costs one rule.
+pub const SHARED_OPEN_EXTRA_LEVELS: usize = 3;
+
+/// [`ANY_VALUE_LEVELS`] for grammars with shared rules ([`compile_shared`]).
+pub const SHARED_ANY_VALUE_LEVELS: usize = 5;
 /// Most schema nodes one compilation visits, `$ref` expansions included: recursive
 /// references that branch would otherwise expand exponentially before any size check.
 pub const MAX_SCHEMA_NODES: usize = 100_000;
@@ -181,8 +190,18 @@ pub fn compile(schema: &Value, mode: Mode) -> Result<Node> {
 /// # Errors
 /// As [`compile`].
 pub fn compile_with(schema: &Value, mode: Mode, objects: Objects) -> Result<Node> {
-    let c = Compiler { root: schema, mode, objects, refs: std::cell::Cell::new(0), nodes: std::cell::Cell::new(0) };
-    c.node(schema, "#", 0)
+    Compiler::new(schema, mode, objects, ANY_VALUE_LEVELS, OPEN_EXTRA_LEVELS).node(schema, "#", 0)
+}
+
+/// [`compile_with`] for a grammar with shared rules ([`super::regex::to_rules`], as
+/// [`super::Grammar::from_schema`] builds it): unconstrained values nest
+/// [`SHARED_ANY_VALUE_LEVELS`] containers and open objects' extras
+/// [`SHARED_OPEN_EXTRA_LEVELS`].
+///
+/// # Errors
+/// As [`compile`].
+pub fn compile_shared(schema: &Value, mode: Mode, objects: Objects) -> Result<Node> {
+    Compiler::new(schema, mode, objects, SHARED_ANY_VALUE_LEVELS, SHARED_OPEN_EXTRA_LEVELS).node(schema, "#", 0)
 }
 
 /// Refuse a value grammar whose plain regex ([`super::regex::to_regex`], which copies
@@ -211,6 +230,10 @@ struct Compiler<'a> {
     root: &'a Value,
     mode: Mode,
     objects: Objects,
+    /// Containers an unconstrained value may nest.
+    any_levels: usize,
+    /// Containers an open object's extra value may nest.
+    extra_levels: usize,
     /// `$ref`s being expanded on the current path.
     refs: std::cell::Cell<usize>,
     /// Schema nodes visited so far (bounded by [`MAX_SCHEMA_NODES`]).
@@ -267,7 +290,12 @@ fn escape_ptr(s: &str) -> String {
     s.replace('~', "~0").replace('/', "~1")
 }
 
-impl Compiler<'_> {
+impl<'a> Compiler<'a> {
+    fn new(root: &'a Value, mode: Mode, objects: Objects, any_levels: usize, extra_levels: usize) -> Self {
+        let (refs, nodes) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
+        Self { root, mode, objects, any_levels, extra_levels, refs, nodes }
+    }
+
     fn node(&self, s: &Value, ptr: &str, depth: usize) -> Result<Node> {
         if depth > MAX_NESTING {
             return Err(err(ptr, format!("schema nested deeper than {MAX_NESTING} levels")));
@@ -280,7 +308,7 @@ impl Compiler<'_> {
             ));
         }
         let obj = match s {
-            Value::Bool(true) => return Ok(any_value(ANY_VALUE_LEVELS)),
+            Value::Bool(true) => return Ok(any_value(self.any_levels)),
             Value::Bool(false) => return Ok(Node::Never),
             Value::Object(o) => o,
             _ => return Err(err(ptr, "a schema must be an object or a boolean")),
@@ -401,7 +429,7 @@ impl Compiler<'_> {
         let types: Vec<&str> = if types.is_empty() { infer_types(obj) } else { types };
         self.check_keywords(obj, ptr, &types)?;
         if types.is_empty() {
-            return Ok(any_value(ANY_VALUE_LEVELS));
+            return Ok(any_value(self.any_levels));
         }
         let mut nodes = Vec::new();
         for t in types {
@@ -672,7 +700,7 @@ impl Compiler<'_> {
             other => other,
         };
         let items = match rest {
-            None => Some(Box::new(any_value(ANY_VALUE_LEVELS))),
+            None => Some(Box::new(any_value(self.any_levels))),
             Some(Value::Bool(false)) => None,
             Some(s) => Some(Box::new(self.node(s, &format!("{ptr}/items"), depth + 1)?)),
         };
@@ -722,12 +750,12 @@ impl Compiler<'_> {
             // A free-form object (no `properties` keyword at all; `"properties": {}`
             // is the closed empty object of a tool without arguments): any properties.
             None if !obj.contains_key("properties") && patterns.is_empty() && required.is_empty() => {
-                Some(Box::new(any_value(ANY_VALUE_LEVELS)))
+                Some(Box::new(any_value(self.any_levels)))
             }
             // Open objects with a pattern keep to declared and matching names: extra
             // names would have to avoid the pattern (a regex complement).
             None if self.objects == Objects::Open && patterns.is_empty() => {
-                Some(Box::new(any_value(OPEN_EXTRA_LEVELS)))
+                Some(Box::new(any_value(self.extra_levels)))
             }
             // Absent beside declared properties: no extra properties (as OpenAI strict
             // mode): a tool call carries only the declared arguments.
@@ -739,13 +767,13 @@ impl Compiler<'_> {
                     "`additionalProperties` beside `patternProperties` is not supported",
                 ));
             }
-            Some(Value::Bool(true)) => Some(Box::new(any_value(ANY_VALUE_LEVELS))),
+            Some(Value::Bool(true)) => Some(Box::new(any_value(self.any_levels))),
             Some(s) => Some(Box::new(self.node(s, &format!("{ptr}/additionalProperties"), depth + 1)?)),
         };
         // A required name with no declared schema: any value (or the extras' schema).
         for r in &required {
             if !properties.iter().any(|(n, _, _)| n == r) {
-                let value = additional.as_deref().cloned().unwrap_or_else(|| any_value(ANY_VALUE_LEVELS));
+                let value = additional.as_deref().cloned().unwrap_or_else(|| any_value(self.any_levels));
                 properties.push((r.to_string(), value, true));
             }
         }

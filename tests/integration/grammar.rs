@@ -256,17 +256,85 @@ fn unsupported_keywords_name_the_pointer_or_are_ignored_in_lenient_mode() {
     }
 }
 
+/// Shared rules (`grammar::regex::Rules`): schemas whose plain regex would copy the
+/// rest of an object per optional property, and an array's item twice per level,
+/// compile to grammars linear in the schema, and accept what JSON Schema accepts.
+#[test]
+fn shared_rules_keep_large_schemas_small_and_exact() {
+    // 40 optional properties: any of them may come first (a plain regex allowed only
+    // the first 8 to open the object), in schema order.
+    let props: serde_json::Map<String, Value> =
+        (0..40).map(|i| (format!("p{i}"), json!({"type": "integer"}))).collect();
+    let wide = json!({"type": "object", "properties": props});
+    let g = grammar(wide.clone());
+    assert!(!g.rules().is_empty());
+    for ok in [r#"{}"#, r#"{"p39":1}"#, r#"{"p12":1,"p30":2}"#, r#"{"p0":0,"p1":1,"p39":3}"#] {
+        assert!(g.matches(ok.as_bytes()), "{ok}");
+    }
+    for bad in [r#"{"p30":2,"p12":1}"#, r#"{"p40":1}"#, r#"{"p1":1,"p1":1}"#, r#"{"p3":"x"}"#] {
+        assert!(!g.matches(bad.as_bytes()), "{bad}");
+    }
+    // Arrays of objects of arrays … 12 levels deep, each object with three optional
+    // properties: the plain regex was refused as tens of GiB; shared, it compiles, and
+    // its size is a few kilobytes.
+    let mut deep = json!({"type": "string"});
+    for level in 0..12 {
+        deep = json!({"type": "array", "items": {"type": "object", "properties": {
+            "id": {"type": "integer"}, "name": {"type": "string"}, format!("child{level}"): deep}}});
+    }
+    let node = toolgate::grammar::schema::compile(&deep, Mode::Strict).unwrap();
+    assert!(toolgate::grammar::schema::check_plain_size(&node).is_err());
+    let g = grammar(deep);
+    let size = g.regex().len() + g.rules().iter().map(String::len).sum::<usize>();
+    assert!(size < 64 << 10, "{size} bytes");
+    assert!(g.matches(br#"[{"id":1,"child11":[{"name":"x","child10":[]}]},{}]"#));
+    assert!(!g.matches(br#"[{"id":1,"child11":[{"name":"x","child10":[{"id":"2"}]}]}]"#));
+    // Open objects: extra properties anywhere between the declared ones, never with a
+    // declared name.
+    let person = json!({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}, "required": ["name"]});
+    let open = Grammar::from_schema_with(&person, Mode::Strict, Objects::Open, &Json).unwrap();
+    for ok in [r#"{"x":1,"name":"a"}"#, r#"{"name":"a","x":1,"age":3}"#, r#"{"x":1,"name":"a","y":2,"age":3,"z":[]}"#] {
+        assert!(open.matches(ok.as_bytes()), "{ok}");
+    }
+    for bad in [r#"{"x":1}"#, r#"{"age":3,"name":"a"}"#, r#"{"name":"a","age":3,"age":4}"#, r#"{"x":1,"name":2}"#] {
+        assert!(!open.matches(bad.as_bytes()), "{bad}");
+    }
+}
+
+/// `allOf` branches that declare the same property must both hold for it, and keywords
+/// beside `anyOf` that cannot merge into a branch are refused, never dropped.
+#[test]
+fn all_of_merges_shared_properties_and_any_of_keeps_its_siblings() {
+    let s = json!({"type": "object", "allOf": [
+        {"properties": {"o": {"type": "object"}}, "required": ["o"]},
+        {"properties": {"o": {"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": false}}}
+    ]});
+    let open = Grammar::from_schema_with(&s, Mode::Strict, Objects::Open, &Json).unwrap();
+    assert!(open.matches(br#"{"o":{"a":1}}"#));
+    assert!(!open.matches(br#"{"o":{"a":1,"b":2}}"#));
+    let s = json!({"type": "object", "properties": {"k": {"type": "string"}}, "additionalProperties": false,
+        "anyOf": [{"properties": {"k": {"const": "a"}, "extra": {"type": "integer"}}}, {"required": ["k"]}]});
+    let err = Grammar::from_schema(&s, Mode::Strict, &Json).unwrap_err().to_string();
+    assert!(err.contains("#/anyOf/0") && err.contains("cannot be merged"), "{err}");
+    assert!(Grammar::from_schema(&s, Mode::Lenient, &Json).is_ok());
+}
+
 #[test]
 fn real_world_keywords_follow_json_schema() {
     // Objects without `additionalProperties`: closed for tool calls (the default), open
-    // in JSON Schema's reading (extras after the declared properties, never repeating
-    // one, values nesting at most one container).
+    // in JSON Schema's reading (extras among the declared properties, never repeating
+    // one, values nesting at most `SHARED_OPEN_EXTRA_LEVELS` (3) containers).
     let person = json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]});
     let open = Grammar::from_schema_with(&person, Mode::Strict, Objects::Open, &Json).unwrap();
-    for ok in [r#"{"name":"a"}"#, r#"{"name":"a","age":3}"#, r#"{"name":"a","tags":["x"],"m":{"k":null}}"#] {
+    for ok in [
+        r#"{"name":"a"}"#,
+        r#"{"name":"a","age":3}"#,
+        r#"{"name":"a","tags":["x"],"m":{"k":null}}"#,
+        r#"{"name":"a","x":[[[1]]]}"#,
+    ] {
         assert!(open.matches(ok.as_bytes()), "{ok}");
     }
-    for bad in [r#"{"name":1}"#, r#"{"name":"a","name":"b"}"#, r#"{"age":3}"#, r#"{"name":"a","x":[[1]]}"#] {
+    for bad in [r#"{"name":1}"#, r#"{"name":"a","name":"b"}"#, r#"{"age":3}"#, r#"{"name":"a","x":[[[[1]]]]}"#] {
         assert!(!open.matches(bad.as_bytes()), "{bad}");
     }
     assert!(!grammar(person).matches(br#"{"name":"a","age":3}"#));
