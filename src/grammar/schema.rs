@@ -240,23 +240,61 @@ struct Compiler<'a> {
     nodes: std::cell::Cell<usize>,
 }
 
-const IGNORED: &[&str] = &[
-    "description",
-    "title",
-    "default",
-    "examples",
-    "$schema",
-    "$id",
-    "$comment",
-    "deprecated",
-    "readOnly",
-    "writeOnly",
-    "$defs",
-    "definitions",
-    "strict",
-    "discriminator",
-    "nullable",
+/// The keywords that constrain an instance (draft 4 to 2020-12), `$ref` aside. Every
+/// other keyword is an annotation (`description`, `default`, `x-…`, vendor keys), as
+/// JSON Schema says of unknown keywords: ignored beside `$ref` and when `allOf`
+/// branches disagree on it.
+const ASSERTIONS: &[&str] = &[
+    "type",
+    "enum",
+    "const",
+    "properties",
+    "required",
+    "additionalProperties",
+    "patternProperties",
+    "propertyNames",
+    "minProperties",
+    "maxProperties",
+    "items",
+    "prefixItems",
+    "additionalItems",
+    "contains",
+    "minContains",
+    "maxContains",
+    "minItems",
+    "maxItems",
+    "uniqueItems",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "format",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "anyOf",
+    "oneOf",
+    "allOf",
+    "not",
+    "if",
+    "then",
+    "else",
+    "dependencies",
+    "dependentRequired",
+    "dependentSchemas",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "contentEncoding",
+    "contentMediaType",
+    "contentSchema",
+    "$dynamicRef",
+    "$recursiveRef",
 ];
+
+fn is_annotation(keyword: &str) -> bool {
+    !ASSERTIONS.contains(&keyword) && keyword != "$ref"
+}
 
 /// The string formats draft 2020-12 defines (§7.3); `format` names outside this list
 /// are annotations only.
@@ -327,7 +365,7 @@ impl<'a> Compiler<'a> {
             // as `allOf` does.
             let siblings: Map<String, Value> = obj
                 .iter()
-                .filter(|(k, _)| *k != "$ref" && !IGNORED.contains(&k.as_str()))
+                .filter(|(k, _)| !is_annotation(k) && *k != "$ref")
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
             if siblings.is_empty() {
@@ -882,7 +920,7 @@ fn merge_objects(a: &Map<String, Value>, b: &Value) -> Option<Value> {
                 }
                 out.insert(k.clone(), Value::Array(r));
             }
-            (_, Some(existing)) if existing != v && !IGNORED.contains(&k.as_str()) => return None,
+            (_, Some(existing)) if existing != v && !is_annotation(k) => return None,
             _ => {
                 out.insert(k.clone(), v.clone());
             }

@@ -317,6 +317,12 @@ fn all_of_merges_shared_properties_and_any_of_keeps_its_siblings() {
     let err = Grammar::from_schema(&s, Mode::Strict, &Json).unwrap_err().to_string();
     assert!(err.contains("#/anyOf/0") && err.contains("cannot be merged"), "{err}");
     assert!(Grammar::from_schema(&s, Mode::Lenient, &Json).is_ok());
+    // Annotations (vendor keys) beside `$ref`, or disagreeing between the target and
+    // its siblings, constrain nothing and never block the merge.
+    let s = json!({"$defs": {"a": {"type": "integer", "x-doc": "one"}}, "$ref": "#/$defs/a", "x-doc": "two",
+        "x-intellij-html-description": "<b>n</b>", "maximum": 5});
+    let g = Grammar::from_schema(&s, Mode::Strict, &Json).unwrap();
+    assert!(g.matches(b"3") && !g.matches(b"6") && !g.matches(b"\"3\""));
 }
 
 #[test]
