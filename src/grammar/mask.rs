@@ -145,7 +145,7 @@ impl Grammar {
         dialect: &dyn Dialect,
     ) -> Result<Self> {
         let node = compile_shared(schema, mode, objects)?;
-        let mut rules = Rules::new();
+        let mut rules = Rules::new().any_order(objects == Objects::Open);
         let main = to_rules(&node, dialect, &mut rules);
         let size = main.len() + rules.total_len();
         if size > MAX_GRAMMAR_BYTES {

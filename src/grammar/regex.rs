@@ -33,7 +33,7 @@ pub const SHARE_MIN_LEN: usize = 256;
 /// assert_eq!(r, Rules::reference(0));
 /// assert_eq!(rules.share(long.clone()), r); // the same rule
 /// assert_eq!(rules.share("[0-9]+".into()), "[0-9]+"); // short: copied
-/// assert_eq!(rules.inline(&format!("x{r}")), format!("x(?:{long})"));
+/// assert_eq!(rules.inline(&format!("x{r}"), 1 << 20), Some(format!("x(?:{long})")));
 /// ```
 #[derive(Debug, Clone)]
 pub struct Rules {
@@ -41,6 +41,7 @@ pub struct Rules {
     ids: std::collections::HashMap<String, usize>,
     min_len: usize,
     total: usize,
+    any_order: bool,
 }
 
 impl Default for Rules {
@@ -52,7 +53,15 @@ impl Default for Rules {
 impl Rules {
     /// An empty table sharing every part of at least [`SHARE_MIN_LEN`] bytes.
     pub fn new() -> Self {
-        Self { bodies: Vec::new(), ids: Default::default(), min_len: SHARE_MIN_LEN, total: 0 }
+        Self { bodies: Vec::new(), ids: Default::default(), min_len: SHARE_MIN_LEN, total: 0, any_order: false }
+    }
+
+    /// Let objects of at most [`ANY_ORDER_MAX_PROPERTIES`] declared properties take
+    /// them in any order (JSON Schema's reading, for [`super::schema::Objects::Open`]);
+    /// by default properties come in schema order.
+    pub fn any_order(mut self, yes: bool) -> Self {
+        self.any_order = yes;
+        self
     }
 
     /// A table that shares nothing: the regex is one plain regex.
@@ -91,6 +100,12 @@ impl Rules {
         if re.len() < self.min_len {
             return re;
         }
+        self.share_always(re)
+    }
+
+    /// A reference to the rule holding `re`, however short (for parts referenced from
+    /// many places, whose copies would multiply).
+    pub fn share_always(&mut self, re: String) -> String {
         if let Some(&i) = self.ids.get(&re) {
             return Self::reference(i);
         }
@@ -112,16 +127,29 @@ impl Rules {
     }
 
     /// `regex` with every reference replaced by its rule, recursively: the one plain
-    /// regex it stands for (for tests and oracles; it can be exponentially larger).
-    pub fn inline(&self, regex: &str) -> String {
-        let mut out = regex.to_string();
-        for i in (0..self.bodies.len()).rev() {
-            let r = Self::reference(i);
-            if out.contains(&r) {
-                out = out.replace(&r, &format!("(?:{})", self.inline(&self.bodies[i])));
+    /// regex it stands for (for tests and oracles), or `None` past `max_len` bytes (it
+    /// can be exponentially larger). Cost: one pass per rule over the inlined bodies.
+    pub fn inline(&self, regex: &str, max_len: usize) -> Option<String> {
+        // A rule's body only references rules made before it.
+        let mut inlined: Vec<String> = Vec::with_capacity(self.bodies.len());
+        let expand = |text: &str, inlined: &[String]| -> Option<String> {
+            let mut out = text.to_string();
+            for (i, body) in inlined.iter().enumerate().rev() {
+                let r = Self::reference(i);
+                if out.contains(&r) {
+                    out = out.replace(&r, &format!("(?:{body})"));
+                    if out.len() > max_len {
+                        return None;
+                    }
+                }
             }
+            Some(out)
+        };
+        for body in &self.bodies {
+            let b = expand(body, &inlined)?;
+            inlined.push(b);
         }
-        out
+        expand(regex, &inlined)
     }
 }
 
@@ -540,6 +568,9 @@ fn props_first_shared(
     let extra = extra.map(|x| rules.share(x.to_string()));
     let extra = extra.as_deref();
     let extras = extra.map(|x| format!("(?:{comma}{x})*")).unwrap_or_default();
+    if rules.any_order && (2..=ANY_ORDER_MAX_PROPERTIES).contains(&e.len()) {
+        return props_any_order(e, extra, &extras, comma, non_empty, rules);
+    }
     let mut rest = vec![String::new(); e.len() + 1];
     rest[e.len()] = extras.clone();
     // `rest[0]` is only needed after an extra property opened the object.
@@ -559,6 +590,48 @@ fn props_first_shared(
         alts.push(format!("{x}{}", rest[0]));
     }
     if !non_empty && e.iter().all(|(_, required)| !required) {
+        alts.push(String::new());
+    }
+    alternatives(alts)
+}
+
+/// With [`Rules::any_order`], objects of at most this many declared properties take
+/// them in any order, as JSON Schema allows: one rule per set of properties already
+/// written (`2^n`). Larger objects keep schema order.
+pub const ANY_ORDER_MAX_PROPERTIES: usize = 6;
+
+/// [`props_first_shared`] in any order: `after[s]` is the rest of the object once the
+/// properties in the bit set `s` were written (any property not in `s` may come next;
+/// the object may close once every required property is in `s`).
+fn props_any_order(
+    e: &[(String, bool)],
+    extra: Option<&str>,
+    extras: &str,
+    comma: &str,
+    non_empty: bool,
+    rules: &mut Rules,
+) -> String {
+    let n = e.len();
+    let required = e.iter().enumerate().filter(|(_, p)| p.1).fold(0usize, |m, (i, _)| m | 1 << i);
+    // Each property is referenced from `2^(n-1)` rules: written once.
+    let e: Vec<(String, bool)> = e.iter().map(|(re, req)| (rules.share_always(re.clone()), *req)).collect();
+    let mut after = vec![String::new(); 1 << n];
+    // `after[0]` is only needed after an extra property opened the object.
+    let lowest = if extra.is_some() { 0 } else { 1 };
+    // Every `s | bit` is larger than `s`: build from the full set down.
+    for set in (lowest..1usize << n).rev() {
+        let mut alts: Vec<String> =
+            (0..n).filter(|i| set & 1 << i == 0).map(|i| format!("{comma}{}{}", e[i].0, after[set | 1 << i])).collect();
+        if set & required == required {
+            alts.push(String::new());
+        }
+        after[set] = rules.share_always(format!("{extras}{}", alternatives(alts)));
+    }
+    let mut alts: Vec<String> = (0..n).map(|i| format!("{}{}", e[i].0, after[1 << i])).collect();
+    if let Some(x) = extra {
+        alts.push(format!("{x}{}", after[0]));
+    }
+    if !non_empty && required == 0 {
         alts.push(String::new());
     }
     alternatives(alts)

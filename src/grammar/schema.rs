@@ -27,9 +27,11 @@ pub enum Objects {
     /// mode reads such a schema). The default.
     #[default]
     Closed,
-    /// JSON Schema's reading: any other property, anywhere among the declared ones
-    /// (with [`super::Grammar::from_schema_with`]; after them in a plain regex), with a
-    /// value nesting at most [`OPEN_EXTRA_LEVELS`] containers.
+    /// JSON Schema's reading: any other property, anywhere among the declared ones,
+    /// and (objects of at most [`super::regex::ANY_ORDER_MAX_PROPERTIES`] properties)
+    /// the declared ones in any order, with [`super::Grammar::from_schema_with`]; in a
+    /// plain regex, extras after the declared ones, in schema order. Extra values nest
+    /// at most [`SHARED_OPEN_EXTRA_LEVELS`] ([`OPEN_EXTRA_LEVELS`]) containers.
     Open,
 }
 
@@ -808,10 +810,16 @@ impl<'a> Compiler<'a> {
             Some(Value::Bool(true)) => Some(Box::new(any_value(self.any_levels))),
             Some(s) => Some(Box::new(self.node(s, &format!("{ptr}/additionalProperties"), depth + 1)?)),
         };
-        // A required name with no declared schema: any value (or the extras' schema).
+        // A required name with no declared schema: the schema of a pattern it matches,
+        // else the extras' (nothing when `additionalProperties` is false), else any value.
         for r in &required {
             if !properties.iter().any(|(n, _, _)| n == r) {
-                let value = additional.as_deref().cloned().unwrap_or_else(|| any_value(self.any_levels));
+                let by_pattern = patterns.iter().find(|(p, _)| super::regex::pattern_matches(p, r) == Ok(true));
+                let value = match (by_pattern, obj.get("additionalProperties")) {
+                    (Some((_, n)), _) => n.clone(),
+                    (None, Some(Value::Bool(false))) => Node::Never,
+                    (None, _) => additional.as_deref().cloned().unwrap_or_else(|| any_value(self.any_levels)),
+                };
                 properties.push((r.to_string(), value, true));
             }
         }

@@ -290,15 +290,33 @@ fn shared_rules_keep_large_schemas_small_and_exact() {
     assert!(g.matches(br#"[{"id":1,"child11":[{"name":"x","child10":[]}]},{}]"#));
     assert!(!g.matches(br#"[{"id":1,"child11":[{"name":"x","child10":[{"id":"2"}]}]}]"#));
     // Open objects: extra properties anywhere between the declared ones, never with a
-    // declared name.
+    // declared name, and (small objects) the declared ones in any order, each once.
     let person = json!({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}, "required": ["name"]});
     let open = Grammar::from_schema_with(&person, Mode::Strict, Objects::Open, &Json).unwrap();
-    for ok in [r#"{"x":1,"name":"a"}"#, r#"{"name":"a","x":1,"age":3}"#, r#"{"x":1,"name":"a","y":2,"age":3,"z":[]}"#] {
+    let ok = [r#"{"x":1,"name":"a"}"#, r#"{"name":"a","x":1,"age":3}"#, r#"{"x":1,"age":3,"y":2,"name":"a","z":[]}"#];
+    for ok in ok {
         assert!(open.matches(ok.as_bytes()), "{ok}");
     }
-    for bad in [r#"{"x":1}"#, r#"{"age":3,"name":"a"}"#, r#"{"name":"a","age":3,"age":4}"#, r#"{"x":1,"name":2}"#] {
+    for bad in [
+        r#"{"x":1}"#,
+        r#"{"age":3}"#,
+        r#"{"name":"a","age":3,"age":4}"#,
+        r#"{"age":3,"name":"a","name":"b"}"#,
+        r#"{"x":1,"name":2}"#,
+    ] {
         assert!(!open.matches(bad.as_bytes()), "{bad}");
     }
+    // Closed (the default): schema order.
+    assert!(grammar(person.clone()).matches(br#"{"name":"a","age":3}"#));
+    assert!(!grammar(person).matches(br#"{"age":3,"name":"a"}"#));
+    // A required name only a pattern declares takes the pattern's schema; with
+    // `additionalProperties: false` and no pattern, nothing can satisfy it.
+    let fstab = json!({"type": "object", "additionalProperties": false, "required": ["/"],
+        "patternProperties": {"^/": {"type": "integer", "minimum": 0}}});
+    let open = Grammar::from_schema_with(&fstab, Mode::Strict, Objects::Open, &Json).unwrap();
+    assert!(open.matches(br#"{"/":1}"#) && !open.matches(br#"{"/":-1}"#) && !open.matches(br#"{"/":"x"}"#));
+    let nothing = json!({"type": "object", "additionalProperties": false, "required": ["a"]});
+    assert!(!grammar(nothing).matches(br#"{"a":1}"#));
 }
 
 /// `allOf` branches that declare the same property must both hold for it, and keywords
