@@ -598,7 +598,7 @@ fn props_first_shared(
 /// With [`Rules::any_order`], objects of at most this many declared properties take
 /// them in any order, as JSON Schema allows: one rule per set of properties already
 /// written (`2^n`). Larger objects keep schema order.
-pub const ANY_ORDER_MAX_PROPERTIES: usize = 6;
+pub const ANY_ORDER_MAX_PROPERTIES: usize = 8;
 
 /// [`props_first_shared`] in any order: `after[s]` is the rest of the object once the
 /// properties in the bit set `s` were written (any property not in `s` may come next;
