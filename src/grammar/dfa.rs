@@ -224,18 +224,8 @@ impl Dfa {
         if digits > 16 {
             return Err("malformed rule reference in grammar".into());
         }
-        let mut stack = vec![q];
-        let mut seen = std::collections::HashSet::new();
-        while let Some(q) = stack.pop() {
-            if !seen.insert(q) {
-                continue;
-            }
-            let state = self.nfa.state(q);
-            if let Some(eps) = epsilons(state) {
-                stack.extend(eps);
-                continue;
-            }
-            for (lo, hi, next) in transitions(state) {
+        for end in self.epsilon_ends(q) {
+            for (lo, hi, next) in transitions(self.nfa.state(end)) {
                 for b in lo..=hi {
                     match b {
                         CALL_END => out.push((value, next)),
@@ -253,20 +243,26 @@ impl Dfa {
     /// Whether every path from `q` reaches a match without consuming anything: a
     /// call resuming at `q` is in tail position.
     fn only_matches(&self, q: StateID) -> bool {
-        let mut stack = vec![q];
-        let mut seen = std::collections::HashSet::new();
+        self.epsilon_ends(q).into_iter().all(|e| matches!(self.nfa.state(e), State::Match { .. } | State::Fail))
+    }
+
+    /// The states without epsilon moves (consuming states, matches, failures) that
+    /// `q` reaches through epsilon moves alone. Build-time only (the closures of DFA
+    /// states, which carry stacks, are [`Dfa::close`]).
+    fn epsilon_ends(&self, q: StateID) -> Vec<StateID> {
+        let (mut stack, mut seen, mut ends) = (vec![q], std::collections::HashSet::new(), Vec::new());
         while let Some(q) = stack.pop() {
             if !seen.insert(q) {
                 continue;
             }
-            let state = self.nfa.state(q);
-            match epsilons(state) {
-                Some(eps) => stack.extend(eps),
-                None if matches!(state, State::Match { .. } | State::Fail) => {}
-                None => return false,
+            match self.nfa.state(q) {
+                State::Union { alternates } => stack.extend(alternates.iter().rev()),
+                State::BinaryUnion { alt1, alt2 } => stack.extend([*alt2, *alt1]),
+                State::Capture { next, .. } | State::Look { next, .. } => stack.push(*next),
+                _ => ends.push(q),
             }
         }
-        true
+        ends
     }
 
     /// The byte classes: bytes of one class move every state alike.
@@ -472,17 +468,6 @@ fn transitions(state: &State) -> impl Iterator<Item = (u8, u8, StateID)> + '_ {
         .into_iter()
         .chain(sparse.iter().map(|t| (t.start, t.end, t.next)))
         .chain(dense.into_iter().flat_map(|d| (0..=255u8).filter_map(move |b| d.matches_byte(b).map(|n| (b, b, n)))))
-}
-
-/// The states an NFA state moves to without input, or `None` for a consuming state,
-/// a match or a failure.
-fn epsilons(state: &State) -> Option<Vec<StateID>> {
-    match state {
-        State::Union { alternates } => Some(alternates.iter().rev().copied().collect()),
-        State::BinaryUnion { alt1, alt2 } => Some(vec![*alt2, *alt1]),
-        State::Capture { next, .. } | State::Look { next, .. } => Some(vec![*next]),
-        _ => None,
-    }
 }
 
 /// The states of a [`Dfa`] built so far, and scratch space for building more. One per

@@ -24,7 +24,7 @@ use regex_syntax::utf8::Utf8Sequences;
 
 use super::dfa::{Cache, Dfa, DfaState};
 use super::regex::{to_rules, Dialect, Rules};
-use super::schema::{compile_shared, Mode, Objects, MAX_GRAMMAR_BYTES};
+use super::schema::{check_grammar_size, compile_shared, Mode, Objects};
 use super::vocab::TokenTrie;
 pub use super::vocab::TokenVocab;
 use crate::sampling::TokenMask;
@@ -127,7 +127,7 @@ impl Grammar {
     ///
     /// # Errors
     /// [`Error::Schema`] from [`compile`](super::schema::compile), for a grammar past
-    /// [`MAX_GRAMMAR_BYTES`], or from the regex compiler.
+    /// [`MAX_GRAMMAR_BYTES`](super::schema::MAX_GRAMMAR_BYTES), or from the regex compiler.
     pub fn from_schema(schema: &serde_json::Value, mode: Mode, dialect: &dyn Dialect) -> Result<Self> {
         Self::from_schema_with(schema, mode, Objects::Closed, dialect)
     }
@@ -147,17 +147,7 @@ impl Grammar {
         let node = compile_shared(schema, mode, objects)?;
         let mut rules = Rules::new().any_order(objects == Objects::Open);
         let main = to_rules(&node, dialect, &mut rules);
-        let size = main.len() + rules.total_len();
-        if size > MAX_GRAMMAR_BYTES {
-            return Err(Error::Schema {
-                pointer: "#".into(),
-                reason: format!(
-                    "the schema's grammar takes {} MiB (limit {} MiB): too many distinct properties or values",
-                    size >> 20,
-                    MAX_GRAMMAR_BYTES >> 20
-                ),
-            });
-        }
+        check_grammar_size(main.len() + rules.total_len())?;
         Self::from_rules(&main, &rules)
     }
 

@@ -549,7 +549,7 @@ fn props_first(e: &[(String, bool)], extra: Option<&str>, comma: &str, non_empty
             (None, true) => {}
         }
     }
-    alternatives(alts)
+    alt(alts)
 }
 
 /// [`props_first`] with "the rest of the object from property `i` on" shared through
@@ -592,7 +592,7 @@ fn props_first_shared(
     if !non_empty && e.iter().all(|(_, required)| !required) {
         alts.push(String::new());
     }
-    alternatives(alts)
+    alt(alts)
 }
 
 /// With [`Rules::any_order`], objects of at most this many declared properties take
@@ -625,7 +625,7 @@ fn props_any_order(
         if set & required == required {
             alts.push(String::new());
         }
-        after[set] = rules.share_always(format!("{extras}{}", alternatives(alts)));
+        after[set] = rules.share_always(format!("{extras}{}", alt(alts)));
     }
     let mut alts: Vec<String> = (0..n).map(|i| format!("{}{}", e[i].0, after[1 << i])).collect();
     if let Some(x) = extra {
@@ -634,15 +634,7 @@ fn props_any_order(
     if !non_empty && required == 0 {
         alts.push(String::new());
     }
-    alternatives(alts)
-}
-
-fn alternatives(mut alts: Vec<String>) -> String {
-    match alts.len() {
-        0 => to_regex(&Node::Never, &Json),
-        1 => alts.pop().unwrap_or_default(),
-        _ => format!("(?:{})", alts.join("|")),
-    }
+    alt(alts)
 }
 
 /// Something emitted, at element `i`.

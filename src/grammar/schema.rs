@@ -214,12 +214,19 @@ pub fn compile_shared(schema: &Value, mode: Mode, objects: Objects) -> Result<No
 /// # Errors
 /// [`Error::Schema`] naming the estimated size.
 pub fn check_plain_size(node: &Node) -> Result<()> {
-    let size = super::regex::size_estimate(node);
+    check_grammar_size(super::regex::size_estimate(node))
+}
+
+/// Refuse a grammar of `size` bytes past [`MAX_GRAMMAR_BYTES`].
+///
+/// # Errors
+/// [`Error::Schema`] naming the size.
+pub(crate) fn check_grammar_size(size: usize) -> Result<()> {
     if size > MAX_GRAMMAR_BYTES {
         return Err(err(
             "#",
             format!(
-                "the schema expands to a grammar of about {} MiB (limit {} MiB): too many nested optional properties or unconstrained values",
+                "the schema's grammar takes about {} MiB (limit {} MiB): too many nested optional properties or distinct values",
                 size >> 20,
                 MAX_GRAMMAR_BYTES >> 20
             ),
