@@ -195,6 +195,47 @@ def special_schemas():
             {"temperature": 1, "lat": 0, "price": 1, "delta": 0},
             {"temperature": 1, "lat": 0, "price": 1, "delta": -1, "ratio": 1},
             {"temperature": 1, "lat": 0, "price": 1, "delta": -1, "ratio": -1.0}])
+    # Intersections (toolgate's automata): a pattern or format with length bounds, a
+    # pattern beside a format, multiples of a number, fractional bounds.
+    yield ("pattern_with_lengths", {"type": "object", "properties": {
+        "sku": {"type": "string", "pattern": "^[A-Z]{2,4}-\\d+$", "minLength": 6, "maxLength": 9},
+        "slug": {"type": "string", "pattern": "[a-z]", "maxLength": 5},
+        "tag": {"type": "string", "pattern": "^#", "minLength": 3}},
+        "required": ["sku"], "additionalProperties": False},
+           [{"sku": "AB-1234"}, {"sku": "ABCD-1234", "slug": "x1 \"q"}, {"sku": "AB-123", "tag": "#日本"},
+            {"sku": "ABC-12", "slug": "a"}],
+           [{"sku": "AB-1"}, {"sku": "ABCD-12345"}, {"sku": "AB-12345", "slug": "123456"},
+            {"sku": "AB-1234", "slug": "12"}, {"sku": "AB-1234", "tag": "#a"}, {"sku": "AB-1234", "tag": "a#bc"}])
+    yield ("format_with_lengths", {"type": "object", "properties": {
+        "email": {"type": "string", "format": "email", "maxLength": 16},
+        "day": {"type": "string", "format": "date", "pattern": "^2024-"},
+        "site": {"type": "string", "format": "uri", "minLength": 12, "maxLength": 24}},
+        "required": ["email"], "additionalProperties": False},
+           [{"email": "a@b.io"}, {"email": "jo@example.com", "day": "2024-02-29"},
+            {"email": "x@y.de", "site": "https://a.example"}],
+           [{"email": "someone@example.com"}, {"email": "a@b.io", "day": "2023-01-01"},
+            {"email": "a@b.io", "day": "2024-02-30"}, {"email": "a@b.io", "site": "http://a.b"},
+            {"email": "a@b.io", "site": "https://a-very-long.example.com/x"}])
+    yield ("multiples", {"type": "object", "properties": {
+        "count": {"type": "integer", "multipleOf": 7, "minimum": -30, "maximum": 100},
+        "price": {"type": "number", "multipleOf": 0.01, "minimum": 0},
+        "step": {"type": "number", "multipleOf": 2.5},
+        "n": {"type": "integer", "multipleOf": 11}},
+        "required": ["count"], "additionalProperties": False},
+           [{"count": 0}, {"count": -28, "price": 19.99}, {"count": 98, "price": 0.5, "step": -7.5},
+            {"count": 7, "step": 10, "n": 121}, {"count": 14, "n": -33}],
+           [{"count": 3}, {"count": 105}, {"count": -35}, {"count": 7, "price": 1.001},
+            {"count": 7, "price": -1}, {"count": 7, "step": 1.25}, {"count": 7, "n": 12}])
+    yield ("fractional_bounds", {"type": "object", "properties": {
+        "ratio": {"type": "number", "exclusiveMinimum": 0.05, "maximum": 0.95},
+        "lat": {"type": "number", "minimum": -90.5, "maximum": 90.5},
+        "price": {"type": "number", "maximum": 99999999999.99},
+        "temp": {"type": "number", "minimum": -0.25, "exclusiveMaximum": 0.5}},
+        "required": ["ratio"], "additionalProperties": False},
+           [{"ratio": 0.5}, {"ratio": 0.051, "lat": -90.5}, {"ratio": 0.95, "lat": 90.25, "price": 12.5},
+            {"ratio": 0.06, "temp": -0.25}, {"ratio": 0.9, "temp": 0.4999}, {"ratio": 0.1, "price": 99999999999.99}],
+           [{"ratio": 0.05}, {"ratio": 0.96}, {"ratio": 0.5, "lat": 90.51}, {"ratio": 0.5, "lat": -91},
+            {"ratio": 0.5, "temp": 0.5}, {"ratio": 0.5, "temp": -0.3}, {"ratio": 0.5, "price": 100000000000}])
     # Written with ensure_ascii: \uXXXX escapes, surrogate pairs for the emoji.
     yield ("string_escapes", {"type": "string"}, ["é and \n", "\u0001 control", "quote \" backslash \\", "🎉"],
            [1])

@@ -65,6 +65,17 @@ impl DfaState {
     pub fn is_dead(self) -> bool {
         self == Self::DEAD
     }
+
+    /// The state's index in its [`Cache`].
+    pub fn id(self) -> u32 {
+        self.0
+    }
+
+    /// The state with index `id` (from [`DfaState::id`]). An index the cache never
+    /// handed out behaves as [`DfaState::DEAD`] in [`Dfa::next`].
+    pub fn from_id(id: u32) -> Self {
+        Self(id)
+    }
 }
 
 /// Marks a row that was not expanded yet.

@@ -18,6 +18,7 @@
 //! ```
 
 pub mod dfa;
+pub mod machine;
 pub mod mask;
 pub mod regex;
 pub mod schema;

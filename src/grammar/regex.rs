@@ -7,7 +7,8 @@
 use regex_syntax::escape;
 use serde_json::Value;
 
-use super::schema::{Format, Node, NumBound};
+use super::machine::Machine;
+use super::schema::{Format, MachineKind, Node, NumBound};
 
 /// Largest repetition count written out (`maxLength`, `maxItems`). A larger maximum
 /// is lowered to this one (or to the minimum, when that is larger): the grammar then
@@ -116,6 +117,24 @@ impl Rules {
         Self::reference(i)
     }
 
+    /// Make `n` empty rules, numbered from the returned one, for bodies that reference
+    /// each other (an automaton's states, [`Rules::define`] them). Never shared by
+    /// content.
+    pub fn reserve(&mut self, n: usize) -> usize {
+        let first = self.bodies.len();
+        self.bodies.resize(first + n, String::new());
+        first
+    }
+
+    /// Set the body of rule `i` (made by [`Rules::reserve`]); nothing when there is no
+    /// such rule.
+    pub fn define(&mut self, i: usize, body: String) {
+        if let Some(b) = self.bodies.get_mut(i) {
+            self.total = self.total - b.len() + body.len();
+            *b = body;
+        }
+    }
+
     /// The rule bodies, by number.
     pub fn bodies(&self) -> &[String] {
         &self.bodies
@@ -128,7 +147,8 @@ impl Rules {
 
     /// `regex` with every reference replaced by its rule, recursively: the one plain
     /// regex it stands for (for tests and oracles), or `None` past `max_len` bytes (it
-    /// can be exponentially larger). Cost: one pass per rule over the inlined bodies.
+    /// can be exponentially larger) or when rules reference each other in a loop (an
+    /// automaton's, [`Rules::reserve`]). Cost: one pass per rule over the inlined bodies.
     pub fn inline(&self, regex: &str, max_len: usize) -> Option<String> {
         // A rule's body only references rules made before it.
         let mut inlined: Vec<String> = Vec::with_capacity(self.bodies.len());
@@ -149,7 +169,10 @@ impl Rules {
             let b = expand(body, &inlined)?;
             inlined.push(b);
         }
-        expand(regex, &inlined)
+        let out = expand(regex, &inlined)?;
+        // A reference left: one to a later rule, which only loops make.
+        let marker = format!("\\x{:02X}", super::dfa::CALL_START);
+        (!out.contains(&marker)).then_some(out)
     }
 }
 
@@ -353,9 +376,22 @@ impl Dialect for Gemma4 {
 }
 
 /// The regex for `node` in dialect `d` (unanchored text; callers anchor).
+///
+/// A [`Node::Machine`] (which only [`super::schema::compile_shared`] makes) is written
+/// out when its automaton has no loops and its regex stays under [`MAX_INLINE`]
+/// bytes, and as matching nothing otherwise: grammars with machines are built with
+/// [`to_rules`].
 pub fn to_regex(node: &Node, d: &dyn Dialect) -> String {
-    emit(node, d, &mut Rules::none())
+    let mut rules = Rules::none();
+    let main = emit(node, d, &mut rules);
+    if rules.bodies().is_empty() {
+        return main;
+    }
+    rules.inline(&main, MAX_INLINE).unwrap_or_else(|| emit(&Node::Never, d, &mut Rules::none()))
 }
+
+/// Largest regex [`to_regex`] writes for a [`Node::Machine`].
+pub const MAX_INLINE: usize = 1 << 16;
 
 /// [`to_regex`], with large parts emitted once into `rules` and referenced (see
 /// [`Rules`]). Compile the result with [`super::Grammar::from_rules`].
@@ -392,6 +428,14 @@ fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
                 (None, None) => repeat(&d.string_char(), *min_len, *max_len),
             };
             format!("{q}{body}{q}")
+        }
+        Node::Machine { machine, kind } => {
+            let start = machine_rules(machine, *kind == MachineKind::String, d, rules);
+            if *kind == MachineKind::String {
+                format!("{q}{start}{q}", q = d.quote())
+            } else {
+                start
+            }
         }
         Node::Literals(vs) => alt(vs.iter().map(|v| d.literal(v)).collect()),
         Node::AnyOf(ns) => alt(ns.iter().map(|n| emit(n, d, rules)).collect()),
@@ -465,6 +509,59 @@ fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
     }
 }
 
+/// `m` as right-linear rules: one rule per state, an alternative per target state (the
+/// bytes leading there, then a tail call to the target's rule), and the empty
+/// alternative where the state accepts. Returns the start state's reference. In a
+/// string (`string`), the bytes JSON escapes are spelled as the dialect spells them.
+/// Cost: linear in the machine's edges.
+fn machine_rules(m: &Machine, string: bool, d: &dyn Dialect, rules: &mut Rules) -> String {
+    if m.states.is_empty() {
+        return emit(&Node::Never, d, rules);
+    }
+    let base = rules.reserve(m.states.len());
+    for (i, state) in m.states.iter().enumerate() {
+        let mut by_target: std::collections::BTreeMap<u32, Vec<(u8, u8)>> = Default::default();
+        for &(lo, hi, t) in &state.edges {
+            by_target.entry(t).or_default().push((lo, hi));
+        }
+        let mut alts = Vec::new();
+        if state.accepting {
+            alts.push(String::new());
+        }
+        for (t, ranges) in by_target {
+            let escaped = |b: u8| string && (b < 0x20 || b == b'"' || b == b'\\');
+            let mut taken = [false; 256];
+            for (lo, hi) in ranges {
+                (lo..=hi).for_each(|b| taken[usize::from(b)] = true);
+            }
+            let (mut spelled, mut class) = (Vec::new(), String::new());
+            let mut b = 0usize;
+            while b < 256 {
+                if !taken[b] {
+                    b += 1;
+                } else if escaped(b as u8) {
+                    spelled.push(d.string_literal_char(char::from(b as u8)));
+                    b += 1;
+                } else {
+                    // A run of plain bytes.
+                    let start = b;
+                    while b + 1 < 256 && taken[b + 1] && !escaped(b as u8 + 1) {
+                        b += 1;
+                    }
+                    class.push_str(&format!("\\x{start:02X}-\\x{b:02X}"));
+                    b += 1;
+                }
+            }
+            if !class.is_empty() {
+                spelled.push(format!("(?-u:[{class}])"));
+            }
+            alts.push(format!("(?:{}){}", spelled.join("|"), Rules::reference(base + t as usize)));
+        }
+        rules.define(base + i, alts.join("|"));
+    }
+    Rules::reference(base)
+}
+
 /// An upper estimate of the length of `to_regex(node, _)` in bytes, computed without
 /// building it (saturating). [`super::schema::compile`] refuses a schema whose
 /// estimate passes [`super::schema::MAX_GRAMMAR_BYTES`]: nested objects multiply
@@ -482,6 +579,9 @@ pub fn size_estimate(node: &Node) -> usize {
         }
         Node::Literals(vs) => {
             vs.iter().fold(8usize, |a, v| a.saturating_add(v.to_string().len().saturating_mul(2) + 8))
+        }
+        Node::Machine { machine, .. } => {
+            machine.states.iter().fold(16usize, |a, s| a.saturating_add(24 + s.edges.len() * 40))
         }
         Node::AnyOf(ns) => ns.iter().fold(8usize, |a, n| a.saturating_add(size_estimate(n))),
         Node::Array { prefix, items, .. } => {
@@ -728,6 +828,38 @@ pub fn pattern_body(p: &str, d: &dyn Dialect) -> std::result::Result<String, Str
     ))
 }
 
+/// An ECMA-262 `pattern` as a regex over the string's own characters (unescaped),
+/// matched whole: unanchored ends take any characters. This is the form automata
+/// intersect ([`super::machine::Pattern`]); [`pattern_body`] is the same language as
+/// the string's JSON spelling.
+///
+/// ```
+/// use toolgate::grammar::regex::decoded_pattern;
+/// let re = regex_automata::meta::Regex::new(&format!("^(?:{})$", decoded_pattern(r"^\d+|x$")?)).unwrap();
+/// assert!(re.is_match("12a") && re.is_match("a\"x") && !re.is_match("a1"));
+/// # Ok::<(), String>(())
+/// ```
+///
+/// # Errors
+/// As [`pattern_body`].
+pub fn decoded_pattern(p: &str) -> std::result::Result<String, String> {
+    pattern_body(p, &Json)?;
+    let alternatives: Vec<String> = top_level_alternatives(p)
+        .into_iter()
+        .map(|a| {
+            let (anchored_start, core, anchored_end) = split_anchors(a);
+            let any = "(?s:.)*";
+            format!(
+                "(?:{}(?:{}){})",
+                if anchored_start { "" } else { any },
+                ecma_classes(core),
+                if anchored_end { "" } else { any }
+            )
+        })
+        .collect();
+    Ok(alternatives.join("|"))
+}
+
 /// A `pattern` together with `minLength`/`maxLength`, where the two meet exactly: a
 /// pattern anchored at both ends that is one character class (or one character),
 /// repeated, whose repetition the length bounds narrow (`^[a-z0-9]+$` with
@@ -950,7 +1082,9 @@ fn emit_pattern(h: &regex_syntax::hir::Hir, d: &dyn Dialect, out: &mut String) -
     Ok(())
 }
 
-fn format_regex(f: Format) -> String {
+/// The regex of a built-in format, over the string's characters (no character in it
+/// needs a JSON escape).
+pub fn format_regex(f: Format) -> String {
     // Days per month, and 29 February only in leap years (divisible by 4, and by
     // 400 when by 100).
     const DATE: &str = concat!(
@@ -1033,33 +1167,37 @@ pub fn int_range(min: Option<i64>, max: Option<i64>) -> String {
     format!("(?:{})", alts.join("|"))
 }
 
-/// Regex for decimal numbers (no exponent) between integer-valued bounds.
+/// Regex for decimal numbers (no exponent) between decimal bounds.
 ///
-/// A number is a sign, an integer part `I` and a fraction `f`; for `x = I.f ≥ 0`,
-/// `x ≥ L` holds exactly when `I ≥ L`, `x > L` when `I > L` or `I = L` with a non-zero
-/// fraction, `x < U` when `I < U`, and `x ≤ U` when `I < U` or `I = U` with an all-zero
-/// fraction. A negative number `-y` is bounded by the mirrored bounds on `y`. Cost:
-/// a few integer ranges, built in microseconds.
+/// A number is a sign, an integer part `I` and a fraction `f`. For `x = I.f ≥ 0` and a
+/// bound `L = Li.Lf`: every `I` strictly between the bounds' integer parts takes any
+/// fraction, and `I = Li` (or `I = Ui`) takes the fractions on the right side of
+/// `Lf` (of `Uf`), compared digit by digit ([`fraction_range`]). A negative number
+/// `-y` is bounded by the mirrored bounds on `y`. Cost: a few integer ranges and two
+/// digit-wise comparisons, built in microseconds.
 ///
 /// ```
 /// use toolgate::grammar::regex::number_range;
 /// use toolgate::grammar::schema::NumBound;
-/// let re = regex_automata::meta::Regex::new(&format!("^(?:{})$", number_range(
-///     Some(NumBound { value: 0, exclusive: true }),
-///     Some(NumBound { value: 1, exclusive: false }),
-/// ))).unwrap();
+/// let range = |lo: f64, hi: f64| {
+///     let re = number_range(NumBound::new(lo, true), NumBound::new(hi, false));
+///     regex_automata::meta::Regex::new(&format!("^(?:{re})$")).unwrap()
+/// };
+/// let re = range(0.0, 1.0);
 /// assert!(re.is_match("0.5") && re.is_match("1") && re.is_match("1.000"));
 /// assert!(!re.is_match("0") && !re.is_match("-0.0") && !re.is_match("1.01"));
+/// let re = range(-0.25, 2.5);
+/// assert!(re.is_match("-0.2") && re.is_match("-0.2499") && re.is_match("2.50") && re.is_match("0"));
+/// assert!(!re.is_match("-0.25") && !re.is_match("-0.3") && !re.is_match("2.51") && !re.is_match("3"));
 /// ```
 pub fn number_range(min: Option<NumBound>, max: Option<NumBound>) -> String {
-    let mirror = |b: Option<NumBound>| b.map(|b| NumBound { value: -b.value, exclusive: b.exclusive });
     let mut alts = Vec::new();
     let positive = magnitude_range(min, max);
     if !positive.is_empty() {
         alts.push(positive);
     }
     // `-y` with `y` in the mirrored range; `-0` is zero, which the mirror handles.
-    let negative = magnitude_range(mirror(max), mirror(min));
+    let negative = magnitude_range(max.map(NumBound::negated), min.map(NumBound::negated));
     if !negative.is_empty() {
         alts.push(format!("-(?:{negative})"));
     }
@@ -1074,31 +1212,119 @@ pub fn number_range(min: Option<NumBound>, max: Option<NumBound>) -> String {
 fn magnitude_range(lo: Option<NumBound>, hi: Option<NumBound>) -> String {
     const CAP: i64 = 10i64.pow(16) - 1;
     const ANY_FRAC: &str = r"(?:\.[0-9]{1,16})?";
-    const ZERO_FRAC: &str = r"(?:\.0{1,16})?";
-    const NONZERO_FRAC: &str = r"\.0{0,15}[1-9][0-9]{0,15}";
-    if hi.is_some_and(|h| h.value < 0 || (h.value == 0 && h.exclusive)) {
+    if hi.is_some_and(|h| h.value < 0 || (h.value == 0 && h.frac == 0 && h.exclusive)) {
         return String::new();
     }
     // A lower bound below zero says nothing about a magnitude.
-    let (start, lo_exclusive) = match lo {
-        Some(l) if l.value >= 0 => (l.value.min(CAP), l.exclusive),
-        _ => (0, false),
-    };
+    let lo = lo.filter(|l| l.value >= 0);
+    let (lo_digits, hi_digits) = (lo.map(NumBound::frac_digits), hi.map(NumBound::frac_digits));
+    let lo_frac = lo.as_ref().zip(lo_digits.as_deref()).map(|(l, d)| (d, l.exclusive));
+    let hi_frac = hi.as_ref().zip(hi_digits.as_deref()).map(|(h, d)| (d, h.exclusive));
     let mut parts = Vec::new();
-    if lo_exclusive && hi.is_none_or(|h| h.value > start) {
-        parts.push(format!("{start}{NONZERO_FRAC}"));
-    }
-    let full_lo = start + i64::from(lo_exclusive);
+    let full_lo = lo.map_or(0, |l| l.value.saturating_add(1));
     let full_hi = hi.map_or(CAP, |h| (h.value - 1).min(CAP));
     if full_lo <= full_hi {
         parts.push(format!("(?:{}){ANY_FRAC}", nonneg_range(full_lo, full_hi)));
     }
-    if let Some(h) = hi {
-        if !h.exclusive && h.value >= full_lo && h.value <= CAP {
-            parts.push(format!("{}{ZERO_FRAC}", h.value));
+    match (lo, hi) {
+        (Some(l), Some(h)) if l.value == h.value => {
+            if let Some(f) = fraction_range(lo_frac, hi_frac) {
+                parts.push(format!("{}{f}", l.value));
+            }
+        }
+        _ => {
+            if let Some(l) = lo.filter(|l| l.value <= CAP) {
+                if let Some(f) = fraction_range(lo_frac, None) {
+                    parts.push(format!("{}{f}", l.value));
+                }
+            }
+            if let Some(h) = hi.filter(|h| h.value <= CAP && lo.is_none_or(|l| l.value < h.value)) {
+                if let Some(f) = fraction_range(None, hi_frac) {
+                    parts.push(format!("{}{f}", h.value));
+                }
+            }
         }
     }
     parts.join("|")
+}
+
+/// Regex for the fraction after an integer part (nothing, or `.` and 1–16 digits)
+/// whose value `f` lies on the right side of `lo` and `hi`, each given as its digits
+/// without trailing zeros (`""` is zero) and whether it is exclusive. `None` when no
+/// fraction does.
+fn fraction_range(lo: Option<(&str, bool)>, hi: Option<(&str, bool)>) -> Option<String> {
+    const MAX_DIGITS: usize = 16;
+    // Digit `i` of a bound (zeros past its end).
+    let digit = |b: Option<(&str, bool)>, i: usize| b.map_or(0, |(d, _)| d.as_bytes().get(i).map_or(0, |c| c - b'0'));
+    let exhausted = |b: Option<(&str, bool)>, i: usize| b.is_none_or(|(d, _)| i >= d.len());
+    let strict = |b: Option<(&str, bool)>| b.is_some_and(|(_, s)| s);
+    // The digits from position `i` on, `tight_lo`/`tight_hi` while equal to that bound so
+    // far; `nonempty`: at least one digit.
+    fn rest(
+        i: usize,
+        tl: bool,
+        th: bool,
+        nonempty: bool,
+        ctx: &dyn Fn(usize, bool, bool) -> (u8, u8, bool, bool),
+        strict: (bool, bool),
+    ) -> Option<String> {
+        let (lo_i, hi_i, lo_done, hi_done) = ctx(i, tl, th);
+        let n = usize::from(nonempty);
+        let left = MAX_DIGITS.saturating_sub(i);
+        // Both bounds used up (or loose): the remaining digits in closed form.
+        if (!tl || lo_done) && (!th || hi_done) {
+            return match (tl, th) {
+                (false, false) => Some(format!("[0-9]{{{n},{left}}}")),
+                (true, false) if !strict.0 => Some(format!("[0-9]{{{n},{left}}}")),
+                (true, false) => {
+                    Some(format!("0{{0,{}}}[1-9][0-9]{{0,{}}}", left.saturating_sub(1), left.saturating_sub(1)))
+                }
+                (false, true) | (true, true) if strict.1 || (tl && strict.0) => None,
+                _ => Some(format!("0{{{n},{left}}}")),
+            };
+        }
+        if left == 0 {
+            return None;
+        }
+        let mut alts = Vec::new();
+        // Ending here: the value is the digits so far, followed by zeros.
+        let end_ok = (!tl || (lo_done && !strict.0)) && (!th || !hi_done || !strict.1);
+        if end_ok && !nonempty {
+            alts.push(String::new());
+        }
+        let (a, b) = (if tl { lo_i } else { 0 }, if th { hi_i } else { 9 });
+        if a > b {
+            return (!alts.is_empty()).then(|| alts.concat());
+        }
+        // Digits strictly inside the window leave both bounds behind.
+        let (inner_lo, inner_hi) = (a + u8::from(tl), b.saturating_sub(u8::from(th)));
+        if inner_lo <= inner_hi && !(th && b == 0) {
+            alts.push(format!("[{inner_lo}-{inner_hi}][0-9]{{0,{}}}", left - 1));
+        }
+        if tl {
+            if let Some(r) = rest(i + 1, true, th && a == b, false, ctx, strict) {
+                alts.push(format!("{a}{r}"));
+            }
+        }
+        if th && !(tl && a == b) {
+            if let Some(r) = rest(i + 1, false, true, false, ctx, strict) {
+                alts.push(format!("{b}{r}"));
+            }
+        }
+        (!alts.is_empty()).then(|| format!("(?:{})", alts.join("|")))
+    }
+    let ctx = |i: usize, _tl: bool, _th: bool| (digit(lo, i), digit(hi, i), exhausted(lo, i), exhausted(hi, i));
+    let strict_pair = (strict(lo), strict(hi));
+    let (tl, th) = (lo.is_some(), hi.is_some());
+    let digits = rest(0, tl, th, true, &ctx, strict_pair);
+    // No fraction at all: the value zero.
+    let zero_ok = (!tl || (exhausted(lo, 0) && !strict_pair.0)) && (!th || !exhausted(hi, 0) || !strict_pair.1);
+    match (digits, zero_ok) {
+        (Some(d), true) => Some(format!("(?:\\.{d})?")),
+        (Some(d), false) => Some(format!("\\.{d}")),
+        (None, true) => Some(String::new()),
+        (None, false) => None,
+    }
 }
 
 /// Regex for integers in `[lo, hi]`, `0 <= lo <= hi`, without leading zeros.

@@ -7,6 +7,8 @@
 
 use serde_json::{Map, Value};
 
+use super::machine::{Automaton, Length, Machine, MultipleOf, Pattern, MAX_STATES};
+
 use crate::{Error, Result};
 
 /// How unsupported keywords are treated.
@@ -83,15 +85,79 @@ pub enum Format {
     Ipv4,
 }
 
-/// An integer-valued bound on a [`Node::Number`]: `minimum: 0` is
-/// `NumBound { value: 0, exclusive: false }`, `exclusiveMaximum: 100` is
-/// `NumBound { value: 100, exclusive: true }`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A bound on a [`Node::Number`], as a decimal: `value + frac / 10^16`, where `value`
+/// is the bound's floor. `minimum: 0` is `NumBound { value: 0, frac: 0, exclusive:
+/// false }`, `exclusiveMaximum: 2.5` is `NumBound { value: 2, frac: 5 * 10^15,
+/// exclusive: true }` and `minimum: -0.25` is `NumBound { value: -1, frac: 75 *
+/// 10^14, exclusive: false }`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct NumBound {
-    /// The bound, within ±10^15.
+    /// The bound's floor, within ±10^15.
     pub value: i64,
+    /// The bound's fractional part in units of 10^-16, `0..10^16`.
+    pub frac: u64,
     /// Whether the bound itself is excluded.
     pub exclusive: bool,
+}
+
+/// Units of [`NumBound::frac`] in one.
+pub const FRAC_UNIT: u64 = 10_000_000_000_000_000;
+
+impl NumBound {
+    /// The bound `x` (given as JSON writes it, as `f64`'s shortest decimal), or `None`
+    /// when it is not finite, is beyond ±10^15, or has more than 16 decimals.
+    ///
+    /// ```
+    /// use toolgate::grammar::schema::NumBound;
+    /// let b = NumBound::new(-0.25, false).unwrap();
+    /// assert_eq!((b.value, b.frac), (-1, 7_500_000_000_000_000));
+    /// assert_eq!(NumBound::new(1e300, false), None);
+    /// ```
+    pub fn new(x: f64, exclusive: bool) -> Option<NumBound> {
+        if !x.is_finite() || x.abs() > 1e15 {
+            return None;
+        }
+        let text = format!("{}", x.abs());
+        let (int, frac) = text.split_once('.').unwrap_or((&text, ""));
+        if frac.len() > 16 {
+            return None;
+        }
+        let int: i64 = int.parse().ok()?;
+        let frac: u64 = if frac.is_empty() { 0 } else { format!("{frac:0<16}").parse().ok()? };
+        Some(if x >= 0.0 || frac == 0 {
+            NumBound { value: if x < 0.0 { -int } else { int }, frac, exclusive }
+        } else {
+            NumBound { value: -int - 1, frac: FRAC_UNIT - frac, exclusive }
+        })
+    }
+
+    /// The bound's negation, with the same exclusivity.
+    pub fn negated(self) -> NumBound {
+        if self.frac == 0 {
+            NumBound { value: -self.value, ..self }
+        } else {
+            NumBound { value: -self.value - 1, frac: FRAC_UNIT - self.frac, ..self }
+        }
+    }
+
+    /// The fractional digits, without trailing zeros (`""` for a whole bound).
+    pub fn frac_digits(self) -> String {
+        if self.frac == 0 {
+            return String::new();
+        }
+        format!("{:016}", self.frac).trim_end_matches('0').to_string()
+    }
+}
+
+/// What a [`Node::Machine`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MachineKind {
+    /// A string's characters, between the dialect's quotes and spelled with its escapes.
+    String,
+    /// An integer's JSON text.
+    Integer,
+    /// A number's JSON text (plain decimal, no exponent).
+    Number,
 }
 
 /// The value grammar a schema compiles to.
@@ -129,6 +195,17 @@ pub enum Node {
         pattern: Option<String>,
         /// A built-in format.
         format: Option<Format>,
+    },
+    /// A value whose language is an explicit automaton: a `pattern` or `format` with
+    /// length bounds, a `pattern` beside a `format`, or a number's `multipleOf`. Only
+    /// [`compile_shared`] makes these; the regex stage writes them as rules
+    /// ([`super::regex::to_rules`]).
+    Machine {
+        /// The automaton: over the string's characters (UTF-8, unescaped) for
+        /// [`MachineKind::String`], over the number's JSON text otherwise.
+        machine: std::sync::Arc<Machine>,
+        /// What the machine reads.
+        kind: MachineKind,
     },
     /// One of these literal JSON values.
     Literals(Vec<Value>),
@@ -203,7 +280,9 @@ pub fn compile_with(schema: &Value, mode: Mode, objects: Objects) -> Result<Node
 /// # Errors
 /// As [`compile`].
 pub fn compile_shared(schema: &Value, mode: Mode, objects: Objects) -> Result<Node> {
-    Compiler::new(schema, mode, objects, SHARED_ANY_VALUE_LEVELS, SHARED_OPEN_EXTRA_LEVELS).node(schema, "#", 0)
+    let mut c = Compiler::new(schema, mode, objects, SHARED_ANY_VALUE_LEVELS, SHARED_OPEN_EXTRA_LEVELS);
+    c.machines = true;
+    c.node(schema, "#", 0)
 }
 
 /// Refuse a value grammar whose plain regex ([`super::regex::to_regex`], which copies
@@ -247,6 +326,8 @@ struct Compiler<'a> {
     refs: std::cell::Cell<usize>,
     /// Schema nodes visited so far (bounded by [`MAX_SCHEMA_NODES`]).
     nodes: std::cell::Cell<usize>,
+    /// Whether [`Node::Machine`]s may be made (the grammar will have rules).
+    machines: bool,
 }
 
 /// The keywords that constrain an instance (draft 4 to 2020-12), `$ref` aside. Every
@@ -340,7 +421,7 @@ fn escape_ptr(s: &str) -> String {
 impl<'a> Compiler<'a> {
     fn new(root: &'a Value, mode: Mode, objects: Objects, any_levels: usize, extra_levels: usize) -> Self {
         let (refs, nodes) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
-        Self { root, mode, objects, any_levels, extra_levels, refs, nodes }
+        Self { root, mode, objects, any_levels, extra_levels, refs, nodes, machines: false }
     }
 
     fn node(&self, s: &Value, ptr: &str, depth: usize) -> Result<Node> {
@@ -544,7 +625,7 @@ impl<'a> Compiler<'a> {
                 "propertyNames" => has("object"),
                 "contains" | "minContains" | "maxContains" => has("array"),
                 "uniqueItems" => has("array") && *v == Value::Bool(true),
-                "multipleOf" => has("integer") || has("number"),
+                "multipleOf" => (has("integer") || has("number")) && !self.machines,
                 _ => false,
             };
             if unsupported {
@@ -619,51 +700,88 @@ impl<'a> Compiler<'a> {
                 return Ok(Node::Never);
             }
         }
-        Ok(Node::Integer { min, max })
+        self.multiple_of(obj, ptr, Node::Integer { min, max }, MachineKind::Integer)
+    }
+
+    /// `node` (an integer or number) narrowed to the multiples of `obj`'s
+    /// `multipleOf`, as a [`Node::Machine`]: the product of the node's own regex and a
+    /// remainder counter. Without machines the keyword was refused (strict) or is
+    /// ignored (lenient); lenient mode also keeps `node` when the product is too large.
+    fn multiple_of(&self, obj: &Map<String, Value>, ptr: &str, node: Node, kind: MachineKind) -> Result<Node> {
+        let Some(k) = obj.get("multipleOf") else { return Ok(node) };
+        if !self.machines {
+            return Ok(node);
+        }
+        let at = format!("{ptr}/multipleOf");
+        let Value::Number(k) = k else { return Err(err(&at, "`multipleOf` must be a number")) };
+        // Numbers are written in plain decimal here, even unbounded ones.
+        let text = match &node {
+            Node::Number { min, max } => super::regex::number_range(*min, *max),
+            n => super::regex::to_regex(n, &super::regex::Json),
+        };
+        let machine = MultipleOf::new(&k.to_string()).and_then(|m| {
+            let mut parts: Vec<Box<dyn Automaton>> = vec![Box::new(Pattern::new(&text)?), Box::new(m)];
+            Machine::intersect(&mut parts, MAX_STATES)
+        });
+        match machine {
+            Ok(m) => Ok(machine_node(m, kind)),
+            Err(e) if self.mode == Mode::Strict => Err(err(&at, e)),
+            Err(_) => Ok(node),
+        }
+    }
+
+    /// A string of `pattern` and `format` with `min..=max` characters, as a
+    /// [`Node::Machine`] (`max` lowered to [`super::regex::MAX_REPEAT`] as for plain
+    /// strings).
+    fn string_machine(
+        pattern: Option<&str>,
+        format: Option<Format>,
+        min: usize,
+        max: Option<usize>,
+    ) -> std::result::Result<Node, String> {
+        let mut parts: Vec<Box<dyn Automaton>> = Vec::new();
+        if let Some(p) = pattern {
+            parts.push(Box::new(Pattern::new(&super::regex::decoded_pattern(p)?)?));
+        }
+        if let Some(f) = format {
+            parts.push(Box::new(Pattern::new(&super::regex::format_regex(f))?));
+        }
+        if min > 0 || max.is_some() {
+            let max = max.map(|m| m.min(super::regex::MAX_REPEAT.max(min)));
+            parts.push(Box::new(Length::new(min, max)));
+        }
+        Ok(machine_node(Machine::intersect(&mut parts, MAX_STATES)?, MachineKind::String))
     }
 
     fn number(&self, obj: &Map<String, Value>, ptr: &str) -> Result<Node> {
-        let mut lower: Vec<(f64, bool)> = Vec::new();
-        let mut upper: Vec<(f64, bool)> = Vec::new();
+        let mut lower: Vec<NumBound> = Vec::new();
+        let mut upper: Vec<NumBound> = Vec::new();
         for (k, x, is_lower, exclusive) in Self::bounds(obj, ptr)? {
-            // The grammar compares digits against an integer; a fractional bound
-            // (`minimum: 0.5`) would need its digits too.
-            if x.fract() != 0.0 || x.abs() > 1e15 {
+            let Some(b) = NumBound::new(x, exclusive) else {
                 if self.mode == Mode::Strict {
                     return Err(err(
                         &format!("{ptr}/{k}"),
-                        format!("`{k}` on a number is only enforced for whole bounds within ±10^15"),
+                        format!("`{k}` on a number is only enforced within ±10^15 and to 16 decimals"),
                     ));
                 }
                 continue;
-            }
+            };
             if is_lower {
-                lower.push((x, exclusive))
+                lower.push(b)
             } else {
-                upper.push((x, exclusive))
+                upper.push(b)
             }
         }
         // The tightest: the largest lower bound (exclusive wins a tie), the smallest upper.
-        let tightest = |bs: &[(f64, bool)], lower: bool| {
-            bs.iter()
-                .copied()
-                .reduce(|a, b| {
-                    let better = if lower { b.0 > a.0 } else { b.0 < a.0 };
-                    if better || (b.0 == a.0 && b.1) {
-                        b
-                    } else {
-                        a
-                    }
-                })
-                .map(|(v, exclusive)| NumBound { value: v as i64, exclusive })
-        };
-        let (min, max) = (tightest(&lower, true), tightest(&upper, false));
+        let at = |b: &NumBound| (b.value, b.frac);
+        let min = lower.iter().copied().max_by_key(|b| (at(b), b.exclusive));
+        let max = upper.iter().copied().min_by_key(|b| (at(b), !b.exclusive));
         if let (Some(a), Some(b)) = (min, max) {
-            if a.value > b.value || (a.value == b.value && (a.exclusive || b.exclusive)) {
+            if at(&a) > at(&b) || (at(&a) == at(&b) && (a.exclusive || b.exclusive)) {
                 return Ok(Node::Never);
             }
         }
-        Ok(Node::Number { min, max })
+        self.multiple_of(obj, ptr, Node::Number { min, max }, MachineKind::Number)
     }
 
     fn string(&self, obj: &Map<String, Value>, ptr: &str) -> Result<Node> {
@@ -698,25 +816,32 @@ impl<'a> Compiler<'a> {
             super::regex::pattern_body(p, &super::regex::Json).map_err(|e| err(&format!("{ptr}/pattern"), e))?;
         }
         let (min_len, max_len) = (usize_of("minLength")?, usize_of("maxLength")?);
-        if self.mode == Mode::Strict {
-            // The grammar is one regex per string; a length bound on top of a pattern
-            // or format would need their intersection.
-            let shaped = if format.is_some() { Some("format") } else { pattern.as_ref().map(|_| "pattern") };
-            if let Some(shape) = shaped {
+        // A pattern or format with length bounds, or both together: their intersection.
+        let bounded = min_len.is_some() || max_len.is_some();
+        if (format.is_some() || pattern.is_some()) && (bounded || (format.is_some() && pattern.is_some())) {
+            // An anchored repeated class meets the length bounds exactly in a regex.
+            let exact = match &pattern {
+                Some(p) if format.is_none() => {
+                    super::regex::pattern_with_length(p, min_len.unwrap_or(0), max_len, &super::regex::Json)
+                        .map_err(|e| err(&format!("{ptr}/pattern"), e))?
+                        .is_some()
+                }
+                _ => false,
+            };
+            if !exact && self.machines {
+                match Self::string_machine(pattern.as_deref(), format, min_len.unwrap_or(0), max_len) {
+                    Ok(node) => return Ok(node),
+                    Err(e) if self.mode == Mode::Strict => return Err(err(ptr, e)),
+                    Err(_) => {}
+                }
+            } else if !exact && self.mode == Mode::Strict {
+                // Without machines the grammar is one regex per string.
                 if format.is_some() && pattern.is_some() {
                     return Err(err(&format!("{ptr}/pattern"), "`pattern` together with `format` is not enforced"));
                 }
-                // An anchored repeated class meets the length bounds exactly.
-                let exact = match &pattern {
-                    Some(p) if format.is_none() => {
-                        super::regex::pattern_with_length(p, min_len.unwrap_or(0), max_len, &super::regex::Json)
-                            .map_err(|e| err(&format!("{ptr}/pattern"), e))?
-                            .is_some()
-                    }
-                    _ => false,
-                };
+                let shape = if format.is_some() { "format" } else { "pattern" };
                 for (k, v) in [("minLength", min_len.is_some()), ("maxLength", max_len.is_some())] {
-                    if v && !exact {
+                    if v {
                         return Err(err(
                             &format!("{ptr}/{k}"),
                             format!("`{k}` together with `{shape}` is not enforced"),
@@ -966,7 +1091,8 @@ fn kinds(n: &Node) -> u8 {
         Node::Null => 1,
         Node::Boolean => 2,
         Node::Integer { .. } | Node::Number { .. } => 4,
-        Node::String { .. } => 8,
+        Node::String { .. } | Node::Machine { kind: MachineKind::String, .. } => 8,
+        Node::Machine { .. } => 4,
         Node::Array { .. } => 16,
         Node::Object { .. } => 32,
         Node::Literals(vs) => vs.iter().fold(0, |k, v| {
@@ -1048,8 +1174,16 @@ fn exact_scalar(n: &Node) -> bool {
             _ => true,
         }),
         Node::AnyOf(ns) => ns.iter().all(exact_scalar),
-        Node::Array { .. } | Node::Object { .. } => false,
+        Node::Array { .. } | Node::Object { .. } | Node::Machine { .. } => false,
     }
+}
+
+/// `m` as a node: [`Node::Never`] when its language is empty.
+fn machine_node(m: Machine, kind: MachineKind) -> Node {
+    if m.states.is_empty() {
+        return Node::Never;
+    }
+    Node::Machine { machine: std::sync::Arc::new(m), kind }
 }
 
 fn simplify_any(nodes: Vec<Node>) -> Node {

@@ -121,11 +121,143 @@ fn number_bounds_follow_arithmetic() {
     check(json!({"type": "number", "minimum": 0, "exclusiveMinimum": true}), &["0.1"], &["0", "0.0"]);
     check(json!({"type": "number", "minimum": -5, "exclusiveMinimum": 1, "maximum": 3}), &["1.5", "3"], &["1", "3.1"]);
     check(json!({"type": "number", "minimum": 2.0, "maximum": 1}), &[], &["1", "2", "1.5"]);
-    // A fractional bound is not enforced: strict refuses it, naming the keyword.
-    let e = Grammar::from_schema(&json!({"type": "number", "minimum": 0.5}), Mode::Strict, &Json).unwrap_err();
+    // Fractional bounds compare the fraction digit by digit, on both sides of zero.
+    check(
+        json!({"type": "number", "exclusiveMinimum": -0.25, "maximum": 0.5}),
+        &["-0.2", "-0.249", "0", "0.5", "0.50", "0.4999"],
+        &["-0.25", "-0.250", "-0.3", "0.5001", "0.51", "1"],
+    );
+    check(
+        json!({"type": "number", "minimum": 0.05, "exclusiveMaximum": 0.06}),
+        &["0.05", "0.0599"],
+        &["0.06", "0.049"],
+    );
+    check(json!({"type": "number", "minimum": 2.5, "maximum": 2.5}), &["2.5", "2.50"], &["2.4", "2.51", "2"]);
+    check(json!({"type": "number", "maximum": 99999999999.99}), &["99999999999.99", "-5"], &["99999999999.991"]);
+    // A bound past ±10^15 or 16 decimals is refused in strict mode, naming the keyword.
+    let e = Grammar::from_schema(&json!({"type": "number", "minimum": 1e16}), Mode::Strict, &Json).unwrap_err();
     assert!(e.to_string().contains("#/minimum"), "{e}");
-    let lenient = Grammar::from_schema(&json!({"type": "number", "minimum": 0.5}), Mode::Lenient, &Json).unwrap();
+    let lenient = Grammar::from_schema(&json!({"type": "number", "minimum": 1e16}), Mode::Lenient, &Json).unwrap();
     assert!(lenient.matches(b"0.25"));
+}
+
+/// The automata against the `jsonschema` crate on random values: strings drawn from
+/// an alphabet that hits the patterns, formats, escapes and multi-byte characters,
+/// and numbers around the bounds and multiples. Every verdict must agree.
+#[test]
+fn machines_agree_with_jsonschema_on_random_values() {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+    let mut rng = StdRng::seed_from_u64(3);
+    // Each schema with the pieces its strings are drawn from (up to `n` of them).
+    let strings: [(Value, &[&str], usize); 6] = [
+        (
+            json!({"type": "string", "pattern": "^[a-c]+-\\d$", "minLength": 3, "maxLength": 5}),
+            &["ab-1", "a-9", "c", "-", "1", "日"],
+            3,
+        ),
+        (json!({"type": "string", "pattern": "b", "maxLength": 4}), &["a", "b", "日", "\"", "\\"], 6),
+        (json!({"type": "string", "pattern": "^(a|日)*$", "minLength": 2}), &["a", "日", "b"], 4),
+        (json!({"type": "string", "pattern": "\\\\|\"", "maxLength": 3}), &["\\", "\"", "a", "\n"], 5),
+        (
+            json!({"type": "string", "format": "date", "pattern": "^2024-0[12]"}),
+            &["2024-", "2024-01-", "2024-02-", "2023-02-", "03-", "29", "28", "31", "1"],
+            2,
+        ),
+        (json!({"type": "string", "format": "ipv4", "maxLength": 8}), &["1.", "0.", "25.", "255.", "9", "1", "0"], 5),
+    ];
+    for (schema, pieces, most) in strings {
+        let oracle = jsonschema::options().should_validate_formats(true).build(&schema).unwrap();
+        let g = grammar(schema.clone());
+        let mut accepted = 0;
+        for _ in 0..3000 {
+            let n = rng.random_range(0..=most);
+            let text: String = (0..n).map(|_| pieces[rng.random_range(0..pieces.len())]).collect();
+            let v = Value::String(text);
+            let ok = oracle.is_valid(&v);
+            accepted += usize::from(ok);
+            assert_eq!(g.matches(v.to_string().as_bytes()), ok, "{schema}: {v}");
+        }
+        assert!(accepted > 10, "{schema}: {accepted} valid values drawn");
+    }
+    let numbers = [
+        json!({"type": "integer", "multipleOf": 7, "minimum": -30, "exclusiveMaximum": 50}),
+        json!({"type": "integer", "multipleOf": 12}),
+        json!({"type": "number", "multipleOf": 0.25, "minimum": -2.5, "maximum": 3.75}),
+        json!({"type": "number", "multipleOf": 1.5, "exclusiveMinimum": -3}),
+        json!({"type": "number", "exclusiveMinimum": -1.05, "maximum": 2.375}),
+    ];
+    for schema in numbers {
+        let oracle = jsonschema::options().should_validate_formats(true).build(&schema).unwrap();
+        let g = grammar(schema.clone());
+        let mut accepted = 0;
+        for _ in 0..3000 {
+            let whole = rng.random_range(-60i64..60);
+            let text = match rng.random_range(0..3) {
+                0 => whole.to_string(),
+                1 => format!("{whole}.{}", rng.random_range(0..100)),
+                _ => {
+                    format!("{}{}.{:03}", if whole < 0 { "-" } else { "" }, whole.abs() % 4, rng.random_range(0..1000))
+                }
+            };
+            let v: Value = serde_json::from_str(&text).unwrap();
+            if schema["type"] == "integer" && !v.is_i64() {
+                continue;
+            }
+            let ok = oracle.is_valid(&v);
+            accepted += usize::from(ok);
+            assert_eq!(g.matches(text.as_bytes()), ok, "{schema}: {text}");
+        }
+        assert!(accepted > 10, "{schema}: {accepted} valid values drawn");
+    }
+}
+
+/// Intersections as automata (`grammar::machine`): a pattern or format with length
+/// bounds, a pattern beside a format, and `multipleOf`, each exact.
+#[test]
+fn machines_intersect_patterns_lengths_formats_and_multiples() {
+    // Lengths count characters, not bytes or escapes.
+    let s = json!({"type": "string", "pattern": "^a+b$", "maxLength": 4});
+    check(s, &["\"ab\"", "\"aaab\""], &["\"aaaab\"", "\"b\"", "\"a\""]);
+    let s = json!({"type": "string", "pattern": "x", "minLength": 2, "maxLength": 3});
+    check(s, &["\"x\\\"\"", "\"日x\"", "\"\\nx\\t\""], &["\"x\"", "\"abcx\"", "\"ab\""]);
+    check(
+        json!({"type": "string", "format": "email", "maxLength": 8}),
+        &["\"a@b.io\"", "\"ab@c.de\""],
+        &["\"abc@d.com\"", "\"ab\""],
+    );
+    check(
+        json!({"type": "string", "format": "date", "pattern": "-02-"}),
+        &["\"2024-02-29\""],
+        &["\"2023-02-29\"", "\"2024-03-01\""],
+    );
+    // Integers and decimals: multiples of whole numbers and of decimals.
+    check(
+        json!({"type": "integer", "multipleOf": 7, "minimum": -20}),
+        &["0", "-14", "7", "700", "12348"],
+        &["-21", "1", "8", "700.0"],
+    );
+    check(json!({"type": "integer", "multipleOf": 3}), &["0", "-3", "99", "1000000002"], &["1", "-4", "1000000001"]);
+    check(
+        json!({"type": "number", "multipleOf": 0.25, "maximum": 1}),
+        &["0", "0.25", "-1.75", "1", "0.5000", "-100"],
+        &["0.1", "1.25", "0.255", "1e2"],
+    );
+    check(
+        json!({"type": "number", "multipleOf": 1.5, "exclusiveMinimum": 0}),
+        &["1.5", "3", "4.50"],
+        &["0", "2", "-1.5"],
+    );
+    // Too large a product is refused in strict mode, at the string's pointer; lenient
+    // mode keeps the pattern alone.
+    let huge = json!({"type": "object", "properties": {"s": {"type": "string", "pattern": "^[ab]*a[ab]{14}$", "maxLength": 900}}});
+    let e = Grammar::from_schema(&huge, Mode::Strict, &Json).unwrap_err();
+    assert!(e.to_string().contains("#/properties/s") && e.to_string().contains("states"), "{e}");
+    let lenient = Grammar::from_schema(&huge, Mode::Lenient, &Json).unwrap();
+    assert!(lenient.matches(br#"{"s":"abbbbbbbbbbbbbb"}"#));
+    // The plain regex path (tool calls) still refuses what needs an automaton.
+    let e = toolgate::grammar::schema::compile(&json!({"type": "integer", "multipleOf": 3}), Mode::Strict).unwrap_err();
+    assert!(e.to_string().contains("multipleOf"), "{e}");
 }
 
 #[test]
@@ -239,16 +371,16 @@ fn refs_and_bounded_recursion() {
 
 #[test]
 fn unsupported_keywords_name_the_pointer_or_are_ignored_in_lenient_mode() {
-    let schema = json!({"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 3}}});
+    let schema = json!({"type": "object", "properties": {"n": {"type": "integer", "not": {"const": 3}}}});
     match Grammar::from_schema(&schema, Mode::Strict, &Json) {
         Err(Error::Schema { pointer, reason }) => {
-            assert_eq!(pointer, "#/properties/n/multipleOf");
-            assert!(reason.contains("multipleOf"));
+            assert_eq!(pointer, "#/properties/n/not");
+            assert!(reason.contains("`not`"));
         }
         other => panic!("expected a schema error, got {other:?}"),
     }
     let lenient = Grammar::from_schema(&schema, Mode::Lenient, &Json).unwrap();
-    assert!(lenient.matches(b"{\"n\":4}"));
+    assert!(lenient.matches(b"{\"n\":3}"));
     for bad in
         [json!({"type": "strin"}), json!({"$ref": "#/nowhere"}), json!(3), json!({"type": "string", "pattern": "(("})]
     {
@@ -408,7 +540,7 @@ fn real_world_keywords_follow_json_schema() {
     );
     check(json!({"type": "string", "pattern": "^.$", "minLength": 2}), &[], &["\"a\"", "\"ab\""]);
     let mixed = json!({"type": "string", "pattern": "^a+b$", "maxLength": 4});
-    let e = Grammar::from_schema(&mixed, Mode::Strict, &Json).unwrap_err();
+    let e = toolgate::grammar::schema::compile(&mixed, Mode::Strict).unwrap_err();
     assert!(e.to_string().contains("#/maxLength"), "{e}");
     // Top-level alternatives keep their own anchors; `|` in a class or group stays.
     let alts = json!({"type": "string", "pattern": "^[0-9]+$|^none$|x[|]y"});

@@ -1,0 +1,345 @@
+//! Explicit automata for languages a regex cannot write compactly.
+//!
+//! A `pattern` with `minLength`/`maxLength`, a `pattern` beside a `format`, or the
+//! multiples of a number (`multipleOf`) within bounds are each the *intersection* of
+//! simple languages. A regex has no intersection, and writing one out by hand is
+//! exponential in general; automata intersect by a product. So each constraint is a
+//! small on-demand [`Automaton`] (a regex's DFA, a character counter, a remainder
+//! counter), their product is explored breadth-first into a [`Machine`] (a plain
+//! table of states and byte-range edges, with the states that cannot reach
+//! acceptance removed), and the regex stage writes the machine as right-linear rules
+//! ([`super::regex::Rules`]: one rule per state, each edge a byte class followed by a
+//! tail call), which the grammar's DFA follows without growing a stack.
+//!
+//! ```
+//! use toolgate::grammar::machine::{Automaton, Length, Machine, Pattern};
+//! // Strings of the pattern `^[a-z]+[0-9]*$` with at most 3 characters.
+//! let mut parts: Vec<Box<dyn Automaton>> =
+//!     vec![Box::new(Pattern::new("[a-z]+[0-9]*")?), Box::new(Length::new(0, Some(3)))];
+//! let m = Machine::intersect(&mut parts, 1024)?;
+//! assert!(m.matches(b"ab1") && m.matches(b"a") && !m.matches(b"abcd") && !m.matches(b"1"));
+//! # Ok::<(), String>(())
+//! ```
+
+use std::collections::HashMap;
+
+use super::dfa::{Cache, Dfa};
+
+/// Most states a [`Machine`] may have: a product past it is refused (its rules would
+/// cost more to compile than the constraint is worth).
+pub const MAX_STATES: usize = 4096;
+
+/// A deterministic automaton over bytes, asked for its transitions one at a time.
+/// States are `u64`s the automaton chooses; `None` is the dead state.
+pub trait Automaton {
+    /// The start state (`None`: the language is empty).
+    fn start(&mut self) -> Option<u64>;
+    /// The state after byte `b` from `s`.
+    fn next(&mut self, s: u64, b: u8) -> Option<u64>;
+    /// Whether the input that led to `s` is in the language.
+    fn accepts(&mut self, s: u64) -> bool;
+    /// Whether the states handed out so far are still valid (an automaton with a
+    /// bounded cache may have to drop them).
+    fn healthy(&self) -> bool {
+        true
+    }
+}
+
+/// One state of a [`Machine`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MachineState {
+    /// `(lo, hi, target)`: bytes `lo..=hi` lead to state `target`; sorted, disjoint.
+    pub edges: Vec<(u8, u8, u32)>,
+    /// Whether input ending here is in the language.
+    pub accepting: bool,
+}
+
+/// An explicit DFA over bytes: state 0 is the start; every state can reach an
+/// accepting one. No states: the empty language.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Machine {
+    /// The states, by number.
+    pub states: Vec<MachineState>,
+}
+
+impl Machine {
+    /// The product of `parts` (the intersection of their languages), explored from
+    /// the start over all 256 bytes, then trimmed to the states that can reach
+    /// acceptance.
+    ///
+    /// Cost: 256 transitions per part per product state; memory linear in the states.
+    ///
+    /// # Errors
+    /// A message when the product has more than `max_states` states, or an automaton
+    /// dropped its states on the way.
+    pub fn intersect(parts: &mut [Box<dyn Automaton>], max_states: usize) -> Result<Machine, String> {
+        let too_many = || format!("the constraints together need more than {max_states} automaton states");
+        let Some(start) = parts.iter_mut().map(|p| p.start()).collect::<Option<Vec<u64>>>() else {
+            return Ok(Machine { states: Vec::new() });
+        };
+        let mut ids: HashMap<Vec<u64>, u32> = HashMap::from([(start.clone(), 0)]);
+        let mut queue = vec![start];
+        let mut states = Vec::new();
+        while states.len() < queue.len() {
+            let here = queue[states.len()].clone();
+            let accepting = parts.iter_mut().zip(&here).all(|(p, &s)| p.accepts(s));
+            let mut edges: Vec<(u8, u8, u32)> = Vec::new();
+            for b in 0..=255u8 {
+                let Some(next) = parts.iter_mut().zip(&here).map(|(p, &s)| p.next(s, b)).collect::<Option<Vec<u64>>>()
+                else {
+                    continue;
+                };
+                let id = match ids.get(&next) {
+                    Some(&id) => id,
+                    None => {
+                        if queue.len() >= max_states {
+                            return Err(too_many());
+                        }
+                        let id = queue.len() as u32;
+                        ids.insert(next.clone(), id);
+                        queue.push(next);
+                        id
+                    }
+                };
+                match edges.last_mut() {
+                    Some(e) if e.2 == id && e.1 == b - 1 => e.1 = b,
+                    _ => edges.push((b, b, id)),
+                }
+            }
+            states.push(MachineState { edges, accepting });
+        }
+        if !parts.iter().all(|p| p.healthy()) {
+            return Err("an automaton's state cache overflowed".into());
+        }
+        Ok(Machine { states }.trimmed())
+    }
+
+    /// Only the states that can reach an accepting one, renumbered in order.
+    fn trimmed(self) -> Machine {
+        let n = self.states.len();
+        let mut into: Vec<Vec<u32>> = vec![Vec::new(); n];
+        for (i, s) in self.states.iter().enumerate() {
+            for e in &s.edges {
+                into[e.2 as usize].push(i as u32);
+            }
+        }
+        let mut live = vec![false; n];
+        let mut stack: Vec<u32> = (0..n as u32).filter(|&i| self.states[i as usize].accepting).collect();
+        while let Some(i) = stack.pop() {
+            if !std::mem::replace(&mut live[i as usize], true) {
+                stack.extend(into[i as usize].iter().copied().filter(|&j| !live[j as usize]));
+            }
+        }
+        if n == 0 || !live[0] {
+            return Machine { states: Vec::new() };
+        }
+        let mut number = vec![u32::MAX; n];
+        let mut next = 0;
+        for i in 0..n {
+            if live[i] {
+                number[i] = next;
+                next += 1;
+            }
+        }
+        let states = self
+            .states
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| live[*i])
+            .map(|(_, s)| MachineState {
+                accepting: s.accepting,
+                edges: s
+                    .edges
+                    .into_iter()
+                    .filter(|e| live[e.2 as usize])
+                    .map(|(lo, hi, t)| (lo, hi, number[t as usize]))
+                    .collect(),
+            })
+            .collect();
+        Machine { states }
+    }
+
+    /// Whether `input` is in the language. Cost: one edge search per byte.
+    pub fn matches(&self, input: &[u8]) -> bool {
+        let mut at = 0usize;
+        if self.states.is_empty() {
+            return false;
+        }
+        for &b in input {
+            match self.states[at].edges.iter().find(|e| e.0 <= b && b <= e.1) {
+                Some(e) => at = e.2 as usize,
+                None => return false,
+            }
+        }
+        self.states[at].accepting
+    }
+}
+
+/// A regex's language (regex-syntax, matched whole), through the grammar's lazy DFA.
+pub struct Pattern {
+    dfa: Dfa,
+    cache: Cache,
+}
+
+impl Pattern {
+    /// Compile `regex`. Cost: its NFA compile.
+    ///
+    /// # Errors
+    /// A message when the regex does not compile (see [`Dfa::new`]).
+    pub fn new(regex: &str) -> Result<Self, String> {
+        let dfa = Dfa::new(regex, 1 << 24).map_err(|e| e.to_string())?;
+        let cache = dfa.create_cache(1 << 28);
+        Ok(Self { dfa, cache })
+    }
+}
+
+impl Automaton for Pattern {
+    fn start(&mut self) -> Option<u64> {
+        let s = self.dfa.start(&mut self.cache);
+        (!s.is_dead()).then(|| u64::from(s.id()))
+    }
+    fn next(&mut self, s: u64, b: u8) -> Option<u64> {
+        let t = self.dfa.next(&mut self.cache, super::dfa::DfaState::from_id(s as u32), b);
+        (!t.is_dead()).then(|| u64::from(t.id()))
+    }
+    fn accepts(&mut self, s: u64) -> bool {
+        self.dfa.is_accepting(&self.cache, super::dfa::DfaState::from_id(s as u32))
+    }
+    fn healthy(&self) -> bool {
+        self.cache.clear_count() == 0
+    }
+}
+
+/// UTF-8 text of `min..=max` characters (a character starts at every byte that is not
+/// a continuation byte). Without a maximum the count saturates at `min`.
+#[derive(Debug, Clone, Copy)]
+pub struct Length {
+    min: usize,
+    max: Option<usize>,
+}
+
+impl Length {
+    /// Between `min` and `max` characters.
+    pub fn new(min: usize, max: Option<usize>) -> Self {
+        Self { min, max }
+    }
+}
+
+impl Automaton for Length {
+    fn start(&mut self) -> Option<u64> {
+        Some(0)
+    }
+    fn next(&mut self, s: u64, b: u8) -> Option<u64> {
+        if (0x80..0xC0).contains(&b) {
+            return Some(s);
+        }
+        let n = s as usize + 1;
+        match self.max {
+            Some(max) if n > max => None,
+            Some(_) => Some(n as u64),
+            None => Some(n.min(self.min) as u64),
+        }
+    }
+    fn accepts(&mut self, s: u64) -> bool {
+        s as usize >= self.min
+    }
+}
+
+/// JSON number text (`-`, digits, one `.`; no exponent) whose value is a multiple of
+/// `m / 10^e`. The syntax itself is another automaton's job: this one tracks the
+/// remainder of the value × 10^e modulo `m`, and refuses a non-zero digit past the
+/// `e`-th decimal (the value × 10^e would not be whole).
+#[derive(Debug, Clone, Copy)]
+pub struct MultipleOf {
+    m: u64,
+    e: u32,
+    /// 10^e mod m.
+    scale: u64,
+}
+
+/// Largest `m` (the multiple's digits without its decimal point) accepted: the
+/// remainder automaton has `m` states per position.
+pub const MAX_MULTIPLE_DIGITS: u64 = 100_000;
+
+impl MultipleOf {
+    /// Multiples of `k`, given in decimal (`"0.01"`, `"2.5"`, `"7"`).
+    ///
+    /// # Errors
+    /// A message when `k` is not a positive decimal, has more than 12 decimals, or
+    /// its digits pass [`MAX_MULTIPLE_DIGITS`].
+    ///
+    /// ```
+    /// use toolgate::grammar::machine::{Automaton, Machine, MultipleOf, Pattern};
+    /// let mut parts: Vec<Box<dyn Automaton>> =
+    ///     vec![Box::new(Pattern::new(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?")?), Box::new(MultipleOf::new("2.5")?)];
+    /// let m = Machine::intersect(&mut parts, 1024)?;
+    /// assert!(["0", "2.5", "-5", "7.50", "10.0"].iter().all(|x| m.matches(x.as_bytes())));
+    /// assert!(["1", "2.25", "7.55", "2.51"].iter().all(|x| !m.matches(x.as_bytes())));
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn new(k: &str) -> Result<Self, String> {
+        let bad = || format!("`multipleOf: {k}` is not a positive decimal the grammar can follow");
+        let (int, frac) = k.split_once('.').unwrap_or((k, ""));
+        let frac = frac.trim_end_matches('0');
+        if int.is_empty() && frac.is_empty() || !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        if frac.len() > 12 {
+            return Err(bad());
+        }
+        let digits = format!("{int}{frac}");
+        let digits = digits.trim_start_matches('0');
+        let m: u64 = digits.parse().map_err(|_| bad())?;
+        if m == 0 {
+            return Err(bad());
+        }
+        if m > MAX_MULTIPLE_DIGITS {
+            return Err(format!("`multipleOf: {k}` needs more than {MAX_MULTIPLE_DIGITS} remainder states"));
+        }
+        let e = frac.len() as u32;
+        let scale = (0..e).fold(1 % m, |acc, _| acc * 10 % m);
+        Ok(Self { m, e, scale })
+    }
+
+    // A state: bits 0..40 the remainder, then the decimals read + 1 (0: in the
+    // integer part).
+    fn pack(r: u64, decimals: Option<u32>) -> u64 {
+        r | (u64::from(decimals.map_or(0, |d| d + 1)) << 40)
+    }
+    fn unpack(s: u64) -> (u64, Option<u32>) {
+        let d = (s >> 40) as u32;
+        (s & ((1 << 40) - 1), d.checked_sub(1))
+    }
+}
+
+impl Automaton for MultipleOf {
+    fn start(&mut self) -> Option<u64> {
+        Some(Self::pack(0, None))
+    }
+    fn next(&mut self, s: u64, b: u8) -> Option<u64> {
+        let (r, decimals) = Self::unpack(s);
+        match (b, decimals) {
+            (b'-', _) => Some(s),
+            (b'.', None) => Some(Self::pack(r * self.scale % self.m, Some(0))),
+            (b'0'..=b'9', None) => Some(Self::pack((r * 10 + u64::from(b - b'0')) % self.m, None)),
+            (b'0'..=b'9', Some(j)) => {
+                let d = u64::from(b - b'0');
+                if j < self.e {
+                    let weight = (0..self.e - j - 1).fold(1 % self.m, |acc, _| acc * 10 % self.m);
+                    Some(Self::pack((r + d * weight) % self.m, Some(j + 1)))
+                } else if d == 0 {
+                    Some(Self::pack(r, Some(self.e)))
+                } else {
+                    None
+                }
+            }
+            _ => None,
+        }
+    }
+    fn accepts(&mut self, s: u64) -> bool {
+        match Self::unpack(s) {
+            (r, None) => r * self.scale % self.m == 0,
+            (r, Some(_)) => r == 0,
+        }
+    }
+}
