@@ -175,6 +175,20 @@ impl Machine {
     }
 }
 
+/// The shortest and longest match of `regex` in bytes (`None` for the longest:
+/// unbounded), or `None` when it does not parse or matches nothing. Cost: one parse.
+///
+/// ```
+/// use toolgate::grammar::machine::byte_lengths;
+/// assert_eq!(byte_lengths("[a-z]{2,5}(?:@x)?"), Some((2, Some(7))));
+/// assert_eq!(byte_lengths("a+"), Some((1, None)));
+/// ```
+pub fn byte_lengths(regex: &str) -> Option<(usize, Option<usize>)> {
+    let hir = regex_syntax::ParserBuilder::new().build().parse(regex).ok()?;
+    let p = hir.properties();
+    Some((p.minimum_len()?, p.maximum_len()))
+}
+
 /// A regex's language (regex-syntax, matched whole), through the grammar's lazy DFA.
 pub struct Pattern {
     dfa: Dfa,

@@ -19,6 +19,11 @@ pub const MAX_REPEAT: usize = 1024;
 /// they are used (see [`Rules`]); shorter ones are copied.
 pub const SHARE_MIN_LEN: usize = 256;
 
+/// Strings whose length bounds pass this count (and strings with a pattern) are emitted
+/// once, as a rule, however short their regex text: the NFA holds one copy of the
+/// character per count.
+pub const SHARE_MIN_COUNT: usize = 32;
+
 /// Sub-grammars a regex references instead of copying. A plain regex cannot share a
 /// part between two places, so an object whose optional properties may each open it
 /// holds one copy of "the rest of the object" per such property, an array writes its
@@ -425,9 +430,22 @@ fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
                     Ok(Some(re)) if *min_len > 0 || max_len.is_some() => re,
                     _ => pattern_body(p, d).unwrap_or_else(|_| to_regex(&Node::Never, d)),
                 },
+                // Past a few dozen, each count calls the one character rule instead of
+                // holding a copy of it.
+                (None, None) if (*min_len).max(max_len.unwrap_or(0)) > SHARE_MIN_COUNT && rules.shares() => {
+                    let char = rules.share_always(d.string_char());
+                    repeat(&char, *min_len, *max_len)
+                }
                 (None, None) => repeat(&d.string_char(), *min_len, *max_len),
             };
-            format!("{q}{body}{q}")
+            // A long counted repetition (`maxLength`, or a pattern's `{1,255}`) is thousands
+            // of NFA states: compiled once, however many properties share it.
+            let counted = (*min_len).max(max_len.unwrap_or(0)) > SHARE_MIN_COUNT || pattern.is_some();
+            if counted && rules.shares() {
+                rules.share_always(format!("{q}{body}{q}"))
+            } else {
+                format!("{q}{body}{q}")
+            }
         }
         Node::Machine { machine, kind } => {
             let start = machine_rules(machine, *kind == MachineKind::String, d, rules);

@@ -740,15 +740,32 @@ impl<'a> Compiler<'a> {
         max: Option<usize>,
     ) -> std::result::Result<Node, String> {
         let mut parts: Vec<Box<dyn Automaton>> = Vec::new();
-        if let Some(p) = pattern {
-            parts.push(Box::new(Pattern::new(&super::regex::decoded_pattern(p)?)?));
-        }
-        if let Some(f) = format {
-            parts.push(Box::new(Pattern::new(&super::regex::format_regex(f))?));
+        let (mut min, mut max) = (min, max.map(|m| m.min(super::regex::MAX_REPEAT.max(min))));
+        // (regex, whether it is ASCII: its bytes are its characters)
+        let regexes = pattern
+            .map(|p| super::regex::decoded_pattern(p).map(|r| (r, false)))
+            .transpose()?
+            .into_iter()
+            .chain(format.map(|f| (super::regex::format_regex(f), true)));
+        for (re, ascii) in regexes {
+            // Bounds the regex implies already cost no states: a format's longest value
+            // under `maxLength`, a pattern's shortest over `minLength`.
+            if let Some((shortest, longest)) = super::machine::byte_lengths(&re) {
+                if max.is_some_and(|m| longest.is_some_and(|l| l <= m)) {
+                    max = None;
+                }
+                if (if ascii { shortest } else { shortest / 4 }) >= min {
+                    min = 0;
+                }
+            }
+            parts.push(Box::new(Pattern::new(&re)?));
         }
         if min > 0 || max.is_some() {
-            let max = max.map(|m| m.min(super::regex::MAX_REPEAT.max(min)));
             parts.push(Box::new(Length::new(min, max)));
+        }
+        if parts.len() == 1 {
+            // One constraint left: the plain string node says it.
+            return Ok(Node::String { min_len: 0, max_len: None, pattern: pattern.map(str::to_string), format });
         }
         Ok(machine_node(Machine::intersect(&mut parts, MAX_STATES)?, MachineKind::String))
     }
