@@ -234,21 +234,21 @@ pub fn prepare_turn(
     let constraint = match (&fmt, mode, choice) {
         (None, _, _) | (_, ToolMode::Native, _) => TurnConstraint::Free,
         (Some(fmt), ToolMode::Constrained, ToolChoice::Auto) => {
-            let regex = tools::calls_regex(fmt, tools, choice, parallel, tok)?;
+            let calls = tools::calls_regex(fmt, tools, choice, parallel, tok)?;
             TurnConstraint::Lazy(LazyConstraint {
-                grammar: engine.grammar(&regex)?,
+                grammar: engine.grammar(&calls.regex, &calls.rules)?,
                 vocab: engine.token_vocab(),
                 trigger: tools::marker_bytes(fmt.trigger(), tok),
             })
         }
         (Some(fmt), ToolMode::Constrained, _) => {
-            let mut regex = tools::calls_regex(fmt, tools, choice, parallel, tok)?;
+            let mut calls = tools::calls_regex(fmt, tools, choice, parallel, tok)?;
             // A prompt that opens a reasoning block (Qwen 3.5's `<think>\n`): the model
             // finishes its reasoning, then must call.
             if let Some((_, end)) = setup.reasoning.filter(|(start, _)| text.trim_end().ends_with(start)) {
-                regex = tools::after_reasoning(end, &regex, tok);
+                calls = tools::after_reasoning(end, calls, tok);
             }
-            TurnConstraint::Full(engine.grammar(&regex)?, engine.token_vocab())
+            TurnConstraint::Full(engine.grammar(&calls.regex, &calls.rules)?, engine.token_vocab())
         }
     };
     let incremental = mode == ToolMode::Constrained;

@@ -357,23 +357,35 @@ impl Engine {
         self.vocab.get_or_init(|| Arc::new(crate::grammar::TokenVocab::from_tokenizer(&self.tokenizer))).clone()
     }
 
-    /// The compiled grammar of `regex`, from the engine's cache of the last
+    /// The compiled grammar of `regex` and the `rules` it references
+    /// ([`crate::grammar::Grammar::from_rules`]), from the engine's cache of the last
     /// [`GRAMMAR_CACHE_ENTRIES`] grammars or compiled now. A cached grammar keeps the
     /// masks earlier requests computed, so the same tools cost a mask walk per DFA state
     /// once, not once per request.
     ///
+    /// Cost: a hash of the grammar's text; on a miss, the compile.
+    ///
     /// # Errors
-    /// As [`crate::grammar::Grammar::from_regex`].
-    pub fn grammar(&self, regex: &str) -> Result<std::sync::Arc<crate::grammar::Grammar>> {
+    /// As [`crate::grammar::Grammar::from_rules`].
+    pub fn grammar(
+        &self,
+        regex: &str,
+        rules: &crate::grammar::regex::Rules,
+    ) -> Result<std::sync::Arc<crate::grammar::Grammar>> {
+        // Each part prefixed by its length: the key names one grammar.
+        let key: String = std::iter::once(regex)
+            .chain(rules.bodies().iter().map(String::as_str))
+            .map(|part| format!("{}:{part}", part.len()))
+            .collect();
         let mut cache = self.grammars.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(g) = cache.get(regex) {
+        if let Some(g) = cache.get(&key) {
             return Ok(g.clone());
         }
-        let g = Arc::new(crate::grammar::Grammar::from_regex(regex)?);
+        let g = Arc::new(crate::grammar::Grammar::from_rules(regex, rules)?);
         if cache.len() >= GRAMMAR_CACHE_ENTRIES {
             cache.clear();
         }
-        cache.insert(regex.to_string(), g.clone());
+        cache.insert(key, g.clone());
         Ok(g)
     }
 

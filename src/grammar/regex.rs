@@ -220,6 +220,11 @@ pub trait Dialect {
             c => escape(c.encode_utf8(&mut [0; 4])),
         }
     }
+    /// Whether byte `b` stands for itself inside a string; the others are spelled by
+    /// [`Dialect::string_literal_char`] (JSON: all but `"`, `\` and control characters).
+    fn plain_byte(&self, b: u8) -> bool {
+        !(b < 0x20 || b == b'"' || b == b'\\')
+    }
     /// Regex for an object key whose name matches `pattern` (`patternProperties`);
     /// `None` where the dialect's keys cannot spell such names (then those
     /// properties are never generated).
@@ -547,7 +552,7 @@ fn machine_rules(m: &Machine, string: bool, d: &dyn Dialect, rules: &mut Rules) 
             alts.push(String::new());
         }
         for (t, ranges) in by_target {
-            let escaped = |b: u8| string && (b < 0x20 || b == b'"' || b == b'\\');
+            let escaped = |b: u8| string && !d.plain_byte(b);
             let mut taken = [false; 256];
             for (lo, hi) in ranges {
                 (lo..=hi).for_each(|b| taken[usize::from(b)] = true);
@@ -1408,6 +1413,18 @@ impl Dialect for XmlText {
             other => Json.literal(other),
         }
     }
+    fn plain_byte(&self, b: u8) -> bool {
+        b != b'<'
+    }
+    /// Bare text: every character as itself, but `<` (which could open the closing
+    /// tag) has no spelling.
+    fn string_literal_char(&self, c: char) -> String {
+        if c == '<' {
+            "[^\\x00-\\x{10FFFF}]".into()
+        } else {
+            escape(c.encode_utf8(&mut [0; 4]))
+        }
+    }
 }
 
 /// Regex of any text that does not contain `literal`, for a literal whose first
@@ -1450,15 +1467,18 @@ pub fn without_literal(literal: &str) -> String {
 /// property in schema order (optional ones skippable) as
 /// `<parameter=NAME>\n?VALUE\n?</parameter>\n?`, extra properties if the schema
 /// allows them, then `</function>`. String values are bare text without
-/// `</parameter>`; other values are JSON.
-pub fn xml_parameters(node: &Node) -> String {
+/// `</parameter>`; other values are JSON. Large parts go into `rules` as
+/// [`to_rules`] puts them ([`Rules::none`] for one plain regex).
+///
+/// Cost: linear in the schema's size, as [`to_rules`].
+pub fn xml_parameters(node: &Node, rules: &mut Rules) -> String {
     const RAW_CLOSE: &str = "</parameter>";
-    fn value(n: &Node) -> String {
+    fn value(n: &Node, rules: &mut Rules) -> String {
         match n {
             Node::String { min_len: 0, max_len: None, pattern: None, format: None } => without_literal(RAW_CLOSE),
-            Node::String { .. } | Node::Literals(_) => to_regex(n, &XmlText),
-            Node::AnyOf(ns) => alt(ns.iter().map(value).collect()),
-            other => to_regex(other, &Json),
+            Node::String { .. } | Node::Literals(_) | Node::Machine { .. } => emit(n, &XmlText, rules),
+            Node::AnyOf(ns) => alt(ns.iter().map(|n| value(n, rules)).collect()),
+            other => emit(other, &Json, rules),
         }
     }
     let param = |key: &str, v: &str| format!("<parameter={key}>\\n?{v}\\n?</parameter>\\n?");
@@ -1467,16 +1487,18 @@ pub fn xml_parameters(node: &Node) -> String {
         Node::Object { properties, additional, non_empty, .. } => {
             let names: Vec<&str> = properties.iter().map(|(n, _, _)| n.as_str()).collect();
             let key = key_except("[A-Za-z_]", "[A-Za-z0-9_.-]", &names);
-            let extra = additional.as_ref().map(|extra| param(&key, &value(extra)));
+            let extra = additional.as_ref().map(|extra| param(&key, &value(extra, rules)));
             if *non_empty {
                 // At least one parameter: the JSON objects' layout, without separators.
-                let elems: Vec<(String, bool)> =
-                    properties.iter().map(|(name, n, required)| (param(&escape(name), &value(n)), *required)).collect();
-                props_first(&elems, extra.as_deref(), "", true, &mut Rules::none())
+                let elems: Vec<(String, bool)> = properties
+                    .iter()
+                    .map(|(name, n, required)| (param(&escape(name), &value(n, rules)), *required))
+                    .collect();
+                props_first(&elems, extra.as_deref(), "", true, rules)
             } else {
                 let mut out = String::new();
                 for (name, n, required) in properties {
-                    let p = param(&escape(name), &value(n));
+                    let p = param(&escape(name), &value(n, rules));
                     out.push_str(&if *required { p } else { format!("(?:{p})?") });
                 }
                 if let Some(x) = extra {
@@ -1485,7 +1507,7 @@ pub fn xml_parameters(node: &Node) -> String {
                 out
             }
         }
-        other => format!("(?:{})*", param("[A-Za-z_][A-Za-z0-9_.-]*", &value(other))),
+        other => format!("(?:{})*", param("[A-Za-z_][A-Za-z0-9_.-]*", &value(other, rules))),
     };
     format!("\\n?{body}</function>")
 }
@@ -1545,24 +1567,28 @@ pub fn python_repr(v: &Value) -> String {
 
 /// Keyword arguments of a pythonic call for an arguments schema: `(name=VALUE, …)` with
 /// the declared properties in schema order (optional ones skippable), extra ones if
-/// the schema allows them, values as [`Python`] literals.
-pub fn python_kwargs(node: &Node) -> String {
+/// the schema allows them, values as [`Python`] literals. Large parts go into `rules`
+/// as [`to_rules`] puts them ([`Rules::none`] for one plain regex).
+///
+/// Cost: linear in the schema's size, as [`to_rules`].
+pub fn python_kwargs(node: &Node, rules: &mut Rules) -> String {
     let comma = ", ?";
     match node {
         // (`patternProperties` names are not generated as keyword arguments.)
         Node::Object { properties, additional, non_empty, .. } => {
             let elems: Vec<(String, bool)> = properties
                 .iter()
-                .map(|(name, n, req)| (format!("{}={}", escape(name), to_regex(n, &Python)), *req))
+                .map(|(name, n, req)| (format!("{}={}", escape(name), emit(n, &Python, rules)), *req))
                 .collect();
             let names: Vec<&str> = properties.iter().map(|(n, _, _)| n.as_str()).collect();
             let key = key_except("[A-Za-z_]", "[A-Za-z0-9_]", &names);
-            let extra = additional.as_ref().map(|n| format!("{key}={}", to_regex(n, &Python)));
-            format!(r"\({}\)", props_first(&elems, extra.as_deref(), comma, *non_empty, &mut Rules::none()))
+            let extra = additional.as_ref().map(|n| format!("{key}={}", emit(n, &Python, rules)));
+            format!(r"\({}\)", props_first(&elems, extra.as_deref(), comma, *non_empty, rules))
         }
-        other => format!(
-            r"\((?:[A-Za-z_][A-Za-z0-9_]*={v}(?:{comma}[A-Za-z_][A-Za-z0-9_]*={v})*)?\)",
-            v = to_regex(other, &Python)
-        ),
+        other => {
+            let v = emit(other, &Python, rules);
+            let v = rules.share(v);
+            format!(r"\((?:[A-Za-z_][A-Za-z0-9_]*={v}(?:{comma}[A-Za-z_][A-Za-z0-9_]*={v})*)?\)")
+        }
     }
 }

@@ -9,8 +9,9 @@ pub mod stream;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::grammar::regex::{python_kwargs, to_regex, xml_parameters, Gemma4, Json};
-use crate::grammar::schema::{check_plain_size, compile, Mode};
+use crate::grammar::regex::{python_kwargs, to_rules, xml_parameters, Gemma4, Json, Rules};
+use crate::grammar::schema::{check_grammar_size, compile_shared, Mode, Objects};
+use crate::grammar::Grammar;
 use crate::tokenizer::{TokenKind, Tokenizer, SPECIAL_PREFIX};
 use crate::{Error, Result};
 use format::{ArgsDialect, BodyKind, ToolFormat};
@@ -188,14 +189,38 @@ pub fn check_vocabulary(f: &ToolFormat, tok: &Tokenizer) -> Result<()> {
     Ok(())
 }
 
-/// The regex of the calls `choice` allows, in `f`'s layout: one call (`parallel ==
+/// A call grammar's text: a regex and the rules it references (see
+/// [`crate::grammar::regex::Rules`]; each tool's arguments are compiled as
+/// [`Grammar::from_schema`] compiles a schema, with shared parts as rules).
+#[derive(Debug, Clone)]
+pub struct CallsRegex {
+    /// The calls, anchored at both ends by the matcher.
+    pub regex: String,
+    /// The rules `regex` references.
+    pub rules: Rules,
+}
+
+impl CallsRegex {
+    /// Compile it. Cost: building the lazy DFA's NFA, linear in the text.
+    ///
+    /// # Errors
+    /// As [`Grammar::from_rules`].
+    pub fn compile(&self) -> Result<Grammar> {
+        Grammar::from_rules(&self.regex, &self.rules)
+    }
+}
+
+/// The grammar of the calls `choice` allows, in `f`'s layout: one call (`parallel ==
 /// false`) or one or more, inside the family's section if it has one. Markers that
-/// are control tokens of `tok`'s vocabulary must be generated as those tokens.
+/// are control tokens of `tok`'s vocabulary must be generated as those tokens. Each
+/// tool's `parameters` compile as [`Grammar::from_schema`] compiles a schema (closed
+/// objects, properties in schema order), into rules all tools share.
 ///
-/// Cost: one schema compile per selected tool; the regex grows with the schemas.
+/// Cost: one schema compile per selected tool; the text grows linearly with the schemas.
 ///
 /// # Errors
-/// [`Error::Schema`] for a tool whose `parameters` cannot be compiled;
+/// [`Error::Schema`] for a tool whose `parameters` cannot be compiled, or whose
+/// grammars together pass [`crate::grammar::schema::MAX_GRAMMAR_BYTES`];
 /// [`Error::InvalidParameter`] for `ToolChoice::None`, no tools, or a named tool that is
 /// not declared.
 pub fn calls_regex(
@@ -204,7 +229,7 @@ pub fn calls_regex(
     choice: &ToolChoice,
     parallel: bool,
     tok: &Tokenizer,
-) -> Result<String> {
+) -> Result<CallsRegex> {
     let selected: Vec<&Tool> = match choice {
         ToolChoice::None => {
             return Err(Error::InvalidParameter { name: "tool_choice", reason: "`none` allows no call".into() })
@@ -222,23 +247,26 @@ pub fn calls_regex(
         return Err(Error::InvalidParameter { name: "tools", reason: "no tools declared".into() });
     }
     let mut bodies = Vec::new();
+    let mut rules = Rules::new();
     for t in &selected {
         let mode = if t.function.strict == Some(true) { Mode::Strict } else { Mode::Lenient };
-        // The call grammar is one plain regex, composed around each tool's arguments.
-        let node = compile(&t.function.parameters, mode).and_then(|n| check_plain_size(&n).map(|()| n));
-        let node = node.map_err(|e| match e {
+        let in_tool = |e| match e {
             Error::Schema { pointer, reason } => Error::Schema {
                 pointer: format!("tools[{}].function.parameters{}", t.function.name, &pointer[1..]),
                 reason,
             },
             e => e,
-        })?;
-        let args = match f.dialect {
-            ArgsDialect::Json => to_regex(&node, &Json),
-            ArgsDialect::Gemma4 => to_regex(&node, &Gemma4),
-            ArgsDialect::XmlParameters => xml_parameters(&node),
-            ArgsDialect::Python => python_kwargs(&node),
         };
+        let node = compile_shared(&t.function.parameters, mode, Objects::Closed).map_err(in_tool)?;
+        // The call grammar is composed around each tool's arguments; their shared
+        // parts go into one table of rules.
+        let args = match f.dialect {
+            ArgsDialect::Json => to_rules(&node, &Json, &mut rules),
+            ArgsDialect::Gemma4 => to_rules(&node, &Gemma4, &mut rules),
+            ArgsDialect::XmlParameters => xml_parameters(&node, &mut rules),
+            ArgsDialect::Python => python_kwargs(&node, &mut rules),
+        };
+        check_grammar_size(args.len() + rules.total_len()).map_err(in_tool)?;
         let name = &t.function.name;
         match f.body {
             BodyKind::JsonNameArguments => {
@@ -272,8 +300,13 @@ pub fn calls_regex(
     let nl = if f.inner_newlines { "\\n?" } else { "" };
     let call = format!("{}{nl}(?:{}){nl}{}", marker(&f.call_start, tok), bodies.join("|"), marker(&f.call_end, tok));
     let sep = if f.list { ", ?".to_string() } else { format!("(?:{})?", regex_syntax::escape(&f.separator)) };
-    let calls = if parallel { format!("{call}(?:{sep}{call})*") } else { call };
-    Ok(if f.has_section() {
+    let calls = if parallel {
+        let call = rules.share(call);
+        format!("{call}(?:{sep}{call})*")
+    } else {
+        call
+    };
+    let regex = if f.has_section() {
         let (open, close) = match (f.list, f.start_opens_list()) {
             (true, true) => ("", "\\]"),
             (true, false) => ("\\[", "\\]"),
@@ -282,7 +315,8 @@ pub fn calls_regex(
         format!("{}{nl}{open}{calls}{close}{nl}{}", marker(&f.section_start, tok), marker(&f.section_end, tok))
     } else {
         calls
-    })
+    };
+    Ok(CallsRegex { regex, rules })
 }
 
 /// `calls` preceded by the rest of an open reasoning block: any text without the
@@ -290,8 +324,10 @@ pub fn calls_regex(
 /// constrained from its first token whose prompt already opened the block (the
 /// reasoning splitter then reads the block, the parser the calls). The closing logic of
 /// [`crate::engine::Engine::generate_constrained`] bounds the reasoning by the budget.
-pub fn after_reasoning(end: &str, calls: &str, tok: &Tokenizer) -> String {
-    format!("{}{}\\n{{0,2}}(?:{calls})", crate::grammar::regex::without_literal(end), marker(end, tok))
+pub fn after_reasoning(end: &str, calls: CallsRegex, tok: &Tokenizer) -> CallsRegex {
+    let regex =
+        format!("{}{}\\n{{0,2}}(?:{})", crate::grammar::regex::without_literal(end), marker(end, tok), calls.regex);
+    CallsRegex { regex, ..calls }
 }
 
 /// Split model output into text content and calls, reading each call whole (see

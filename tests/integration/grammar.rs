@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use toolgate::engine::{Engine, GenerateParams};
 use toolgate::gguf::GgufFile;
-use toolgate::grammar::regex::{Gemma4, Json};
+use toolgate::grammar::regex::{Gemma4, Json, Rules};
 use toolgate::grammar::schema::{Mode, Objects};
 use toolgate::grammar::{Grammar, TokenVocab};
 use toolgate::model::DeviceChoice;
@@ -255,7 +255,8 @@ fn machines_intersect_patterns_lengths_formats_and_multiples() {
     assert!(e.to_string().contains("#/properties/s") && e.to_string().contains("states"), "{e}");
     let lenient = Grammar::from_schema(&huge, Mode::Lenient, &Json).unwrap();
     assert!(lenient.matches(br#"{"s":"abbbbbbbbbbbbbb"}"#));
-    // The plain regex path (tool calls) still refuses what needs an automaton.
+    // The plain node compiler (`schema::compile`, for one plain regex) still refuses
+    // what needs an automaton.
     let e = toolgate::grammar::schema::compile(&json!({"type": "integer", "multipleOf": 3}), Mode::Strict).unwrap_err();
     assert!(e.to_string().contains("multipleOf"), "{e}");
 }
@@ -499,7 +500,7 @@ fn real_world_keywords_follow_json_schema() {
     let filters = json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}, "minProperties": 1});
     check(filters.clone(), &[r#"{"a":1}"#, r#"{"b":"x"}"#, r#"{"a":1,"b":"x"}"#], &["{}"]);
     let node = toolgate::grammar::schema::compile(&filters, Mode::Strict).unwrap();
-    let xml = Grammar::from_regex(&toolgate::grammar::regex::xml_parameters(&node)).unwrap();
+    let xml = Grammar::from_regex(&toolgate::grammar::regex::xml_parameters(&node, &mut Rules::none())).unwrap();
     assert!(xml.matches(b"<parameter=a>1</parameter></function>"));
     assert!(!xml.matches(b"</function>"));
     check(

@@ -12,7 +12,6 @@ use std::path::PathBuf;
 use serde_json::{json, Value};
 use toolgate::engine::chat::{tool_turn, ToolMode};
 use toolgate::engine::{Engine, GenerateParams};
-use toolgate::grammar::Grammar;
 use toolgate::model::DeviceChoice;
 use toolgate::template::source::GgufTemplates;
 use toolgate::template::{family, gate, ChatTemplate, ToolFallback};
@@ -170,7 +169,9 @@ fn the_constraint_accepts_the_calls_each_template_renders() {
         let (input, rendered) = roundtrip(template);
         let text = after_question(&rendered);
         let tools = roundtrip_tools(&input);
-        let grammar = Grammar::from_regex(&calls_regex(&fmt, &tools, &ToolChoice::Required, true, &tok).unwrap())
+        let grammar = calls_regex(&fmt, &tools, &ToolChoice::Required, true, &tok)
+            .unwrap()
+            .compile()
             .unwrap_or_else(|e| panic!("{template}: {e}"));
         let start = text.find(fmt.trigger()).unwrap_or_else(|| panic!("{template}: no trigger in {text:?}"));
         let calls = &text[start..];
@@ -184,10 +185,10 @@ fn the_constraint_accepts_the_calls_each_template_renders() {
         // …and it holds both calls.
         assert_roundtrip_calls(&parse(&fmt, false, &[&calls[..*accepted]]), template);
         // One call only when parallel calls are off; a named tool excludes the other.
-        let one = Grammar::from_regex(&calls_regex(&fmt, &tools, &ToolChoice::Required, false, &tok).unwrap()).unwrap();
+        let one = calls_regex(&fmt, &tools, &ToolChoice::Required, false, &tok).unwrap().compile().unwrap();
         assert!(!one.matches(&constraint_bytes(&fmt, &calls[..*accepted])), "{template}");
         let named = calls_regex(&fmt, &tools, &ToolChoice::Named("add".into()), true, &tok).unwrap();
-        assert!(!Grammar::from_regex(&named).unwrap().matches(&constraint_bytes(&fmt, &calls[..*accepted])));
+        assert!(!named.compile().unwrap().matches(&constraint_bytes(&fmt, &calls[..*accepted])));
     }
 }
 
@@ -214,8 +215,7 @@ fn granite_and_functools_read_the_layout_their_templates_describe() {
                 assert_eq!(parse(&fmt, incremental, &[&text[..i], &text[i..]]), out, "{fam} split at {i}");
             }
         }
-        let grammar =
-            Grammar::from_regex(&calls_regex(&fmt, &tools, &ToolChoice::Required, true, &tok).unwrap()).unwrap();
+        let grammar = calls_regex(&fmt, &tools, &ToolChoice::Required, true, &tok).unwrap().compile().unwrap();
         let calls = &text[text.find(fmt.trigger()).unwrap()..text.rfind(']').unwrap() + 1];
         assert!(grammar.matches(calls.as_bytes()), "{fam}: {calls}");
     }
@@ -378,7 +378,7 @@ fn llama3_bare_json_calls() {
                 assert_eq!(parse(&fmt, incremental, &[&text[..i], &text[i..]]), whole, "split at {i}");
             }
         }
-        let g = Grammar::from_regex(&calls_regex(&fmt, &tools, &ToolChoice::Required, false, &tok).unwrap()).unwrap();
+        let g = calls_regex(&fmt, &tools, &ToolChoice::Required, false, &tok).unwrap().compile().unwrap();
         let start = text.find("{\"name\"").unwrap();
         let end = text[start..].find("}}").unwrap() + start + 2;
         assert!(g.matches(&text.as_bytes()[start..end]), "{:?}", &text[start..end]);
@@ -395,7 +395,7 @@ fn llama3_bare_json_calls() {
             assert_eq!(parse(&tagged, incremental, &[&text[..i], &text[i..]]), whole, "split at {i}");
         }
     }
-    let g = Grammar::from_regex(&calls_regex(&tagged, &tools, &ToolChoice::Required, false, &tok).unwrap()).unwrap();
+    let g = calls_regex(&tagged, &tools, &ToolChoice::Required, false, &tok).unwrap().compile().unwrap();
     assert!(g.matches(&text.as_bytes()[..text.find("<|eom_id|>").unwrap()]));
     // Text that merely starts like a call stays text; so does an unfinished object.
     for text in ["Use {\"name\": 1} as the key.", "Set {\"name\" to something"] {
@@ -443,9 +443,47 @@ fn xml_parameters_follow_the_declared_types() {
         assert_eq!(args, json!({"zip": "75001", "count": 3, "note": "a < b and </param> inside", "tags": ["x", "y"]}));
     }
     let tok = smollm2_tokenizer();
-    let g = Grammar::from_regex(&calls_regex(&fmt, &tools, &ToolChoice::Required, false, &tok).unwrap()).unwrap();
+    let g = calls_regex(&fmt, &tools, &ToolChoice::Required, false, &tok).unwrap().compile().unwrap();
     assert!(g.matches(text.as_bytes()));
     assert!(!g.matches(text.replace("\n3\n", "\nthree\n").as_bytes()), "an integer parameter is JSON");
+}
+
+/// Tool arguments compile as `response_format` schemas do (shared rules, automata): a
+/// pattern under a length bound and `multipleOf` hold exactly in the JSON, XML and
+/// pythonic argument layouts.
+#[test]
+fn tool_arguments_hold_patterns_with_lengths_and_multiples() {
+    let tools: Vec<Tool> = serde_json::from_value(json!([{"type": "function", "function": {"name": "ship",
+        "strict": true, "parameters": {"type": "object", "properties": {
+            "zip": {"type": "string", "pattern": "^[0-9]+$", "maxLength": 5},
+            "qty": {"type": "number", "multipleOf": 0.5}}, "required": ["zip", "qty"]}}}]))
+    .unwrap();
+    let tok = smollm2_tokenizer();
+    let layouts = [
+        ("hermes", "<tool_call>\n{\"name\": \"ship\", \"arguments\": {\"zip\": \"ZIP\", \"qty\": QTY}}\n</tool_call>"),
+        (
+            "qwen3-coder",
+            "<tool_call>\n<function=ship>\n<parameter=zip>\nZIP\n</parameter>\n<parameter=qty>\nQTY\n</parameter>\n</function>\n</tool_call>",
+        ),
+        ("pythonic", "<|tool_call_start|>[ship(zip=\"ZIP\", qty=QTY)]<|tool_call_end|>"),
+    ];
+    for (fam, layout) in layouts {
+        let fmt = format::for_family(fam).unwrap().unwrap();
+        let g = calls_regex(&fmt, &tools, &ToolChoice::Required, false, &tok).unwrap().compile().unwrap();
+        let call = |zip: &str, qty: &str| constraint_bytes(&fmt, &layout.replace("ZIP", zip).replace("QTY", qty));
+        for (zip, qty) in [("75001", "2.5"), ("7", "3"), ("00000", "-0.5"), ("1", "100.0")] {
+            assert!(g.matches(&call(zip, qty)), "{fam}: {zip} {qty}");
+        }
+        for (zip, qty, why) in [
+            ("750011", "2.5", "six characters"),
+            ("7500a", "2.5", "not the pattern"),
+            ("", "2.5", "the pattern needs a digit"),
+            ("75001", "2.25", "not a multiple of 0.5"),
+            ("75001", "1.1", "not a multiple of 0.5"),
+        ] {
+            assert!(!g.matches(&call(zip, qty)), "{fam}: {why}");
+        }
+    }
 }
 
 /// LFM2's pythonic calls: its template renders no calls (the assistant's text is kept
@@ -468,7 +506,7 @@ fn pythonic_calls() {
     let (input, _) = roundtrip("Qwen-Qwen2.5-7B-Instruct.jinja");
     let tools = roundtrip_tools(&input);
     let tok = smollm2_tokenizer();
-    let g = Grammar::from_regex(&calls_regex(&fmt, &tools, &ToolChoice::Required, true, &tok).unwrap()).unwrap();
+    let g = calls_regex(&fmt, &tools, &ToolChoice::Required, true, &tok).unwrap().compile().unwrap();
     let canonical =
         "<|tool_call_start|>[get_weather(city=\"Paris\", unit=\"celsius\"), add(a=2, b=3)]<|tool_call_end|>";
     assert!(g.matches(canonical.as_bytes()));
