@@ -33,7 +33,8 @@ fn main() -> anyhow::Result<()> {
     let objects = if args.iter().any(|a| a == "--open-objects") { Objects::Open } else { Objects::Closed };
     let show: usize =
         args.iter().position(|a| a == "--failures").and_then(|i| args.get(i + 1)?.parse().ok()).unwrap_or(10);
-    // `--dump FILE`: every wrong verdict as a JSON line (file, instance, expected), to
+    // `--dump FILE`: every wrong verdict as a JSON line (file, instance, expected, and
+    // where it leaves the grammar: `accepted_prefix` bytes, `context` around them), to
     // sort the failures by cause.
     let mut dump = match args.iter().position(|a| a == "--dump").and_then(|i| args.get(i + 1)) {
         Some(path) => Some(std::io::BufWriter::new(std::fs::File::create(path)?)),
@@ -104,7 +105,21 @@ fn main() -> anyhow::Result<()> {
                 let name = f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
                 if let Some(out) = dump.as_mut() {
                     use std::io::Write;
-                    let line = serde_json::json!({"file": name, "instance": test["data"], "valid": expect});
+                    // Where the instance leaves the grammar: its longest accepted prefix
+                    // (the whole text when only the end is refused).
+                    let bytes = instance.as_bytes();
+                    let (mut lo, mut hi) = (0, bytes.len());
+                    while lo < hi {
+                        let mid = (lo + hi).div_ceil(2);
+                        if g.is_prefix(&bytes[..mid]) {
+                            lo = mid;
+                        } else {
+                            hi = mid - 1;
+                        }
+                    }
+                    let context = String::from_utf8_lossy(&bytes[lo.saturating_sub(60)..(lo + 20).min(bytes.len())]);
+                    let line = serde_json::json!({"file": name, "instance": test["data"], "valid": expect,
+                        "accepted_prefix": lo, "context": context});
                     writeln!(out, "{line}")?;
                 }
                 if failures.len() < show {

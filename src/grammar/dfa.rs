@@ -338,6 +338,15 @@ impl Dfa {
         }
     }
 
+    /// The shallowest stack of rule return points among `s`'s configurations: how
+    /// many rule calls the input that led to `s` is inside, at least (0 without
+    /// rules, or for a stale state).
+    pub fn stack_depth(&self, cache: &Cache, s: DfaState) -> usize {
+        let set = cache.sets.get(s.0 as usize);
+        set.and_then(|set| set.iter().map(|&c| cache.depth.get(stack_of(c) as usize).copied().unwrap_or(0)).min())
+            .map_or(0, usize::from)
+    }
+
     /// Whether the input that led to `s` is a whole match.
     pub fn is_accepting(&self, cache: &Cache, s: DfaState) -> bool {
         cache.accepting.get(s.0 as usize).copied().unwrap_or(false)

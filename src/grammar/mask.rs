@@ -425,6 +425,10 @@ impl Grammar {
     }
 }
 
+/// Rule calls deeper than the current state a completion search first stays within
+/// ([`Matcher::completion_plan`]).
+pub const COMPLETION_EXTRA_CALLS: usize = 4;
+
 /// Follows one generation through a grammar: which tokens may come next.
 ///
 /// Cost: the first visit of a DFA state walks the token trie (milliseconds for a
@@ -586,16 +590,39 @@ impl Matcher {
     /// an open call before the token budget runs out, so a constrained call is never
     /// cut off.
     ///
-    /// Cost: a breadth-first search over at most 65536 DFA states (each tried with one
-    /// byte per byte class of the DFA), then one walk down the token trie.
+    /// The search first stays within [`COMPLETION_EXTRA_CALLS`] rule calls deeper
+    /// than here (a value that may nest in itself opens new states at every byte that
+    /// opens a container), then goes unbounded.
+    ///
+    /// Cost: up to two breadth-first searches over at most 65536 DFA states each (each
+    /// tried with one byte per byte class of the DFA), then one walk down the token trie.
     pub fn completion_plan(&mut self, max_bytes: usize) -> Option<Vec<u32>> {
-        const MAX_STATES: usize = 1 << 16;
-        // One byte per class: bytes of a class lead every state to the same place.
-        let reps: Vec<u8> = self.grammar.dfa.byte_classes().representatives(..).filter_map(|u| u.as_u8()).collect();
         self.sync_cache();
         if self.is_accepting() {
             return Some(Vec::new());
         }
+        let depth = self.grammar.dfa.stack_depth(&self.cache, self.state);
+        let path = self
+            .completion_bytes(max_bytes, Some(depth + COMPLETION_EXTRA_CALLS))
+            .or_else(|| self.completion_bytes(max_bytes, None))?;
+        // Longest vocabulary token that is a prefix of what remains, repeatedly.
+        let mut plan = Vec::new();
+        let mut i = 0;
+        while i < path.len() {
+            let (t, len) = self.vocab.all().longest_prefix(&path[i..])?;
+            plan.push(t);
+            i += len;
+        }
+        Some(plan)
+    }
+
+    /// The bytes of the shortest completion from here (breadth-first), entering at
+    /// most `max_depth` rule calls deep when given.
+    fn completion_bytes(&mut self, max_bytes: usize, max_depth: Option<usize>) -> Option<Vec<u8>> {
+        const MAX_STATES: usize = 1 << 16;
+        self.sync_cache();
+        // One byte per class: bytes of a class lead every state to the same place.
+        let reps: Vec<u8> = self.grammar.dfa.byte_classes().representatives(..).filter_map(|u| u.as_u8()).collect();
         let clears = self.cache.clear_count();
         // (state, parent index, byte, depth)
         let mut nodes: Vec<(DfaState, usize, u8, usize)> = vec![(self.state, usize::MAX, 0, 0)];
@@ -613,7 +640,7 @@ impl Matcher {
                 if self.cache.clear_count() != clears {
                     return None; // evicted mid-search: ids are stale
                 }
-                if !seen.insert(n) {
+                if !seen.insert(n) || max_depth.is_some_and(|d| self.grammar.dfa.stack_depth(&self.cache, n) > d) {
                     continue;
                 }
                 nodes.push((n, head, b, depth + 1));
@@ -634,15 +661,7 @@ impl Matcher {
             at = nodes[at].1;
         }
         path.reverse();
-        // Longest vocabulary token that is a prefix of what remains, repeatedly.
-        let mut plan = Vec::new();
-        let mut i = 0;
-        while i < path.len() {
-            let (t, len) = self.vocab.all().longest_prefix(&path[i..])?;
-            plan.push(t);
-            i += len;
-        }
-        Some(plan)
+        Some(path)
     }
 
     /// Bytes committed so far.

@@ -122,6 +122,31 @@ impl Rules {
         Self::reference(i)
     }
 
+    /// A reference to a rule whose body, `body(reference to itself)`, may call
+    /// itself (a value nesting in itself); the same body shares one rule. Cost: two
+    /// calls of `body` and a hash.
+    ///
+    /// ```
+    /// use toolgate::grammar::{regex::Rules, Grammar};
+    /// let mut rules = Rules::new();
+    /// let list = rules.share_recursive(|me| format!(r"x|\[{me}\]"));
+    /// assert_eq!(rules.share_recursive(|me| format!(r"x|\[{me}\]")), list);
+    /// let g = Grammar::from_rules(&list, &rules)?;
+    /// assert!(g.matches(b"[[[x]]]") && !g.matches(b"[[x]"));
+    /// # Ok::<(), toolgate::Error>(())
+    /// ```
+    pub fn share_recursive(&mut self, body: impl Fn(&str) -> String) -> String {
+        // The body around a placeholder no regex holds names the rule.
+        let key = body("\u{0}self\u{0}");
+        if let Some(&i) = self.ids.get(&key) {
+            return Self::reference(i);
+        }
+        let i = self.reserve(1);
+        self.ids.insert(key, i);
+        self.define(i, body(&Self::reference(i)));
+        Self::reference(i)
+    }
+
     /// Make `n` empty rules, numbered from the returned one, for bodies that reference
     /// each other (an automaton's states, [`Rules::define`] them). Never shared by
     /// content.
@@ -324,10 +349,23 @@ impl Dialect for Json {
         escape(&serde_json::to_string(name).unwrap_or_default())
     }
     fn any_key(&self, except: &[&str]) -> String {
-        // Additional keys are spelled without escapes, so "not a declared name" is a
-        // question about characters (`"\u0061"` would otherwise spell the key `a`).
-        let names: Vec<&str> = except.iter().copied().filter(|n| n.chars().all(is_plain_char)).collect();
-        format!("\"{}\"", key_except(PLAIN_CHAR, PLAIN_CHAR, &names))
+        // "Not a declared name" is a question about characters, so a key is either
+        // plain characters that spell no declared name, or holds an escape of a
+        // character that cannot stand plain (`\\`, `\"`, `\n`, `\u001f`): no
+        // all-plain name decodes from it. Escapes of plain characters (`"\u0061"`
+        // spells `a`) are never written in keys.
+        let plain = key_except(
+            PLAIN_CHAR,
+            PLAIN_CHAR,
+            &except.iter().copied().filter(|n| n.chars().all(is_plain_char)).collect::<Vec<_>>(),
+        );
+        if except.iter().all(|n| n.chars().all(is_plain_char)) {
+            const ESCAPE: &str = r#"\\(?:["\\bfnrt]|u00[01][0-9a-fA-F])"#;
+            format!("\"(?:{plain}|{PLAIN_CHAR}*{ESCAPE}(?:{PLAIN_CHAR}|{ESCAPE})*)\"")
+        } else {
+            // A declared name that needs an escape: extra keys stay plain.
+            format!("\"{plain}\"")
+        }
     }
     fn literal(&self, v: &Value) -> String {
         escape(&serde_json::to_string(v).unwrap_or_default())
@@ -462,6 +500,30 @@ fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
         }
         Node::Literals(vs) => alt(vs.iter().map(|v| d.literal(v)).collect()),
         Node::AnyOf(ns) => alt(ns.iter().map(|n| emit(n, d, rules)).collect()),
+        Node::AnyValue { levels } => {
+            let string = Node::String { min_len: 0, max_len: None, pattern: None, format: None };
+            let scalars = [Node::Null, Node::Boolean, Node::Number { min: None, max: None }, string];
+            let scalars = alt(scalars.iter().map(|n| emit(n, d, rules)).collect());
+            let (comma, colon, key) = (d.comma(), d.colon(), d.any_key(&[]));
+            let containers = |inner: &str| {
+                let member = format!("{key}{colon}{inner}");
+                format!(r"\[(?:{inner}(?:{comma}{inner})*)?\]|\{{(?:{member}(?:{comma}{member})*)?\}}")
+            };
+            if rules.shares() && *levels >= super::dfa::MAX_STACK {
+                // One rule that calls itself: the DFA's stack bounds the nesting.
+                return rules.share_recursive(|me| format!("{scalars}|{}", containers(me)));
+            }
+            // One level after the other, down to scalars; a plain regex holds at
+            // most `ANY_VALUE_LEVELS` (each level copies the one below four times).
+            let levels = if rules.shares() { *levels } else { (*levels).min(super::schema::ANY_VALUE_LEVELS) };
+            let scalars = rules.share(scalars);
+            let mut value = scalars.clone();
+            for _ in 0..levels {
+                let inner = rules.share(value);
+                value = format!("{scalars}|{}", containers(&inner));
+            }
+            format!("(?:{value})")
+        }
         Node::Array { prefix, items, min, max } => {
             // Positional items are optional from `minItems` on (`[1]` satisfies two
             // `prefixItems`); the others follow, as many as the bounds allow.
@@ -607,6 +669,9 @@ pub fn size_estimate(node: &Node) -> usize {
             machine.states.iter().fold(16usize, |a, s| a.saturating_add(24 + s.edges.len() * 40))
         }
         Node::AnyOf(ns) => ns.iter().fold(8usize, |a, n| a.saturating_add(size_estimate(n))),
+        // Each level holds the one below twice in an array and twice in an object.
+        Node::AnyValue { levels } => (0..(*levels).min(super::schema::ANY_VALUE_LEVELS))
+            .fold(400usize, |a, _| a.saturating_mul(4).saturating_add(700)),
         Node::Array { prefix, items, .. } => {
             let p = prefix.iter().fold(32usize, |a, n| a.saturating_add(size_estimate(n)));
             p.saturating_add(items.as_ref().map_or(0, |i| size_estimate(i).saturating_mul(3)))
@@ -1478,6 +1543,8 @@ pub fn xml_parameters(node: &Node, rules: &mut Rules) -> String {
             Node::String { min_len: 0, max_len: None, pattern: None, format: None } => without_literal(RAW_CLOSE),
             Node::String { .. } | Node::Literals(_) | Node::Machine { .. } => emit(n, &XmlText, rules),
             Node::AnyOf(ns) => alt(ns.iter().map(|n| value(n, rules)).collect()),
+            // A string is bare text here, the other values JSON.
+            Node::AnyValue { .. } => alt(vec![without_literal(RAW_CLOSE), emit(n, &Json, rules)]),
             other => emit(other, &Json, rules),
         }
     }

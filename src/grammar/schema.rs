@@ -33,7 +33,9 @@ pub enum Objects {
     /// and (objects of at most [`super::regex::ANY_ORDER_MAX_PROPERTIES`] properties)
     /// the declared ones in any order, with [`super::Grammar::from_schema_with`]; in a
     /// plain regex, extras after the declared ones, in schema order. Extra values nest
-    /// at most [`SHARED_OPEN_EXTRA_LEVELS`] ([`OPEN_EXTRA_LEVELS`]) containers.
+    /// at most [`SHARED_OPEN_EXTRA_LEVELS`] ([`OPEN_EXTRA_LEVELS`]) containers. A
+    /// schema without `type` takes every type, its keywords constraining the values
+    /// they apply to (`Closed` reads the type they imply: `properties` → object).
     Open,
 }
 
@@ -47,12 +49,13 @@ pub const OPEN_EXTRA_LEVELS: usize = 1;
 /// regex grows 4× per level).
 pub const ANY_VALUE_LEVELS: usize = 3;
 
-/// [`OPEN_EXTRA_LEVELS`] for grammars with shared rules ([`compile_shared`]), where a
-/// level costs one rule.
-pub const SHARED_OPEN_EXTRA_LEVELS: usize = 3;
+/// [`OPEN_EXTRA_LEVELS`] for grammars with shared rules ([`compile_shared`]): as deep
+/// as the DFA's stack ([`super::dfa::MAX_STACK`]), one rule that calls itself.
+pub const SHARED_OPEN_EXTRA_LEVELS: usize = super::dfa::MAX_STACK;
 
-/// [`ANY_VALUE_LEVELS`] for grammars with shared rules ([`compile_shared`]).
-pub const SHARED_ANY_VALUE_LEVELS: usize = 5;
+/// [`ANY_VALUE_LEVELS`] for grammars with shared rules ([`compile_shared`]): as deep
+/// as the DFA's stack ([`super::dfa::MAX_STACK`]), one rule that calls itself.
+pub const SHARED_ANY_VALUE_LEVELS: usize = super::dfa::MAX_STACK;
 /// Most schema nodes one compilation visits, `$ref` expansions included: recursive
 /// references that branch would otherwise expand exponentially before any size check.
 pub const MAX_SCHEMA_NODES: usize = 100_000;
@@ -236,6 +239,14 @@ pub enum Node {
     },
     /// Any of these.
     AnyOf(Vec<Node>),
+    /// Any JSON value whose arrays and objects nest at most `levels` deep (`{}`,
+    /// `true`, an array without `items`, free-form extra properties). Written with
+    /// each level once ([`super::regex::to_rules`] references the level below), so a
+    /// level costs one rule.
+    AnyValue {
+        /// Containers the value may nest: `[{"a": [1]}]` is 3.
+        levels: usize,
+    },
 }
 
 /// Compile a JSON Schema into a [`Node`].
@@ -554,7 +565,20 @@ impl<'a> Compiler<'a> {
                 .collect::<Result<_>>()?,
             Some(_) => return Err(err(&format!("{ptr}/type"), "`type` must be a string or an array")),
         };
-        let types: Vec<&str> = if types.is_empty() { infer_types(obj) } else { types };
+        let types: Vec<&str> = match (types.is_empty(), self.objects) {
+            (false, _) => types,
+            // Without `type`, keywords constrain only the values they apply to: read
+            // as JSON Schema does, `{"properties": …}` also takes any string or array.
+            (true, Objects::Open) if !infer_types(obj).is_empty() => {
+                let inferred = infer_types(obj);
+                let mut all = vec!["null", "boolean"];
+                all.extend(["number", "string", "array", "object"].iter().filter(|t| !inferred.contains(t)));
+                all.extend(inferred);
+                all
+            }
+            // A generator is better served by the type the keywords imply.
+            (true, _) => infer_types(obj),
+        };
         self.check_keywords(obj, ptr, &types)?;
         if types.is_empty() {
             return Ok(any_value(self.any_levels));
@@ -1019,22 +1043,30 @@ impl<'a> Compiler<'a> {
     }
 }
 
+/// The types `obj`'s keywords apply to, for a schema without `type` (`properties` →
+/// object, `items` → array, `pattern` → string, `minimum` → number).
 fn infer_types(obj: &Map<String, Value>) -> Vec<&'static str> {
-    let mut t = Vec::new();
-    if obj.contains_key("properties") || obj.contains_key("required") || obj.contains_key("additionalProperties") {
-        t.push("object");
-    }
-    if obj.contains_key("items") || obj.contains_key("prefixItems") {
-        t.push("array");
-    }
-    if obj.contains_key("pattern")
-        || obj.contains_key("minLength")
-        || obj.contains_key("maxLength")
-        || obj.contains_key("format")
-    {
-        t.push("string");
-    }
-    t
+    const BY_TYPE: [(&str, &[&str]); 4] = [
+        (
+            "object",
+            &[
+                "properties",
+                "required",
+                "additionalProperties",
+                "patternProperties",
+                "minProperties",
+                "maxProperties",
+                "propertyNames",
+                "dependencies",
+                "dependentRequired",
+                "dependentSchemas",
+            ],
+        ),
+        ("array", &["items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "contains"]),
+        ("number", &["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"]),
+        ("string", &["pattern", "minLength", "maxLength", "format"]),
+    ];
+    BY_TYPE.iter().filter(|(_, keys)| keys.iter().any(|k| obj.contains_key(*k))).map(|(t, _)| *t).collect()
 }
 
 fn merge_objects(a: &Map<String, Value>, b: &Value) -> Option<Value> {
@@ -1123,6 +1155,8 @@ fn kinds(n: &Node) -> u8 {
             }
         }),
         Node::AnyOf(ns) => ns.iter().fold(0, |k, n| k | kinds(n)),
+        Node::AnyValue { levels: 0 } => 15,
+        Node::AnyValue { .. } => 63,
     }
 }
 
@@ -1191,7 +1225,7 @@ fn exact_scalar(n: &Node) -> bool {
             _ => true,
         }),
         Node::AnyOf(ns) => ns.iter().all(exact_scalar),
-        Node::Array { .. } | Node::Object { .. } | Node::Machine { .. } => false,
+        Node::Array { .. } | Node::Object { .. } | Node::Machine { .. } | Node::AnyValue { .. } => false,
     }
 }
 
@@ -1212,23 +1246,7 @@ fn simplify_any(nodes: Vec<Node>) -> Node {
     }
 }
 
-/// Any JSON value, with containers nested at most `levels` deep.
+/// Any JSON value, with containers nested at most `levels` deep ([`Node::AnyValue`]).
 pub fn any_value(levels: usize) -> Node {
-    let mut alts = vec![
-        Node::Null,
-        Node::Boolean,
-        Node::Number { min: None, max: None },
-        Node::String { min_len: 0, max_len: None, pattern: None, format: None },
-    ];
-    if levels > 0 {
-        let inner = any_value(levels - 1);
-        alts.push(Node::Array { prefix: vec![], items: Some(Box::new(inner.clone())), min: 0, max: None });
-        alts.push(Node::Object {
-            properties: vec![],
-            additional: Some(Box::new(inner)),
-            patterns: vec![],
-            non_empty: false,
-        });
-    }
-    Node::AnyOf(alts)
+    Node::AnyValue { levels }
 }

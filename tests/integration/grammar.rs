@@ -480,7 +480,7 @@ fn all_of_merges_shared_properties_and_any_of_keeps_its_siblings() {
 fn real_world_keywords_follow_json_schema() {
     // Objects without `additionalProperties`: closed for tool calls (the default), open
     // in JSON Schema's reading (extras among the declared properties, never repeating
-    // one, values nesting at most `SHARED_OPEN_EXTRA_LEVELS` (3) containers).
+    // one, values nesting as deep as the DFA's stack, `SHARED_OPEN_EXTRA_LEVELS`).
     let person = json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]});
     let open = Grammar::from_schema_with(&person, Mode::Strict, Objects::Open, &Json).unwrap();
     for ok in [
@@ -488,13 +488,36 @@ fn real_world_keywords_follow_json_schema() {
         r#"{"name":"a","age":3}"#,
         r#"{"name":"a","tags":["x"],"m":{"k":null}}"#,
         r#"{"name":"a","x":[[[1]]]}"#,
+        r#"{"name":"a","x":[{"y":[{"z":[[[[{"w":null}]]]]}]}]}"#,
     ] {
         assert!(open.matches(ok.as_bytes()), "{ok}");
     }
-    for bad in [r#"{"name":1}"#, r#"{"name":"a","name":"b"}"#, r#"{"age":3}"#, r#"{"name":"a","x":[[[[1]]]]}"#] {
+    let too_deep = format!(r#"{{"name":"a","x":{}1{}}}"#, "[".repeat(300), "]".repeat(300));
+    for bad in [r#"{"name":1}"#, r#"{"name":"a","name":"b"}"#, r#"{"age":3}"#, too_deep.as_str()] {
         assert!(!open.matches(bad.as_bytes()), "{bad}");
     }
+    // Extra keys may hold escapes of characters that cannot stand plain.
+    for ok in [r#"{"name":"a","Vendor\\Ns\\":"src/"}"#, r#"{"a\"b":1,"name":"a"}"#, r#"{"name":"a","t\u001fab":0}"#] {
+        assert!(open.matches(ok.as_bytes()), "{ok}");
+    }
     assert!(!grammar(person).matches(br#"{"name":"a","age":3}"#));
+    // Without `type`, keywords constrain only the values they apply to in JSON
+    // Schema's reading; closed objects read the type the keywords imply.
+    let untyped = json!({"properties": {"a": {"type": "integer"}}, "required": ["a"]});
+    let open_untyped = Grammar::from_schema_with(&untyped, Mode::Strict, Objects::Open, &Json).unwrap();
+    for ok in [r#"{"a":1}"#, r#""text""#, r#"[1,{"b":[]}]"#, "null", "2.5", "true"] {
+        assert!(open_untyped.matches(ok.as_bytes()), "{ok}");
+    }
+    for bad in [r#"{"a":"x"}"#, "{}"] {
+        assert!(!open_untyped.matches(bad.as_bytes()), "{bad}");
+    }
+    assert!(!grammar(untyped.clone()).matches(br#""text""#) && grammar(untyped).matches(br#"{"a":1}"#));
+    let hosts = json!({"patternProperties": {"^h": {"type": "integer"}}});
+    let open_hosts = Grammar::from_schema_with(&hosts, Mode::Strict, Objects::Open, &Json).unwrap();
+    assert!(open_hosts.matches(br#"{"h1":1,"h2":2}"#) && open_hosts.matches(b"[]"));
+    assert!(!open_hosts.matches(br#"{"h1":"x"}"#), "patternProperties alone still constrain objects");
+    let min = Grammar::from_schema_with(&json!({"minimum": 3}), Mode::Strict, Objects::Open, &Json).unwrap();
+    assert!(min.matches(b"3") && min.matches(br#""x""#) && !min.matches(b"2"));
     // `minProperties: 1` over optional properties excludes `{}` (in every layout);
     // more than the required properties give is refused in strict mode.
     let filters = json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}, "minProperties": 1});
