@@ -339,6 +339,9 @@ struct Compiler<'a> {
     nodes: std::cell::Cell<usize>,
     /// Whether [`Node::Machine`]s may be made (the grammar will have rules).
     machines: bool,
+    /// Set while the next schema is a `oneOf` branch whose untyped siblings all imply
+    /// the same types: it reads those types only (see [`Compiler::node`]).
+    implied_only: std::cell::Cell<bool>,
 }
 
 /// The keywords that constrain an instance (draft 4 to 2020-12), `$ref` aside. Every
@@ -432,7 +435,17 @@ fn escape_ptr(s: &str) -> String {
 impl<'a> Compiler<'a> {
     fn new(root: &'a Value, mode: Mode, objects: Objects, any_levels: usize, extra_levels: usize) -> Self {
         let (refs, nodes) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
-        Self { root, mode, objects, any_levels, extra_levels, refs, nodes, machines: false }
+        Self {
+            root,
+            mode,
+            objects,
+            any_levels,
+            extra_levels,
+            refs,
+            nodes,
+            machines: false,
+            implied_only: Default::default(),
+        }
     }
 
     fn node(&self, s: &Value, ptr: &str, depth: usize) -> Result<Node> {
@@ -504,6 +517,21 @@ impl<'a> Compiler<'a> {
                 let mut rest = obj.clone();
                 rest.remove(key);
                 let mut nodes = Vec::new();
+                // `oneOf` branches without `type` that all imply the same types (all
+                // `properties`: objects): any value of another type matches every
+                // branch, so exactly-one excludes it, and each branch reads only the
+                // types it implies.
+                let plain = |b: &Map<String, Value>| {
+                    !["type", "$ref", "allOf", "anyOf", "oneOf", "enum", "const"].iter().any(|k| b.contains_key(*k))
+                };
+                let branches: Vec<Option<Map<String, Value>>> =
+                    alts.iter().map(|a| merge_objects(&rest, a).and_then(|v| v.as_object().cloned())).collect();
+                let implied = |b: &Option<Map<String, Value>>| b.as_ref().filter(|b| plain(b)).map(infer_types);
+                let implied_only = key == "oneOf"
+                    && self.objects == Objects::Open
+                    && alts.len() >= 2
+                    && implied(&branches[0]).is_some_and(|t| !t.is_empty())
+                    && branches.iter().all(|b| implied(b).is_some() && implied(b) == implied(&branches[0]));
                 for (i, a) in alts.iter().enumerate() {
                     // Keywords beside anyOf apply to every branch.
                     // Where they cannot be merged, strict mode refuses rather than drop
@@ -518,7 +546,10 @@ impl<'a> Compiler<'a> {
                             ))
                         }
                     };
-                    nodes.push(self.node(&branch, &format!("{ptr}/{key}/{i}"), depth + 1)?);
+                    self.implied_only.set(implied_only);
+                    let node = self.node(&branch, &format!("{ptr}/{key}/{i}"), depth + 1);
+                    self.implied_only.set(false);
+                    nodes.push(node?);
                 }
                 // `oneOf` means exactly one: the grammar's "any of" is that only when no
                 // value can match two branches.
@@ -569,7 +600,7 @@ impl<'a> Compiler<'a> {
             (false, _) => types,
             // Without `type`, keywords constrain only the values they apply to: read
             // as JSON Schema does, `{"properties": …}` also takes any string or array.
-            (true, Objects::Open) if !infer_types(obj).is_empty() => {
+            (true, Objects::Open) if !infer_types(obj).is_empty() && !self.implied_only.replace(false) => {
                 let inferred = infer_types(obj);
                 let mut all = vec!["null", "boolean"];
                 all.extend(["number", "string", "array", "object"].iter().filter(|t| !inferred.contains(t)));

@@ -516,6 +516,16 @@ fn real_world_keywords_follow_json_schema() {
     let open_hosts = Grammar::from_schema_with(&hosts, Mode::Strict, Objects::Open, &Json).unwrap();
     assert!(open_hosts.matches(br#"{"h1":1,"h2":2}"#) && open_hosts.matches(b"[]"));
     assert!(!open_hosts.matches(br#"{"h1":"x"}"#), "patternProperties alone still constrain objects");
+    // `oneOf` branches that all imply objects: a value of another type matches every
+    // branch, so exactly-one excludes it.
+    let card = json!({"oneOf": [
+        {"properties": {"p": {"const": "m"}}, "required": ["p"], "additionalProperties": false},
+        {"properties": {"p": {"const": "v"}, "c": {"type": "integer"}}, "required": ["p", "c"], "additionalProperties": false}]});
+    let open_card = Grammar::from_schema_with(&card, Mode::Strict, Objects::Open, &Json).unwrap();
+    assert!(open_card.matches(br#"{"p":"m"}"#) && open_card.matches(br#"{"p":"v","c":1}"#));
+    for bad in [r#""x""#, "null", r#"{"p":"v"}"#, r#"{"p":"m","c":1}"#] {
+        assert!(!open_card.matches(bad.as_bytes()), "{bad}");
+    }
     let min = Grammar::from_schema_with(&json!({"minimum": 3}), Mode::Strict, Objects::Open, &Json).unwrap();
     assert!(min.matches(b"3") && min.matches(br#""x""#) && !min.matches(b"2"));
     // `minProperties: 1` over optional properties excludes `{}` (in every layout);
