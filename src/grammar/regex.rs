@@ -1206,6 +1206,12 @@ pub fn format_regex(f: Format) -> String {
             )
         }
         Format::Ipv4 => format!(r"{OCTET}\.{OCTET}\.{OCTET}\.{OCTET}"),
+        // Letter- or digit-edged labels; 6 × 41 characters and 5 dots stay within
+        // RFC 1123's 253.
+        Format::Hostname => {
+            const LABEL: &str = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,39}[A-Za-z0-9])?";
+            format!(r"{LABEL}(?:\.{LABEL}){{0,5}}")
+        }
     }
 }
 

@@ -86,6 +86,9 @@ pub enum Format {
     Uri,
     /// Dotted quad, each 0–255.
     Ipv4,
+    /// RFC 1123 host name: 1–6 labels of 1–41 letters, digits and inner hyphens (a
+    /// subset that always stays under the 253-character limit).
+    Hostname,
 }
 
 /// A bound on a [`Node::Number`], as a decimal: `value + frac / 10^16`, where `value`
@@ -875,6 +878,7 @@ impl<'a> Compiler<'a> {
             Some("email") => Some(Format::Email),
             Some("uri") => Some(Format::Uri),
             Some("ipv4") => Some(Format::Ipv4),
+            Some("hostname") => Some(Format::Hostname),
             // A format JSON Schema defines but toolgate has no grammar for: refused in
             // strict mode. Any other name (`path`, `int32`, `url` …) is an annotation
             // the specification says to ignore.

@@ -290,6 +290,11 @@ fn formats() {
         &["\"192.168.0.1\"", "\"0.0.0.0\""],
         &["\"256.1.1.1\"", "\"1.2.3\""],
     );
+    check(
+        json!({"type": "string", "format": "hostname"}),
+        &["\"example.com\"", "\"a-1.b.example.co.uk\"", "\"localhost\""],
+        &["\"-a.com\"", "\"a..b\"", "\"a_b.com\"", "\"a.com-\"", "\"a.b.c.d.e.f.g\""],
+    );
 }
 
 #[test]
@@ -584,7 +589,7 @@ fn real_world_keywords_follow_json_schema() {
     // So are format names JSON Schema does not define; a defined one without a grammar
     // is refused in strict mode.
     check(json!({"type": "string", "format": "int32"}), &["\"anything\""], &["1"]);
-    let e = Grammar::from_schema(&json!({"type": "string", "format": "hostname"}), Mode::Strict, &Json).unwrap_err();
+    let e = Grammar::from_schema(&json!({"type": "string", "format": "ipv6"}), Mode::Strict, &Json).unwrap_err();
     assert!(e.to_string().contains("#/format"), "{e}");
     check(json!({"type": "string", "x-vendor": 1, "id": "a", "properties": {"p": {}}}), &["\"s\""], &["1"]);
     // Draft 4: boolean exclusive bounds and tuple `items` + `additionalItems`.
