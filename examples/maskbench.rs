@@ -40,16 +40,18 @@ fn main() -> anyhow::Result<()> {
         Some(path) => Some(std::io::BufWriter::new(std::fs::File::create(path)?)),
         None => None,
     };
-    // `--verdicts FILE`: one JSON line per schema (file, compiled, passed, error), the
-    // format `scripts/maskbench-llguidance.py` writes, to compare engines per schema.
+    // `--verdicts FILE`: one JSON line per schema (file, compiled, passed, error, and
+    // compile_ms when compiled), the format `scripts/maskbench-llguidance.py` writes, to
+    // compare engines per schema.
     let mut verdicts = match args.iter().position(|a| a == "--verdicts").and_then(|i| args.get(i + 1)) {
         Some(path) => Some(std::io::BufWriter::new(std::fs::File::create(path)?)),
         None => None,
     };
-    let mut verdict = |file: &std::path::Path, compiled: bool, passed: bool, error: Option<String>| {
+    let mut verdict = |file: &std::path::Path, compiled: Option<f64>, passed: bool, error: Option<String>| {
         use std::io::Write;
         let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let line = serde_json::json!({"file": name, "compiled": compiled, "passed": passed, "error": error});
+        let line = serde_json::json!({"file": name, "compiled": compiled.is_some(), "passed": passed,
+            "error": error, "compile_ms": compiled});
         verdicts.as_mut().map_or(Ok(()), |out| writeln!(out, "{line}"))
     };
     let mut files: Vec<_> = std::fs::read_dir(dir)?.filter_map(|e| e.ok()).map(|e| e.path()).collect();
@@ -79,11 +81,12 @@ fn main() -> anyhow::Result<()> {
                 let key = msg.split_once(": ").map(|(_, r)| r).unwrap_or(&msg);
                 let key: String = key.chars().take(70).collect();
                 *reasons.entry(key).or_default() += 1;
-                verdict(f, false, false, Some(msg))?;
+                verdict(f, None, false, Some(msg))?;
                 continue;
             }
         };
-        compile_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        compile_ms.push(ms);
         compiled += 1;
         let mut ok = true;
         for test in &tests {
@@ -131,7 +134,7 @@ fn main() -> anyhow::Result<()> {
         if ok {
             passed += 1;
         }
-        verdict(f, true, ok, None)?;
+        verdict(f, Some(ms), ok, None)?;
     }
     compile_ms.sort_by(f64::total_cmp);
     let pct = |p: f64| compile_ms.get(((compile_ms.len().max(1) - 1) as f64 * p) as usize).copied().unwrap_or(0.0);
