@@ -19,6 +19,9 @@ pub const MAX_REPEAT: usize = 1024;
 /// they are used (see [`Rules`]); shorter ones are copied.
 pub const SHARE_MIN_LEN: usize = 256;
 
+/// A regex no text matches ([`Node::Never`]).
+const NEVER: &str = r"[^\x00-\x{10FFFF}]";
+
 /// Strings whose length bounds pass this count (and strings with a pattern) are emitted
 /// once, as a rule, however short their regex text: the NFA holds one copy of the
 /// character per count.
@@ -354,12 +357,9 @@ impl Dialect for Json {
         // character that cannot stand plain (`\\`, `\"`, `\n`, `\u001f`): no
         // all-plain name decodes from it. Escapes of plain characters (`"\u0061"`
         // spells `a`) are never written in keys.
-        let plain = key_except(
-            PLAIN_CHAR,
-            PLAIN_CHAR,
-            &except.iter().copied().filter(|n| n.chars().all(is_plain_char)).collect::<Vec<_>>(),
-        );
-        if except.iter().all(|n| n.chars().all(is_plain_char)) {
+        let names: Vec<&str> = except.iter().copied().filter(|n| n.chars().all(is_plain_char)).collect();
+        let plain = key_except(PLAIN_CHAR, PLAIN_CHAR, &names);
+        if names.len() == except.len() {
             const ESCAPE: &str = r#"\\(?:["\\bfnrt]|u00[01][0-9a-fA-F])"#;
             format!("\"(?:{plain}|{PLAIN_CHAR}*{ESCAPE}(?:{PLAIN_CHAR}|{ESCAPE})*)\"")
         } else {
@@ -451,7 +451,7 @@ pub fn to_rules(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
 
 fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
     match node {
-        Node::Never => "[^\\x00-\\x{10FFFF}]".into(),
+        Node::Never => NEVER.into(),
         Node::Null => d.null(),
         Node::Boolean => d.boolean(),
         Node::Integer { min, max } => int_range(*min, *max),
@@ -465,6 +465,8 @@ fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
         Node::Number { min, max } => number_range(*min, *max),
         Node::String { min_len, max_len, pattern, format } => {
             let q = d.quote();
+            // A count past a few dozen (`maxLength`, a pattern's `{1,255}`).
+            let long = (*min_len).max(max_len.unwrap_or(0)) > SHARE_MIN_COUNT;
             let body = match (format, pattern) {
                 (Some(f), _) => format_regex(*f),
                 // Length bounds beside a pattern hold where they meet exactly
@@ -475,16 +477,15 @@ fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
                 },
                 // Past a few dozen, each count calls the one character rule instead of
                 // holding a copy of it.
-                (None, None) if (*min_len).max(max_len.unwrap_or(0)) > SHARE_MIN_COUNT && rules.shares() => {
+                (None, None) if long && rules.shares() => {
                     let char = rules.share_always(d.string_char());
                     repeat(&char, *min_len, *max_len)
                 }
                 (None, None) => repeat(&d.string_char(), *min_len, *max_len),
             };
-            // A long counted repetition (`maxLength`, or a pattern's `{1,255}`) is thousands
-            // of NFA states: compiled once, however many properties share it.
-            let counted = (*min_len).max(max_len.unwrap_or(0)) > SHARE_MIN_COUNT || pattern.is_some();
-            if counted && rules.shares() {
+            // A long count or a pattern is thousands of NFA states: compiled once,
+            // however many properties share it.
+            if (long || pattern.is_some()) && rules.shares() {
                 rules.share_always(format!("{q}{body}{q}"))
             } else {
                 format!("{q}{body}{q}")
@@ -1130,7 +1131,7 @@ fn emit_pattern(h: &regex_syntax::hir::Hir, d: &dyn Dialect, out: &mut String) -
                 alts.push(format!("[{plain}]"));
             }
             if alts.is_empty() {
-                out.push_str(r"[^\x00-\x{10FFFF}]");
+                out.push_str(NEVER);
             } else {
                 out.push_str(&format!("(?:{})", alts.join("|")));
             }
@@ -1359,10 +1360,10 @@ fn fraction_range(lo: Option<(&str, bool)>, hi: Option<(&str, bool)>) -> Option<
         tl: bool,
         th: bool,
         nonempty: bool,
-        ctx: &dyn Fn(usize, bool, bool) -> (u8, u8, bool, bool),
+        ctx: &dyn Fn(usize) -> (u8, u8, bool, bool),
         strict: (bool, bool),
     ) -> Option<String> {
-        let (lo_i, hi_i, lo_done, hi_done) = ctx(i, tl, th);
+        let (lo_i, hi_i, lo_done, hi_done) = ctx(i);
         let n = usize::from(nonempty);
         let left = MAX_DIGITS.saturating_sub(i);
         // Both bounds used up (or loose): the remaining digits in closed form.
@@ -1407,7 +1408,7 @@ fn fraction_range(lo: Option<(&str, bool)>, hi: Option<(&str, bool)>) -> Option<
         }
         (!alts.is_empty()).then(|| format!("(?:{})", alts.join("|")))
     }
-    let ctx = |i: usize, _tl: bool, _th: bool| (digit(lo, i), digit(hi, i), exhausted(lo, i), exhausted(hi, i));
+    let ctx = |i: usize| (digit(lo, i), digit(hi, i), exhausted(lo, i), exhausted(hi, i));
     let strict_pair = (strict(lo), strict(hi));
     let (tl, th) = (lo.is_some(), hi.is_some());
     let digits = rest(0, tl, th, true, &ctx, strict_pair);
@@ -1491,7 +1492,7 @@ impl Dialect for XmlText {
     /// tag) has no spelling.
     fn string_literal_char(&self, c: char) -> String {
         if c == '<' {
-            "[^\\x00-\\x{10FFFF}]".into()
+            NEVER.into()
         } else {
             escape(c.encode_utf8(&mut [0; 4]))
         }

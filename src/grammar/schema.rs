@@ -527,19 +527,21 @@ impl<'a> Compiler<'a> {
                 let plain = |b: &Map<String, Value>| {
                     !["type", "$ref", "allOf", "anyOf", "oneOf", "enum", "const"].iter().any(|k| b.contains_key(*k))
                 };
-                let branches: Vec<Option<Map<String, Value>>> =
-                    alts.iter().map(|a| merge_objects(&rest, a).and_then(|v| v.as_object().cloned())).collect();
-                let implied = |b: &Option<Map<String, Value>>| b.as_ref().filter(|b| plain(b)).map(infer_types);
+                let branches: Vec<Option<Value>> = alts.iter().map(|a| merge_objects(&rest, a)).collect();
+                let implied: Vec<Option<Vec<&str>>> = branches
+                    .iter()
+                    .map(|b| b.as_ref().and_then(Value::as_object).filter(|b| plain(b)).map(infer_types))
+                    .collect();
                 let implied_only = key == "oneOf"
                     && self.objects == Objects::Open
                     && alts.len() >= 2
-                    && implied(&branches[0]).is_some_and(|t| !t.is_empty())
-                    && branches.iter().all(|b| implied(b).is_some() && implied(b) == implied(&branches[0]));
-                for (i, a) in alts.iter().enumerate() {
+                    && implied[0].as_ref().is_some_and(|t| !t.is_empty())
+                    && implied.iter().all(|t| *t == implied[0]);
+                for (i, (a, merged)) in alts.iter().zip(branches).enumerate() {
                     // Keywords beside anyOf apply to every branch.
                     // Where they cannot be merged, strict mode refuses rather than drop
                     // them; lenient mode keeps the branch alone (wider).
-                    let branch = match (merge_objects(&rest, a), self.mode) {
+                    let branch = match (merged, self.mode) {
                         (Some(b), _) => b,
                         (None, Mode::Lenient) => a.clone(),
                         (None, Mode::Strict) => {
@@ -599,19 +601,24 @@ impl<'a> Compiler<'a> {
                 .collect::<Result<_>>()?,
             Some(_) => return Err(err(&format!("{ptr}/type"), "`type` must be a string or an array")),
         };
-        let types: Vec<&str> = match (types.is_empty(), self.objects) {
-            (false, _) => types,
-            // Without `type`, keywords constrain only the values they apply to: read
-            // as JSON Schema does, `{"properties": …}` also takes any string or array.
-            (true, Objects::Open) if !infer_types(obj).is_empty() && !self.implied_only.replace(false) => {
-                let inferred = infer_types(obj);
+        let types: Vec<&str> = if !types.is_empty() {
+            types
+        } else {
+            // Set only for a `oneOf` branch's own schema, which has no `type` and
+            // implies some: consumed here, before its subschemas are read.
+            let implied_only = self.implied_only.replace(false);
+            let inferred = infer_types(obj);
+            if self.objects == Objects::Open && !inferred.is_empty() && !implied_only {
+                // Without `type`, keywords constrain only the values they apply to: read
+                // as JSON Schema does, `{"properties": …}` also takes any string or array.
                 let mut all = vec!["null", "boolean"];
                 all.extend(["number", "string", "array", "object"].iter().filter(|t| !inferred.contains(t)));
                 all.extend(inferred);
                 all
+            } else {
+                // A generator is better served by the type the keywords imply.
+                inferred
             }
-            // A generator is better served by the type the keywords imply.
-            (true, _) => infer_types(obj),
         };
         self.check_keywords(obj, ptr, &types)?;
         if types.is_empty() {
