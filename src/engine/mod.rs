@@ -373,8 +373,10 @@ impl Engine {
         rules: &crate::grammar::regex::Rules,
     ) -> Result<std::sync::Arc<crate::grammar::Grammar>> {
         // Each part prefixed by its length: the key names one grammar.
+        let sets = format!("{:?}", rules.sets());
         let key: String = std::iter::once(regex)
             .chain(rules.bodies().iter().map(String::as_str))
+            .chain(std::iter::once(sets.as_str()))
             .map(|part| format!("{}:{part}", part.len()))
             .collect();
         let mut cache = self.grammars.lock().unwrap_or_else(|p| p.into_inner());

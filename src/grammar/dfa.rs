@@ -21,6 +21,16 @@
 //! return points that led there (interned; a call in tail position pushes nothing).
 //! Stacks deeper than [`MAX_STACK`] are dropped, which only recursive rules reach.
 //!
+//! **Property sets.** An object whose declared properties may come in any order, each
+//! at most once ([`super::regex::PropertySet`]), needs to remember which it has seen:
+//! `2^n` sets, too many to write as rules past a few properties. The DFA keeps the set
+//! on the stack instead, as a frame of its own, so only the sets some input reaches
+//! are ever built. Three markers spelled like references (starting with
+//! [`SET_START`], then the operation and the set's number) drive it: *open* pushes an
+//! empty set, *next* enters every member not yet in the set (marking it, and returning
+//! to just after the marker), and *close* pops the set if it holds every required
+//! member, else leads nowhere.
+//!
 //! States are sets of configurations of *consuming* NFA states (byte ranges) and the
 //! match state, sorted, so two paths that reach the same set share one DFA state. The
 //! regex is matched whole: the search is anchored at the start and a state accepts
@@ -91,6 +101,18 @@ pub const CALL_START: u8 = 0xF8;
 pub const CALL_DIGIT: u8 = 0xF9;
 /// Ends a rule reference.
 pub const CALL_END: u8 = 0xFD;
+/// Starts a property-set marker: the operation as one digit (0 open, 1 next, 2 close;
+/// [`CALL_DIGIT`]-based like the set's number after it), then [`CALL_END`].
+pub const SET_START: u8 = 0xF7;
+
+/// One frame of a configuration's stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Frame {
+    /// Where to resume when the rule called on top of it matches.
+    Return(StateID),
+    /// Property set `set`'s members written so far (bit `i`: member `i`).
+    Set { set: u32, seen: u128 },
+}
 
 /// A configuration: NFA state in the low 32 bits, stack id in the high 32.
 type Config = u64;
@@ -107,13 +129,25 @@ fn stack_of(c: Config) -> u32 {
     (c >> 32) as u32
 }
 
-/// One rule reference at an NFA state: which rule, where to resume, and whether the
-/// resume point is the end of the caller (a tail call, which pushes nothing).
+/// What a marker at an NFA state does; every marker resumes at `resume`.
 #[derive(Debug, Clone, Copy)]
-struct Call {
-    start: StateID,
-    resume: StateID,
-    tail: bool,
+enum Call {
+    /// Enter the rule starting at `start`; `tail`: the resume point is the end of the
+    /// caller (a tail call, which pushes nothing).
+    Rule { start: StateID, resume: StateID, tail: bool },
+    /// Push an empty property set.
+    Open { set: u32, resume: StateID },
+    /// Enter each member of the set on top of the stack not yet written.
+    Next { set: u32, resume: StateID },
+    /// Pop the set on top of the stack, if it holds every required member.
+    Close { set: u32, resume: StateID },
+}
+
+/// A [`super::regex::PropertySet`] resolved to its members' start states.
+#[derive(Debug)]
+struct SetStarts {
+    members: Vec<StateID>,
+    required: u128,
 }
 
 /// A regex compiled to a Thompson NFA, determinized lazily into a [`Cache`].
@@ -127,6 +161,8 @@ pub struct Dfa {
     calls: HashMap<u32, Vec<Call>, foldhash::fast::FixedState>,
     /// Byte classes that only spell rule references: never input transitions.
     call_classes: [bool; 256],
+    /// The property sets the markers name, by number.
+    sets: Vec<SetStarts>,
 }
 
 impl Dfa {
@@ -167,6 +203,41 @@ impl Dfa {
     /// # Ok::<(), toolgate::Error>(())
     /// ```
     pub fn with_rules(main: &str, rules: &[String], nfa_size_limit: usize) -> Result<Self> {
+        Self::build(main, rules, &[], nfa_size_limit)
+    }
+
+    /// Compile `main` and everything `rules` holds: its rule bodies and the property
+    /// sets its markers name (objects in any order, [`super::regex::Rules::any_order`]).
+    ///
+    /// Cost and errors: as [`Dfa::with_rules`], and [`Error::Schema`] for a set with
+    /// more than 128 members or one naming a rule that does not exist.
+    ///
+    /// ```
+    /// use toolgate::grammar::dfa::Dfa;
+    /// use toolgate::grammar::regex::{to_rules, Json, Rules};
+    /// use toolgate::grammar::schema::{compile_shared, Mode, Objects};
+    /// let schema = serde_json::json!({
+    ///     "type": "object", "additionalProperties": false, "required": ["a"],
+    ///     "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}}
+    /// });
+    /// let mut rules = Rules::new().any_order(true);
+    /// let main = to_rules(&compile_shared(&schema, Mode::Strict, Objects::Open)?, &Json, &mut rules);
+    /// let dfa = Dfa::from_rules(&main, &rules, 1 << 20)?;
+    /// let mut cache = dfa.create_cache(1 << 20);
+    /// let mut run = |text: &[u8]| {
+    ///     let s = text.iter().fold(dfa.start(&mut cache), |s, &b| dfa.next(&mut cache, s, b));
+    ///     dfa.is_accepting(&cache, s)
+    /// };
+    /// assert!(run(br#"{"c":3,"a":1}"#));
+    /// assert!(!run(br#"{"c":3,"b":2}"#)); // `a` is required
+    /// assert!(!run(br#"{"a":1,"a":1}"#)); // each at most once
+    /// # Ok::<(), toolgate::Error>(())
+    /// ```
+    pub fn from_rules(main: &str, rules: &super::regex::Rules, nfa_size_limit: usize) -> Result<Self> {
+        Self::build(main, rules.bodies(), rules.sets(), nfa_size_limit)
+    }
+
+    fn build(main: &str, rules: &[String], sets: &[super::regex::PropertySet], nfa_size_limit: usize) -> Result<Self> {
         let fail = |reason: String| Error::Schema { pointer: "#".into(), reason };
         let nfa = thompson::Compiler::new()
             .syntax(syntax::Config::new().utf8(false))
@@ -185,12 +256,28 @@ impl Dfa {
         // `alphabet_len` counts the end-of-input class as well.
         let stride = classes.alphabet_len() - 1;
         let mut call_classes = [false; 256];
-        for b in CALL_START..=CALL_END {
+        for b in SET_START..=CALL_END {
             call_classes[usize::from(classes.get(b))] = true;
         }
-        let mut dfa = Self { nfa, classes, stride, calls: HashMap::default(), call_classes };
+        let mut dfa = Self { nfa, classes, stride, calls: HashMap::default(), call_classes, sets: Vec::new() };
+        for set in sets {
+            if set.members.len() > 128 {
+                return Err(fail(format!("a property set of {} members (at most 128)", set.members.len())));
+            }
+            let members = set.members.iter().map(|&r| dfa.rule_start(r)).collect::<std::result::Result<_, _>>();
+            dfa.sets.push(SetStarts { members: members.map_err(fail)?, required: set.required });
+        }
         dfa.calls = dfa.find_calls().map_err(fail)?;
         Ok(dfa)
+    }
+
+    /// The start state of rule `rule` (pattern `rule + 1`).
+    fn rule_start(&self, rule: usize) -> std::result::Result<StateID, String> {
+        regex_automata::PatternID::new(rule + 1)
+            .ok()
+            .filter(|p| p.as_usize() < self.nfa.pattern_len())
+            .and_then(|p| self.nfa.start_pattern(p))
+            .ok_or_else(|| format!("grammar references rule {rule}, which does not exist"))
     }
 
     /// The rule references of every NFA state with a transition on [`CALL_START`]:
@@ -199,49 +286,62 @@ impl Dfa {
     fn find_calls(&self) -> std::result::Result<HashMap<u32, Vec<Call>, foldhash::fast::FixedState>, String> {
         let mut calls: HashMap<u32, Vec<Call>, foldhash::fast::FixedState> = HashMap::default();
         for (i, state) in self.nfa.states().iter().enumerate() {
-            // A reference starts with a transition on exactly this byte (wider ranges, such
-            // as the unanchored search prefix, are not references).
-            let targets = transitions(state).filter(|t| t.0 == CALL_START && t.1 == CALL_START).map(|t| t.2);
-            let mut found = Vec::new();
-            for t in targets {
-                self.read_reference(t, 0, 0, &mut found)?;
-            }
-            if found.is_empty() {
-                continue;
-            }
+            // A marker starts with a transition on exactly its byte (wider ranges, such
+            // as the unanchored search prefix, are not markers).
             let mut list = Vec::new();
-            for (rule, resume) in found {
-                let pattern = regex_automata::PatternID::new(rule + 1)
-                    .ok()
-                    .filter(|p| p.as_usize() < self.nfa.pattern_len())
-                    .ok_or_else(|| format!("grammar references rule {rule}, which does not exist"))?;
-                let start = self.nfa.start_pattern(pattern).ok_or("rule without a start state")?;
-                list.push(Call { start, resume, tail: self.only_matches(resume) });
+            for (lo, hi, t) in transitions(state).filter(|t| t.0 == t.1 && (t.0 == CALL_START || t.0 == SET_START)) {
+                let mut found = Vec::new();
+                self.read_reference(t, &mut Vec::new(), &mut found)?;
+                for (digits, resume) in found {
+                    let number = |d: &[u8]| d.iter().fold(0usize, |n, &d| n * 4 + usize::from(d));
+                    if lo == CALL_START && hi == CALL_START {
+                        let start = self.rule_start(number(&digits))?;
+                        list.push(Call::Rule { start, resume, tail: self.only_matches(resume) });
+                        continue;
+                    }
+                    if digits.len() < 2 {
+                        return Err("malformed property-set marker in grammar".into());
+                    }
+                    let set = number(&digits[1..]);
+                    if set >= self.sets.len() {
+                        return Err(format!("grammar names property set {set}, which does not exist"));
+                    }
+                    let set = set as u32;
+                    list.push(match digits[0] {
+                        0 => Call::Open { set, resume },
+                        1 => Call::Next { set, resume },
+                        _ => Call::Close { set, resume },
+                    });
+                }
             }
-            calls.insert(i as u32, list);
+            if !list.is_empty() {
+                calls.insert(i as u32, list);
+            }
         }
         Ok(calls)
     }
 
-    /// Read a reference's digits from NFA state `q` (after `digits` digits worth
-    /// `value`), collecting (rule, resume state) at each [`CALL_END`].
+    /// Read a marker's digits (each 0..4) from NFA state `q`, after `digits`,
+    /// collecting (digits, resume state) at each [`CALL_END`]. A set marker needs its
+    /// operation digit and at least one digit of its number.
     fn read_reference(
         &self,
         q: StateID,
-        value: usize,
-        digits: usize,
-        out: &mut Vec<(usize, StateID)>,
+        digits: &mut Vec<u8>,
+        out: &mut Vec<(Vec<u8>, StateID)>,
     ) -> std::result::Result<(), String> {
-        if digits > 16 {
+        if digits.len() > 17 {
             return Err("malformed rule reference in grammar".into());
         }
         for end in self.epsilon_ends(q) {
             for (lo, hi, next) in transitions(self.nfa.state(end)) {
                 for b in lo..=hi {
                     match b {
-                        CALL_END => out.push((value, next)),
+                        CALL_END if !digits.is_empty() => out.push((digits.clone(), next)),
                         d if (CALL_DIGIT..CALL_DIGIT + 4).contains(&d) => {
-                            self.read_reference(next, value * 4 + usize::from(d - CALL_DIGIT), digits + 1, out)?
+                            digits.push(d - CALL_DIGIT);
+                            self.read_reference(next, digits, out)?;
+                            digits.pop();
                         }
                         _ => return Err("malformed rule reference in grammar".into()),
                     }
@@ -357,7 +457,7 @@ impl Dfa {
     fn expand(&self, cache: &mut Cache, mut s: DfaState) -> DfaState {
         if cache.memory > cache.capacity {
             // Keep `s`: its configurations with their stacks spelled out.
-            let kept: Vec<(StateID, Vec<StateID>)> =
+            let kept: Vec<(StateID, Vec<Frame>)> =
                 cache.sets[s.0 as usize].iter().map(|&c| (nfa_state(c), cache.frames(stack_of(c)))).collect();
             cache.reset(self.stride);
             cache.clear_count += 1;
@@ -435,22 +535,61 @@ impl Dfa {
                 State::ByteRange { .. } | State::Sparse(_) | State::Dense(_) => {
                     cache.set.push(c);
                     for call in self.calls.get(&q.as_u32()).into_iter().flatten() {
-                        let inner = if call.tail { Some(st) } else { cache.push(st, call.resume) };
-                        if let Some(inner) = inner {
-                            stack.push(config(call.start, inner));
-                        }
+                        self.follow(cache, *call, st, stack);
                     }
                 }
                 State::Match { .. } if st == 0 => cache.set.push(c),
                 State::Match { .. } => {
-                    let (parent, resume) = cache.stacks[st as usize];
-                    stack.push(config(resume, parent));
+                    // A set left open when its rule matched leads nowhere (the
+                    // grammar closes every set it opens).
+                    if let (parent, Frame::Return(resume)) = cache.stacks[st as usize] {
+                        stack.push(config(resume, parent));
+                    }
                 }
                 State::Union { alternates } => stack.extend(alternates.iter().rev().map(|&n| config(n, st))),
                 State::BinaryUnion { alt1, alt2 } => stack.extend([config(*alt2, st), config(*alt1, st)]),
                 State::Capture { next, .. } => stack.push(config(*next, st)),
                 // Look-around is refused at build time; `Fail` matches nothing.
                 State::Look { .. } | State::Fail => {}
+            }
+        }
+    }
+
+    /// Push the configurations marker `call` leads to from stack `st`.
+    fn follow(&self, cache: &mut Cache, call: Call, st: u32, stack: &mut Vec<Config>) {
+        match call {
+            Call::Rule { start, resume, tail } => {
+                let inner = if tail { Some(st) } else { cache.push(st, Frame::Return(resume)) };
+                if let Some(inner) = inner {
+                    stack.push(config(start, inner));
+                }
+            }
+            Call::Open { set, resume } => {
+                if let Some(inner) = cache.push(st, Frame::Set { set, seen: 0 }) {
+                    stack.push(config(resume, inner));
+                }
+            }
+            Call::Next { set, resume } => {
+                let (parent, Frame::Set { set: top, seen }) = cache.stacks[st as usize] else { return };
+                if top != set || st == 0 {
+                    return;
+                }
+                for (i, &start) in self.sets[set as usize].members.iter().enumerate() {
+                    if seen & 1 << i != 0 {
+                        continue;
+                    }
+                    let marked = cache.push(parent, Frame::Set { set, seen: seen | 1 << i });
+                    if let Some(inner) = marked.and_then(|m| cache.push(m, Frame::Return(resume))) {
+                        stack.push(config(start, inner));
+                    }
+                }
+            }
+            Call::Close { set, resume } => {
+                let (parent, Frame::Set { set: top, seen }) = cache.stacks[st as usize] else { return };
+                let required = self.sets[set as usize].required;
+                if top == set && st != 0 && seen & required == required {
+                    stack.push(config(resume, parent));
+                }
             }
         }
     }
@@ -500,9 +639,9 @@ pub struct Cache {
     /// The configurations of each DFA state, sorted.
     sets: Vec<Arc<[Config]>>,
     ids: HashMap<Arc<[Config]>, u32, foldhash::fast::FixedState>,
-    /// Interned stacks of rule return points: `(parent, resume state)`; 0 is empty.
-    stacks: Vec<(u32, StateID)>,
-    stack_ids: HashMap<(u32, StateID), u32, foldhash::fast::FixedState>,
+    /// Interned stacks: `(parent, top frame)`; 0 is empty.
+    stacks: Vec<(u32, Frame)>,
+    stack_ids: HashMap<(u32, Frame), u32, foldhash::fast::FixedState>,
     depth: Vec<u16>,
     start: Option<DfaState>,
     memory: usize,
@@ -555,7 +694,7 @@ impl Cache {
         self.sets.push(Arc::from(&[][..]));
         self.ids.clear();
         self.stacks.clear();
-        self.stacks.push((0, StateID::ZERO));
+        self.stacks.push((0, Frame::Return(StateID::ZERO)));
         self.stack_ids.clear();
         self.depth.clear();
         self.depth.push(0);
@@ -563,9 +702,9 @@ impl Cache {
         self.memory = stride * 4;
     }
 
-    /// The stack `st` with `resume` pushed, or `None` past [`MAX_STACK`].
-    fn push(&mut self, st: u32, resume: StateID) -> Option<u32> {
-        if let Some(&id) = self.stack_ids.get(&(st, resume)) {
+    /// The stack `st` with `frame` pushed, or `None` past [`MAX_STACK`].
+    fn push(&mut self, st: u32, frame: Frame) -> Option<u32> {
+        if let Some(&id) = self.stack_ids.get(&(st, frame)) {
             return Some(id);
         }
         let depth = self.depth[st as usize] + 1;
@@ -573,19 +712,19 @@ impl Cache {
             return None;
         }
         let id = self.stacks.len() as u32;
-        self.stacks.push((st, resume));
+        self.stacks.push((st, frame));
         self.depth.push(depth);
-        self.stack_ids.insert((st, resume), id);
+        self.stack_ids.insert((st, frame), id);
         self.memory += 32;
         Some(id)
     }
 
-    /// The resume states of stack `st`, innermost first.
-    fn frames(&self, mut st: u32) -> Vec<StateID> {
+    /// The frames of stack `st`, innermost first.
+    fn frames(&self, mut st: u32) -> Vec<Frame> {
         let mut out = Vec::new();
         while st != 0 {
-            let (parent, resume) = self.stacks[st as usize];
-            out.push(resume);
+            let (parent, frame) = self.stacks[st as usize];
+            out.push(frame);
             st = parent;
         }
         out

@@ -108,7 +108,7 @@ impl Grammar {
     /// # Errors
     /// As [`Grammar::from_regex`], and for a reference to a missing rule.
     pub fn from_rules(regex: &str, rules: &Rules) -> Result<Self> {
-        let dfa = Dfa::with_rules(regex, rules.bodies(), NFA_SIZE_LIMIT)?;
+        let dfa = Dfa::from_rules(regex, rules, NFA_SIZE_LIMIT)?;
         let plain_paths = plain_paths(dfa.byte_classes());
         Ok(Self {
             dfa,

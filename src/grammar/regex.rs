@@ -51,6 +51,31 @@ pub struct Rules {
     min_len: usize,
     total: usize,
     any_order: bool,
+    sets: Vec<PropertySet>,
+    set_ids: std::collections::HashMap<PropertySet, usize>,
+}
+
+/// An object whose declared properties may come in any order, each at most once
+/// ([`Rules::any_order`]). Its members are written as
+/// `open (member (comma member)*)? close`, where a member is the *next* marker (any
+/// declared property not written yet) or an extra property; [`super::dfa::Dfa`]
+/// keeps the set of properties written on its stack and closes the object only once
+/// every required one is in it. So an object of `n` properties costs `O(n)` grammar,
+/// and only the sets some input reaches become DFA states.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PropertySet {
+    /// The rule holding each declared property (`"name":value`), in schema order.
+    pub members: Vec<usize>,
+    /// Bit `i`: `members[i]` is required.
+    pub required: u128,
+    /// The extra properties' regex, if any (for [`Rules::inline`]).
+    pub extra: Option<String>,
+    /// The separator between members (for [`Rules::inline`]).
+    pub comma: String,
+    /// Whether the object must hold at least one member (for [`Rules::inline`]).
+    pub non_empty: bool,
+    /// The rule holding the whole member list, markers included.
+    pub rule: usize,
 }
 
 impl Default for Rules {
@@ -62,12 +87,21 @@ impl Default for Rules {
 impl Rules {
     /// An empty table sharing every part of at least [`SHARE_MIN_LEN`] bytes.
     pub fn new() -> Self {
-        Self { bodies: Vec::new(), ids: Default::default(), min_len: SHARE_MIN_LEN, total: 0, any_order: false }
+        Self {
+            bodies: Vec::new(),
+            ids: Default::default(),
+            min_len: SHARE_MIN_LEN,
+            total: 0,
+            any_order: false,
+            sets: Vec::new(),
+            set_ids: Default::default(),
+        }
     }
 
     /// Let objects of at most [`ANY_ORDER_MAX_PROPERTIES`] declared properties take
-    /// them in any order (JSON Schema's reading, for [`super::schema::Objects::Open`]);
-    /// by default properties come in schema order.
+    /// them in any order, each at most once, as [`PropertySet`]s (JSON Schema's
+    /// reading, for [`super::schema::Objects::Open`]); by default properties come in
+    /// schema order.
     pub fn any_order(mut self, yes: bool) -> Self {
         self.any_order = yes;
         self
@@ -103,6 +137,19 @@ impl Rules {
         out
     }
 
+    /// How a regex spells operation `op` (0 open, 1 next, 2 close) on property set
+    /// `set` (see [`PropertySet`] and [`super::dfa`]'s module docs).
+    pub fn set_marker(op: u8, set: usize) -> String {
+        let call = Self::reference(set);
+        let digits = &call[r"(?-u:\xF8".len()..];
+        format!(r"(?-u:\x{:02X}\x{:02X}{digits}", super::dfa::SET_START, super::dfa::CALL_DIGIT + op)
+    }
+
+    /// The property sets, by number.
+    pub fn sets(&self) -> &[PropertySet] {
+        &self.sets
+    }
+
     /// `re` itself if short, else a reference to the rule holding it.
     /// Cost: a hash of `re`.
     pub fn share(&mut self, re: String) -> String {
@@ -115,14 +162,49 @@ impl Rules {
     /// A reference to the rule holding `re`, however short (for parts referenced from
     /// many places, whose copies would multiply).
     pub fn share_always(&mut self, re: String) -> String {
+        Self::reference(self.rule_of(re))
+    }
+
+    /// The number of the rule holding `re`, made if new.
+    fn rule_of(&mut self, re: String) -> usize {
         if let Some(&i) = self.ids.get(&re) {
-            return Self::reference(i);
+            return i;
         }
         let i = self.bodies.len();
         self.total += re.len();
         self.ids.insert(re.clone(), i);
         self.bodies.push(re);
-        Self::reference(i)
+        i
+    }
+
+    /// A reference to the rule holding an object's members in any order (see
+    /// [`PropertySet`]): `members` are the declared properties' regexes, in schema
+    /// order, with whether each is required. The same object shares one set.
+    fn property_set(
+        &mut self,
+        members: &[(String, bool)],
+        extra: Option<&str>,
+        comma: &str,
+        non_empty: bool,
+    ) -> String {
+        let required = members.iter().enumerate().filter(|(_, m)| m.1).fold(0u128, |r, (i, _)| r | 1 << i);
+        let members: Vec<usize> = members.iter().map(|(re, _)| self.rule_of(re.clone())).collect();
+        // Keyed with `rule` 0: the same object, wherever it is written.
+        let key =
+            PropertySet { members, required, extra: extra.map(String::from), comma: comma.into(), non_empty, rule: 0 };
+        if let Some(&k) = self.set_ids.get(&key) {
+            return Self::reference(self.sets[k].rule);
+        }
+        let k = self.sets.len();
+        let [open, next, close] = [0, 1, 2].map(|op| Self::set_marker(op, k));
+        let member = extra.map_or(next.clone(), |x| format!("(?:{next}|{x})"));
+        let list = format!("{member}(?:{comma}{member})*");
+        let list = if non_empty { list } else { format!("(?:{list})?") };
+        let rule = self.reserve(1);
+        self.define(rule, format!("{open}{list}{close}"));
+        self.set_ids.insert(key.clone(), k);
+        self.sets.push(PropertySet { rule, ..key });
+        Self::reference(rule)
     }
 
     /// A reference to a rule whose body, `body(reference to itself)`, may call
@@ -180,9 +262,11 @@ impl Rules {
 
     /// `regex` with every reference replaced by its rule, recursively: the one plain
     /// regex it stands for (for tests and oracles), or `None` past `max_len` bytes (it
-    /// can be exponentially larger) or when rules reference each other in a loop (an
-    /// automaton's, [`Rules::reserve`]). Cost: one pass per rule over the inlined bodies.
+    /// can be exponentially larger: a [`PropertySet`] spells every order of its
+    /// members) or when rules reference each other in a loop (an automaton's,
+    /// [`Rules::reserve`]). Cost: one pass per rule over the inlined bodies.
     pub fn inline(&self, regex: &str, max_len: usize) -> Option<String> {
+        let set_of: std::collections::HashMap<usize, &PropertySet> = self.sets.iter().map(|s| (s.rule, s)).collect();
         // A rule's body only references rules made before it.
         let mut inlined: Vec<String> = Vec::with_capacity(self.bodies.len());
         let expand = |text: &str, inlined: &[String]| -> Option<String> {
@@ -198,8 +282,18 @@ impl Rules {
             }
             Some(out)
         };
-        for body in &self.bodies {
-            let b = expand(body, &inlined)?;
+        for (i, body) in self.bodies.iter().enumerate() {
+            let b = match set_of.get(&i) {
+                Some(set) => {
+                    let members: Option<Vec<String>> = set.members.iter().map(|&m| inlined.get(m).cloned()).collect();
+                    let extra = match set.extra.as_deref() {
+                        Some(x) => Some(expand(x, &inlined)?),
+                        None => None,
+                    };
+                    every_order(set, &members?, extra.as_deref(), max_len)?
+                }
+                None => expand(body, &inlined)?,
+            };
             inlined.push(b);
         }
         let out = expand(regex, &inlined)?;
@@ -207,6 +301,38 @@ impl Rules {
         let marker = format!("\\x{:02X}", super::dfa::CALL_START);
         (!out.contains(&marker)).then_some(out)
     }
+}
+
+/// The plain regex of `set`'s members in every order (`members` and `extra` already
+/// plain), or `None` past `max_len` bytes: `after[s]`, the rest once the members in
+/// bit set `s` were written, copied into every `after` that leads to it.
+fn every_order(set: &PropertySet, members: &[String], extra: Option<&str>, max_len: usize) -> Option<String> {
+    let n = members.len();
+    if n > 16 {
+        return None;
+    }
+    let comma = &set.comma;
+    let extras = extra.map(|x| format!("(?:{comma}{x})*")).unwrap_or_default();
+    let mut after = vec![String::new(); 1 << n];
+    for s in (0..1usize << n).rev() {
+        let mut alts: Vec<String> =
+            (0..n).filter(|i| s & 1 << i == 0).map(|i| format!("{comma}{}{}", members[i], after[s | 1 << i])).collect();
+        if s as u128 & set.required == set.required {
+            alts.push(String::new());
+        }
+        after[s] = format!("{extras}{}", alt(alts));
+        if after[s].len() > max_len {
+            return None;
+        }
+    }
+    let mut alts: Vec<String> = (0..n).map(|i| format!("{}{}", members[i], after[1 << i])).collect();
+    if let Some(x) = extra {
+        alts.push(format!("{x}{}", after[0]));
+    }
+    if !set.non_empty && set.required == 0 {
+        alts.push(String::new());
+    }
+    Some(alt(alts))
 }
 
 /// How values are spelled.
@@ -758,7 +884,7 @@ fn props_first_shared(
     let extra = extra.as_deref();
     let extras = extra.map(|x| format!("(?:{comma}{x})*")).unwrap_or_default();
     if rules.any_order && (2..=ANY_ORDER_MAX_PROPERTIES).contains(&e.len()) {
-        return props_any_order(e, extra, &extras, comma, non_empty, rules);
+        return rules.property_set(e, extra, comma, non_empty);
     }
     let mut rest = vec![String::new(); e.len() + 1];
     rest[e.len()] = extras.clone();
@@ -784,47 +910,10 @@ fn props_first_shared(
     alt(alts)
 }
 
-/// With [`Rules::any_order`], objects of at most this many declared properties take
-/// them in any order, as JSON Schema allows: one rule per set of properties already
-/// written (`2^n`). Larger objects keep schema order.
-pub const ANY_ORDER_MAX_PROPERTIES: usize = 8;
-
-/// [`props_first_shared`] in any order: `after[s]` is the rest of the object once the
-/// properties in the bit set `s` were written (any property not in `s` may come next;
-/// the object may close once every required property is in `s`).
-fn props_any_order(
-    e: &[(String, bool)],
-    extra: Option<&str>,
-    extras: &str,
-    comma: &str,
-    non_empty: bool,
-    rules: &mut Rules,
-) -> String {
-    let n = e.len();
-    let required = e.iter().enumerate().filter(|(_, p)| p.1).fold(0usize, |m, (i, _)| m | 1 << i);
-    // Each property is referenced from `2^(n-1)` rules: written once.
-    let e: Vec<(String, bool)> = e.iter().map(|(re, req)| (rules.share_always(re.clone()), *req)).collect();
-    let mut after = vec![String::new(); 1 << n];
-    // `after[0]` is only needed after an extra property opened the object.
-    let lowest = if extra.is_some() { 0 } else { 1 };
-    // Every `s | bit` is larger than `s`: build from the full set down.
-    for set in (lowest..1usize << n).rev() {
-        let mut alts: Vec<String> =
-            (0..n).filter(|i| set & 1 << i == 0).map(|i| format!("{comma}{}{}", e[i].0, after[set | 1 << i])).collect();
-        if set & required == required {
-            alts.push(String::new());
-        }
-        after[set] = rules.share_always(format!("{extras}{}", alt(alts)));
-    }
-    let mut alts: Vec<String> = (0..n).map(|i| format!("{}{}", e[i].0, after[1 << i])).collect();
-    if let Some(x) = extra {
-        alts.push(format!("{x}{}", after[0]));
-    }
-    if !non_empty && required == 0 {
-        alts.push(String::new());
-    }
-    alt(alts)
-}
+/// With [`Rules::any_order`], objects of 2 to this many declared properties take them
+/// in any order, as JSON Schema allows ([`PropertySet`], whose seen-set is a 128-bit
+/// mask). Larger objects keep schema order.
+pub const ANY_ORDER_MAX_PROPERTIES: usize = 128;
 
 /// Something emitted, at element `i`.
 fn props_rest(e: &[(String, bool)], i: usize, extra: Option<&str>, comma: &str) -> String {

@@ -444,6 +444,38 @@ fn shared_rules_keep_large_schemas_small_and_exact() {
     ] {
         assert!(!open.matches(bad.as_bytes()), "{bad}");
     }
+    // Large objects too: the set of properties written lives on the DFA's stack
+    // (`PropertySet`), so 40 declared properties cost 40 rules, not 2^40.
+    let props: serde_json::Map<String, serde_json::Value> =
+        (0..40).map(|i| (format!("p{i}"), json!({"type": "integer", "minimum": i}))).collect();
+    let big = json!({"type": "object", "properties": props, "required": ["p3", "p31"],
+        "additionalProperties": {"type": "string"}});
+    let open = Grammar::from_schema_with(&big, Mode::Strict, Objects::Open, &Json).unwrap();
+    assert!(open.rules().len() < 100, "{} rules", open.rules().len());
+    let body = |keys: &[usize]| keys.iter().map(|i| format!(r#""p{i}":{i}"#)).collect::<Vec<_>>().join(",");
+    let order: Vec<usize> = (0..40).rev().collect();
+    for ok in [
+        format!("{{{}}}", body(&order)),
+        format!("{{{}}}", body(&[31, 3])),
+        format!(r#"{{"x":"1",{},"y":"2"}}"#, body(&[39, 31, 0, 3])),
+    ] {
+        assert!(open.matches(ok.as_bytes()), "{ok}");
+    }
+    for bad in [
+        format!("{{{}}}", body(&[31, 39])),         // p3 missing
+        format!("{{{}}}", body(&[3, 31, 7, 8, 7])), // p7 twice
+        r#"{"p3":3,"p31":30}"#.to_string(),         // p31 below its minimum
+        format!(r#"{{{},"x":1}}"#, body(&[3, 31])), // an extra must be a string
+    ] {
+        assert!(!open.matches(bad.as_bytes()), "{bad}");
+    }
+    // A set inside a value of the same set (recursion) keeps its own seen-set.
+    let tree = json!({"$defs": {"t": {"type": "object", "required": ["v"], "properties": {
+        "v": {"type": "integer"}, "l": {"$ref": "#/$defs/t"}, "r": {"$ref": "#/$defs/t"}}}}, "$ref": "#/$defs/t"});
+    let open = Grammar::from_schema_with(&tree, Mode::Strict, Objects::Open, &Json).unwrap();
+    assert!(open.matches(br#"{"r":{"l":{"v":1},"v":2},"v":3,"l":{"v":4}}"#));
+    assert!(!open.matches(br#"{"r":{"l":{"v":1},"v":2,"v":5},"v":3}"#));
+    assert!(!open.matches(br#"{"r":{"l":{"v":1}},"v":3}"#));
     // Closed (the default): schema order.
     assert!(grammar(person.clone()).matches(br#"{"name":"a","age":3}"#));
     assert!(!grammar(person).matches(br#"{"age":3,"name":"a"}"#));

@@ -213,7 +213,7 @@ fn the_lazy_dfa_agrees_with_an_nfa_simulation_and_survives_cache_clears() {
         };
         any_order_checked += usize::from(any_order);
         shared += rules.bodies().len();
-        let dfa = Dfa::with_rules(&main, rules.bodies(), toolgate::grammar::mask::NFA_SIZE_LIMIT).unwrap();
+        let dfa = Dfa::from_rules(&main, &rules, toolgate::grammar::mask::NFA_SIZE_LIMIT).unwrap();
         let (mut big, mut none) = (dfa.create_cache(1 << 30), dfa.create_cache(0));
         let vm = PikeVM::builder()
             .syntax(syntax::Config::new().utf8(false))
