@@ -224,6 +224,43 @@ impl Automaton for Pattern {
     }
 }
 
+/// The complement of another automaton's language: every byte string it rejects.
+/// Its dead state becomes an accepting sink ([`u64::MAX`], which the inner automaton
+/// must never use as a state). Intersected with the strings a grammar may write (an
+/// object key that avoids a `patternProperties` pattern and the declared names).
+///
+/// ```
+/// use toolgate::grammar::machine::{Automaton, Machine, Not, Pattern};
+/// let mut parts: Vec<Box<dyn Automaton>> =
+///     vec![Box::new(Pattern::new("[a-z]+")?), Box::new(Not(Box::new(Pattern::new("a.*|name")?)))];
+/// let m = Machine::intersect(&mut parts, 1024)?;
+/// assert!(m.matches(b"names") && m.matches(b"b") && !m.matches(b"abc") && !m.matches(b"name"));
+/// # Ok::<(), String>(())
+/// ```
+pub struct Not(pub Box<dyn Automaton>);
+
+impl Not {
+    const SINK: u64 = u64::MAX;
+}
+
+impl Automaton for Not {
+    fn start(&mut self) -> Option<u64> {
+        Some(self.0.start().unwrap_or(Self::SINK))
+    }
+    fn next(&mut self, s: u64, b: u8) -> Option<u64> {
+        if s == Self::SINK {
+            return Some(Self::SINK);
+        }
+        Some(self.0.next(s, b).unwrap_or(Self::SINK))
+    }
+    fn accepts(&mut self, s: u64) -> bool {
+        s == Self::SINK || !self.0.accepts(s)
+    }
+    fn healthy(&self) -> bool {
+        self.0.healthy()
+    }
+}
+
 /// UTF-8 text of `min..=max` characters (a character starts at every byte that is not
 /// a continuation byte). Without a maximum the count saturates at `min`.
 #[derive(Debug, Clone, Copy)]

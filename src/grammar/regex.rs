@@ -53,6 +53,8 @@ pub struct Rules {
     any_order: bool,
     sets: Vec<PropertySet>,
     set_ids: std::collections::HashMap<PropertySet, usize>,
+    /// The rule of each [`Node::Def`] being written, by key.
+    defs: std::collections::HashMap<String, usize>,
 }
 
 /// An object whose declared properties may come in any order, each at most once
@@ -95,6 +97,7 @@ impl Rules {
             any_order: false,
             sets: Vec::new(),
             set_ids: Default::default(),
+            defs: Default::default(),
         }
     }
 
@@ -348,6 +351,11 @@ pub trait Dialect {
     fn any_key(&self, except: &[&str]) -> String;
     /// Regex for a literal JSON value (`enum`, `const`).
     fn literal(&self, v: &Value) -> String;
+    /// Whether an object key is spelled as a string of this dialect (so a key
+    /// machine, [`Node::Object`]'s `extra_keys`, can be written as one).
+    fn keys_are_strings(&self) -> bool {
+        true
+    }
     /// Regex for the separator between key and value.
     fn colon(&self) -> String {
         ": ?".into()
@@ -509,6 +517,10 @@ impl Dialect for Gemma4 {
     fn quote(&self) -> String {
         GEMMA_QUOTE.into()
     }
+    /// Keys are bare identifiers.
+    fn keys_are_strings(&self) -> bool {
+        false
+    }
     fn string_char(&self) -> String {
         // Any character; a string ends only at the special quote token.
         r"[^\x00]".into()
@@ -583,11 +595,13 @@ fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
         Node::Integer { min, max } => int_range(*min, *max),
         // The exponent stops at ±292: with at most 16 integer digits every number the
         // grammar allows is a finite f64 (`6.5e555` is RFC 8259 JSON, but no JSON
-        // parser that reads into doubles accepts it).
-        Node::Number { min: None, max: None } => {
-            r"-?(?:0|[1-9][0-9]{0,15})(?:\.[0-9]{1,16})?(?:[eE][+-]?(?:[0-9]{1,2}|1[0-9]{2}|2[0-8][0-9]|29[0-2]))?"
-                .into()
-        }
+        // parser that reads into doubles accepts it). Integer parts of 17 or 18 digits
+        // (64-bit ids, nanosecond times) take no exponent.
+        Node::Number { min: None, max: None } => concat!(
+            r"-?(?:(?:0|[1-9][0-9]{0,15})(?:\.[0-9]{1,16})?(?:[eE][+-]?(?:[0-9]{1,2}|1[0-9]{2}|2[0-8][0-9]|29[0-2]))?",
+            r"|[1-9][0-9]{16,17}(?:\.[0-9]{1,16})?)"
+        )
+        .into(),
         Node::Number { min, max } => number_range(*min, *max),
         Node::String { min_len, max_len, pattern, format } => {
             let q = d.quote();
@@ -627,6 +641,23 @@ fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
         }
         Node::Literals(vs) => alt(vs.iter().map(|v| d.literal(v)).collect()),
         Node::AnyOf(ns) => alt(ns.iter().map(|n| emit(n, d, rules)).collect()),
+        // One rule, its body referencing itself where the schema recurses. A plain
+        // regex cannot hold it: `to_regex` writes such a grammar as matching nothing.
+        Node::Def { key, body } => {
+            let rule = rules.reserve(1);
+            let outer = rules.defs.insert(key.clone(), rule);
+            let text = emit(body, d, rules);
+            match outer {
+                Some(o) => rules.defs.insert(key.clone(), o),
+                None => rules.defs.remove(key),
+            };
+            rules.define(rule, text);
+            Rules::reference(rule)
+        }
+        Node::Recurse(key) => match rules.defs.get(key) {
+            Some(&rule) => Rules::reference(rule),
+            None => NEVER.into(),
+        },
         Node::AnyValue { levels } => {
             let string = Node::String { min_len: 0, max_len: None, pattern: None, format: None };
             let scalars = [Node::Null, Node::Boolean, Node::Number { min: None, max: None }, string];
@@ -689,7 +720,7 @@ fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
             };
             format!(r"\[{inner}\]")
         }
-        Node::Object { properties, additional, patterns, non_empty } => {
+        Node::Object { properties, additional, patterns, extra_keys, non_empty } => {
             let colon = d.colon();
             let comma = d.comma();
             let elems: Vec<(String, bool)> = properties
@@ -701,9 +732,18 @@ fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
                 .collect();
             let names: Vec<&str> = properties.iter().map(|(n, _, _)| n.as_str()).collect();
             let mut extras: Vec<String> = Vec::new();
-            if let Some(n) = additional {
+            let key = match extra_keys {
+                Some(m) if d.keys_are_strings() => {
+                    Some(emit(&Node::Machine { machine: m.clone(), kind: MachineKind::String }, d, rules))
+                }
+                // Names that must avoid a pattern, in a dialect whose keys are no
+                // strings: not generated.
+                Some(_) => None,
+                None => Some(d.any_key(&names)),
+            };
+            if let (Some(n), Some(key)) = (additional, key) {
                 let value = emit(n, d, rules);
-                extras.push(format!("{}{colon}{}", d.any_key(&names), rules.share(value)));
+                extras.push(format!("{key}{colon}{}", rules.share(value)));
             }
             for (p, n) in patterns {
                 if let Some(key) = d.pattern_key(p) {
@@ -782,6 +822,8 @@ fn machine_rules(m: &Machine, string: bool, d: &dyn Dialect, rules: &mut Rules) 
 pub fn size_estimate(node: &Node) -> usize {
     match node {
         Node::Never | Node::Null | Node::Boolean => 24,
+        Node::Def { body, .. } => size_estimate(body),
+        Node::Recurse(_) => 24,
         // Ranges are a few hundred bytes, built in microseconds: measured, not guessed.
         Node::Integer { min, max } => int_range(*min, *max).len(),
         Node::Number { min: None, max: None } => 160,
@@ -1314,12 +1356,18 @@ pub fn format_regex(f: Format) -> String {
 /// for s in ["-6", "121", "007", "-0", "1000"] { assert!(!re.is_match(s)); }
 /// ```
 pub fn int_range(min: Option<i64>, max: Option<i64>) -> String {
-    const ANY_POS: &str = "(?:0|[1-9][0-9]{0,15})";
-    const ANY_NEG: &str = "-[1-9][0-9]{0,15}";
-    let cap = 10i64.pow(16) - 1;
+    // At most 18 digits: every value fits an `i64`.
+    const ANY_POS: &str = "(?:0|[1-9][0-9]{0,17})";
+    const ANY_NEG: &str = "-[1-9][0-9]{0,17}";
+    let cap = 10i64.pow(18) - 1;
+    // Bounds past 18 digits: nothing beyond them, or only the values within reach.
+    if min.is_some_and(|m| m > cap) || max.is_some_and(|m| m < -cap) {
+        return NEVER.into();
+    }
+    let (min, max) = (min.map(|m| m.max(-cap)), max.map(|m| m.min(cap)));
     let mut alts = Vec::new();
     match (min, max) {
-        (None, None) => return "(?:-?[1-9][0-9]{0,15}|0)".to_string(),
+        (None, None) => return "(?:-?[1-9][0-9]{0,17}|0)".to_string(),
         (Some(lo), None) => {
             if lo <= 0 {
                 alts.push(ANY_POS.to_string());
@@ -1647,10 +1695,12 @@ pub fn xml_parameters(node: &Node, rules: &mut Rules) -> String {
     let param = |key: &str, v: &str| format!("<parameter={key}>\\n?{v}\\n?</parameter>\\n?");
     let body = match node {
         // (`patternProperties` names are not generated in this layout.)
-        Node::Object { properties, additional, non_empty, .. } => {
+        Node::Object { properties, additional, non_empty, extra_keys, .. } => {
             let names: Vec<&str> = properties.iter().map(|(n, _, _)| n.as_str()).collect();
             let key = key_except("[A-Za-z_]", "[A-Za-z0-9_.-]", &names);
-            let extra = additional.as_ref().map(|extra| param(&key, &value(extra, rules)));
+            // Extras that must avoid a pattern are not generated in this layout either.
+            let additional = additional.as_ref().filter(|_| extra_keys.is_none());
+            let extra = additional.map(|extra| param(&key, &value(extra, rules)));
             if *non_empty {
                 // At least one parameter: the JSON objects' layout, without separators.
                 let elems: Vec<(String, bool)> = properties
@@ -1738,14 +1788,16 @@ pub fn python_kwargs(node: &Node, rules: &mut Rules) -> String {
     let comma = ", ?";
     match node {
         // (`patternProperties` names are not generated as keyword arguments.)
-        Node::Object { properties, additional, non_empty, .. } => {
+        Node::Object { properties, additional, non_empty, extra_keys, .. } => {
             let elems: Vec<(String, bool)> = properties
                 .iter()
                 .map(|(name, n, req)| (format!("{}={}", escape(name), emit(n, &Python, rules)), *req))
                 .collect();
             let names: Vec<&str> = properties.iter().map(|(n, _, _)| n.as_str()).collect();
             let key = key_except("[A-Za-z_]", "[A-Za-z0-9_]", &names);
-            let extra = additional.as_ref().map(|n| format!("{key}={}", emit(n, &Python, rules)));
+            // (Nor extras that must avoid a pattern.)
+            let additional = additional.as_ref().filter(|_| extra_keys.is_none());
+            let extra = additional.map(|n| format!("{key}={}", emit(n, &Python, rules)));
             format!(r"\({}\)", props_first(&elems, extra.as_deref(), comma, *non_empty, rules))
         }
         other => {

@@ -7,7 +7,7 @@
 
 use serde_json::{Map, Value};
 
-use super::machine::{Automaton, Length, Machine, MultipleOf, Pattern, MAX_STATES};
+use super::machine::{Automaton, Length, Machine, MultipleOf, Not, Pattern, MAX_STATES};
 
 use crate::{Error, Result};
 
@@ -64,9 +64,16 @@ pub const MAX_GRAMMAR_BYTES: usize = 4 << 20;
 /// Schemas nested deeper than this are refused with an error (no stack exhaustion
 /// on hostile input).
 pub const MAX_NESTING: usize = 64;
-/// How many `$ref`s deep a recursive schema is expanded; deeper, the recursive branch
-/// matches nothing (so a tree's innermost `children` must be empty).
+/// In a plain regex ([`compile`]), how many times one `$ref` is expanded inside
+/// itself (a recursive schema); deeper, the recursive branch matches nothing (so a
+/// tree's innermost `children` must be empty). With shared rules
+/// ([`compile_shared`]) a recursive `$ref` is a rule that calls itself
+/// ([`Node::Def`]) and nests as deep as the DFA's stack instead.
 pub const MAX_REF_DEPTH: usize = 6;
+/// Most distinct `$ref`s expanded inside one another; deeper, the branch matches
+/// nothing. A schema whose chains branch past [`MAX_SCHEMA_NODES`] this way is
+/// compiled again with chains of at most [`MAX_REF_DEPTH`].
+pub const MAX_REF_CHAIN: usize = 24;
 
 /// String formats with a built-in grammar.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -236,12 +243,28 @@ pub enum Node {
         /// (ECMA-262, as `pattern`), with this value grammar; written with the other
         /// extras, after the declared ones.
         patterns: Vec<(String, Node)>,
+        /// The names `additional` properties may take, over the decoded name's UTF-8
+        /// (a [`MachineKind::String`] machine): beside `patterns`, every name that is
+        /// neither declared nor matches a pattern. `None`: every undeclared name.
+        extra_keys: Option<std::sync::Arc<Machine>>,
         /// `minProperties: 1` beyond the required properties: the empty object `{}`
         /// is excluded.
         non_empty: bool,
     },
     /// Any of these.
     AnyOf(Vec<Node>),
+    /// A `$ref`'s target that refers to itself inside `body` ([`Node::Recurse`]
+    /// with the same `key`): written once, as a rule that calls itself, so a
+    /// recursive schema nests as deep as the DFA's stack
+    /// ([`super::dfa::MAX_STACK`]). Only [`compile_shared`] makes these.
+    Def {
+        /// The `$ref` target.
+        key: String,
+        /// The target's grammar.
+        body: Box<Node>,
+    },
+    /// The innermost enclosing [`Node::Def`] with this key, again.
+    Recurse(String),
     /// Any JSON value whose arrays and objects nest at most `levels` deep (`{}`,
     /// `true`, an array without `items`, free-form extra properties). Written with
     /// each level once ([`super::regex::to_rules`] references the level below), so a
@@ -296,7 +319,17 @@ pub fn compile_with(schema: &Value, mode: Mode, objects: Objects) -> Result<Node
 pub fn compile_shared(schema: &Value, mode: Mode, objects: Objects) -> Result<Node> {
     let mut c = Compiler::new(schema, mode, objects, SHARED_ANY_VALUE_LEVELS, SHARED_OPEN_EXTRA_LEVELS);
     c.machines = true;
-    c.node(schema, "#", 0)
+    match c.node(schema, "#", 0) {
+        // Distinct `$ref`s that branch into each other (Vega-Lite's) expand
+        // exponentially with depth: cut such chains as a plain regex does.
+        Err(_) if c.nodes.get() > MAX_SCHEMA_NODES => {
+            let mut c = Compiler::new(schema, mode, objects, SHARED_ANY_VALUE_LEVELS, SHARED_OPEN_EXTRA_LEVELS);
+            c.machines = true;
+            c.max_chain = MAX_REF_DEPTH;
+            c.node(schema, "#", 0)
+        }
+        n => n,
+    }
 }
 
 /// Refuse a value grammar whose plain regex ([`super::regex::to_regex`], which copies
@@ -336,8 +369,13 @@ struct Compiler<'a> {
     any_levels: usize,
     /// Containers an open object's extra value may nest.
     extra_levels: usize,
-    /// `$ref`s being expanded on the current path.
-    refs: std::cell::Cell<usize>,
+    /// The targets of the `$ref`s being expanded on the current path.
+    refs: std::cell::RefCell<Vec<String>>,
+    /// Most `$ref`s expanded inside one another ([`MAX_REF_CHAIN`]).
+    max_chain: usize,
+    /// The targets a [`Node::Recurse`] was made for, until their expansion is wrapped
+    /// in its [`Node::Def`].
+    recursive: std::cell::RefCell<std::collections::HashSet<String>>,
     /// Schema nodes visited so far (bounded by [`MAX_SCHEMA_NODES`]).
     nodes: std::cell::Cell<usize>,
     /// Whether [`Node::Machine`]s may be made (the grammar will have rules).
@@ -437,7 +475,7 @@ fn escape_ptr(s: &str) -> String {
 
 impl<'a> Compiler<'a> {
     fn new(root: &'a Value, mode: Mode, objects: Objects, any_levels: usize, extra_levels: usize) -> Self {
-        let (refs, nodes) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
+        let (refs, nodes) = (Default::default(), std::cell::Cell::new(0));
         Self {
             root,
             mode,
@@ -445,6 +483,8 @@ impl<'a> Compiler<'a> {
             any_levels,
             extra_levels,
             refs,
+            recursive: Default::default(),
+            max_chain: MAX_REF_CHAIN,
             nodes,
             machines: false,
             implied_only: Default::default(),
@@ -470,14 +510,6 @@ impl<'a> Compiler<'a> {
         };
         if let Some(r) = obj.get("$ref") {
             let r = r.as_str().ok_or_else(|| err(ptr, "`$ref` must be a string"))?;
-            if self.refs.get() >= MAX_REF_DEPTH {
-                return Ok(Node::Never);
-            }
-            let target = self.resolve(r, ptr)?;
-            self.refs.set(self.refs.get() + 1);
-            let base = self.node(target, &format!("{ptr}/$ref"), depth + 1);
-            self.refs.set(self.refs.get() - 1);
-            let base = base?;
             // Siblings of `$ref` (2019-09 on) narrow it: merge them into the target,
             // as `allOf` does.
             let siblings: Map<String, Value> = obj
@@ -485,6 +517,32 @@ impl<'a> Compiler<'a> {
                 .filter(|(k, _)| !is_annotation(k) && *k != "$ref")
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
+            // The target compiles alike wherever it is reached, except as a `oneOf`
+            // branch reading only its implied types: that one is keyed apart.
+            let key = if self.implied_only.get() { format!("{r}\u{0}oneOf") } else { r.to_string() };
+            let path = self.refs.borrow();
+            if self.machines && siblings.is_empty() && path.contains(&key) {
+                // Recursion, with shared rules: a reference to the enclosing expansion
+                // (`Node::Def`), which the grammar's DFA follows as a call.
+                drop(path);
+                self.implied_only.set(false);
+                self.recursive.borrow_mut().insert(key.clone());
+                return Ok(Node::Recurse(key));
+            }
+            // In a plain regex, recursion is cut; a chain of distinct `$ref`s
+            // (Kubernetes nests a dozen) is bounded by `MAX_REF_CHAIN`.
+            if path.iter().filter(|t| **t == key).count() >= MAX_REF_DEPTH || path.len() >= self.max_chain {
+                return Ok(Node::Never);
+            }
+            drop(path);
+            let target = self.resolve(r, ptr)?;
+            self.refs.borrow_mut().push(key.clone());
+            let base = self.node(target, &format!("{ptr}/$ref"), depth + 1);
+            self.refs.borrow_mut().pop();
+            let base = match (base?, self.recursive.borrow_mut().remove(&key)) {
+                (body, true) => Node::Def { key, body: Box::new(body) },
+                (body, false) => body,
+            };
             if siblings.is_empty() {
                 return Ok(base);
             }
@@ -495,9 +553,11 @@ impl<'a> Compiler<'a> {
             });
             return match (merged, self.mode) {
                 (Some(m), _) => {
-                    self.refs.set(self.refs.get() + 1);
+                    // Keyed apart from the bare target: a `$ref` to it inside `m` means
+                    // the target without these siblings.
+                    self.refs.borrow_mut().push(format!("{r}\u{0}{}", Value::Object(siblings)));
                     let n = self.node(&m, ptr, depth + 1);
-                    self.refs.set(self.refs.get() - 1);
+                    self.refs.borrow_mut().pop();
                     n
                 }
                 (None, Mode::Lenient) => Ok(base),
@@ -758,7 +818,9 @@ impl<'a> Compiler<'a> {
                 max = Some(max.map_or(v, |m| m.min(v)));
             }
         }
-        let clamp = |x: f64| x.clamp(-1e15, 1e15) as i64;
+        // Past 18 digits the grammar writes no integer (`regex::int_range`); a bound
+        // further out is kept just beyond, so it still excludes what it should.
+        let clamp = |x: f64| x.clamp(-1e18, 1e18) as i64;
         let (min, max) = (min.map(clamp), max.map(clamp));
         if let (Some(a), Some(b)) = (min, max) {
             if a > b {
@@ -1001,26 +1063,43 @@ impl<'a> Compiler<'a> {
                 patterns.push((pat.clone(), self.node(s, &at, depth + 1)?));
             }
         }
+        let mut extra_keys = None;
         let additional = match obj.get("additionalProperties") {
             // A free-form object (no `properties` keyword at all; `"properties": {}`
             // is the closed empty object of a tool without arguments): any properties.
             None if !obj.contains_key("properties") && patterns.is_empty() && required.is_empty() => {
                 Some(Box::new(any_value(self.any_levels)))
             }
-            // Open objects with a pattern keep to declared and matching names: extra
-            // names would have to avoid the pattern (a regex complement).
             None if self.objects == Objects::Open && patterns.is_empty() => {
                 Some(Box::new(any_value(self.extra_levels)))
+            }
+            // Beside patterns, extra names must avoid them: a complement, which only
+            // an automaton (`extra_keys`) can say. Without machines, or past their
+            // size, open objects keep to declared and matching names.
+            None if self.objects == Objects::Open => {
+                extra_keys = self.extra_keys(&properties, &required, &patterns);
+                extra_keys.as_ref().map(|_| Box::new(any_value(self.extra_levels)))
             }
             // Absent beside declared properties: no extra properties (as OpenAI strict
             // mode): a tool call carries only the declared arguments.
             None | Some(Value::Bool(false)) => None,
-            Some(_) if !patterns.is_empty() && self.mode == Mode::Strict => {
-                // Extra names would have to avoid the pattern: a regex complement.
-                return Err(err(
-                    &format!("{ptr}/additionalProperties"),
-                    "`additionalProperties` beside `patternProperties` is not supported",
-                ));
+            Some(s) if !patterns.is_empty() => {
+                extra_keys = self.extra_keys(&properties, &required, &patterns);
+                match (&extra_keys, self.mode) {
+                    (Some(_), _) => Some(Box::new(self.node(s, &format!("{ptr}/additionalProperties"), depth + 1)?)),
+                    (None, Mode::Strict) => {
+                        return Err(err(
+                            &format!("{ptr}/additionalProperties"),
+                            "`additionalProperties` beside `patternProperties` is not supported here \
+                             (the names avoiding the patterns need an automaton: too large, or a plain regex)",
+                        ))
+                    }
+                    // Lenient: the extras take any undeclared name.
+                    (None, Mode::Lenient) => match s {
+                        Value::Bool(true) => Some(Box::new(any_value(self.any_levels))),
+                        s => Some(Box::new(self.node(s, &format!("{ptr}/additionalProperties"), depth + 1)?)),
+                    },
+                }
             }
             Some(Value::Bool(true)) => Some(Box::new(any_value(self.any_levels))),
             Some(s) => Some(Box::new(self.node(s, &format!("{ptr}/additionalProperties"), depth + 1)?)),
@@ -1039,8 +1118,38 @@ impl<'a> Compiler<'a> {
             }
         }
         let non_empty = self.min_properties(obj, ptr, properties.iter().filter(|p| p.2).count())?;
-        let object = Node::Object { properties, additional, patterns, non_empty };
+        let object = Node::Object { properties, additional, patterns, extra_keys, non_empty };
         self.max_properties(obj, ptr, object)
+    }
+
+    /// The names neither in `properties` (nor `required`) nor matching a pattern, as a
+    /// machine over the decoded name; `None` without machines, when the product passes
+    /// [`MAX_STATES`], or when no name is left.
+    fn extra_keys(
+        &self,
+        properties: &[(String, Node, bool)],
+        required: &[&str],
+        patterns: &[(String, Node)],
+    ) -> Option<std::sync::Arc<Machine>> {
+        if !self.machines {
+            return None;
+        }
+        let names: Vec<String> = properties
+            .iter()
+            .map(|p| p.0.as_str())
+            .chain(required.iter().copied())
+            .map(regex_syntax::escape)
+            .collect();
+        let mut parts: Vec<Box<dyn Automaton>> = vec![Box::new(Pattern::new("(?s:.)*").ok()?)];
+        if !names.is_empty() {
+            parts.push(Box::new(Not(Box::new(Pattern::new(&names.join("|")).ok()?))));
+        }
+        for (p, _) in patterns {
+            let re = super::regex::decoded_pattern(p).ok()?;
+            parts.push(Box::new(Not(Box::new(Pattern::new(&re).ok()?))));
+        }
+        let m = Machine::intersect(&mut parts, MAX_STATES).ok()?;
+        (!m.states.is_empty()).then(|| std::sync::Arc::new(m))
     }
 
     /// `maxProperties`, where the grammar can hold it exactly: a closed object that
@@ -1051,14 +1160,16 @@ impl<'a> Compiler<'a> {
         let at = format!("{ptr}/maxProperties");
         let Some(v) = obj.get("maxProperties") else { return Ok(object) };
         let max = v.as_u64().ok_or_else(|| err(&at, "`maxProperties` must be a non-negative integer"))? as usize;
-        let Node::Object { properties, additional, patterns, non_empty } = object else { return Ok(object) };
+        let Node::Object { properties, additional, patterns, extra_keys, non_empty } = object else {
+            return Ok(object);
+        };
         let required = properties.iter().filter(|p| p.2).count();
         let closed = additional.is_none() && patterns.is_empty();
         if required > max {
             return Ok(Node::Never);
         }
         if closed && properties.len() <= max {
-            return Ok(Node::Object { properties, additional, patterns, non_empty });
+            return Ok(Node::Object { properties, additional, patterns, extra_keys, non_empty });
         }
         if closed && max <= 1 {
             // `{}` (unless excluded) or exactly one property: the required one if any.
@@ -1066,6 +1177,7 @@ impl<'a> Compiler<'a> {
                 properties: vec![(name.clone(), node.clone(), true)],
                 additional: None,
                 patterns: vec![],
+                extra_keys: None,
                 non_empty: false,
             };
             let mut alts: Vec<Node> = match properties.iter().find(|p| p.2) {
@@ -1074,14 +1186,20 @@ impl<'a> Compiler<'a> {
                 None => vec![],
             };
             if required == 0 && !non_empty {
-                alts.push(Node::Object { properties: vec![], additional: None, patterns: vec![], non_empty: false });
+                alts.push(Node::Object {
+                    properties: vec![],
+                    additional: None,
+                    patterns: vec![],
+                    extra_keys: None,
+                    non_empty: false,
+                });
             }
             return Ok(simplify_any(alts));
         }
         if self.mode == Mode::Strict {
             return Err(err(&at, format!("`maxProperties: {max}` is not enforced on this object")));
         }
-        Ok(Node::Object { properties, additional, patterns, non_empty })
+        Ok(Node::Object { properties, additional, patterns, extra_keys, non_empty })
     }
 }
 
@@ -1184,6 +1302,9 @@ fn kinds(n: &Node) -> u8 {
         Node::Integer { .. } | Node::Number { .. } => 4,
         Node::String { .. } | Node::Machine { kind: MachineKind::String, .. } => 8,
         Node::Machine { .. } => 4,
+        Node::Def { body, .. } => kinds(body),
+        // The enclosing definition's kinds, which are not known here.
+        Node::Recurse(_) => 63,
         Node::Array { .. } => 16,
         Node::Object { .. } => 32,
         Node::Literals(vs) => vs.iter().fold(0, |k, v| {
@@ -1209,6 +1330,7 @@ fn disjoint(a: &Node, b: &Node) -> bool {
     }
     match (a, b) {
         (Node::Literals(x), Node::Literals(y)) => x.iter().all(|v| !y.contains(v)),
+        (Node::Def { body, .. }, other) | (other, Node::Def { body, .. }) => disjoint(body, other),
         // A discriminator: a property both require, with values no value satisfies both.
         (
             Node::Object { properties: pa, additional: xa, patterns: qa, .. },
@@ -1267,7 +1389,12 @@ fn exact_scalar(n: &Node) -> bool {
             _ => true,
         }),
         Node::AnyOf(ns) => ns.iter().all(exact_scalar),
-        Node::Array { .. } | Node::Object { .. } | Node::Machine { .. } | Node::AnyValue { .. } => false,
+        Node::Array { .. }
+        | Node::Object { .. }
+        | Node::Machine { .. }
+        | Node::AnyValue { .. }
+        | Node::Def { .. }
+        | Node::Recurse(_) => false,
     }
 }
 
