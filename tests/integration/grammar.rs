@@ -42,6 +42,15 @@ fn types_and_unions() {
         &["01", "1.", ".5", "+1", "NaN", "1e"],
     );
     check(json!({"type": "integer"}), &["0", "-7", "42"], &["-0", "1.0", "007"]);
+    // 64-bit ids and nanosecond times: 18 digits; an exponent only up to 16.
+    check(
+        json!({"type": "integer"}),
+        &["123456789012345678", "-123456789012345678"],
+        &["1234567890123456789"],
+    );
+    check(json!({"type": "number"}), &["234567890123456789", "12345678901234567.5", "1e5"], &["123456789012345678e2"]);
+    check(json!({"type": "integer", "minimum": 1e17}), &["100000000000000000"], &["99999999999999999"]);
+    check(json!({"type": "integer", "minimum": 1e19}), &[], &["1", "999999999999999999"]);
 }
 
 /// Every number the grammar allows is a finite double: the largest mantissa with the
@@ -369,10 +378,63 @@ fn refs_and_bounded_recursion() {
         "$ref": "#/$defs/node"
     });
     check(
-        schema,
+        schema.clone(),
         &["{\"v\":1,\"kids\":[]}", "{\"v\":1,\"kids\":[{\"v\":2,\"kids\":[{\"v\":3,\"kids\":[]}]}]}"],
         &["{\"v\":1}", "{\"v\":1,\"kids\":[{\"v\":2}]}"],
     );
+    // A recursive `$ref` is one rule that calls itself: 40 levels (a plain regex stops
+    // at `MAX_REF_DEPTH`, 6), as deep as the DFA's stack allows.
+    let g = grammar(schema.clone());
+    let deep = (0..40).fold(r#"{"v":0,"kids":[]}"#.to_string(), |inner, i| format!(r#"{{"v":{i},"kids":[{inner}]}}"#));
+    assert!(g.matches(deep.as_bytes()));
+    assert!(!g.matches(deep.replace(r#""v":0,"#, "").as_bytes()), "the innermost node misses `v`");
+    let too_deep = (0..300).fold(r#"{"v":0,"kids":[]}"#.to_string(), |inner, _| format!(r#"{{"v":1,"kids":[{inner}]}}"#));
+    assert!(!g.matches(too_deep.as_bytes()), "past the DFA's stack");
+    // Mutual recursion, and a `$ref` with siblings inside its own target (the
+    // siblings hold only there).
+    let s = json!({"$defs": {
+        "a": {"type": "object", "properties": {"b": {"$ref": "#/$defs/b"}}, "additionalProperties": false},
+        "b": {"type": "array", "items": {"$ref": "#/$defs/a"}, "maxItems": 2}}, "$ref": "#/$defs/a"});
+    check(s, &[r#"{"b":[{"b":[{},{"b":[{"b":[]}]}]}]}"#], &[r#"{"b":[{},{},{}]}"#, r#"{"b":[{"c":1}]}"#]);
+    let s = json!({"$defs": {"n": {"type": "object", "properties": {
+        "x": {"type": "integer"}, "next": {"$ref": "#/$defs/n", "required": ["x"]}}}}, "$ref": "#/$defs/n"});
+    check(s, &[r#"{"next":{"x":1,"next":{"x":2}}}"#, "{}"], &[r#"{"next":{"next":{"x":2}}}"#]);
+    // A chain of distinct `$ref`s (Kubernetes nests a dozen) is not recursion: all
+    // of it holds, however deep.
+    let mut defs = serde_json::Map::new();
+    for i in 0..12 {
+        let next = if i == 11 { json!({"type": "integer", "minimum": 5}) } else { json!({"$ref": format!("#/$defs/d{}", i + 1)}) };
+        defs.insert(format!("d{i}"), json!({"type": "object", "properties": {"k": next}, "required": ["k"]}));
+    }
+    let chain = json!({"$defs": defs, "$ref": "#/$defs/d0"});
+    let value = |leaf: &str| (0..12).fold(leaf.to_string(), |inner, _| format!(r#"{{"k":{inner}}}"#));
+    check(chain, &[&value("7")], &[&value("4"), &value("{}")]);
+}
+
+/// Open objects with `patternProperties` take other names too (JSON Schema's
+/// reading), as long as they match no pattern and no declared name: an automaton
+/// for the complement. `additionalProperties` with a schema beside patterns works
+/// the same way, in every mode.
+#[test]
+fn extras_beside_pattern_properties_avoid_the_patterns() {
+    let s = json!({"type": "object", "properties": {"id": {"type": "integer"}},
+        "patternProperties": {"^x-": {"type": "string"}}});
+    let open = Grammar::from_schema_with(&s, Mode::Strict, Objects::Open, &Json).unwrap();
+    for ok in [r#"{"x-a":"s","other":[1,{"y":null}],"id":3}"#, r#"{"x":1}"#, r#"{"y-x-":true}"#] {
+        assert!(open.matches(ok.as_bytes()), "{ok}");
+    }
+    for bad in [r#"{"x-a":1}"#, r#"{"id":"3"}"#, r#"{"other":1,"x-b":2}"#] {
+        assert!(!open.matches(bad.as_bytes()), "{bad}");
+    }
+    let s = json!({"type": "object", "properties": {"id": {"type": "integer"}},
+        "patternProperties": {"^[0-9]+$": {"type": "boolean"}}, "additionalProperties": {"type": "string"}});
+    let g = grammar(s);
+    for ok in [r#"{"id":1,"7":true,"n":"s","7a":"t"}"#, r#"{"12":false}"#] {
+        assert!(g.matches(ok.as_bytes()), "{ok}");
+    }
+    for bad in [r#"{"7":"s"}"#, r#"{"n":true}"#, r#"{"id":"s"}"#] {
+        assert!(!g.matches(bad.as_bytes()), "{bad}");
+    }
 }
 
 #[test]
