@@ -373,6 +373,8 @@ struct Compiler<'a> {
     refs: std::cell::RefCell<Vec<String>>,
     /// Most `$ref`s expanded inside one another ([`MAX_REF_CHAIN`]).
     max_chain: usize,
+    /// The root's `$schema` names draft 3 to 7, where `$ref` ignores its siblings.
+    ref_overrides_siblings: bool,
     /// The targets a [`Node::Recurse`] was made for, until their expansion is wrapped
     /// in its [`Node::Def`].
     recursive: std::cell::RefCell<std::collections::HashSet<String>>,
@@ -485,6 +487,10 @@ impl<'a> Compiler<'a> {
             refs,
             recursive: Default::default(),
             max_chain: MAX_REF_CHAIN,
+            ref_overrides_siblings: root
+                .get("$schema")
+                .and_then(Value::as_str)
+                .is_some_and(|s| ["draft-03", "draft-04", "draft-06", "draft-07"].iter().any(|d| s.contains(d))),
             nodes,
             machines: false,
             implied_only: Default::default(),
@@ -511,10 +517,10 @@ impl<'a> Compiler<'a> {
         if let Some(r) = obj.get("$ref") {
             let r = r.as_str().ok_or_else(|| err(ptr, "`$ref` must be a string"))?;
             // Siblings of `$ref` (2019-09 on) narrow it: merge them into the target,
-            // as `allOf` does.
+            // as `allOf` does. Drafts 3 to 7 (a root `$schema` naming one) ignore them.
             let siblings: Map<String, Value> = obj
                 .iter()
-                .filter(|(k, _)| !is_annotation(k) && *k != "$ref")
+                .filter(|(k, _)| !is_annotation(k) && *k != "$ref" && !self.ref_overrides_siblings)
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
             // The target compiles alike wherever it is reached, except as a `oneOf`
@@ -1055,8 +1061,13 @@ impl<'a> Compiler<'a> {
                             return Err(err(&at, format!("pattern also matches the declared property `{name}`")));
                         }
                     }
-                    if pp.len() > 1 {
-                        return Err(err(&at, "more than one `patternProperties` pattern is not supported"));
+                    for other in pp.keys().filter(|o| *o != pat) {
+                        if !patterns_disjoint(pat, other) {
+                            return Err(err(
+                                &at,
+                                format!("a name may match both this pattern and `{other}`: not supported"),
+                            ));
+                        }
                     }
                 }
                 super::regex::pattern_body(pat, &super::regex::Json).map_err(|e| err(&at, e))?;
@@ -1396,6 +1407,17 @@ fn exact_scalar(n: &Node) -> bool {
         | Node::Def { .. }
         | Node::Recurse(_) => false,
     }
+}
+
+/// Whether no name matches both `patternProperties` patterns `a` and `b` (`false`
+/// when unsure: a pattern that does not compile, or a product past [`MAX_STATES`]).
+/// Cost: the product of the two patterns' automata.
+fn patterns_disjoint(a: &str, b: &str) -> bool {
+    let automaton = |p: &str| -> Option<Box<dyn Automaton>> {
+        Some(Box::new(Pattern::new(&super::regex::decoded_pattern(p).ok()?).ok()?))
+    };
+    let (Some(a), Some(b)) = (automaton(a), automaton(b)) else { return false };
+    Machine::intersect(&mut [a, b], MAX_STATES).is_ok_and(|m| m.states.is_empty())
 }
 
 /// `m` as a node: [`Node::Never`] when its language is empty.

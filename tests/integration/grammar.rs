@@ -409,6 +409,14 @@ fn refs_and_bounded_recursion() {
     let chain = json!({"$defs": defs, "$ref": "#/$defs/d0"});
     let value = |leaf: &str| (0..12).fold(leaf.to_string(), |inner, _| format!(r#"{{"k":{inner}}}"#));
     check(chain, &[&value("7")], &[&value("4"), &value("{}")]);
+    // Siblings of `$ref` narrow it from 2019-09 on; drafts 3 to 7 ignore them.
+    let s = |draft: &str| {
+        json!({"$schema": draft, "$defs": {"t": {"type": "object", "properties": {"a": {"type": "integer"}}}},
+            "type": "object", "properties": {"s": {"type": "string", "$ref": "#/$defs/t"}}})
+    };
+    check(s("http://json-schema.org/draft-07/schema#"), &[r#"{"s":{"a":1}}"#], &[r#"{"s":"x"}"#]);
+    let e = Grammar::from_schema(&s("https://json-schema.org/draft/2020-12/schema"), Mode::Strict, &Json);
+    assert!(e.is_err_and(|e| e.to_string().contains("next to `$ref`")));
 }
 
 /// Open objects with `patternProperties` take other names too (JSON Schema's
@@ -435,6 +443,14 @@ fn extras_beside_pattern_properties_avoid_the_patterns() {
     for bad in [r#"{"7":"s"}"#, r#"{"n":true}"#, r#"{"id":"s"}"#] {
         assert!(!g.matches(bad.as_bytes()), "{bad}");
     }
+    // Several patterns, when no name can match two of them (their automata share no
+    // text); overlapping ones owe both schemas at once and are refused.
+    let s = json!({"type": "object", "patternProperties": {"^x-": {"type": "string"}, "^[0-9]+$": {"type": "integer"}},
+        "additionalProperties": false});
+    check(s, &[r#"{"x-a":"s","12":3}"#, "{}"], &[r#"{"x-a":3}"#, r#"{"12":"s"}"#, r#"{"y":1}"#]);
+    let s = json!({"type": "object", "patternProperties": {"^x": {"type": "string"}, "y$": {"type": "integer"}}});
+    let e = Grammar::from_schema(&s, Mode::Strict, &Json).unwrap_err().to_string();
+    assert!(e.contains("may match both"), "{e}");
 }
 
 #[test]
