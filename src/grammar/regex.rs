@@ -502,7 +502,44 @@ impl Dialect for Json {
         }
     }
     fn literal(&self, v: &Value) -> String {
-        escape(&serde_json::to_string(v).unwrap_or_default())
+        match v {
+            Value::Number(n) => number_literal(n),
+            Value::Array(a) => format!(r"\[{}\]", a.iter().map(|x| self.literal(x)).collect::<Vec<_>>().join(",")),
+            Value::Object(o) => format!(
+                r"\{{{}\}}",
+                o.iter().map(|(k, x)| format!("{}:{}", self.key(k), self.literal(x))).collect::<Vec<_>>().join(",")
+            ),
+            other => escape(&serde_json::to_string(other).unwrap_or_default()),
+        }
+    }
+}
+
+/// Regex for a number literal (`enum`, `const`) in every plain spelling of its value:
+/// JSON Schema compares numbers by value, so `2`, `2.0` and `2.00` are one (trailing
+/// zeros at most 16, so generation cannot run away). Exponent spellings are not
+/// included.
+///
+/// ```
+/// use toolgate::grammar::{regex::{Dialect, Json}, Grammar};
+/// let g = Grammar::from_regex(&Json.literal(&serde_json::json!(2.0)))?;
+/// assert!(g.matches(b"2") && g.matches(b"2.00") && !g.matches(b"2.01"));
+/// let g = Grammar::from_regex(&Json.literal(&serde_json::json!(-1.5)))?;
+/// assert!(g.matches(b"-1.5") && g.matches(b"-1.50") && !g.matches(b"-1"));
+/// # Ok::<(), toolgate::Error>(())
+/// ```
+fn number_literal(n: &serde_json::Number) -> String {
+    let text = n.to_string();
+    let integral = match n.as_f64() {
+        Some(f) if n.is_f64() && f.fract() == 0.0 && f.abs() < 1e15 => Some(format!("{}", f as i64)),
+        _ if !n.is_f64() => Some(text.clone()),
+        _ => None,
+    };
+    match (integral, text.split_once('.')) {
+        (Some(i), _) => format!(r"{}(?:\.0{{1,16}})?", escape(&i)),
+        (None, Some((int, frac))) if frac.bytes().all(|b| b.is_ascii_digit()) => {
+            format!(r"{}\.{frac}0{{0,16}}", escape(int))
+        }
+        _ => escape(&text),
     }
 }
 

@@ -1145,12 +1145,8 @@ impl<'a> Compiler<'a> {
         if !self.machines {
             return None;
         }
-        let names: Vec<String> = properties
-            .iter()
-            .map(|p| p.0.as_str())
-            .chain(required.iter().copied())
-            .map(regex_syntax::escape)
-            .collect();
+        let names: Vec<String> =
+            properties.iter().map(|p| p.0.as_str()).chain(required.iter().copied()).map(regex_syntax::escape).collect();
         let mut parts: Vec<Box<dyn Automaton>> = vec![Box::new(Pattern::new("(?s:.)*").ok()?)];
         if !names.is_empty() {
             parts.push(Box::new(Not(Box::new(Pattern::new(&names.join("|")).ok()?))));
@@ -1340,7 +1336,11 @@ fn disjoint(a: &Node, b: &Node) -> bool {
         return true;
     }
     match (a, b) {
-        (Node::Literals(x), Node::Literals(y)) => x.iter().all(|v| !y.contains(v)),
+        // Numbers compare by value (`2` is `2.0`).
+        (Node::Literals(x), Node::Literals(y)) => {
+            let same = |a: &Value, b: &Value| a == b || (a.is_number() && a.as_f64() == b.as_f64());
+            x.iter().all(|v| !y.iter().any(|w| same(v, w)))
+        }
         (Node::Def { body, .. }, other) | (other, Node::Def { body, .. }) => disjoint(body, other),
         // A discriminator: a property both require, with values no value satisfies both.
         (

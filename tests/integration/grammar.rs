@@ -43,14 +43,13 @@ fn types_and_unions() {
     );
     check(json!({"type": "integer"}), &["0", "-7", "42"], &["-0", "1.0", "007"]);
     // 64-bit ids and nanosecond times: 18 digits; an exponent only up to 16.
-    check(
-        json!({"type": "integer"}),
-        &["123456789012345678", "-123456789012345678"],
-        &["1234567890123456789"],
-    );
+    check(json!({"type": "integer"}), &["123456789012345678", "-123456789012345678"], &["1234567890123456789"]);
     check(json!({"type": "number"}), &["234567890123456789", "12345678901234567.5", "1e5"], &["123456789012345678e2"]);
     check(json!({"type": "integer", "minimum": 1e17}), &["100000000000000000"], &["99999999999999999"]);
     check(json!({"type": "integer", "minimum": 1e19}), &[], &["1", "999999999999999999"]);
+    // Literals compare numbers by value, as JSON Schema does.
+    check(json!({"enum": [2.0, "a", [1]]}), &["2", "2.0", "2.000", "\"a\"", "[1.0]"], &["2.5", "3", "2.", "[2]"]);
+    check(json!({"const": 0.5}), &["0.5", "0.50"], &["0.05", "5"]);
 }
 
 /// Every number the grammar allows is a finite double: the largest mantissa with the
@@ -388,7 +387,8 @@ fn refs_and_bounded_recursion() {
     let deep = (0..40).fold(r#"{"v":0,"kids":[]}"#.to_string(), |inner, i| format!(r#"{{"v":{i},"kids":[{inner}]}}"#));
     assert!(g.matches(deep.as_bytes()));
     assert!(!g.matches(deep.replace(r#""v":0,"#, "").as_bytes()), "the innermost node misses `v`");
-    let too_deep = (0..300).fold(r#"{"v":0,"kids":[]}"#.to_string(), |inner, _| format!(r#"{{"v":1,"kids":[{inner}]}}"#));
+    let too_deep =
+        (0..300).fold(r#"{"v":0,"kids":[]}"#.to_string(), |inner, _| format!(r#"{{"v":1,"kids":[{inner}]}}"#));
     assert!(!g.matches(too_deep.as_bytes()), "past the DFA's stack");
     // Mutual recursion, and a `$ref` with siblings inside its own target (the
     // siblings hold only there).
@@ -403,7 +403,11 @@ fn refs_and_bounded_recursion() {
     // of it holds, however deep.
     let mut defs = serde_json::Map::new();
     for i in 0..12 {
-        let next = if i == 11 { json!({"type": "integer", "minimum": 5}) } else { json!({"$ref": format!("#/$defs/d{}", i + 1)}) };
+        let next = if i == 11 {
+            json!({"type": "integer", "minimum": 5})
+        } else {
+            json!({"$ref": format!("#/$defs/d{}", i + 1)})
+        };
         defs.insert(format!("d{i}"), json!({"type": "object", "properties": {"k": next}, "required": ["k"]}));
     }
     let chain = json!({"$defs": defs, "$ref": "#/$defs/d0"});
