@@ -147,7 +147,7 @@ enum Call {
 #[derive(Debug)]
 struct SetStarts {
     members: Vec<StateID>,
-    required: u128,
+    set: super::regex::PropertySet,
 }
 
 /// A regex compiled to a Thompson NFA, determinized lazily into a [`Cache`].
@@ -265,7 +265,7 @@ impl Dfa {
                 return Err(fail(format!("a property set of {} members (at most 128)", set.members.len())));
             }
             let members = set.members.iter().map(|&r| dfa.rule_start(r)).collect::<std::result::Result<_, _>>();
-            dfa.sets.push(SetStarts { members: members.map_err(fail)?, required: set.required });
+            dfa.sets.push(SetStarts { members: members.map_err(fail)?, set: set.clone() });
         }
         dfa.calls = dfa.find_calls().map_err(fail)?;
         Ok(dfa)
@@ -586,8 +586,7 @@ impl Dfa {
             }
             Call::Close { set, resume } => {
                 let (parent, Frame::Set { set: top, seen }) = cache.stacks[st as usize] else { return };
-                let required = self.sets[set as usize].required;
-                if top == set && st != 0 && seen & required == required {
+                if top == set && st != 0 && self.sets[set as usize].set.may_close(seen) {
                     stack.push(config(resume, parent));
                 }
             }

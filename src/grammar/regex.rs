@@ -70,6 +70,9 @@ pub struct PropertySet {
     pub members: Vec<usize>,
     /// Bit `i`: `members[i]` is required.
     pub required: u128,
+    /// `(i, mask)`: once `members[i]` is written, every member in `mask` is required
+    /// too (`dependencies`).
+    pub dependencies: Vec<(usize, u128)>,
     /// The extra properties' regex, if any (for [`Rules::inline`]).
     pub extra: Option<String>,
     /// The separator between members (for [`Rules::inline`]).
@@ -189,12 +192,20 @@ impl Rules {
         extra: Option<&str>,
         comma: &str,
         non_empty: bool,
+        dependencies: &[(usize, u128)],
     ) -> String {
         let required = members.iter().enumerate().filter(|(_, m)| m.1).fold(0u128, |r, (i, _)| r | 1 << i);
         let members: Vec<usize> = members.iter().map(|(re, _)| self.rule_of(re.clone())).collect();
         // Keyed with `rule` 0: the same object, wherever it is written.
-        let key =
-            PropertySet { members, required, extra: extra.map(String::from), comma: comma.into(), non_empty, rule: 0 };
+        let key = PropertySet {
+            members,
+            required,
+            dependencies: dependencies.to_vec(),
+            extra: extra.map(String::from),
+            comma: comma.into(),
+            non_empty,
+            rule: 0,
+        };
         if let Some(&k) = self.set_ids.get(&key) {
             return Self::reference(self.sets[k].rule);
         }
@@ -320,7 +331,7 @@ fn every_order(set: &PropertySet, members: &[String], extra: Option<&str>, max_l
     for s in (0..1usize << n).rev() {
         let mut alts: Vec<String> =
             (0..n).filter(|i| s & 1 << i == 0).map(|i| format!("{comma}{}{}", members[i], after[s | 1 << i])).collect();
-        if s as u128 & set.required == set.required {
+        if set.may_close(s as u128) {
             alts.push(String::new());
         }
         after[s] = format!("{extras}{}", alt(alts));
@@ -336,6 +347,22 @@ fn every_order(set: &PropertySet, members: &[String], extra: Option<&str>, max_l
         alts.push(String::new());
     }
     Some(alt(alts))
+}
+
+impl PropertySet {
+    /// Whether an object whose written members are `seen` may close: every required
+    /// member and every dependency of a written one is in it.
+    ///
+    /// ```
+    /// use toolgate::grammar::regex::PropertySet;
+    /// let set = PropertySet { members: vec![0, 1, 2], required: 0b001, dependencies: vec![(1, 0b100)],
+    ///     extra: None, comma: ",".into(), non_empty: false, rule: 3 };
+    /// assert!(set.may_close(0b001) && set.may_close(0b111) && !set.may_close(0b011) && !set.may_close(0b100));
+    /// ```
+    pub fn may_close(&self, seen: u128) -> bool {
+        seen & self.required == self.required
+            && self.dependencies.iter().all(|&(i, mask)| seen & 1 << i == 0 || seen & mask == mask)
+    }
 }
 
 /// How values are spelled.
@@ -757,7 +784,7 @@ fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
             };
             format!(r"\[{inner}\]")
         }
-        Node::Object { properties, additional, patterns, extra_keys, non_empty } => {
+        Node::Object { properties, additional, patterns, extra_keys, dependencies, non_empty } => {
             let colon = d.colon();
             let comma = d.comma();
             let elems: Vec<(String, bool)> = properties
@@ -793,8 +820,34 @@ fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
                 1 => extras.pop(),
                 _ => Some(format!("(?:{})", extras.join("|"))),
             };
-            format!(r"\{{{}\}}", props_first(&elems, extra.as_deref(), &comma, *non_empty, rules))
+            // `dependencies` as bit masks over the properties (every name is one).
+            let index = |name: &str| properties.iter().position(|(n, _, _)| n == name);
+            let deps: Option<Vec<(usize, u128)>> = dependencies
+                .iter()
+                .map(|(a, bs)| {
+                    let mask = bs.iter().try_fold(0u128, |m, b| index(b).filter(|&i| i < 128).map(|i| m | 1 << i))?;
+                    Some((index(a)?, mask))
+                })
+                .collect();
+            let members = Members { comma: &comma, non_empty: *non_empty, deps: deps.as_deref() };
+            format!(r"\{{{}\}}", props_first(&elems, extra.as_deref(), members, rules))
         }
+    }
+}
+
+/// How an object's members are joined: the separator, whether at least one is
+/// needed, and `dependencies` (`(i, mask)`: property `i` brings every property in
+/// `mask`; `None`: some could not be said, so nothing matches).
+#[derive(Clone, Copy)]
+struct Members<'a> {
+    comma: &'a str,
+    non_empty: bool,
+    deps: Option<&'a [(usize, u128)]>,
+}
+
+impl<'a> Members<'a> {
+    fn new(comma: &'a str, non_empty: bool) -> Self {
+        Self { comma, non_empty, deps: Some(&[]) }
     }
 }
 
@@ -920,9 +973,16 @@ pub fn size_estimate(node: &Node) -> usize {
 pub const MAX_OPENING_PROPERTIES: usize = 8;
 
 /// Nothing emitted yet: the whole property list (`non_empty`: not the empty one).
-fn props_first(e: &[(String, bool)], extra: Option<&str>, comma: &str, non_empty: bool, rules: &mut Rules) -> String {
+fn props_first(e: &[(String, bool)], extra: Option<&str>, m: Members, rules: &mut Rules) -> String {
+    let (comma, non_empty) = (m.comma, m.non_empty);
+    // `dependencies` only hold in a property set (see `schema::Node::Object`).
+    let deps = match m.deps {
+        Some(d) if d.is_empty() => d,
+        Some(d) if rules.any_order && (2..=ANY_ORDER_MAX_PROPERTIES).contains(&e.len()) => d,
+        _ => return NEVER.into(),
+    };
     if rules.shares() {
-        return props_first_shared(e, extra, comma, non_empty, rules);
+        return props_first_shared(e, extra, comma, non_empty, deps, rules);
     }
     let mut alts = Vec::new();
     let mut all_optional = true;
@@ -956,6 +1016,7 @@ fn props_first_shared(
     extra: Option<&str>,
     comma: &str,
     non_empty: bool,
+    deps: &[(usize, u128)],
     rules: &mut Rules,
 ) -> String {
     // An extra property is written once, as a rule, however often it may appear.
@@ -963,7 +1024,7 @@ fn props_first_shared(
     let extra = extra.as_deref();
     let extras = extra.map(|x| format!("(?:{comma}{x})*")).unwrap_or_default();
     if rules.any_order && (2..=ANY_ORDER_MAX_PROPERTIES).contains(&e.len()) {
-        return rules.property_set(e, extra, comma, non_empty);
+        return rules.property_set(e, extra, comma, non_empty, deps);
     }
     let mut rest = vec![String::new(); e.len() + 1];
     rest[e.len()] = extras.clone();
@@ -1744,7 +1805,7 @@ pub fn xml_parameters(node: &Node, rules: &mut Rules) -> String {
                     .iter()
                     .map(|(name, n, required)| (param(&escape(name), &value(n, rules)), *required))
                     .collect();
-                props_first(&elems, extra.as_deref(), "", true, rules)
+                props_first(&elems, extra.as_deref(), Members::new("", true), rules)
             } else {
                 let mut out = String::new();
                 for (name, n, required) in properties {
@@ -1835,7 +1896,7 @@ pub fn python_kwargs(node: &Node, rules: &mut Rules) -> String {
             // (Nor extras that must avoid a pattern.)
             let additional = additional.as_ref().filter(|_| extra_keys.is_none());
             let extra = additional.map(|n| format!("{key}={}", emit(n, &Python, rules)));
-            format!(r"\({}\)", props_first(&elems, extra.as_deref(), comma, *non_empty, rules))
+            format!(r"\({}\)", props_first(&elems, extra.as_deref(), Members::new(comma, *non_empty), rules))
         }
         other => {
             let v = emit(other, &Python, rules);

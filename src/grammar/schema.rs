@@ -247,6 +247,10 @@ pub enum Node {
         /// (a [`MachineKind::String`] machine): beside `patterns`, every name that is
         /// neither declared nor matches a pattern. `None`: every undeclared name.
         extra_keys: Option<std::sync::Arc<Machine>>,
+        /// `dependencies` in array form: an object holding the first name also holds
+        /// every name of the list (each a declared property). Only open objects with
+        /// shared rules have these, written as a [`super::regex::PropertySet`].
+        dependencies: Vec<(String, Vec<String>)>,
         /// `minProperties: 1` beyond the required properties: the empty object `{}`
         /// is excluded.
         non_empty: bool,
@@ -743,9 +747,6 @@ impl<'a> Compiler<'a> {
             let unsupported = match k.as_str() {
                 "not"
                 | "if"
-                | "dependentSchemas"
-                | "dependentRequired"
-                | "dependencies"
                 | "unevaluatedProperties"
                 | "unevaluatedItems"
                 | "contentEncoding"
@@ -753,7 +754,8 @@ impl<'a> Compiler<'a> {
                 | "contentSchema"
                 | "$dynamicRef"
                 | "$recursiveRef" => true,
-                "propertyNames" => has("object"),
+                "propertyNames" | "dependentSchemas" => has("object"),
+                "dependentRequired" | "dependencies" => has("object") && self.dependencies(v).is_none(),
                 "contains" | "minContains" | "maxContains" => has("array"),
                 "uniqueItems" => has("array") && *v == Value::Bool(true),
                 "multipleOf" => (has("integer") || has("number")) && !self.machines,
@@ -1115,9 +1117,16 @@ impl<'a> Compiler<'a> {
             Some(Value::Bool(true)) => Some(Box::new(any_value(self.any_levels))),
             Some(s) => Some(Box::new(self.node(s, &format!("{ptr}/additionalProperties"), depth + 1)?)),
         };
-        // A required name with no declared schema: the schema of a pattern it matches,
-        // else the extras' (nothing when `additionalProperties` is false), else any value.
-        for r in &required {
+        // A required name with no declared schema (or one `dependencies` names): the
+        // schema of a pattern it matches, else the extras' (nothing when
+        // `additionalProperties` is false), else any value.
+        let dependencies: Vec<(String, Vec<String>)> = ["dependencies", "dependentRequired"]
+            .iter()
+            .filter_map(|k| obj.get(*k).and_then(|v| self.dependencies(v)))
+            .flatten()
+            .collect();
+        let named = dependencies.iter().flat_map(|(a, bs)| std::iter::once(a).chain(bs)).map(String::as_str);
+        for (r, is_required) in required.iter().map(|r| (*r, true)).chain(named.map(|n| (n, false))) {
             if !properties.iter().any(|(n, _, _)| n == r) {
                 let by_pattern = patterns.iter().find(|(p, _)| super::regex::pattern_matches(p, r) == Ok(true));
                 let value = match (by_pattern, obj.get("additionalProperties")) {
@@ -1125,12 +1134,30 @@ impl<'a> Compiler<'a> {
                     (None, Some(Value::Bool(false))) => Node::Never,
                     (None, _) => additional.as_deref().cloned().unwrap_or_else(|| any_value(self.any_levels)),
                 };
-                properties.push((r.to_string(), value, true));
+                properties.push((r.to_string(), value, is_required));
             }
         }
         let non_empty = self.min_properties(obj, ptr, properties.iter().filter(|p| p.2).count())?;
-        let object = Node::Object { properties, additional, patterns, extra_keys, non_empty };
+        let object = Node::Object { properties, additional, patterns, extra_keys, dependencies, non_empty };
         self.max_properties(obj, ptr, object)
+    }
+
+    /// `dependencies` / `dependentRequired` in their array form (`{"a": ["b"]}`: an
+    /// object with `a` also has `b`), when this compile can hold them: open objects
+    /// with shared rules, whose properties are a [`super::regex::PropertySet`] (the
+    /// set of properties written decides whether the object may close). `None`
+    /// otherwise, or for the schema form.
+    fn dependencies(&self, v: &Value) -> Option<Vec<(String, Vec<String>)>> {
+        if self.objects != Objects::Open || !self.machines {
+            return None;
+        }
+        v.as_object()?
+            .iter()
+            .map(|(k, v)| {
+                let names = v.as_array()?.iter().map(|n| n.as_str().map(String::from)).collect::<Option<Vec<_>>>()?;
+                Some((k.clone(), names))
+            })
+            .collect()
     }
 
     /// The names neither in `properties` (nor `required`) nor matching a pattern, as a
@@ -1167,7 +1194,7 @@ impl<'a> Compiler<'a> {
         let at = format!("{ptr}/maxProperties");
         let Some(v) = obj.get("maxProperties") else { return Ok(object) };
         let max = v.as_u64().ok_or_else(|| err(&at, "`maxProperties` must be a non-negative integer"))? as usize;
-        let Node::Object { properties, additional, patterns, extra_keys, non_empty } = object else {
+        let Node::Object { properties, additional, patterns, extra_keys, dependencies, non_empty } = object else {
             return Ok(object);
         };
         let required = properties.iter().filter(|p| p.2).count();
@@ -1176,15 +1203,16 @@ impl<'a> Compiler<'a> {
             return Ok(Node::Never);
         }
         if closed && properties.len() <= max {
-            return Ok(Node::Object { properties, additional, patterns, extra_keys, non_empty });
+            return Ok(Node::Object { properties, additional, patterns, extra_keys, dependencies, non_empty });
         }
-        if closed && max <= 1 {
+        if closed && max <= 1 && dependencies.is_empty() {
             // `{}` (unless excluded) or exactly one property: the required one if any.
             let single = |(name, node, _): &(String, Node, bool)| Node::Object {
                 properties: vec![(name.clone(), node.clone(), true)],
                 additional: None,
                 patterns: vec![],
                 extra_keys: None,
+                dependencies: vec![],
                 non_empty: false,
             };
             let mut alts: Vec<Node> = match properties.iter().find(|p| p.2) {
@@ -1198,6 +1226,7 @@ impl<'a> Compiler<'a> {
                     additional: None,
                     patterns: vec![],
                     extra_keys: None,
+                    dependencies: vec![],
                     non_empty: false,
                 });
             }
@@ -1206,7 +1235,7 @@ impl<'a> Compiler<'a> {
         if self.mode == Mode::Strict {
             return Err(err(&at, format!("`maxProperties: {max}` is not enforced on this object")));
         }
-        Ok(Node::Object { properties, additional, patterns, extra_keys, non_empty })
+        Ok(Node::Object { properties, additional, patterns, extra_keys, dependencies, non_empty })
     }
 }
 

@@ -551,6 +551,21 @@ fn shared_rules_keep_large_schemas_small_and_exact() {
     ] {
         assert!(!open.matches(bad.as_bytes()), "{bad}");
     }
+    // `dependencies` (array form) decide, with the set of properties written, when
+    // the object may close; a name only `dependencies` mentions takes the extras'
+    // schema.
+    let deps = json!({"type": "object", "properties": {"card": {"type": "integer"}, "billing": {"type": "string"},
+        "name": {"type": "string"}}, "dependencies": {"card": ["billing", "zip"]},
+        "additionalProperties": {"type": "integer"}});
+    let open = Grammar::from_schema_with(&deps, Mode::Strict, Objects::Open, &Json).unwrap();
+    for ok in [r#"{"name":"a"}"#, r#"{"zip":1,"card":1,"billing":"x"}"#, r#"{"billing":"x"}"#, "{}"] {
+        assert!(open.matches(ok.as_bytes()), "{ok}");
+    }
+    for bad in [r#"{"card":1}"#, r#"{"card":1,"billing":"x"}"#, r#"{"card":1,"zip":"1","billing":"x"}"#] {
+        assert!(!open.matches(bad.as_bytes()), "{bad}");
+    }
+    // Closed objects keep schema order, where the set is not tracked: refused.
+    assert!(Grammar::from_schema(&deps, Mode::Strict, &Json).is_err());
     // A set inside a value of the same set (recursion) keeps its own seen-set.
     let tree = json!({"$defs": {"t": {"type": "object", "required": ["v"], "properties": {
         "v": {"type": "integer"}, "l": {"$ref": "#/$defs/t"}, "r": {"$ref": "#/$defs/t"}}}}, "$ref": "#/$defs/t"});
