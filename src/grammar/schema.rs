@@ -310,7 +310,34 @@ pub fn compile(schema: &Value, mode: Mode) -> Result<Node> {
 /// # Errors
 /// As [`compile`].
 pub fn compile_with(schema: &Value, mode: Mode, objects: Objects) -> Result<Node> {
+    let schema = without_ref_siblings(schema);
+    let schema = schema.as_ref();
     Compiler::new(schema, mode, objects, ANY_VALUE_LEVELS, OPEN_EXTRA_LEVELS).node(schema, "#", 0)
+}
+
+/// Drafts 3 to 7 (a root `$schema` naming one) ignore the keywords beside a `$ref`;
+/// later drafts apply them. For the older drafts the schema is read with those
+/// siblings dropped (annotations and definitions stay), before any merge could make
+/// new ones. Cost: one copy of the schema, for those drafts only.
+fn without_ref_siblings(schema: &Value) -> std::borrow::Cow<'_, Value> {
+    fn strip(v: &Value) -> Value {
+        match v {
+            Value::Object(o) => Value::Object(
+                o.iter()
+                    .filter(|(k, _)| !o.get("$ref").is_some_and(Value::is_string) || *k == "$ref" || is_annotation(k))
+                    .map(|(k, v)| (k.clone(), strip(v)))
+                    .collect(),
+            ),
+            Value::Array(a) => Value::Array(a.iter().map(strip).collect()),
+            other => other.clone(),
+        }
+    }
+    let draft = schema.get("$schema").and_then(Value::as_str).unwrap_or("");
+    if ["draft-03", "draft-04", "draft-06", "draft-07"].iter().any(|d| draft.contains(d)) {
+        std::borrow::Cow::Owned(strip(schema))
+    } else {
+        std::borrow::Cow::Borrowed(schema)
+    }
 }
 
 /// [`compile_with`] for a grammar with shared rules ([`super::regex::to_rules`], as
@@ -321,6 +348,8 @@ pub fn compile_with(schema: &Value, mode: Mode, objects: Objects) -> Result<Node
 /// # Errors
 /// As [`compile`].
 pub fn compile_shared(schema: &Value, mode: Mode, objects: Objects) -> Result<Node> {
+    let schema = without_ref_siblings(schema);
+    let schema = schema.as_ref();
     let mut c = Compiler::new(schema, mode, objects, SHARED_ANY_VALUE_LEVELS, SHARED_OPEN_EXTRA_LEVELS);
     c.machines = true;
     match c.node(schema, "#", 0) {
@@ -377,8 +406,6 @@ struct Compiler<'a> {
     refs: std::cell::RefCell<Vec<String>>,
     /// Most `$ref`s expanded inside one another ([`MAX_REF_CHAIN`]).
     max_chain: usize,
-    /// The root's `$schema` names draft 3 to 7, where `$ref` ignores its siblings.
-    ref_overrides_siblings: bool,
     /// The targets a [`Node::Recurse`] was made for, until their expansion is wrapped
     /// in its [`Node::Def`].
     recursive: std::cell::RefCell<std::collections::HashSet<String>>,
@@ -491,10 +518,6 @@ impl<'a> Compiler<'a> {
             refs,
             recursive: Default::default(),
             max_chain: MAX_REF_CHAIN,
-            ref_overrides_siblings: root
-                .get("$schema")
-                .and_then(Value::as_str)
-                .is_some_and(|s| ["draft-03", "draft-04", "draft-06", "draft-07"].iter().any(|d| s.contains(d))),
             nodes,
             machines: false,
             implied_only: Default::default(),
@@ -521,10 +544,10 @@ impl<'a> Compiler<'a> {
         if let Some(r) = obj.get("$ref") {
             let r = r.as_str().ok_or_else(|| err(ptr, "`$ref` must be a string"))?;
             // Siblings of `$ref` (2019-09 on) narrow it: merge them into the target,
-            // as `allOf` does. Drafts 3 to 7 (a root `$schema` naming one) ignore them.
+            // as `allOf` does (drafts 3 to 7 ignore them: `without_ref_siblings`).
             let siblings: Map<String, Value> = obj
                 .iter()
-                .filter(|(k, _)| !is_annotation(k) && *k != "$ref" && !self.ref_overrides_siblings)
+                .filter(|(k, _)| !is_annotation(k) && *k != "$ref")
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
             // The target compiles alike wherever it is reached, except as a `oneOf`

@@ -419,6 +419,19 @@ fn refs_and_bounded_recursion() {
             "type": "object", "properties": {"s": {"type": "string", "$ref": "#/$defs/t"}}})
     };
     check(s("http://json-schema.org/draft-07/schema#"), &[r#"{"s":{"a":1}}"#], &[r#"{"s":"x"}"#]);
+    // Only siblings written beside `$ref` are ignored, not keywords a merge puts there
+    // (`allOf` of two `$ref`s, keywords beside `anyOf`).
+    let s2 = json!({"$schema": "http://json-schema.org/draft-04/schema#", "definitions": {
+        "a": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]},
+        "b": {"type": "object", "properties": {"y": {"type": "string"}}, "required": ["y"]}},
+        "allOf": [{"$ref": "#/definitions/a"}, {"$ref": "#/definitions/b"}]});
+    let open = Grammar::from_schema_with(&s2, Mode::Strict, Objects::Open, &Json).unwrap();
+    assert!(open.matches(br#"{"x":1,"y":"s"}"#) && !open.matches(br#"{"x":1,"y":2}"#) && !open.matches(br#"{"x":1}"#));
+    let s3 = json!({"$schema": "http://json-schema.org/draft-04/schema#", "definitions": {"r": {"type": "object"}},
+        "additionalProperties": {"minProperties": 1, "anyOf": [{"type": "string"}, {"$ref": "#/definitions/r"}]}});
+    if let Ok(g) = Grammar::from_schema_with(&s3, Mode::Strict, Objects::Open, &Json) {
+        assert!(!g.matches(br#"{"k":{}}"#));
+    }
     let e = Grammar::from_schema(&s("https://json-schema.org/draft/2020-12/schema"), Mode::Strict, &Json);
     assert!(e.is_err_and(|e| e.to_string().contains("next to `$ref`")));
 }
