@@ -28,8 +28,9 @@
 //! are ever built. Three markers spelled like references (starting with
 //! [`SET_START`], then the operation and the set's number) drive it: *open* pushes an
 //! empty set, *next* enters every member not yet in the set (marking it, and returning
-//! to just after the marker), and *close* pops the set if it holds every required
-//! member, else leads nowhere.
+//! to just after the marker), and *close* pops the set if the object may end there
+//! (every required member written, and every dependency of a written one:
+//! [`super::regex::PropertySet::may_close`]), else leads nowhere.
 //!
 //! States are sets of configurations of *consuming* NFA states (byte ranges) and the
 //! match state, sorted, so two paths that reach the same set share one DFA state. The
@@ -139,7 +140,8 @@ enum Call {
     Open { set: u32, resume: StateID },
     /// Enter each member of the set on top of the stack not yet written.
     Next { set: u32, resume: StateID },
-    /// Pop the set on top of the stack, if it holds every required member.
+    /// Pop the set on top of the stack, if the object may end with it
+    /// ([`super::regex::PropertySet::may_close`]).
     Close { set: u32, resume: StateID },
 }
 

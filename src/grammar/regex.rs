@@ -810,7 +810,23 @@ fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
                 extras.push(format!("{key}{colon}{}", rules.share(value)));
             }
             for (p, n) in patterns {
-                if let Some(key) = d.pattern_key(p) {
+                // Declared names the pattern also matches go through their own
+                // (merged) schema: the pattern's keys skip them, as a machine.
+                let declared: Vec<&str> =
+                    names.iter().copied().filter(|name| pattern_matches(p, name) == Ok(true)).collect();
+                let key = match declared.is_empty() {
+                    true => d.pattern_key(p),
+                    false if d.keys_are_strings() && rules.shares() => {
+                        super::schema::names_machine(Some(p), &[], &declared).map(|m| {
+                            let machine = std::sync::Arc::new(m);
+                            emit(&Node::Machine { machine, kind: MachineKind::String }, d, rules)
+                        })
+                    }
+                    // A plain regex cannot skip them (strict mode refused the schema;
+                    // lenient lets the pattern's keys take them too).
+                    false => d.pattern_key(p),
+                };
+                if let Some(key) = key {
                     let value = emit(n, d, rules);
                     extras.push(format!("{key}{colon}{}", rules.share(value)));
                 }

@@ -1065,10 +1065,32 @@ impl<'a> Compiler<'a> {
             Some(_) => return Err(err(&format!("{ptr}/required"), "`required` must be an array of names")),
         };
         let mut properties = Vec::new();
+        let pattern_schemas = obj.get("patternProperties").and_then(Value::as_object);
         if let Some(p) = obj.get("properties") {
             let p = p.as_object().ok_or_else(|| err(&format!("{ptr}/properties"), "`properties` must be an object"))?;
             for (name, s) in p {
-                let node = self.node(s, &format!("{ptr}/properties/{}", escape_ptr(name)), depth + 1)?;
+                let at = format!("{ptr}/properties/{}", escape_ptr(name));
+                // A declared name a pattern also matches owes both schemas: merged, as
+                // `allOf` would (strict mode refuses what cannot be merged; lenient
+                // keeps the declared schema).
+                let mut s = std::borrow::Cow::Borrowed(s);
+                for (pat, ps) in pattern_schemas.into_iter().flatten() {
+                    if super::regex::pattern_matches(pat, name).unwrap_or(false) {
+                        match (s.as_object().and_then(|o| merge_objects(o, ps)), self.mode) {
+                            (Some(m), _) => s = std::borrow::Cow::Owned(m),
+                            (None, Mode::Lenient) => {}
+                            (None, Mode::Strict) => {
+                                return Err(err(
+                                    &format!("{ptr}/patternProperties/{}", escape_ptr(pat)),
+                                    format!(
+                                        "the pattern's schema cannot be merged into the declared property `{name}`"
+                                    ),
+                                ))
+                            }
+                        }
+                    }
+                }
+                let node = self.node(&s, &at, depth + 1)?;
                 properties.push((name.clone(), node, required.contains(&name.as_str())));
             }
         }
@@ -1077,13 +1099,16 @@ impl<'a> Compiler<'a> {
             let pp = pp.as_object().ok_or_else(|| err(&format!("{ptr}/patternProperties"), "must be an object"))?;
             for (pat, s) in pp {
                 let at = format!("{ptr}/patternProperties/{}", escape_ptr(pat));
-                // A declared name that also matches would owe both schemas at once,
-                // and a name matching two patterns both of theirs: not expressible
-                // as one choice per key, so refused (strict) rather than loosened.
+                // A name matching two patterns owes both schemas: not expressible as
+                // one choice per key, so refused (strict) rather than loosened. A
+                // declared name the pattern matches (its schemas merged above) needs
+                // pattern keys that skip it, which only machines can say.
                 if self.mode == Mode::Strict {
-                    for (name, _, _) in &properties {
-                        if super::regex::pattern_matches(pat, name).map_err(|e| err(&at, e))? {
-                            return Err(err(&at, format!("pattern also matches the declared property `{name}`")));
+                    if !self.machines {
+                        for (name, _, _) in &properties {
+                            if super::regex::pattern_matches(pat, name).map_err(|e| err(&at, e))? {
+                                return Err(err(&at, format!("pattern also matches the declared property `{name}`")));
+                            }
                         }
                     }
                     for other in pp.keys().filter(|o| *o != pat) {
@@ -1195,18 +1220,9 @@ impl<'a> Compiler<'a> {
         if !self.machines {
             return None;
         }
-        let names: Vec<String> =
-            properties.iter().map(|p| p.0.as_str()).chain(required.iter().copied()).map(regex_syntax::escape).collect();
-        let mut parts: Vec<Box<dyn Automaton>> = vec![Box::new(Pattern::new("(?s:.)*").ok()?)];
-        if !names.is_empty() {
-            parts.push(Box::new(Not(Box::new(Pattern::new(&names.join("|")).ok()?))));
-        }
-        for (p, _) in patterns {
-            let re = super::regex::decoded_pattern(p).ok()?;
-            parts.push(Box::new(Not(Box::new(Pattern::new(&re).ok()?))));
-        }
-        let m = Machine::intersect(&mut parts, MAX_STATES).ok()?;
-        (!m.states.is_empty()).then(|| std::sync::Arc::new(m))
+        let names: Vec<&str> = properties.iter().map(|p| p.0.as_str()).chain(required.iter().copied()).collect();
+        let patterns: Vec<&str> = patterns.iter().map(|p| p.0.as_str()).collect();
+        names_machine(None, &patterns, &names).map(std::sync::Arc::new)
     }
 
     /// `maxProperties`, where the grammar can hold it exactly: a closed object that
@@ -1459,6 +1475,35 @@ fn exact_scalar(n: &Node) -> bool {
         | Node::Def { .. }
         | Node::Recurse(_) => false,
     }
+}
+
+/// The object keys (as a machine over the decoded name) that match pattern `within`
+/// (ECMA-262; `None`: any name), no pattern of `avoid`, and none of `names`; `None`
+/// when a pattern does not compile, the product passes [`MAX_STATES`], or no name is
+/// left. Cost: the product of the patterns' automata and a trie of the names.
+///
+/// ```
+/// use toolgate::grammar::schema::names_machine;
+/// let m = names_machine(Some("^x-"), &["-id$"], &["x-a"]).unwrap();
+/// assert!(m.matches(b"x-b") && !m.matches(b"x-a") && !m.matches(b"x-id") && !m.matches(b"y"));
+/// ```
+pub fn names_machine(within: Option<&str>, avoid: &[&str], names: &[&str]) -> Option<Machine> {
+    let pattern = |p: &str| -> Option<Box<dyn Automaton>> {
+        Some(Box::new(Pattern::new(&super::regex::decoded_pattern(p).ok()?).ok()?))
+    };
+    let mut parts: Vec<Box<dyn Automaton>> = vec![match within {
+        Some(p) => pattern(p)?,
+        None => Box::new(Pattern::new("(?s:.)*").ok()?),
+    }];
+    if !names.is_empty() {
+        let names: Vec<String> = names.iter().map(|n| regex_syntax::escape(n)).collect();
+        parts.push(Box::new(Not(Box::new(Pattern::new(&names.join("|")).ok()?))));
+    }
+    for p in avoid {
+        parts.push(Box::new(Not(pattern(p)?)));
+    }
+    let m = Machine::intersect(&mut parts, MAX_STATES).ok()?;
+    (!m.states.is_empty()).then_some(m)
 }
 
 /// Whether no name matches both `patternProperties` patterns `a` and `b` (`false`

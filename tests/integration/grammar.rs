@@ -465,6 +465,10 @@ fn extras_beside_pattern_properties_avoid_the_patterns() {
     let s = json!({"type": "object", "patternProperties": {"^x-": {"type": "string"}, "^[0-9]+$": {"type": "integer"}},
         "additionalProperties": false});
     check(s, &[r#"{"x-a":"s","12":3}"#, "{}"], &[r#"{"x-a":3}"#, r#"{"12":"s"}"#, r#"{"y":1}"#]);
+    // A declared name that a pattern also matches owes both schemas (merged).
+    let s = json!({"type": "object", "properties": {"x-id": {"type": "string", "minLength": 2}},
+        "patternProperties": {"^x-": {"type": "string", "maxLength": 3}}, "additionalProperties": false});
+    check(s, &[r#"{"x-id":"abc"}"#, r#"{"x-b":""}"#], &[r#"{"x-id":"a"}"#, r#"{"x-id":"abcd"}"#]);
     let s = json!({"type": "object", "patternProperties": {"^x": {"type": "string"}, "y$": {"type": "integer"}}});
     let e = Grammar::from_schema(&s, Mode::Strict, &Json).unwrap_err().to_string();
     assert!(e.contains("may match both"), "{e}");
