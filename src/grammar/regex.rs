@@ -844,6 +844,8 @@ fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
                     let mask = bs.iter().try_fold(0u128, |m, b| index(b).filter(|&i| i < 128).map(|i| m | 1 << i))?;
                     Some((index(a)?, mask))
                 })
+                // A property bringing only itself (or nothing) asks for nothing.
+                .filter(|d| d.as_ref().is_none_or(|&(i, mask)| mask & !(1u128 << i) != 0))
                 .collect();
             let members = Members { comma: &comma, non_empty: *non_empty, deps: deps.as_deref() };
             format!(r"\{{{}\}}", props_first(&elems, extra.as_deref(), members, rules))

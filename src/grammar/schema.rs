@@ -1186,6 +1186,20 @@ impl<'a> Compiler<'a> {
             }
         }
         let non_empty = self.min_properties(obj, ptr, properties.iter().filter(|p| p.2).count())?;
+        // The set of written properties is a 128-bit mask.
+        let mut dependencies = dependencies;
+        if !dependencies.is_empty() && properties.len() > super::regex::ANY_ORDER_MAX_PROPERTIES {
+            if self.mode == Mode::Strict {
+                return Err(err(
+                    &format!("{ptr}/dependencies"),
+                    format!(
+                        "`dependencies` on an object of more than {} properties",
+                        super::regex::ANY_ORDER_MAX_PROPERTIES
+                    ),
+                ));
+            }
+            dependencies.clear();
+        }
         let object = Node::Object { properties, additional, patterns, extra_keys, dependencies, non_empty };
         self.max_properties(obj, ptr, object)
     }

@@ -581,6 +581,9 @@ fn shared_rules_keep_large_schemas_small_and_exact() {
     for bad in [r#"{"card":1}"#, r#"{"card":1,"billing":"x"}"#, r#"{"card":1,"zip":"1","billing":"x"}"#] {
         assert!(!open.matches(bad.as_bytes()), "{bad}");
     }
+    let lone = json!({"type": "object", "properties": {"a": {"type": "integer"}}, "dependencies": {"a": []}});
+    let open = Grammar::from_schema_with(&lone, Mode::Strict, Objects::Open, &Json).unwrap();
+    assert!(open.matches(br#"{"a":1}"#) && open.matches(b"{}"));
     // Closed objects keep schema order, where the set is not tracked: refused.
     assert!(Grammar::from_schema(&deps, Mode::Strict, &Json).is_err());
     // A set inside a value of the same set (recursion) keeps its own seen-set.
