@@ -572,10 +572,7 @@ impl Dfa {
                 }
             }
             Call::Next { set, resume } => {
-                let (parent, Frame::Set { set: top, seen }) = cache.stacks[st as usize] else { return };
-                if top != set || st == 0 {
-                    return;
-                }
+                let Some((parent, seen)) = cache.top_set(st, set) else { return };
                 for (i, &start) in self.sets[set as usize].members.iter().enumerate() {
                     if seen & 1 << i != 0 {
                         continue;
@@ -587,9 +584,10 @@ impl Dfa {
                 }
             }
             Call::Close { set, resume } => {
-                let (parent, Frame::Set { set: top, seen }) = cache.stacks[st as usize] else { return };
-                if top == set && st != 0 && self.sets[set as usize].set.may_close(seen) {
-                    stack.push(config(resume, parent));
+                if let Some((parent, seen)) = cache.top_set(st, set) {
+                    if self.sets[set as usize].set.may_close(seen) {
+                        stack.push(config(resume, parent));
+                    }
                 }
             }
         }
@@ -718,6 +716,15 @@ impl Cache {
         self.stack_ids.insert((st, frame), id);
         self.memory += 32;
         Some(id)
+    }
+
+    /// `(parent stack, members written)` when stack `st`'s top frame is property set
+    /// `set` (a grammar opens a set before its *next* and *close* markers).
+    fn top_set(&self, st: u32, set: u32) -> Option<(u32, u128)> {
+        match self.stacks[st as usize] {
+            (parent, Frame::Set { set: top, seen }) if st != 0 && top == set => Some((parent, seen)),
+            _ => None,
+        }
     }
 
     /// The frames of stack `st`, innermost first.

@@ -126,8 +126,13 @@ impl Rules {
     /// How a regex references rule `i`: bytes no input holds (see
     /// [`super::dfa`]'s module docs).
     pub fn reference(i: usize) -> String {
+        format!(r"(?-u:\x{:02X}{}\x{:02X})", super::dfa::CALL_START, Self::digits(i), super::dfa::CALL_END)
+    }
+
+    /// `n` in base 4, as the digit bytes from [`super::dfa::CALL_DIGIT`] on, most
+    /// significant first, spelled for a regex.
+    fn digits(mut n: usize) -> String {
         let mut digits = Vec::new();
-        let mut n = i;
         loop {
             digits.push(super::dfa::CALL_DIGIT + (n % 4) as u8);
             n /= 4;
@@ -135,20 +140,20 @@ impl Rules {
                 break;
             }
         }
-        let mut out = format!("(?-u:\\x{:02X}", super::dfa::CALL_START);
-        for d in digits.iter().rev() {
-            out.push_str(&format!("\\x{d:02X}"));
-        }
-        out.push_str(&format!("\\x{:02X})", super::dfa::CALL_END));
-        out
+        digits.iter().rev().map(|d| format!(r"\x{d:02X}")).collect()
     }
 
     /// How a regex spells operation `op` (0 open, 1 next, 2 close) on property set
     /// `set` (see [`PropertySet`] and [`super::dfa`]'s module docs).
     pub fn set_marker(op: u8, set: usize) -> String {
-        let call = Self::reference(set);
-        let digits = &call[r"(?-u:\xF8".len()..];
-        format!(r"(?-u:\x{:02X}\x{:02X}{digits}", super::dfa::SET_START, super::dfa::CALL_DIGIT + op)
+        let (start, op, end) = (super::dfa::SET_START, super::dfa::CALL_DIGIT + op, super::dfa::CALL_END);
+        format!(r"(?-u:\x{start:02X}\x{op:02X}{}\x{end:02X})", Self::digits(set))
+    }
+
+    /// Whether an object of `n` declared properties is written as a
+    /// [`PropertySet`] (any order, [`Rules::any_order`]; sets need shared rules).
+    fn takes_any_order(&self, n: usize) -> bool {
+        self.any_order && self.shares() && (2..=ANY_ORDER_MAX_PROPERTIES).contains(&n)
     }
 
     /// The property sets, by number.
@@ -847,7 +852,9 @@ fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
                 // A property bringing only itself (or nothing) asks for nothing.
                 .filter(|d| d.as_ref().is_none_or(|&(i, mask)| mask & !(1u128 << i) != 0))
                 .collect();
-            let members = Members { comma: &comma, non_empty: *non_empty, deps: deps.as_deref() };
+            // A dependency that cannot be said as a mask: nothing matches.
+            let Some(deps) = deps else { return NEVER.into() };
+            let members = Members { comma: &comma, non_empty: *non_empty, deps: &deps };
             format!(r"\{{{}\}}", props_first(&elems, extra.as_deref(), members, rules))
         }
     }
@@ -855,17 +862,17 @@ fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
 
 /// How an object's members are joined: the separator, whether at least one is
 /// needed, and `dependencies` (`(i, mask)`: property `i` brings every property in
-/// `mask`; `None`: some could not be said, so nothing matches).
+/// `mask`).
 #[derive(Clone, Copy)]
 struct Members<'a> {
     comma: &'a str,
     non_empty: bool,
-    deps: Option<&'a [(usize, u128)]>,
+    deps: &'a [(usize, u128)],
 }
 
 impl<'a> Members<'a> {
     fn new(comma: &'a str, non_empty: bool) -> Self {
-        Self { comma, non_empty, deps: Some(&[]) }
+        Self { comma, non_empty, deps: &[] }
     }
 }
 
@@ -992,13 +999,11 @@ pub const MAX_OPENING_PROPERTIES: usize = 8;
 
 /// Nothing emitted yet: the whole property list (`non_empty`: not the empty one).
 fn props_first(e: &[(String, bool)], extra: Option<&str>, m: Members, rules: &mut Rules) -> String {
-    let (comma, non_empty) = (m.comma, m.non_empty);
+    let Members { comma, non_empty, deps } = m;
     // `dependencies` only hold in a property set (see `schema::Node::Object`).
-    let deps = match m.deps {
-        Some(d) if d.is_empty() => d,
-        Some(d) if rules.any_order && (2..=ANY_ORDER_MAX_PROPERTIES).contains(&e.len()) => d,
-        _ => return NEVER.into(),
-    };
+    if !deps.is_empty() && !rules.takes_any_order(e.len()) {
+        return NEVER.into();
+    }
     if rules.shares() {
         return props_first_shared(e, extra, comma, non_empty, deps, rules);
     }
@@ -1041,7 +1046,7 @@ fn props_first_shared(
     let extra = extra.map(|x| rules.share(x.to_string()));
     let extra = extra.as_deref();
     let extras = extra.map(|x| format!("(?:{comma}{x})*")).unwrap_or_default();
-    if rules.any_order && (2..=ANY_ORDER_MAX_PROPERTIES).contains(&e.len()) {
+    if rules.takes_any_order(e.len()) {
         return rules.property_set(e, extra, comma, non_empty, deps);
     }
     let mut rest = vec![String::new(); e.len() + 1];

@@ -350,18 +350,18 @@ fn without_ref_siblings(schema: &Value) -> std::borrow::Cow<'_, Value> {
 pub fn compile_shared(schema: &Value, mode: Mode, objects: Objects) -> Result<Node> {
     let schema = without_ref_siblings(schema);
     let schema = schema.as_ref();
-    let mut c = Compiler::new(schema, mode, objects, SHARED_ANY_VALUE_LEVELS, SHARED_OPEN_EXTRA_LEVELS);
-    c.machines = true;
-    match c.node(schema, "#", 0) {
+    // The node, and whether the schema expanded past `MAX_SCHEMA_NODES`.
+    let compile = |max_chain: usize| {
+        let mut c = Compiler::new(schema, mode, objects, SHARED_ANY_VALUE_LEVELS, SHARED_OPEN_EXTRA_LEVELS);
+        c.machines = true;
+        c.max_chain = max_chain;
+        (c.node(schema, "#", 0), c.nodes.get() > MAX_SCHEMA_NODES)
+    };
+    match compile(MAX_REF_CHAIN) {
         // Distinct `$ref`s that branch into each other (Vega-Lite's) expand
         // exponentially with depth: cut such chains as a plain regex does.
-        Err(_) if c.nodes.get() > MAX_SCHEMA_NODES => {
-            let mut c = Compiler::new(schema, mode, objects, SHARED_ANY_VALUE_LEVELS, SHARED_OPEN_EXTRA_LEVELS);
-            c.machines = true;
-            c.max_chain = MAX_REF_DEPTH;
-            c.node(schema, "#", 0)
-        }
-        n => n,
+        (Err(_), true) => compile(MAX_REF_DEPTH).0,
+        (n, _) => n,
     }
 }
 
@@ -1502,11 +1502,8 @@ fn exact_scalar(n: &Node) -> bool {
 /// assert!(m.matches(b"x-b") && !m.matches(b"x-a") && !m.matches(b"x-id") && !m.matches(b"y"));
 /// ```
 pub fn names_machine(within: Option<&str>, avoid: &[&str], names: &[&str]) -> Option<Machine> {
-    let pattern = |p: &str| -> Option<Box<dyn Automaton>> {
-        Some(Box::new(Pattern::new(&super::regex::decoded_pattern(p).ok()?).ok()?))
-    };
     let mut parts: Vec<Box<dyn Automaton>> = vec![match within {
-        Some(p) => pattern(p)?,
+        Some(p) => name_pattern(p)?,
         None => Box::new(Pattern::new("(?s:.)*").ok()?),
     }];
     if !names.is_empty() {
@@ -1514,7 +1511,7 @@ pub fn names_machine(within: Option<&str>, avoid: &[&str], names: &[&str]) -> Op
         parts.push(Box::new(Not(Box::new(Pattern::new(&names.join("|")).ok()?))));
     }
     for p in avoid {
-        parts.push(Box::new(Not(pattern(p)?)));
+        parts.push(Box::new(Not(name_pattern(p)?)));
     }
     let m = Machine::intersect(&mut parts, MAX_STATES).ok()?;
     (!m.states.is_empty()).then_some(m)
@@ -1524,11 +1521,14 @@ pub fn names_machine(within: Option<&str>, avoid: &[&str], names: &[&str]) -> Op
 /// when unsure: a pattern that does not compile, or a product past [`MAX_STATES`]).
 /// Cost: the product of the two patterns' automata.
 fn patterns_disjoint(a: &str, b: &str) -> bool {
-    let automaton = |p: &str| -> Option<Box<dyn Automaton>> {
-        Some(Box::new(Pattern::new(&super::regex::decoded_pattern(p).ok()?).ok()?))
-    };
-    let (Some(a), Some(b)) = (automaton(a), automaton(b)) else { return false };
+    let (Some(a), Some(b)) = (name_pattern(a), name_pattern(b)) else { return false };
     Machine::intersect(&mut [a, b], MAX_STATES).is_ok_and(|m| m.states.is_empty())
+}
+
+/// The names (decoded) an ECMA-262 `patternProperties` pattern matches, as an
+/// automaton; `None` when it does not compile.
+fn name_pattern(p: &str) -> Option<Box<dyn Automaton>> {
+    Some(Box::new(Pattern::new(&super::regex::decoded_pattern(p).ok()?).ok()?))
 }
 
 /// `m` as a node: [`Node::Never`] when its language is empty.
