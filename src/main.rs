@@ -872,6 +872,7 @@ fn probe(args: ProbeArgs) -> anyhow::Result<()> {
         "caps": caps,
         "reasons": setup.report.reasons,
         "chat_format": setup.family,
+        "tool_format": setup.layout,
         "has_tool_use_template": templates.tool_use.is_some(),
         "template_source": setup.source.to_string(),
         "conversation_policy": setup.policy,

@@ -207,11 +207,12 @@ pub fn prepare_turn(
 ) -> Result<PreparedTurn> {
     let calls_possible = !tools.is_empty() && *choice != ToolChoice::None;
     let fmt = if calls_possible {
-        Some(format::for_family(setup.family)?.ok_or_else(|| Error::InvalidParameter {
+        Some(setup.layout.format.clone().ok_or_else(|| Error::InvalidParameter {
             name: "tools",
             reason: format!(
-                "no tool-call format for the `{}` family yet (formats: {}); use --tool-fallback generic",
-                setup.family,
+                "this model's chat template gives no tool-call layout toolgate can read ({}); choose one with \
+                 --tool-format (formats: {}) or use --tool-fallback generic",
+                setup.layout.round_trip,
                 format::all()
                     .map(|a| a.into_iter().map(|f| f.family).collect::<Vec<_>>().join(", "))
                     .unwrap_or_default()

@@ -12,6 +12,15 @@
 //!
 //! A blob is only ever created by renaming a fully downloaded file whose sha256 was
 //! checked, so nothing partial or unverified is ever where a model is expected.
+//!
+//! # What may name a path
+//! Everything the Hub answers is untrusted. Only three kinds of value from it ever
+//! become part of a path, and each has a type that can only be made by checking it:
+//! a blob name is a [`BlobId`] (64 hex digits), a snapshot directory is a
+//! [`CommitId`] (40 hex digits), and a file inside a snapshot passes
+//! [`check_repo_file`] (relative, `/`-separated, no `.`/`..`/empty parts). The
+//! methods that build paths take those types, so an oid of `../../x` or a commit of
+//! `/abs/dir` is an error before anything touches the disk.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -70,9 +79,110 @@ pub fn check_repo_file(file: &str) -> Result<(), HubError> {
         || Path::new(file).components().any(|c| !matches!(c, Component::Normal(_)))
         || file.split('/').any(|p| p.is_empty() || p == "." || p == "..");
     if bad {
-        Err(HubError::Protocol(format!("unsafe file path `{file}` in the repository listing")))
+        Err(HubError::Protocol(format!("unsafe file path `{}` in the repository listing", shorten(file))))
     } else {
         Ok(())
+    }
+}
+
+/// A blob's name: the sha256 of its contents, 64 lower-case hex digits.
+///
+/// The only way to make one is [`BlobId::parse`], so a `BlobId` is always safe as a
+/// file name.
+///
+/// ```
+/// use toolgate::hub::cache::BlobId;
+/// let id = BlobId::parse(&"AB".repeat(32)).unwrap();
+/// assert_eq!(id.as_str(), "ab".repeat(32));
+/// assert!(BlobId::parse("../../x/planted").is_err());
+/// assert!(BlobId::parse("/etc/passwd").is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BlobId(String);
+
+impl BlobId {
+    /// Check `hex` (any case, an optional `sha256:` prefix) and keep it lower-cased.
+    ///
+    /// Cost: one pass over at most 71 bytes.
+    ///
+    /// # Errors
+    /// [`HubError::Protocol`] naming the value, when it is not 64 hex digits.
+    pub fn parse(hex: &str) -> Result<Self, HubError> {
+        let h = hex.strip_prefix("sha256:").unwrap_or(hex);
+        if h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()) {
+            Ok(Self(h.to_ascii_lowercase()))
+        } else {
+            Err(HubError::Protocol(format!("`{}` is not a sha256 (64 hex digits)", shorten(hex))))
+        }
+    }
+
+    /// The 64 lower-case hex digits.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A commit of a repository: 40 lower-case hex digits (a git SHA-1), the name of a
+/// snapshot directory.
+///
+/// The only way to make one is [`CommitId::parse`].
+///
+/// ```
+/// use toolgate::hub::cache::CommitId;
+/// assert!(CommitId::parse(&"c".repeat(40)).is_ok());
+/// for bad in ["main", "../../../../somewhere", "/abs/dir", ""] {
+///     assert!(CommitId::parse(bad).is_err(), "{bad}");
+/// }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CommitId(String);
+
+impl CommitId {
+    /// Check `hex` (any case) and keep it lower-cased.
+    ///
+    /// Cost: one pass over at most 40 bytes.
+    ///
+    /// # Errors
+    /// [`HubError::Protocol`] naming the value, when it is not 40 hex digits.
+    pub fn parse(hex: &str) -> Result<Self, HubError> {
+        if hex.len() == 40 && hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            Ok(Self(hex.to_ascii_lowercase()))
+        } else {
+            Err(HubError::Protocol(format!("`{}` is not a commit id (40 hex digits)", shorten(hex))))
+        }
+    }
+
+    /// The 40 lower-case hex digits.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for CommitId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// At most 80 characters of an untrusted value, for an error message.
+fn shorten(s: &str) -> String {
+    let mut out: String = s.chars().take(80).collect();
+    if out.len() < s.len() {
+        out.push('…');
+    }
+    out
+}
+
+/// Check a revision name (a branch, tag or `refs/pr/N`) before it names a file under
+/// `refs/`: the parts of [`check_repo_file`], at most 256 bytes.
+///
+/// # Errors
+/// [`HubError::Protocol`] naming the revision.
+pub fn check_revision(revision: &str) -> Result<(), HubError> {
+    if revision.len() <= 256 && check_repo_file(revision).is_ok() {
+        Ok(())
+    } else {
+        Err(HubError::Protocol(format!("unsafe revision name `{}`", shorten(revision))))
     }
 }
 
@@ -106,56 +216,61 @@ impl Cache {
     }
 
     /// Where the verified contents with this sha256 live.
-    pub fn blob_path(&self, repo: &str, sha256: &str) -> PathBuf {
-        self.repo_dir(repo).join("blobs").join(sha256)
+    pub fn blob_path(&self, repo: &str, blob: &BlobId) -> PathBuf {
+        self.repo_dir(repo).join("blobs").join(blob.as_str())
     }
 
     /// Where a download of this blob accumulates until it is verified.
-    pub fn incomplete_path(&self, repo: &str, sha256: &str) -> PathBuf {
-        self.repo_dir(repo).join("blobs").join(format!("{sha256}.incomplete"))
+    pub fn incomplete_path(&self, repo: &str, blob: &BlobId) -> PathBuf {
+        self.repo_dir(repo).join("blobs").join(format!("{}.incomplete", blob.as_str()))
     }
 
     /// The snapshot entry of `file` at `commit`.
-    pub fn snapshot_path(&self, repo: &str, commit: &str, file: &str) -> PathBuf {
-        self.repo_dir(repo).join("snapshots").join(commit).join(file)
+    ///
+    /// # Errors
+    /// [`HubError::Protocol`] when `file` fails [`check_repo_file`].
+    pub fn snapshot_path(&self, repo: &str, commit: &CommitId, file: &str) -> Result<PathBuf, HubError> {
+        check_repo_file(file)?;
+        Ok(self.repo_dir(repo).join("snapshots").join(commit.as_str()).join(file))
     }
 
     /// The commit a revision resolved to when last pulled: a full commit hash is its
-    /// own answer when its snapshot exists, else `refs/{revision}`.
-    pub fn resolve_revision(&self, repo: &str, revision: &str) -> Option<String> {
-        let snapshots = self.repo_dir(repo).join("snapshots");
-        if revision.len() == 40 && revision.bytes().all(|b| b.is_ascii_hexdigit()) && snapshots.join(revision).is_dir()
-        {
-            return Some(revision.to_string());
+    /// own answer when its snapshot exists, else the commit written in
+    /// `refs/{revision}` (when it is one: a ref file holding anything else is
+    /// ignored).
+    pub fn resolve_revision(&self, repo: &str, revision: &str) -> Option<CommitId> {
+        if let Ok(commit) = CommitId::parse(revision) {
+            if self.repo_dir(repo).join("snapshots").join(commit.as_str()).is_dir() {
+                return Some(commit);
+            }
         }
-        if revision.split('/').any(|p| p == ".." || p.is_empty()) {
-            return None;
-        }
-        let commit = std::fs::read_to_string(self.repo_dir(repo).join("refs").join(revision)).ok()?;
-        let commit = commit.trim();
-        (!commit.is_empty() && !commit.contains(['/', '.'])).then(|| commit.to_string())
+        check_revision(revision).ok()?;
+        let text = std::fs::read_to_string(self.repo_dir(repo).join("refs").join(revision)).ok()?;
+        CommitId::parse(text.trim()).ok()
     }
 
-    /// Record that `revision` points at `commit`.
+    /// Record that `revision` points at `commit` (nothing to record when the revision
+    /// is the commit itself).
     ///
     /// # Errors
-    /// [`HubError::Io`].
-    pub fn write_ref(&self, repo: &str, revision: &str, commit: &str) -> Result<(), HubError> {
-        if revision == commit || revision.split('/').any(|p| p == ".." || p.is_empty()) {
+    /// [`HubError::Protocol`] for a revision [`check_revision`] refuses; [`HubError::Io`].
+    pub fn write_ref(&self, repo: &str, revision: &str, commit: &CommitId) -> Result<(), HubError> {
+        if revision.eq_ignore_ascii_case(commit.as_str()) {
             return Ok(());
         }
+        check_revision(revision)?;
         let path = self.repo_dir(repo).join("refs").join(revision);
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
         }
         let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, commit).map_err(|e| io(&tmp, e))?;
+        std::fs::write(&tmp, commit.as_str()).map_err(|e| io(&tmp, e))?;
         std::fs::rename(&tmp, &path).map_err(|e| io(&path, e))
     }
 
     /// The model files of a cached snapshot (`.gguf` files whose target exists).
-    pub fn snapshot_files(&self, repo: &str, commit: &str) -> Vec<String> {
-        let dir = self.repo_dir(repo).join("snapshots").join(commit);
+    pub fn snapshot_files(&self, repo: &str, commit: &CommitId) -> Vec<String> {
+        let dir = self.repo_dir(repo).join("snapshots").join(commit.as_str());
         let mut out = Vec::new();
         walk(&dir, &dir, &mut out);
         out.sort();
@@ -167,13 +282,14 @@ impl Cache {
     /// return the snapshot path.
     ///
     /// # Errors
+    /// [`HubError::Protocol`] for a `file` that fails [`check_repo_file`];
     /// [`HubError::Io`].
-    pub fn link(&self, repo: &str, commit: &str, file: &str, sha256: &str) -> Result<PathBuf, HubError> {
-        let entry = self.snapshot_path(repo, commit, file);
+    pub fn link(&self, repo: &str, commit: &CommitId, file: &str, blob_id: &BlobId) -> Result<PathBuf, HubError> {
+        let entry = self.snapshot_path(repo, commit, file)?;
         let dir = entry.parent().unwrap_or(&self.root).to_path_buf();
         std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
         let _ = std::fs::remove_file(&entry);
-        let blob = self.blob_path(repo, sha256);
+        let blob = self.blob_path(repo, blob_id);
         #[cfg(unix)]
         {
             let depth = file.split('/').count() + 1; // snapshots/{commit}/{sub/dirs/}file
@@ -182,7 +298,7 @@ impl Cache {
                 target.push("..");
             }
             target.push("blobs");
-            target.push(sha256);
+            target.push(blob_id.as_str());
             if std::os::unix::fs::symlink(&target, &entry).is_ok() {
                 return Ok(entry);
             }
@@ -201,11 +317,12 @@ impl Cache {
             let repo = rest.replacen("--", "/", 1);
             let Ok(commits) = std::fs::read_dir(entry.path().join("snapshots")) else { continue };
             for commit in commits.flatten() {
-                let commit = commit.file_name().to_string_lossy().into_owned();
+                // Directories that are not commits are not ours (or not finished): skip.
+                let Ok(commit) = CommitId::parse(&commit.file_name().to_string_lossy()) else { continue };
                 for file in self.snapshot_files(&repo, &commit) {
-                    let path = self.snapshot_path(&repo, &commit, &file);
+                    let Ok(path) = self.snapshot_path(&repo, &commit, &file) else { continue };
                     let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-                    out.push(CachedFile { repo: repo.clone(), file, commit: commit.clone(), path, size });
+                    out.push(CachedFile { repo: repo.clone(), file, commit: commit.to_string(), path, size });
                 }
             }
         }
@@ -260,13 +377,29 @@ impl Cache {
     /// `{root}/toolgate-quarantine/ORG--NAME/`, with a `.reason` file beside it, and
     /// remove its snapshot entry. Returns the quarantined path.
     ///
+    /// Only a file inside this repository's cache directory is ever moved: `path`
+    /// (or the blob it links to) anywhere else is refused, so no answer from the Hub
+    /// can make this move a file that is not the cache's.
+    ///
     /// # Errors
+    /// [`HubError::InvalidRepoId`], [`HubError::Protocol`] for a `file` that fails
+    /// [`check_repo_file`] or a `path` outside the repository's cache directory;
     /// [`HubError::Io`].
     pub fn quarantine(&self, repo: &str, file: &str, path: &Path, reason: &str) -> Result<PathBuf, HubError> {
+        check_repo_id(repo)?;
+        check_repo_file(file)?;
+        let real = std::fs::canonicalize(path).map_err(|e| io(path, e))?;
+        let repo_dir = std::fs::canonicalize(self.repo_dir(repo)).map_err(|e| io(&self.repo_dir(repo), e))?;
+        if !real.starts_with(&repo_dir) {
+            return Err(HubError::Protocol(format!(
+                "refusing to quarantine {}: it is outside the cache of {repo} ({})",
+                real.display(),
+                repo_dir.display()
+            )));
+        }
         let dir = self.root.join("toolgate-quarantine").join(repo.replace('/', "--"));
         std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
         let dest = dir.join(file.replace('/', "--"));
-        let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
         if std::fs::rename(&real, &dest).is_err() {
             std::fs::copy(&real, &dest).map_err(|e| io(&dest, e))?;
             std::fs::remove_file(&real).map_err(|e| io(&real, e))?;

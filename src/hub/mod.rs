@@ -45,6 +45,7 @@ pub use http::redirect_target;
 use crate::gguf::{self, GgufFile};
 use crate::template::source::GgufTemplates;
 use crate::template::ToolFallback;
+use cache::{BlobId, CommitId};
 use http::{Http, RangeReader};
 
 /// The public Hub.
@@ -441,6 +442,13 @@ fn judge(model_id: &str, arch: Option<&str>, templates: &GgufTemplates, gate: &G
         Ok(setup) => {
             v.template_source = Some(setup.source.to_string());
             v.family = Some(setup.family.to_string());
+            if setup.layout.format.is_none() {
+                v.refusal = Some(format!(
+                    "{model_id}: its chat template's tool-call layout cannot be read ({}); \
+                     serve it with --tool-format FAMILY or --tool-fallback generic",
+                    setup.layout.round_trip
+                ));
+            }
         }
         Err(e) => v.refusal = Some(e.to_string()),
     }
@@ -568,7 +576,9 @@ impl Hub {
 
     /// The file's sha256, size and commit from a `HEAD` on its resolve URL
     /// (`x-linked-etag`, `x-linked-size`, `x-repo-commit`), else `paths-info`.
-    fn file_meta(&self, repo: &str, revision: &str, file: &str) -> Result<(String, u64, Option<String>), HubError> {
+    /// Every value is checked before it is returned: the oid must be a [`BlobId`],
+    /// the commit a [`CommitId`].
+    fn file_meta(&self, repo: &str, revision: &str, file: &str) -> Result<(BlobId, u64, Option<CommitId>), HubError> {
         let url = Self::resolve_url(repo, revision, file);
         let resp = self.http.check(self.http.send("HEAD", &url, None)?, &format!("{repo}/{file}"))?;
         let etag = resp.header("x-linked-etag").or_else(|| resp.header("etag")).unwrap_or_default();
@@ -577,10 +587,15 @@ impl Hub {
             .header("x-linked-size")
             .or_else(|| resp.final_header("content-length"))
             .and_then(|s| s.parse::<u64>().ok());
-        let commit = resp.header("x-repo-commit");
-        let is_sha256 = etag.len() == 64 && etag.bytes().all(|b| b.is_ascii_hexdigit());
-        if let (true, Some(size)) = (is_sha256, size) {
-            return Ok((etag, size, commit));
+        let commit = match resp.header("x-repo-commit") {
+            Some(c) => Some(
+                CommitId::parse(c.trim())
+                    .map_err(|e| HubError::Protocol(format!("{repo}/{file}: x-repo-commit: {e}")))?,
+            ),
+            None => None,
+        };
+        if let (Ok(blob), Some(size)) = (BlobId::parse(&etag), size) {
+            return Ok((blob, size, commit));
         }
         // paths-info: [{"path", "size", "lfs": {"oid", "size"}}]
         let info_url = format!("/api/models/{}/paths-info/{}", encode(repo, true), encode(revision, false));
@@ -598,7 +613,11 @@ impl Hub {
         let entry = v.as_array().and_then(|a| a.iter().find(|e| e["path"] == file));
         let lfs = entry.map(|e| &e["lfs"]);
         match (lfs.and_then(|l| l["oid"].as_str()), lfs.and_then(|l| l["size"].as_u64())) {
-            (Some(oid), Some(size)) => Ok((oid.trim_start_matches("sha256:").to_ascii_lowercase(), size, commit)),
+            (Some(oid), Some(size)) => {
+                let blob = BlobId::parse(oid)
+                    .map_err(|e| HubError::Protocol(format!("{repo}/{file}: paths-info lfs.oid: {e}")))?;
+                Ok((blob, size, commit))
+            }
             _ => Err(HubError::NoChecksum { url: format!("{}{url}", self.http.endpoint()) }),
         }
     }
@@ -683,12 +702,12 @@ impl Hub {
                 shards: choice.shards,
             });
         }
-        let path = cache.snapshot_path(repo, &commit, &choice.file);
+        let path = cache.snapshot_path(repo, &commit, &choice.file)?;
         let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
         Ok(Pulled {
             repo: repo.to_string(),
             file: choice.file,
-            commit,
+            commit: commit.to_string(),
             path,
             size,
             choice: choice.reason,
@@ -712,6 +731,7 @@ impl Hub {
         if self.config.offline {
             return self.cached(repo, opts);
         }
+        cache::check_revision(&opts.revision)?;
         progress.note(&format!("resolving {repo} ({}) on {}", opts.revision, self.config.endpoint));
         let info = self.repo_info(repo, &opts.revision)?;
         if !self.http.has_token() {
@@ -736,8 +756,12 @@ impl Hub {
         let file = choice.file.clone();
         progress.note(&format!("chose {file} ({})", choice.reason));
         let cache = self.cache();
-        if let Some(commit) = &info.commit {
-            let path = cache.snapshot_path(repo, commit, &file);
+        let listed_commit = match &info.commit {
+            Some(c) => Some(CommitId::parse(c).map_err(|e| HubError::Protocol(format!("{repo}: sha: {e}")))?),
+            None => None,
+        };
+        if let Some(commit) = &listed_commit {
+            let path = cache.snapshot_path(repo, commit, &file)?;
             if path.is_file() {
                 cache.write_ref(repo, &opts.revision, commit)?;
                 let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
@@ -745,7 +769,7 @@ impl Hub {
                 return Ok(Pulled {
                     repo: repo.to_string(),
                     file,
-                    commit: commit.clone(),
+                    commit: commit.to_string(),
                     path,
                     size,
                     choice: choice.reason,
@@ -755,7 +779,18 @@ impl Hub {
             }
         }
         let (sha256, size, head_commit) = self.file_meta(repo, &opts.revision, &file)?;
-        let commit = info.commit.clone().or(head_commit).unwrap_or_else(|| opts.revision.clone());
+        // The snapshot directory is named by a commit id and nothing else: the one the
+        // repository listing gave, else the file's `x-repo-commit`, else the revision
+        // when it is a commit id itself.
+        let commit = match listed_commit.or(head_commit) {
+            Some(c) => c,
+            None => CommitId::parse(&opts.revision).map_err(|_| {
+                HubError::Protocol(format!(
+                    "{repo}: the Hub named no commit for revision `{}`, so the file has no snapshot to go in",
+                    opts.revision
+                ))
+            })?,
+        };
 
         let precheck = self.precheck(repo, &opts.revision, &file, Some(size), &opts.gate)?;
         let how = match &precheck.source {
@@ -789,13 +824,13 @@ impl Hub {
                     Self::resolve_url(repo, &opts.revision, &file)
                 ),
                 size,
-                sha256: sha256.clone(),
+                sha256: sha256.as_str().to_string(),
                 incomplete: cache.incomplete_path(repo, &sha256),
                 blob: blob.clone(),
                 attempts: self.config.attempts.max(1),
             };
             job.run(&self.http, progress)?;
-            progress.note(&format!("sha256 verified: {sha256}"));
+            progress.note(&format!("sha256 verified: {}", sha256.as_str()));
         }
         let path = cache.link(repo, &commit, &file, &sha256)?;
         cache.write_ref(repo, &opts.revision, &commit)?;
@@ -809,7 +844,7 @@ impl Hub {
         Ok(Pulled {
             repo: repo.to_string(),
             file,
-            commit,
+            commit: commit.to_string(),
             path,
             size,
             choice: choice.reason,

@@ -336,6 +336,7 @@ async fn props(State(s): State<Arc<AppState>>) -> Json<Value> {
         "reasons": s.setup.report.reasons,
         "template_source": s.setup.source.to_string(),
         "chat_format": s.setup.family,
+        "tool_format": s.setup.layout,
         "tool_mode": s.tool_mode,
         "parallel": s.pool().len(),
         "conversation_policy": s.setup.policy,

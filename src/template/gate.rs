@@ -9,6 +9,7 @@ use super::caps::{probe, ProbeReport};
 use super::render::ChatTemplate;
 use super::source::{self, GgufTemplates, TemplateSource};
 use super::transform::{self, ConversationPolicy, TemplateSignals};
+use crate::tools::derive::{resolve, CallLayout};
 use crate::{Error, Result};
 
 /// What to do with a model whose template cannot do tools.
@@ -49,8 +50,11 @@ pub struct ChatSetup {
     pub signals: TemplateSignals,
     /// System folding / turn merging to apply to requests.
     pub policy: ConversationPolicy,
-    /// The tool-call family the template writes (see [`super::family`]).
-    pub family: &'static str,
+    /// The tool-call family the template writes: the name of [`Self::layout`].
+    pub family: String,
+    /// The call layout, with how it was chosen and its round trip
+    /// ([`crate::tools::derive::resolve`]).
+    pub layout: CallLayout,
     /// Reasoning-block markers the template uses (`<think>`…`</think>`), if any: the
     /// block is split off into `reasoning_content`, never content.
     pub reasoning: Option<(&'static str, &'static str)>,
@@ -59,9 +63,9 @@ pub struct ChatSetup {
 }
 
 impl ChatSetup {
-    /// Read and write tool calls in `family`'s format instead of the one detected from
-    /// the template (`--tool-format`), for a template whose calls detection cannot
-    /// recognise or gets wrong.
+    /// Read and write tool calls in `family`'s format instead of the one derived from
+    /// the template (`--tool-format`), for a template whose calls derivation cannot
+    /// read or gets wrong.
     ///
     /// ```
     /// # use toolgate::template::{source::GgufTemplates, gate, ToolFallback};
@@ -74,22 +78,9 @@ impl ChatSetup {
     /// [`Error::InvalidParameter`] when toolgate has no format file for `family` (the
     /// message lists those it has).
     pub fn with_family(mut self, family: &str) -> Result<Self> {
-        let formats = crate::tools::format::all()?;
-        let known = formats.iter().any(|f| f.family == family);
-        let name = super::family::FAMILIES.iter().map(|(n, _)| *n).chain(["generic"]).find(|n| *n == family);
-        match (known, name) {
-            (true, Some(name)) => {
-                self.family = name;
-                Ok(self)
-            }
-            _ => Err(Error::InvalidParameter {
-                name: "tool-format",
-                reason: format!(
-                    "no tool-call format `{family}` (formats: {})",
-                    formats.iter().map(|f| f.family.as_str()).collect::<Vec<_>>().join(", ")
-                ),
-            }),
-        }
+        self.layout = CallLayout::from_flag(family)?;
+        self.family = family.to_string();
+        Ok(self)
     }
 }
 
@@ -108,9 +99,21 @@ fn setup(template: ChatTemplate, source: TemplateSource, arch: Option<&str>, nat
     let signals = transform::signals(template.source());
     let has_template = !matches!(source, TemplateSource::ChatMlDefault);
     let policy = transform::policy(report.caps.supports_system_role, signals, arch, has_template);
-    let family = if source == TemplateSource::GenericFallback { "generic" } else { super::family::detect(&template) };
+    let marker_family =
+        if source == TemplateSource::GenericFallback { "generic" } else { super::family::detect(&template) };
+    let layout = resolve(&template, report.caps.supports_object_arguments, marker_family);
     let reasoning = super::family::reasoning_markers(template.source());
-    ChatSetup { template, source, report, signals, policy, family, reasoning, native_report: native }
+    ChatSetup {
+        template,
+        source,
+        report,
+        signals,
+        policy,
+        family: layout.family.clone(),
+        layout,
+        reasoning,
+        native_report: native,
+    }
 }
 
 /// Choose, probe and judge the template of model `model_id`.

@@ -2,6 +2,7 @@
 //! `tool_choice`, and the parser that turns model output into OpenAI `tool_calls`.
 
 pub mod definition;
+pub mod derive;
 pub mod format;
 pub mod reasoning;
 pub mod stream;
@@ -230,6 +231,26 @@ pub fn calls_regex(
     parallel: bool,
     tok: &Tokenizer,
 ) -> Result<CallsRegex> {
+    calls_regex_with(f, tools, choice, parallel, &|text| marker(text, tok))
+}
+
+/// [`calls_regex`] without a vocabulary: every marker is plain text. For checking a
+/// format against text a template rendered (the markers then are text too), as
+/// [`derive::conformance`] does.
+///
+/// # Errors
+/// As [`calls_regex`].
+pub fn calls_regex_plain(f: &ToolFormat, tools: &[Tool], choice: &ToolChoice, parallel: bool) -> Result<CallsRegex> {
+    calls_regex_with(f, tools, choice, parallel, &|text| regex_syntax::escape(text))
+}
+
+fn calls_regex_with(
+    f: &ToolFormat,
+    tools: &[Tool],
+    choice: &ToolChoice,
+    parallel: bool,
+    marker: &dyn Fn(&str) -> String,
+) -> Result<CallsRegex> {
     let selected: Vec<&Tool> = match choice {
         ToolChoice::None => {
             return Err(Error::InvalidParameter { name: "tool_choice", reason: "`none` allows no call".into() })
@@ -292,13 +313,13 @@ pub fn calls_regex(
                     "{}{}{index}{}{args}",
                     regex_syntax::escape(&f.name_prefix),
                     regex_syntax::escape(name),
-                    marker(&f.name_end, tok)
+                    marker(&f.name_end)
                 ));
             }
         }
     }
     let nl = if f.inner_newlines { "\\n?" } else { "" };
-    let call = format!("{}{nl}(?:{}){nl}{}", marker(&f.call_start, tok), bodies.join("|"), marker(&f.call_end, tok));
+    let call = format!("{}{nl}(?:{}){nl}{}", marker(&f.call_start), bodies.join("|"), marker(&f.call_end));
     let sep = if f.list { ", ?".to_string() } else { format!("(?:{})?", regex_syntax::escape(&f.separator)) };
     let calls = if parallel {
         let call = rules.share(call);
@@ -312,7 +333,7 @@ pub fn calls_regex(
             (true, false) => ("\\[", "\\]"),
             (false, _) => ("", ""),
         };
-        format!("{}{nl}{open}{calls}{close}{nl}{}", marker(&f.section_start, tok), marker(&f.section_end, tok))
+        format!("{}{nl}{open}{calls}{close}{nl}{}", marker(&f.section_start), marker(&f.section_end))
     } else {
         calls
     };

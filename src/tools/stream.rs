@@ -798,7 +798,7 @@ fn read_name(fmt: &ToolFormat, body: &str) -> Option<Result<(String, usize), ()>
 /// while undecided; `Err(offset)` where the text stops being that; `Ok((length through
 /// </function>, [(key, raw value)]))`.
 #[allow(clippy::type_complexity)]
-fn xml_params(s: &str) -> Option<Result<(usize, Vec<(String, String)>), usize>> {
+pub(crate) fn xml_params(s: &str) -> Option<Result<(usize, Vec<(String, String)>), usize>> {
     const OPEN: &str = "<parameter=";
     const CLOSE: &str = "</parameter>";
     const END: &str = "</function>";
@@ -832,7 +832,7 @@ fn xml_params(s: &str) -> Option<Result<(usize, Vec<(String, String)>), usize>> 
 /// newline (the layout around it); parameters in `strings` (declared as strings) stay
 /// text, others are JSON when they parse as JSON (numbers, booleans, objects) and text
 /// otherwise.
-fn xml_to_json(params: &[(String, String)], strings: Option<&std::collections::HashSet<String>>) -> String {
+pub(crate) fn xml_to_json(params: &[(String, String)], strings: Option<&std::collections::HashSet<String>>) -> String {
     let mut map = serde_json::Map::new();
     for (key, raw) in params {
         let v = raw.strip_prefix('\n').unwrap_or(raw);

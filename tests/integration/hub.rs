@@ -391,20 +391,21 @@ fn repo_ids_and_file_paths_are_checked() {
 
 #[test]
 fn cache_links_lists_removes_and_quarantines() {
+    use toolgate::hub::cache::{BlobId, CommitId};
     use toolgate::hub::Cache;
     let tmp = tempfile::tempdir().unwrap();
     let cache = Cache::new(tmp.path());
     let repo = "org/m";
-    let sha = "ab".repeat(32);
+    let sha = BlobId::parse(&"ab".repeat(32)).unwrap();
     let blob = cache.blob_path(repo, &sha);
     std::fs::create_dir_all(blob.parent().unwrap()).unwrap();
     std::fs::write(&blob, b"GGUF....").unwrap();
-    let commit = "c".repeat(40);
+    let commit = CommitId::parse(&"c".repeat(40)).unwrap();
     let p = cache.link(repo, &commit, "sub/m.gguf", &sha).unwrap();
     assert_eq!(std::fs::read(&p).unwrap(), b"GGUF....");
     cache.write_ref(repo, "main", &commit).unwrap();
-    assert_eq!(cache.resolve_revision(repo, "main").as_deref(), Some(commit.as_str()));
-    assert_eq!(cache.resolve_revision(repo, &commit).as_deref(), Some(commit.as_str()));
+    assert_eq!(cache.resolve_revision(repo, "main"), Some(commit.clone()));
+    assert_eq!(cache.resolve_revision(repo, commit.as_str()), Some(commit.clone()));
     let listed = cache.list();
     assert_eq!(listed.len(), 1);
     assert_eq!((listed[0].repo.as_str(), listed[0].file.as_str(), listed[0].size), (repo, "sub/m.gguf", 8));
@@ -422,6 +423,98 @@ fn cache_links_lists_removes_and_quarantines() {
     assert!(matches!(cache.remove(repo, Some("m.gguf")), Err(HubError::NotCached { .. })));
     cache.remove(repo, None).unwrap();
     assert!(!cache.repo_dir(repo).exists());
+}
+
+// ---- A hostile hub: nothing it answers may name a path outside the cache ----
+
+/// Pull from a hub that answers with `repo`, and check the attack failed: the pull
+/// is an error, the victim file outside the cache is unchanged, and nothing was
+/// written outside the cache directory.
+fn pull_from_hostile_hub(repo: FakeRepo, tmp: &Path, victim: &Path) -> HubError {
+    let before = files_under(tmp);
+    let victim_bytes = std::fs::read(victim).unwrap();
+    let fake = start(&[("evil/m", repo)]);
+    let cache = tmp.join("hub");
+    let err = hub(&fake, &cache, None).pull("evil/m", &generic(), &mut ()).unwrap_err();
+    assert_eq!(std::fs::read(victim).unwrap(), victim_bytes, "the victim file changed ({err})");
+    let outside: Vec<PathBuf> =
+        files_under(tmp).into_iter().filter(|p| !p.starts_with(&cache) && !before.contains(p)).collect();
+    assert!(outside.is_empty(), "written outside the cache: {outside:?} ({err})");
+    let quarantined = files_under(&cache.join("toolgate-quarantine"));
+    assert!(quarantined.is_empty(), "moved into the quarantine: {quarantined:?} ({err})");
+    err
+}
+
+#[test]
+fn a_hostile_hub_cannot_name_paths_outside_the_cache() {
+    let tmp = tempfile::tempdir().unwrap();
+    let victim_dir = tmp.path().join("victim");
+    std::fs::create_dir_all(victim_dir.join("x")).unwrap();
+    let victim = victim_dir.join("precious.txt");
+    std::fs::write(&victim, b"not the hub's").unwrap();
+    let depth = "../".repeat(8);
+
+    // 1. The paths-info oid (no x-linked-etag, so the client asks paths-info).
+    for oid in [victim.display().to_string(), format!("{depth}{}/x/planted", victim_dir.display()), "sha256:".into()] {
+        let mut repo = public_repo(smollm2());
+        repo.files[2].no_etag = true;
+        repo.files[2].advertised_sha = Some(oid.clone());
+        let err = pull_from_hostile_hub(repo, tmp.path(), &victim);
+        assert!(matches!(err, HubError::Protocol(_)) && err.to_string().contains("lfs.oid"), "oid {oid}: {err}");
+        assert!(!victim_dir.join("x/planted.incomplete").exists() && !victim_dir.join("x/planted").exists());
+    }
+
+    // 2. The commit, from the listing's `sha` (and the same as x-repo-commit).
+    for commit in [format!("{depth}{}", victim.display()), victim_dir.display().to_string(), "main".into()] {
+        let repo = FakeRepo { commit: Some(commit.clone()), ..public_repo(smollm2()) };
+        let err = pull_from_hostile_hub(repo, tmp.path(), &victim);
+        assert!(
+            matches!(err, HubError::Protocol(_)) && err.to_string().contains("commit id"),
+            "commit {commit}: {err}"
+        );
+    }
+
+    // 3. File names in the listing.
+    for name in ["../../evil.gguf".to_string(), format!("{}/evil.gguf", victim_dir.display()), "a/./b.gguf".into()] {
+        let mut repo = public_repo(smollm2());
+        repo.files.push(FakeFile::served(&name, smollm2()));
+        let err = pull_from_hostile_hub(repo, tmp.path(), &victim);
+        assert!(err.to_string().contains("unsafe file path"), "file {name}: {err}");
+    }
+
+    // 4. A revision asked for by the user never names a path either.
+    let fake = start(&[("evil/m", public_repo(smollm2()))]);
+    let opts = PullOptions { revision: "../../../x".into(), ..generic() };
+    let err = hub(&fake, &tmp.path().join("hub"), None).pull("evil/m", &opts, &mut ()).unwrap_err();
+    assert!(err.to_string().contains("unsafe revision"), "{err}");
+    assert!(fake.seen().is_empty(), "refused before asking the hub");
+
+    // And the same hub, honest, still works from the same cache.
+    let pulled = hub(&fake, &tmp.path().join("hub"), None).pull("evil/m", &generic(), &mut ()).unwrap();
+    assert!(pulled.path.starts_with(tmp.path().join("hub")), "{}", pulled.path.display());
+    assert_eq!(std::fs::read(&victim).unwrap(), b"not the hub's");
+}
+
+#[test]
+fn the_cache_reads_only_commit_ids_and_moves_only_its_own_files() {
+    use toolgate::hub::Cache;
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = Cache::new(tmp.path().join("hub"));
+    let repo = "org/m";
+    let refs = cache.repo_dir(repo).join("refs");
+    std::fs::create_dir_all(&refs).unwrap();
+    // A ref file that was tampered with (or written by a hostile hub through an older
+    // client) names no snapshot.
+    std::fs::write(refs.join("main"), "../../../../etc").unwrap();
+    assert_eq!(cache.resolve_revision(repo, "main"), None);
+    assert_eq!(cache.resolve_revision(repo, "../refs/main"), None);
+    // The quarantine refuses a file outside the repository's cache.
+    let outside = tmp.path().join("outside.gguf");
+    std::fs::write(&outside, b"GGUF").unwrap();
+    let err = cache.quarantine(repo, "m.gguf", &outside, "bad").unwrap_err();
+    assert!(err.to_string().contains("outside the cache"), "{err}");
+    assert!(outside.exists());
+    assert!(cache.quarantine(repo, "../m.gguf", &outside, "bad").is_err());
 }
 
 fn names(v: &[&str]) -> Vec<String> {

@@ -12,6 +12,7 @@ mod batching;
 mod bench;
 mod config;
 mod conversation;
+mod format_derivation;
 mod generation;
 mod grammar;
 mod greedy_fixtures;

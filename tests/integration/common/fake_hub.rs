@@ -57,6 +57,15 @@ pub struct FakeRepo {
     pub private: bool,
     /// The `gguf.chat_template` hint of `?expand[]=gguf`.
     pub template_hint: Option<String>,
+    /// The commit reported as the listing's `sha` and as `x-repo-commit` (`None`: a
+    /// real-looking 40-hex commit). A hostile hub sets paths here.
+    pub commit: Option<String>,
+}
+
+impl FakeRepo {
+    fn commit(&self) -> String {
+        self.commit.clone().unwrap_or_else(|| COMMIT.to_string())
+    }
 }
 
 pub fn sha256_hex(data: &[u8]) -> String {
@@ -203,7 +212,7 @@ fn info(inner: Arc<Inner>, id: String, method: Method, uri: axum::http::Uri, hea
     let gated = repo.gated.map(serde_json::Value::from).unwrap_or(serde_json::Value::Bool(false));
     json(
         StatusCode::OK,
-        serde_json::json!({ "id": id, "sha": COMMIT, "private": repo.private, "gated": gated, "siblings": siblings }),
+        serde_json::json!({ "id": id, "sha": repo.commit(), "private": repo.private, "gated": gated, "siblings": siblings }),
     )
 }
 
@@ -242,7 +251,14 @@ fn parse_range(headers: &HeaderMap, len: usize) -> Option<(usize, usize)> {
     Some((start, end))
 }
 
-fn serve_bytes(inner: &Inner, key: &str, file: &FakeFile, method: &Method, headers: &HeaderMap) -> Response<Body> {
+fn serve_bytes(
+    inner: &Inner,
+    key: &str,
+    commit: &str,
+    file: &FakeFile,
+    method: &Method,
+    headers: &HeaderMap,
+) -> Response<Body> {
     let Some(content) = file.content.clone() else {
         return error(StatusCode::NOT_FOUND, "file not served by the fake hub");
     };
@@ -251,7 +267,7 @@ fn serve_bytes(inner: &Inner, key: &str, file: &FakeFile, method: &Method, heade
     if !file.no_etag {
         builder = builder.header("x-linked-etag", format!("\"{}\"", file.sha())).header("x-linked-size", len);
     }
-    builder = builder.header("x-repo-commit", COMMIT).header("etag", "\"0000000000000000000000000000000000000000\"");
+    builder = builder.header("x-repo-commit", commit).header("etag", "\"0000000000000000000000000000000000000000\"");
     let range = if file.no_range { None } else { parse_range(headers, len) };
     if *method == Method::HEAD {
         return builder.status(StatusCode::OK).header("content-length", len).body(Body::empty()).unwrap();
@@ -312,11 +328,11 @@ async fn resolve(
             .header("location", format!("{base}/cdn/{}", f.sha()))
             .header("x-linked-etag", format!("\"{}\"", f.sha()))
             .header("x-linked-size", size)
-            .header("x-repo-commit", COMMIT)
+            .header("x-repo-commit", repo.commit())
             .body(Body::empty())
             .unwrap();
     }
-    serve_bytes(&inner, &format!("{id}/{file}"), f, &method, &headers)
+    serve_bytes(&inner, &format!("{id}/{file}"), &repo.commit(), f, &method, &headers)
 }
 
 async fn cdn(
@@ -329,7 +345,7 @@ async fn cdn(
     record(&inner, &method, uri.path().to_string(), &headers);
     for (id, repo) in &inner.repos {
         if let Some(f) = repo.files.iter().find(|f| f.cdn && f.sha() == sha) {
-            return serve_bytes(&inner, &format!("cdn/{id}/{}", f.name), f, &method, &headers);
+            return serve_bytes(&inner, &format!("cdn/{id}/{}", f.name), &repo.commit(), f, &method, &headers);
         }
     }
     error(StatusCode::NOT_FOUND, "no such blob")

@@ -1,0 +1,637 @@
+//! Tool-call layouts read off the template itself, by differential rendering.
+//!
+//! A template shows how its model writes calls when it renders an assistant turn
+//! that made some. [`derive`] renders the same short conversation several ways that
+//! differ in one controlled respect, and reads the layout off the differences:
+//!
+//! 1. **Where the calls are.** The turn with one call and the same turn with text
+//!    content instead (`zcontentz`) share everything before the assistant's output and
+//!    after it (the end-of-turn marker): what lies between is the call text.
+//! 2. **Where each call's body is.** The probe calls use names and argument values no
+//!    template contains (`tg_probe_alpha`, `vq_alpha`, 4711). A JSON object around the
+//!    name that holds the name and the arguments is a JSON body (its keys are the
+//!    name and arguments keys); otherwise the name is followed by the arguments in one
+//!    of the argument dialects (JSON, Gemma 4, Python keyword arguments, XML-style
+//!    parameters), recognised by reading the text after the name back into the probe's
+//!    arguments.
+//! 3. **Section, call markers, separator.** The turn with two calls gives the text
+//!    between the calls: it is the call's end marker, a separator, and the next call's
+//!    start marker. The start marker is what the text before the first call and the
+//!    text between calls end with; the end marker what the text between calls and the
+//!    text after the last call start with. What is left before (after) is the
+//!    section's start (end). Splits fall only at marker edges (after `>`, `]`, `}` or
+//!    whitespace, or before `<`, `[`, `{` or whitespace), so `<｜tool▁call▁end｜>` is
+//!    never cut inside. A `[` … `]` section with `,` between JSON bodies is a list; an
+//!    index after the name that differs between the calls (`:0`, `:1`) is a call index.
+//! 4. **Call ids.** Templates that check ids (Mistral's nine characters) fail with
+//!    OpenAI's `call_…` ids and render with nine letters and digits: the format then
+//!    gives its calls such ids.
+//!
+//! The result is a [`ToolFormat`] like the ones in `grammars/`, checked by a round trip
+//! ([`conformance`]): the parser reads the rendered calls back to the probe calls, and
+//! the constrained grammar for the probe tools accepts the rendered text. A template
+//! whose calls cannot be read this way is an [`Underivable`] naming what was missing —
+//! never a guessed format.
+//!
+//! ```
+//! use toolgate::template::ChatTemplate;
+//! use toolgate::tools::derive::derive;
+//! let t = ChatTemplate::new("demo", r#"{%- for m in messages -%}
+//! {%- if m.tool_calls -%}<|calls|>{%- for c in m.tool_calls -%}{%- if not loop.first %}, {% endif -%}
+//! <call>{"fn": "{{ c.function.name }}", "args": {{ c.function.arguments | tojson }}}</call>
+//! {%- endfor -%}<|end|>
+//! {%- else -%}<|{{ m.role }}|>{{ m.content }}<|end|>{%- endif -%}
+//! {%- endfor -%}{%- if add_generation_prompt -%}<|assistant|>{%- endif -%}"#)?;
+//! let d = derive(&t, true).unwrap();
+//! let f = &d.format;
+//! assert_eq!((f.section_start.as_str(), f.call_start.as_str(), f.call_end.as_str()), ("<|calls|>", "<call>", "</call>"));
+//! assert_eq!((f.name_key.as_str(), f.arguments_key.as_str(), f.separator.as_str()), ("fn", "args", ", "));
+//! assert!(d.parallel);
+//! # Ok::<(), toolgate::Error>(())
+//! ```
+
+use serde_json::{json, Value};
+
+use super::format::{ArgsDialect, BodyKind, CallIds, ToolFormat};
+use super::stream::{gemma_to_json, python_kwargs_to_json, StreamParser};
+use super::{Tool, ToolChoice};
+use crate::template::transform::shape_fields;
+use crate::template::{ChatTemplate, RenderRequest};
+
+/// The probe tools' names (never in a real template).
+pub const PROBE_NAMES: [&str; 2] = ["tg_probe_alpha", "tg_probe_beta"];
+
+/// What a template's layout could not be read for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot derive the tool-call layout from the template: {reason}")]
+pub struct Underivable {
+    /// What was missing or inconsistent.
+    pub reason: String,
+    /// The call text the template wrote for one probe call, when it wrote one: an
+    /// override must read it ([`conformance`]) to be used instead.
+    pub sample: Option<String>,
+}
+
+impl Underivable {
+    fn new(reason: impl Into<String>) -> Self {
+        Self { reason: reason.into(), sample: None }
+    }
+}
+
+/// A layout read off a template.
+#[derive(Debug, Clone)]
+pub struct Derivation {
+    /// The layout (`family` is `"derived"`).
+    pub format: ToolFormat,
+    /// The template renders two calls in one turn (parallel calls).
+    pub parallel: bool,
+    /// The call text the template wrote for the probe calls (two when `parallel`):
+    /// what [`conformance`] checks formats against.
+    pub sample: String,
+}
+
+/// The two probe tools: a string parameter `pq` and an integer `pn`, both required.
+pub fn probe_tools() -> Vec<Tool> {
+    PROBE_NAMES
+        .iter()
+        .map(|name| {
+            serde_json::from_value(json!({"type": "function", "function": {
+                "name": name, "description": "A probe.",
+                "parameters": {"type": "object", "properties": {
+                    "pq": {"type": "string"}, "pn": {"type": "integer"}}, "required": ["pq", "pn"]}}}))
+            .expect("a valid tool")
+        })
+        .collect()
+}
+
+/// The probe calls' arguments: `{"pq": "vq_alpha", "pn": 4711}` and
+/// `{"pq": "vq_beta", "pn": 815}`.
+pub fn probe_arguments(i: usize) -> Value {
+    [json!({"pq": "vq_alpha", "pn": 4711}), json!({"pq": "vq_beta", "pn": 815})][i].clone()
+}
+
+/// Ids in OpenAI's shape, then ids of nine letters and digits (Mistral's templates
+/// refuse any other length).
+const IDS: [(CallIds, [&str; 2]); 2] =
+    [(CallIds::Openai, ["call_0a1b2c3d4e5f", "call_6a7b8c9d0e1f"]), (CallIds::Alnum9, ["Xq7Rk2Pz9", "Lm3Tw8Vb4"])];
+
+struct Renders {
+    /// The turn with text content instead of calls.
+    text: String,
+    /// One call; two calls (when the template renders them).
+    one: String,
+    two: Option<String>,
+    ids: CallIds,
+}
+
+fn render(t: &ChatTemplate, assistant: Option<Value>, object_arguments: bool) -> Result<String, String> {
+    let mut messages = vec![json!({"role": "user", "content": "Probe question?"})];
+    messages.extend(assistant);
+    let messages = shape_fields(messages, object_arguments, false);
+    let mut req = RenderRequest::new(messages);
+    req.tools = Some(probe_tools().iter().map(|t| serde_json::to_value(t).unwrap_or(Value::Null)).collect());
+    req.add_generation_prompt = false;
+    req.bos_token = "<s>".into();
+    req.eos_token = "</s>".into();
+    t.render(&req).map_err(|e| e.to_string())
+}
+
+fn assistant_with_calls(n: usize, ids: &[&str; 2], content: Value) -> Value {
+    let calls: Vec<Value> = (0..n)
+        .map(|i| {
+            // OpenAI clients send arguments as a JSON string; `shape_fields` gives the
+            // template objects when it reads objects, as the engine does.
+            json!({"id": ids[i], "type": "function", "function": {
+                "name": PROBE_NAMES[i], "arguments": probe_arguments(i).to_string()}})
+        })
+        .collect();
+    json!({"role": "assistant", "content": content, "tool_calls": calls})
+}
+
+fn renders(t: &ChatTemplate, object_arguments: bool) -> Result<Renders, Underivable> {
+    let text = render(t, Some(json!({"role": "assistant", "content": "zcontentz"})), object_arguments)
+        .map_err(|e| Underivable::new(format!("the template cannot render an assistant answer: {e}")))?;
+    let mut last_error = String::new();
+    for (ids_kind, ids) in IDS {
+        for content in [json!(""), Value::Null] {
+            match render(t, Some(assistant_with_calls(1, &ids, content.clone())), object_arguments) {
+                Ok(one) if output_part(&one, &text).contains(PROBE_NAMES[0]) => {
+                    // A template that renders only one of two calls has no parallel calls.
+                    let two = render(t, Some(assistant_with_calls(2, &ids, content)), object_arguments)
+                        .ok()
+                        .filter(|two| PROBE_NAMES.iter().all(|n| output_part(two, &text).contains(n)));
+                    return Ok(Renders { text, one, two, ids: ids_kind });
+                }
+                Ok(_) => last_error = "the template renders an assistant turn with a tool call without the call".into(),
+                Err(e) => last_error = format!("rendering an assistant turn with a tool call failed: {e}"),
+            }
+        }
+    }
+    Err(Underivable::new(last_error))
+}
+
+/// The model's part of a rendered turn: what differs from the same turn with text
+/// content (`zcontentz`), cut at marker edges (a call turn may end with its own
+/// end-of-turn marker, `<|eom_id|>` where the text turn has `<|eot_id|>`: the shared
+/// `_id|>` is not a cut), leading and trailing whitespace trimmed.
+fn output_part<'a>(calls: &'a str, text: &str) -> &'a str {
+    let mut p = calls.bytes().zip(text.bytes()).take_while(|(a, b)| a == b).count();
+    while !calls.is_char_boundary(p) {
+        p -= 1;
+    }
+    let max_s = calls.len() - p;
+    let s = calls.bytes().rev().zip(text.bytes().rev()).take_while(|(a, b)| a == b).count().min(max_s);
+    let mut end = calls.len() - s;
+    while end > p && !(calls.is_char_boundary(end) && edge(calls, end)) {
+        end -= 1;
+    }
+    calls[p..end].trim()
+}
+
+/// A call found in the output: where it starts (its body or its name), where it ends
+/// (after its arguments or body), and what was read.
+#[derive(Debug, Clone)]
+struct Found {
+    start: usize,
+    end: usize,
+    body: Body,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Body {
+    Json {
+        name_key: String,
+        arguments_key: String,
+        id_key: String,
+    },
+    /// `name_at`: where the name starts; `name_end`: the text between the name and the
+    /// arguments.
+    NameThen {
+        name_at: usize,
+        name_end: String,
+        dialect: ArgsDialect,
+    },
+}
+
+/// The probe call `i` in `out`, searched from byte `from`.
+fn find_call(out: &str, from: usize, i: usize, ids: &[&str; 2]) -> Result<Found, String> {
+    let name = PROBE_NAMES[i];
+    let args = probe_arguments(i);
+    let n = out[from..].find(name).map(|n| from + n).ok_or_else(|| format!("the call text lacks the name {name}"))?;
+    // A JSON object around the name holding it and the arguments: a JSON body.
+    for (p, _) in out[from..n].char_indices().rev().filter(|(_, c)| *c == '{') {
+        let p = from + p;
+        let mut stream = serde_json::Deserializer::from_str(&out[p..]).into_iter::<Value>();
+        let Some(Ok(Value::Object(obj))) = stream.next() else { continue };
+        let end = p + stream.byte_offset();
+        if end <= n {
+            continue;
+        }
+        let name_key = obj.iter().find(|(_, v)| v.as_str() == Some(name)).map(|(k, _)| k.clone());
+        let arguments_key = obj
+            .iter()
+            .find(|(_, v)| {
+                **v == args || v.as_str().and_then(|s| serde_json::from_str::<Value>(s).ok()).as_ref() == Some(&args)
+            })
+            .map(|(k, _)| k.clone());
+        if let (Some(name_key), Some(arguments_key)) = (name_key, arguments_key) {
+            let id_key =
+                obj.iter().find(|(_, v)| v.as_str() == Some(ids[i])).map(|(k, _)| k.clone()).unwrap_or_default();
+            if obj.len() > 2 + usize::from(!id_key.is_empty()) {
+                return Err(format!("the JSON call body has keys besides the name, arguments and id: {obj:?}"));
+            }
+            return Ok(Found { start: p, end, body: Body::Json { name_key, arguments_key, id_key } });
+        }
+    }
+    // The name, then the arguments in one of the dialects.
+    let after = n + name.len();
+    let rest = &out[after..];
+    let same = |json: Option<String>| json.and_then(|j| serde_json::from_str::<Value>(&j).ok()).as_ref() == Some(&args);
+    let closers = |open: usize, close: char| {
+        rest[open..].char_indices().filter(move |(_, c)| *c == close).map(move |(j, _)| open + j + 1)
+    };
+    if let Some(open) = rest.find('{') {
+        let mut stream = serde_json::Deserializer::from_str(&rest[open..]).into_iter::<Value>();
+        if let Some(Ok(v)) = stream.next() {
+            if v == args {
+                let end = after + open + stream.byte_offset();
+                return Ok(name_then(out, n, after, after + open, end, ArgsDialect::Json));
+            }
+        }
+        if let Some(close) = closers(open, '}').find(|&c| same(gemma_to_json(&rest[open..c]))) {
+            return Ok(name_then(out, n, after, after + open, after + close, ArgsDialect::Gemma4));
+        }
+    }
+    if let Some(open) = rest.find('(') {
+        if let Some(close) = closers(open, ')').find(|&c| same(python_kwargs_to_json(&rest[open..c]))) {
+            return Ok(name_then(out, n, after, after + open, after + close, ArgsDialect::Python));
+        }
+    }
+    if let Some(open) = rest.find("<parameter=") {
+        let strings: std::collections::HashSet<String> = ["pq".to_string()].into();
+        if let Some(Ok((len, params))) = super::stream::xml_params(&rest[open..]) {
+            if same(Some(super::stream::xml_to_json(&params, Some(&strings)))) {
+                return Ok(name_then(out, n, after, after + open, after + open + len, ArgsDialect::XmlParameters));
+            }
+        }
+    }
+    Err(format!(
+        "after the name {name}, the arguments {args} are in no layout toolgate reads (JSON, Gemma 4, Python keyword \
+         arguments, <parameter=…> tags): {:?}",
+        shorten(rest)
+    ))
+}
+
+fn name_then(out: &str, name_at: usize, after: usize, args_at: usize, end: usize, dialect: ArgsDialect) -> Found {
+    Found { start: name_at, end, body: Body::NameThen { name_at, name_end: out[after..args_at].to_string(), dialect } }
+}
+
+fn shorten(s: &str) -> String {
+    s.chars().take(160).collect()
+}
+
+/// Whether byte `i` of `s` is a marker edge: the text before it ends a marker or
+/// whitespace, or the text after it starts one.
+fn edge(s: &str, i: usize) -> bool {
+    let before = s[..i].chars().next_back();
+    let after = s[i..].chars().next();
+    match (before, after) {
+        (None, _) | (_, None) => true,
+        (Some(b), Some(a)) => {
+            matches!(b, '>' | ']' | '}' | ')') || b.is_whitespace() || matches!(a, '<' | '[' | '{') || a.is_whitespace()
+        }
+    }
+}
+
+/// Split the text between two calls (`mid`) into end marker, separator and start
+/// marker, where the start marker ends the text before the first call (`pre`) and the
+/// end marker starts the text after the last (`post`): the split with the longest
+/// markers whose every cut is a marker edge. Returns `(section_start, call_start,
+/// separator, call_end, section_end)`.
+fn split_markers<'a>(pre: &'a str, mid: &'a str, post: &'a str) -> Option<[&'a str; 5]> {
+    let mut best: Option<(usize, [&str; 5])> = None;
+    let cuts: Vec<usize> = (0..=mid.len()).filter(|&i| mid.is_char_boundary(i)).collect();
+    for &i in &cuts {
+        let ce = &mid[..i];
+        if !post.starts_with(ce) || !edge(mid, i) || !edge(post, i) {
+            continue;
+        }
+        for &j in cuts.iter().filter(|&&j| j >= i) {
+            let cs = &mid[j..];
+            if !pre.ends_with(cs) || !edge(mid, j) || !edge(pre, pre.len() - cs.len()) {
+                continue;
+            }
+            let score = ce.len() + cs.len();
+            if best.as_ref().is_none_or(|(s, _)| score > *s) {
+                best = Some((score, [&pre[..pre.len() - cs.len()], cs, &mid[i..j], ce, &post[ce.len()..]]));
+            }
+        }
+    }
+    best.map(|(_, parts)| parts)
+}
+
+/// Strip one newline (and the spaces around it) at the inner side of a marker: `true`
+/// when one was there (the grammar then allows a newline in that place).
+fn inner_newline(s: &str, at_end: bool) -> (String, bool) {
+    let t = if at_end { s.trim_end() } else { s.trim_start() };
+    let cut = if at_end { &s[t.len()..] } else { &s[..s.len() - t.len()] };
+    (t.to_string(), cut.contains('\n'))
+}
+
+/// Read the layout of `template`'s tool calls (see the [module docs](self)).
+/// `object_arguments`: the template reads call arguments as JSON objects (the
+/// prober's `supports_object_arguments`), so they are passed as the engine passes them.
+///
+/// Cost: four to eight renders of a two-message conversation, and a search quadratic
+/// in the length of the text between two calls (tens of bytes): about a millisecond.
+///
+/// # Errors
+/// [`Underivable`] naming what could not be read: the template renders no call, the
+/// name or arguments cannot be found, the arguments are in a layout toolgate has no
+/// dialect for, or the markers do not split consistently.
+pub fn derive(template: &ChatTemplate, object_arguments: bool) -> Result<Derivation, Underivable> {
+    let r = renders(template, object_arguments)?;
+    let one = output_part(&r.one, &r.text).to_string();
+    read_layout(&r).map_err(|reason| Underivable { reason, sample: Some(one) })
+}
+
+fn read_layout(r: &Renders) -> Result<Derivation, String> {
+    let ids = IDS.iter().find(|(k, _)| *k == r.ids).map(|(_, ids)| *ids).unwrap_or(IDS[0].1);
+    let one = output_part(&r.one, &r.text);
+    let c1 = find_call(one, 0, 0, &ids)?;
+    let two = r.two.as_deref().map(|t| output_part(t, &r.text));
+    let pair = match two {
+        Some(two) => {
+            let a = find_call(two, 0, 0, &ids)?;
+            let b = find_call(two, a.end, 1, &ids)?;
+            Some((two, a, b))
+        }
+        None => None,
+    };
+    let pre = &one[..c1.start];
+    let post = &one[c1.end..];
+    let [section_start, call_start, separator, call_end, section_end] = match &pair {
+        Some((two, a, b)) => {
+            let (pre2, post2) = (&two[..a.start], &two[b.end..]);
+            if pre2 != pre || post2 != post {
+                return Err(format!(
+                    "one call and two calls are written differently: {:?} vs {:?}",
+                    shorten(one),
+                    shorten(two)
+                ));
+            }
+            split_markers(pre, &two[a.end..b.start], post).ok_or_else(|| {
+                format!("the text between two calls does not split into markers: {:?}", shorten(&two[a.end..b.start]))
+            })?
+        }
+        None => ["", pre, "", post, ""],
+    };
+    let mut f = ToolFormat {
+        family: "derived".into(),
+        description: format!("derived from the template: {}", shorten(pair.as_ref().map_or(one, |p| p.0))),
+        section_start: String::new(),
+        section_end: String::new(),
+        list: false,
+        call_start: String::new(),
+        body_trigger: String::new(),
+        call_end: String::new(),
+        separator: separator.to_string(),
+        inner_newlines: false,
+        body: BodyKind::JsonNameArguments,
+        name_key: "name".into(),
+        arguments_key: "arguments".into(),
+        name_prefix: String::new(),
+        name_end: String::new(),
+        name_index_separator: String::new(),
+        dialect: ArgsDialect::Json,
+        id_key: String::new(),
+        id_pattern: String::new(),
+        call_ids: r.ids,
+    };
+    let (ss, nl1) = inner_newline(section_start, true);
+    let (se, nl2) = inner_newline(section_end, false);
+    let (cs, nl3) = inner_newline(call_start, true);
+    let (ce, nl4) = inner_newline(call_end, false);
+    f.inner_newlines = nl1 || nl2 || nl3 || nl4;
+    f.section_start = ss;
+    f.section_end = se;
+    f.call_start = cs;
+    f.call_end = ce;
+    match &c1.body {
+        Body::Json { name_key, arguments_key, id_key } => {
+            f.name_key = name_key.clone();
+            f.arguments_key = arguments_key.clone();
+            if !id_key.is_empty() {
+                f.id_key = id_key.clone();
+                f.id_pattern = if r.ids == CallIds::Alnum9 { "[A-Za-z0-9_-]{9}" } else { "[A-Za-z0-9_-]{1,40}" }.into();
+            }
+            // `[` … `]` around bodies separated by `,`: a list.
+            if f.call_start.is_empty()
+                && f.call_end.is_empty()
+                && f.section_start.ends_with('[')
+                && f.section_end.starts_with(']')
+            {
+                f.list = true;
+                f.separator = ", ".into();
+                let marker = f.section_start[..f.section_start.len() - 1].trim_end();
+                // A word before the `[` keeps it (`functools[`): the word alone is text.
+                if marker.chars().last().is_some_and(|c| !c.is_alphanumeric()) {
+                    f.section_start = marker.to_string();
+                }
+                f.section_end = f.section_end[1..].trim_start().to_string();
+            }
+            if f.section_start.is_empty() && f.call_start.is_empty() {
+                f.body_trigger = format!("{{\"{}\"", f.name_key);
+            }
+        }
+        Body::NameThen { name_end, dialect, .. } => {
+            f.body = BodyKind::NameThenArguments;
+            f.dialect = *dialect;
+            f.name_end = name_end.clone();
+            // `:0` / `:1` after the names: a call index.
+            if let Some((_, b, _)) = &pair {
+                if let Body::NameThen { name_end: e2, .. } = &b.body {
+                    if let Some((sep, rest)) = index_split(name_end, e2) {
+                        f.name_index_separator = sep;
+                        f.name_end = rest;
+                    }
+                }
+            }
+            // `<tool_call>\n<function=`: a call marker, then the name's prefix.
+            if let Some((a, b)) = f.call_start.rsplit_once('\n') {
+                let (a, b) = (a.trim_end().to_string(), b.trim_start().to_string());
+                if !a.is_empty() && !b.is_empty() {
+                    f.call_start = a;
+                    f.name_prefix = b;
+                    f.inner_newlines = true;
+                }
+            }
+        }
+    }
+    if f.section_start.is_empty() && f.call_start.is_empty() && f.body_trigger.is_empty() {
+        return Err(format!("the calls have no marker to recognise them by in free text: {:?}", shorten(one)));
+    }
+    let sample = pair.as_ref().map_or(one, |p| p.0).to_string();
+    let d = Derivation { format: f, parallel: pair.is_some(), sample };
+    conformance(&d.format, &d.sample, d.parallel)
+        .map_err(|e| format!("the derived layout does not round-trip: {e}"))?;
+    Ok(d)
+}
+
+/// `(separator, rest)` when two name ends differ only in a call index after the same
+/// separator (`:0<|x|>` and `:1<|x|>` give `(":", "<|x|>")`).
+fn index_split(a: &str, b: &str) -> Option<(String, String)> {
+    let digits = |s: &str| s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let p = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
+    let sep = a[..p].trim_end_matches(|c: char| c.is_ascii_digit());
+    let (ra, rb) = (&a[sep.len()..], &b[sep.len()..]);
+    let (da, db) = (digits(ra), digits(rb));
+    (a != b && !sep.is_empty() && da > 0 && db > 0 && ra[da..] == rb[db..])
+        .then(|| (sep.to_string(), ra[da..].to_string()))
+}
+
+/// Check `f` against calls a template rendered for the probe tools (`sample`, one call
+/// or, with `parallel`, two): the parser reads them back to the probe calls, and the
+/// constrained grammar for the probe tools accepts the text.
+///
+/// Cost: one parse and one grammar compile and match over a short text.
+///
+/// # Errors
+/// What differed: the calls read, or where the grammar rejected the text.
+pub fn conformance(f: &ToolFormat, sample: &str, parallel: bool) -> Result<(), String> {
+    let tools = probe_tools();
+    let mut p = StreamParser::new(Some(f.clone()), false, 1).with_tools(&tools);
+    p.push(sample);
+    p.finish();
+    let out = p.into_output();
+    let n = if parallel { 2 } else { 1 };
+    let read: Vec<(String, Option<Value>)> =
+        out.calls.iter().map(|c| (c.function.name.clone(), serde_json::from_str(&c.function.arguments).ok())).collect();
+    let want: Vec<(String, Option<Value>)> =
+        (0..n).map(|i| (PROBE_NAMES[i].to_string(), Some(probe_arguments(i)))).collect();
+    if read != want || !out.content.trim().is_empty() {
+        return Err(format!(
+            "the `{}` parser read {read:?} and content {:?} from {:?}",
+            f.family,
+            out.content,
+            shorten(sample)
+        ));
+    }
+    let calls = super::calls_regex_plain(f, &tools, &ToolChoice::Required, parallel).map_err(|e| e.to_string())?;
+    let grammar = calls.compile().map_err(|e| e.to_string())?;
+    if !grammar.matches(sample.as_bytes()) {
+        return Err(format!("the `{}` grammar rejects the template's calls {:?}", f.family, shorten(sample)));
+    }
+    Ok(())
+}
+
+/// How a model's call layout was chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    /// Read off the template ([`derive`]).
+    Derived,
+    /// A tested file of `grammars/` that reads the template's own calls (or, for a
+    /// template that renders none, whose markers the template names).
+    Override,
+    /// `--tool-format`: the user's choice, not checked against the template.
+    Flag,
+    /// No layout: requests with tools are refused with the reason.
+    None,
+}
+
+/// The call layout a model is served with, and the evidence for it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CallLayout {
+    /// The layout; `None` when none could be had (see `reason`).
+    #[serde(skip)]
+    pub format: Option<ToolFormat>,
+    /// Its family: an override's name, `derived`, or `unknown`.
+    pub family: String,
+    /// How it was chosen.
+    pub origin: Origin,
+    /// The round trip: `passed`, or why it failed or was not run.
+    pub round_trip: String,
+    /// The template renders two calls in one turn.
+    pub parallel: bool,
+    /// The call text the template wrote for the probe calls, when it wrote some.
+    pub sample: Option<String>,
+}
+
+impl CallLayout {
+    /// The layout `family`'s file gives, as `--tool-format` chooses it (no check).
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidParameter`] when `grammars/` has no such family (the
+    /// message lists those it has).
+    pub fn from_flag(family: &str) -> crate::Result<Self> {
+        let formats = super::format::all()?;
+        let Some(f) = formats.iter().find(|f| f.family == family) else {
+            return Err(crate::Error::InvalidParameter {
+                name: "tool-format",
+                reason: format!(
+                    "no tool-call format `{family}` (formats: {})",
+                    formats.iter().map(|f| f.family.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+            });
+        };
+        Ok(Self {
+            format: Some(f.clone()),
+            family: family.to_string(),
+            origin: Origin::Flag,
+            round_trip: "not checked: chosen with --tool-format".into(),
+            parallel: true,
+            sample: None,
+        })
+    }
+
+    fn with(format: ToolFormat, origin: Origin, round_trip: String, parallel: bool, sample: Option<String>) -> Self {
+        Self { family: format.family.clone(), format: Some(format), origin, round_trip, parallel, sample }
+    }
+}
+
+/// Choose the call layout for `template`: derive it ([`derive`]); a `grammars/` file
+/// whose markers the template names (`marker_family`, from
+/// [`crate::template::family::detect`]) is used instead when it reads the template's
+/// own calls (it carries tested tolerances, such as optional newlines); for a template
+/// that renders no calls, that file is used unchecked; otherwise there is no layout,
+/// and the reason says what could not be derived.
+///
+/// Cost: [`derive`], and one [`conformance`] check per candidate file.
+pub fn resolve(template: &ChatTemplate, object_arguments: bool, marker_family: &str) -> CallLayout {
+    let over = super::format::for_family(marker_family).ok().flatten();
+    match derive(template, object_arguments) {
+        Ok(d) => match over.filter(|o| conformance(o, &d.sample, d.parallel).is_ok()) {
+            Some(o) => CallLayout::with(o, Origin::Override, "passed".into(), d.parallel, Some(d.sample)),
+            None => CallLayout::with(d.format, Origin::Derived, "passed".into(), d.parallel, Some(d.sample)),
+        },
+        Err(e) => match (over, e.sample) {
+            (Some(o), None) => {
+                let note = format!("not checked: the template shows no calls ({})", e.reason);
+                CallLayout::with(o, Origin::Override, note, true, None)
+            }
+            (Some(o), Some(sample)) => match conformance(&o, &sample, false) {
+                Ok(()) => CallLayout::with(o, Origin::Override, "passed".into(), false, Some(sample)),
+                Err(why) => CallLayout {
+                    format: None,
+                    family: "unknown".into(),
+                    origin: Origin::None,
+                    round_trip: format!(
+                        "failed: {}; the `{}` format does not read them either: {why}",
+                        e.reason, o.family
+                    ),
+                    parallel: false,
+                    sample: Some(sample),
+                },
+            },
+            (None, sample) => CallLayout {
+                format: None,
+                family: "unknown".into(),
+                origin: Origin::None,
+                round_trip: format!("failed: {}", e.reason),
+                parallel: false,
+                sample,
+            },
+        },
+    }
+}
