@@ -1793,27 +1793,105 @@ pub fn without_literal(literal: &str) -> String {
     format!("(?:{other}|{first}{back_to_first}{})*(?:{first}{back_to_first}{})?", breaks(&l, 1, &class), advance(&l, 1))
 }
 
-/// Qwen3-Coder's XML-style parameters for an arguments schema: each declared
-/// property in schema order (optional ones skippable) as
-/// `<parameter=NAME>\n?VALUE\n?</parameter>\n?`, extra properties if the schema
-/// allows them, then `</function>`. String values are bare text without
-/// `</parameter>`; other values are JSON. Large parts go into `rules` as
-/// [`to_rules`] puts them ([`Rules::none`] for one plain regex).
-///
-/// Cost: linear in the schema's size, as [`to_rules`].
-pub fn xml_parameters(node: &Node, rules: &mut Rules) -> String {
-    const RAW_CLOSE: &str = "</parameter>";
-    fn value(n: &Node, rules: &mut Rules) -> String {
-        match n {
-            Node::String { min_len: 0, max_len: None, pattern: None, format: None } => without_literal(RAW_CLOSE),
-            Node::String { .. } | Node::Literals(_) | Node::Machine { .. } => emit(n, &XmlText, rules),
-            Node::AnyOf(ns) => alt(ns.iter().map(|n| value(n, rules)).collect()),
-            // A string is bare text here, the other values JSON.
-            Node::AnyValue { .. } => alt(vec![without_literal(RAW_CLOSE), emit(n, &Json, rules)]),
-            other => emit(other, &Json, rules),
+/// How a tagged-parameters layout spells one parameter: `key_start KEY key_end VALUE
+/// value_end`, repeated, then `end`. Qwen3-Coder's `<parameter=KEY>VALUE</parameter>`
+/// … `</function>` is the default; GLM's `<arg_key>KEY</arg_key><arg_value>VALUE
+/// </arg_value>` (no `end`: the arguments end where no further key starts), MiniMax's
+/// `<parameter name="KEY">VALUE</parameter>`, and layouts that mark a value's type in
+/// the key's tag (DeepSeek DSML's `string="true"` / `string="false"`: a different
+/// `key_end_json` for values written as JSON) are others.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ParamTags {
+    /// Text before a parameter's name.
+    pub key_start: String,
+    /// Text between the name and a string value (bare text).
+    pub key_end: String,
+    /// Text between the name and a value written as JSON (`None`: `key_end`).
+    #[serde(default)]
+    pub key_end_json: Option<String>,
+    /// Text after a value; its first character appears nowhere else in it.
+    pub value_end: String,
+    /// Text after the last parameter (`""`: none).
+    #[serde(default)]
+    pub end: String,
+}
+
+impl Default for ParamTags {
+    fn default() -> Self {
+        Self {
+            key_start: "<parameter=".into(),
+            key_end: ">".into(),
+            key_end_json: None,
+            value_end: "</parameter>".into(),
+            end: "</function>".into(),
         }
     }
-    let param = |key: &str, v: &str| format!("<parameter={key}>\\n?{v}\\n?</parameter>\\n?");
+}
+
+impl ParamTags {
+    /// The text between a name and a value written as JSON.
+    pub fn key_end_json(&self) -> &str {
+        self.key_end_json.as_deref().unwrap_or(&self.key_end)
+    }
+}
+
+/// Tagged parameters for an arguments schema, spelled by `tags` (Qwen3-Coder's
+/// `<parameter=NAME>\n?VALUE\n?</parameter>\n?` by default): each declared property
+/// in schema order (optional ones skippable), extra properties if the schema allows
+/// them, then `tags.end`. String values are bare text without `tags.value_end`; other
+/// values are JSON. Large parts go into `rules` as [`to_rules`] puts them
+/// ([`Rules::none`] for one plain regex).
+///
+/// Cost: linear in the schema's size, as [`to_rules`].
+pub fn xml_parameters(node: &Node, rules: &mut Rules, tags: &ParamTags) -> String {
+    let close = tags.value_end.as_str();
+    // `(is JSON, regex)` alternatives of a value: bare text and JSON values take
+    // different key ends when the layout types its values.
+    fn value(n: &Node, rules: &mut Rules, close: &str) -> Vec<(bool, String)> {
+        match n {
+            Node::String { min_len: 0, max_len: None, pattern: None, format: None } => {
+                vec![(false, without_literal(close))]
+            }
+            Node::String { .. } | Node::Machine { .. } => vec![(false, emit(n, &XmlText, rules))],
+            Node::Literals(vs) => {
+                let (strings, others): (Vec<&Value>, Vec<&Value>) = vs.iter().partition(|v| v.is_string());
+                let mut out = Vec::new();
+                for (json, group) in [(false, strings), (true, others)] {
+                    if !group.is_empty() {
+                        let lit = Node::Literals(group.into_iter().cloned().collect());
+                        out.push((json, emit(&lit, if json { &Json as &dyn Dialect } else { &XmlText }, rules)));
+                    }
+                }
+                out
+            }
+            Node::AnyOf(ns) => ns.iter().flat_map(|n| value(n, rules, close)).collect(),
+            // A string is bare text here, the other values JSON.
+            Node::AnyValue { .. } => vec![(false, without_literal(close)), (true, emit(n, &Json, rules))],
+            other => vec![(true, emit(other, &Json, rules))],
+        }
+    }
+    let param = |key: &str, alts: Vec<(bool, String)>| {
+        let mut text = Vec::new();
+        let mut json = Vec::new();
+        for (is_json, v) in alts {
+            if is_json { json.push(v) } else { text.push(v) }
+        }
+        let mut out = Vec::new();
+        let ends = [(false, escape(&tags.key_end), text), (true, escape(tags.key_end_json()), json)];
+        if tags.key_end_json() == tags.key_end {
+            let [(_, ke, t), (_, _, j)] = ends;
+            let all: Vec<String> = t.into_iter().chain(j).collect();
+            out.push(format!("{ke}\\n?{}", alt(all)));
+        } else {
+            for (_, ke, vs) in ends {
+                if !vs.is_empty() {
+                    out.push(format!("{ke}\\n?{}", alt(vs)));
+                }
+            }
+        }
+        format!("{}{key}(?:{})\\n?{}\\n?", escape(&tags.key_start), out.join("|"), escape(close))
+    };
     let body = match node {
         // (`patternProperties` names are not generated in this layout.)
         Node::Object { properties, additional, non_empty, extra_keys, .. } => {
@@ -1821,18 +1899,18 @@ pub fn xml_parameters(node: &Node, rules: &mut Rules) -> String {
             let key = key_except("[A-Za-z_]", "[A-Za-z0-9_.-]", &names);
             // Extras that must avoid a pattern are not generated in this layout either.
             let additional = additional.as_ref().filter(|_| extra_keys.is_none());
-            let extra = additional.map(|extra| param(&key, &value(extra, rules)));
+            let extra = additional.map(|extra| param(&key, value(extra, rules, close)));
             if *non_empty {
                 // At least one parameter: the JSON objects' layout, without separators.
                 let elems: Vec<(String, bool)> = properties
                     .iter()
-                    .map(|(name, n, required)| (param(&escape(name), &value(n, rules)), *required))
+                    .map(|(name, n, required)| (param(&escape(name), value(n, rules, close)), *required))
                     .collect();
                 props_first(&elems, extra.as_deref(), Members::new("", true), rules)
             } else {
                 let mut out = String::new();
                 for (name, n, required) in properties {
-                    let p = param(&escape(name), &value(n, rules));
+                    let p = param(&escape(name), value(n, rules, close));
                     out.push_str(&if *required { p } else { format!("(?:{p})?") });
                 }
                 if let Some(x) = extra {
@@ -1841,9 +1919,9 @@ pub fn xml_parameters(node: &Node, rules: &mut Rules) -> String {
                 out
             }
         }
-        other => format!("(?:{})*", param("[A-Za-z_][A-Za-z0-9_.-]*", &value(other, rules))),
+        other => format!("(?:{})*", param("[A-Za-z_][A-Za-z0-9_.-]*", value(other, rules, close))),
     };
-    format!("\\n?{body}</function>")
+    format!("\\n?{body}{}", escape(&tags.end))
 }
 
 /// Python literals, as pythonic tool calls write values: strings in double quotes with

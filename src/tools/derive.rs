@@ -52,7 +52,7 @@
 
 use serde_json::{json, Value};
 
-use super::format::{ArgsDialect, BodyKind, CallIds, ToolFormat};
+use super::format::{ArgsDialect, BodyKind, CallIds, ParamTags, ToolFormat};
 use super::stream::{gemma_to_json, python_kwargs_to_json, StreamParser};
 use super::{Tool, ToolChoice};
 use crate::template::transform::shape_fields;
@@ -90,7 +90,7 @@ pub struct Derivation {
     pub sample: String,
 }
 
-/// The two probe tools: a string parameter `pq` and an integer `pn`, both required.
+/// The two probe tools: a string parameter `xa_q` and an integer `xb_n`, both required.
 pub fn probe_tools() -> Vec<Tool> {
     PROBE_NAMES
         .iter()
@@ -98,16 +98,16 @@ pub fn probe_tools() -> Vec<Tool> {
             serde_json::from_value(json!({"type": "function", "function": {
                 "name": name, "description": "A probe.",
                 "parameters": {"type": "object", "properties": {
-                    "pq": {"type": "string"}, "pn": {"type": "integer"}}, "required": ["pq", "pn"]}}}))
+                    "xa_q": {"type": "string", "description": "A text."}, "xb_n": {"type": "integer", "description": "A count."}}, "required": ["xa_q", "xb_n"]}}}))
             .expect("a valid tool")
         })
         .collect()
 }
 
-/// The probe calls' arguments: `{"pq": "vq_alpha", "pn": 4711}` and
-/// `{"pq": "vq_beta", "pn": 815}`.
+/// The probe calls' arguments: `{"xa_q": "vq_alpha", "xb_n": 4711}` and
+/// `{"xa_q": "vq_beta", "xb_n": 815}`.
 pub fn probe_arguments(i: usize) -> Value {
-    [json!({"pq": "vq_alpha", "pn": 4711}), json!({"pq": "vq_beta", "pn": 815})][i].clone()
+    [json!({"xa_q": "vq_alpha", "xb_n": 4711}), json!({"xa_q": "vq_beta", "xb_n": 815})][i].clone()
 }
 
 /// Ids in OpenAI's shape, then ids of nine letters and digits (Mistral's templates
@@ -171,12 +171,13 @@ fn renders(t: &ChatTemplate, object_arguments: bool) -> Result<Renders, Underiva
 }
 
 /// The model's part of a rendered turn: what differs from the same turn with text
-/// content (`zcontentz`), cut at marker edges (a call turn may end with its own
+/// content (`zcontentz`), cut at marker edges (`<|START_THINKING|>` is not cut
+/// after its shared `<|START_`; a call turn may end with its own
 /// end-of-turn marker, `<|eom_id|>` where the text turn has `<|eot_id|>`: the shared
 /// `_id|>` is not a cut), leading and trailing whitespace trimmed.
 fn output_part<'a>(calls: &'a str, text: &str) -> &'a str {
     let mut p = calls.bytes().zip(text.bytes()).take_while(|(a, b)| a == b).count();
-    while !calls.is_char_boundary(p) {
+    while p > 0 && !(calls.is_char_boundary(p) && edge(calls, p)) {
         p -= 1;
     }
     let max_s = calls.len() - p;
@@ -195,6 +196,8 @@ struct Found {
     start: usize,
     end: usize,
     body: Body,
+    /// The spelling of tagged parameters, for that dialect.
+    tags: Option<ParamTags>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -240,7 +243,7 @@ fn find_call(out: &str, from: usize, i: usize, ids: &[&str; 2]) -> Result<Found,
             if obj.len() > 2 + usize::from(!id_key.is_empty()) {
                 return Err(format!("the JSON call body has keys besides the name, arguments and id: {obj:?}"));
             }
-            return Ok(Found { start: p, end, body: Body::Json { name_key, arguments_key, id_key } });
+            return Ok(Found { start: p, end, body: Body::Json { name_key, arguments_key, id_key }, tags: None });
         }
     }
     // The name, then the arguments in one of the dialects.
@@ -267,23 +270,62 @@ fn find_call(out: &str, from: usize, i: usize, ids: &[&str; 2]) -> Result<Found,
             return Ok(name_then(out, n, after, after + open, after + close, ArgsDialect::Python));
         }
     }
-    if let Some(open) = rest.find("<parameter=") {
-        let strings: std::collections::HashSet<String> = ["pq".to_string()].into();
-        if let Some(Ok((len, params))) = super::stream::xml_params(&rest[open..]) {
-            if same(Some(super::stream::xml_to_json(&params, Some(&strings)))) {
-                return Ok(name_then(out, n, after, after + open, after + open + len, ArgsDialect::XmlParameters));
+    if let Some((tags, at, len)) = tagged(rest, i) {
+        let strings: std::collections::HashSet<String> = ["xa_q".to_string()].into();
+        if let Some(Ok((read, params))) = super::stream::xml_params(&rest[at..], &tags, true) {
+            if read == len && same(Some(super::stream::xml_to_json(&params, Some(&strings)))) {
+                let mut found = name_then(out, n, after, after + at, after + at + len, ArgsDialect::XmlParameters);
+                found.tags = Some(tags);
+                return Ok(found);
             }
         }
     }
     Err(format!(
         "after the name {name}, the arguments {args} are in no layout toolgate reads (JSON, Gemma 4, Python keyword \
-         arguments, <parameter=…> tags): {:?}",
+         arguments, tagged parameters): {:?}",
         shorten(rest)
     ))
 }
 
 fn name_then(out: &str, name_at: usize, after: usize, args_at: usize, end: usize, dialect: ArgsDialect) -> Found {
-    Found { start: name_at, end, body: Body::NameThen { name_at, name_end: out[after..args_at].to_string(), dialect } }
+    let name_end = out[after..args_at].to_string();
+    Found { start: name_at, end, body: Body::NameThen { name_at, name_end, dialect }, tags: None }
+}
+
+/// Tagged parameters after a name (`rest`), read off the probe arguments' positions:
+/// `a xa_q b vq_alpha c xb_n d 4711 e`, where `a` is the name's end and the first key
+/// start, `c` a value end and the next key start, `b` (`d`) the key end before a bare
+/// (JSON) value. Returns the spelling, where the parameters start in `rest` and how
+/// long they are. Whitespace at a tag's inner side is left to the dialect (it allows
+/// a newline around values).
+fn tagged(rest: &str, i: usize) -> Option<(ParamTags, usize, usize)> {
+    let args = probe_arguments(i);
+    let value = args["xa_q"].as_str()?.to_string();
+    let number = args["xb_n"].to_string();
+    let k1 = rest.find("xa_q")?;
+    let v1 = k1 + 4 + rest[k1 + 4..].find(&value)?;
+    let k2 = v1 + value.len() + rest[v1 + value.len()..].find("xb_n")?;
+    let v2 = k2 + 4 + rest[k2 + 4..].find(&number)?;
+    let (a, b, c, d) = (&rest[..k1], &rest[k1 + 4..v1], &rest[v1 + value.len()..k2], &rest[k2 + 4..v2]);
+    // The key start: the longest common suffix of `a` and `c` that starts at an edge.
+    let common = a.chars().rev().zip(c.chars().rev()).take_while(|(x, y)| x == y).map(|(x, _)| x.len_utf8()).sum::<usize>();
+    let key_len = (1..=common).rev().find(|&n| a.is_char_boundary(a.len() - n) && edge(c, c.len() - n) && edge(a, a.len() - n))?;
+    let key_start = a[a.len() - key_len..].trim_start().to_string();
+    let value_end = c[..c.len() - key_len].trim().to_string();
+    let key_end = b.trim_end().to_string();
+    let key_end_json = d.trim_end().to_string();
+    if key_start.is_empty() || key_end.is_empty() || value_end.is_empty() {
+        return None;
+    }
+    let tail = &rest[v2 + number.len()..];
+    let close = tail.find(&value_end)?;
+    if !tail[..close].trim().is_empty() {
+        return None;
+    }
+    let at = a.len() - key_start.len();
+    let len = v2 + number.len() + close + value_end.len() - at;
+    let key_end_json = (key_end_json != key_end).then_some(key_end_json);
+    Some((ParamTags { key_start, key_end, key_end_json, value_end, end: String::new() }, at, len))
 }
 
 fn shorten(s: &str) -> String {
@@ -309,7 +351,7 @@ fn edge(s: &str, i: usize) -> bool {
 /// markers whose every cut is a marker edge. Returns `(section_start, call_start,
 /// separator, call_end, section_end)`.
 fn split_markers<'a>(pre: &'a str, mid: &'a str, post: &'a str) -> Option<[&'a str; 5]> {
-    let mut best: Option<(usize, [&str; 5])> = None;
+    let mut best: Option<((usize, usize), [&str; 5])> = None;
     let cuts: Vec<usize> = (0..=mid.len()).filter(|&i| mid.is_char_boundary(i)).collect();
     for &i in &cuts {
         let ce = &mid[..i];
@@ -321,7 +363,9 @@ fn split_markers<'a>(pre: &'a str, mid: &'a str, post: &'a str) -> Option<[&'a s
             if !pre.ends_with(cs) || !edge(mid, j) || !edge(pre, pre.len() - cs.len()) {
                 continue;
             }
-            let score = ce.len() + cs.len();
+            // The most marker text; then the least whitespace in the markers (it is the
+            // separator's).
+            let score = (ce.trim().len() + cs.trim().len(), usize::MAX - ce.len() - cs.len());
             if best.as_ref().is_none_or(|(s, _)| score > *s) {
                 best = Some((score, [&pre[..pre.len() - cs.len()], cs, &mid[i..j], ce, &post[ce.len()..]]));
             }
@@ -386,6 +430,10 @@ fn read_layout(r: &Renders) -> Result<Derivation, String> {
         }
         None => ["", pre, "", post, ""],
     };
+    // A section end without a start is the end of the call turn (Gemma 4's
+    // `<|tool_response>`), where generation stops: not part of the calls.
+    let (section_end, sample_cut) =
+        if section_start.is_empty() { ("", section_end.len()) } else { (section_end, 0) };
     let mut f = ToolFormat {
         family: "derived".into(),
         description: format!("derived from the template: {}", shorten(pair.as_ref().map_or(one, |p| p.0))),
@@ -407,6 +455,7 @@ fn read_layout(r: &Renders) -> Result<Derivation, String> {
         id_key: String::new(),
         id_pattern: String::new(),
         call_ids: r.ids,
+        params: None,
     };
     let (ss, nl1) = inner_newline(section_start, true);
     let (se, nl2) = inner_newline(section_end, false);
@@ -448,6 +497,10 @@ fn read_layout(r: &Renders) -> Result<Derivation, String> {
             f.body = BodyKind::NameThenArguments;
             f.dialect = *dialect;
             f.name_end = name_end.clone();
+            if *dialect == ArgsDialect::XmlParameters {
+                f.params = c1.tags.clone();
+                f.name_end = f.name_end.trim_end().to_string();
+            }
             // `:0` / `:1` after the names: a call index.
             if let Some((_, b, _)) = &pair {
                 if let Body::NameThen { name_end: e2, .. } = &b.body {
@@ -471,11 +524,37 @@ fn read_layout(r: &Renders) -> Result<Derivation, String> {
     if f.section_start.is_empty() && f.call_start.is_empty() && f.body_trigger.is_empty() {
         return Err(format!("the calls have no marker to recognise them by in free text: {:?}", shorten(one)));
     }
-    let sample = pair.as_ref().map_or(one, |p| p.0).to_string();
+    let sample = pair.as_ref().map_or(one, |p| p.0);
+    let sample = sample[..sample.len() - sample_cut].trim_end().to_string();
     let d = Derivation { format: f, parallel: pair.is_some(), sample };
     conformance(&d.format, &d.sample, d.parallel)
-        .map_err(|e| format!("the derived layout does not round-trip: {e}"))?;
+        .map_err(|e| format!("the derived layout ({}) does not round-trip: {e}", summary(&d.format)))?;
     Ok(d)
+}
+
+/// The markers of a layout, for messages: `section … call … name_end … params …`.
+pub fn summary(f: &ToolFormat) -> String {
+    let mut parts = Vec::new();
+    let mut put = |k: &str, v: &str| {
+        if !v.is_empty() {
+            parts.push(format!("{k} {v:?}"));
+        }
+    };
+    put("section_start", &f.section_start);
+    put("section_end", &f.section_end);
+    put("call_start", &f.call_start);
+    put("call_end", &f.call_end);
+    put("name_prefix", &f.name_prefix);
+    put("name_end", &f.name_end);
+    put("separator", &f.separator);
+    put("body_trigger", &f.body_trigger);
+    if let Some(p) = &f.params {
+        put("key_start", &p.key_start);
+        put("key_end", &p.key_end);
+        put("key_end_json", p.key_end_json.as_deref().unwrap_or(""));
+        put("value_end", &p.value_end);
+    }
+    format!("{:?} body, {:?} arguments, {}", f.body, f.dialect, parts.join(", "))
 }
 
 /// `(separator, rest)` when two name ends differ only in a call index after the same
@@ -519,7 +598,21 @@ pub fn conformance(f: &ToolFormat, sample: &str, parallel: bool) -> Result<(), S
     }
     let calls = super::calls_regex_plain(f, &tools, &ToolChoice::Required, parallel).map_err(|e| e.to_string())?;
     let grammar = calls.compile().map_err(|e| e.to_string())?;
-    if !grammar.matches(sample.as_bytes()) {
+    // Gemma 4's string quote is always its control token: bytes no text can spell.
+    let bytes = if f.dialect == ArgsDialect::Gemma4 {
+        let quote = "<|\"|>";
+        sample.split(quote).enumerate().fold(Vec::new(), |mut v, (i, part)| {
+            if i > 0 {
+                v.push(crate::tokenizer::SPECIAL_PREFIX);
+                v.extend_from_slice(quote.as_bytes());
+            }
+            v.extend_from_slice(part.as_bytes());
+            v
+        })
+    } else {
+        sample.as_bytes().to_vec()
+    };
+    if !grammar.matches(&bytes) {
         return Err(format!("the `{}` grammar rejects the template's calls {:?}", f.family, shorten(sample)));
     }
     Ok(())

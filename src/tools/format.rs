@@ -19,6 +19,7 @@
 
 use serde::Deserialize;
 
+pub use crate::grammar::regex::ParamTags;
 use crate::{Error, Result};
 
 include!(concat!(env!("OUT_DIR"), "/formats.rs"));
@@ -46,9 +47,11 @@ pub enum ArgsDialect {
     /// Gemma 4's native syntax (`{city:<|"|>Paris<|"|>,n:2}`), converted to JSON for
     /// the client ([`crate::grammar::regex::Gemma4`] generates it).
     Gemma4,
-    /// Qwen3-Coder's XML-style parameters (`<parameter=city>\nParis\n</parameter>`…
-    /// then `</function>`): strings as bare text, other values as JSON; converted to a
-    /// JSON object for the client, with the declared types deciding what is a string.
+    /// Tagged parameters: Qwen3-Coder's `<parameter=city>\nParis\n</parameter>`… then
+    /// `</function>` by default, or the spelling in [`ToolFormat::params`] (GLM's
+    /// `<arg_key>`/`<arg_value>`, MiniMax's `<parameter name="…">`); strings as bare
+    /// text, other values as JSON; converted to a JSON object for the client, with the
+    /// declared types deciding what is a string.
     XmlParameters,
     /// Python keyword arguments (`(city="Paris", n=2, ok=True)`), as pythonic calls
     /// write them (LFM2); converted to a JSON object for the client.
@@ -135,6 +138,10 @@ pub struct ToolFormat {
     /// The shape of the call ids toolgate returns.
     #[serde(default)]
     pub call_ids: CallIds,
+    /// How the [`ArgsDialect::XmlParameters`] dialect spells a parameter (`None`:
+    /// Qwen3-Coder's `<parameter=KEY>`…`</parameter>`, then `</function>`).
+    #[serde(default)]
+    pub params: Option<ParamTags>,
 }
 
 fn default_name_key() -> String {
@@ -146,6 +153,14 @@ fn default_arguments_key() -> String {
 }
 
 impl ToolFormat {
+    /// The spelling of tagged parameters ([`ArgsDialect::XmlParameters`]).
+    pub fn param_tags(&self) -> std::borrow::Cow<'_, ParamTags> {
+        match &self.params {
+            Some(p) => std::borrow::Cow::Borrowed(p),
+            None => std::borrow::Cow::Owned(ParamTags::default()),
+        }
+    }
+
     /// The text whose appearance in free output means calls begin: the section start,
     /// the call start for formats without a section, or the body trigger for formats
     /// without markers.
@@ -179,7 +194,7 @@ impl ToolFormat {
     }
 
     /// Check the combinations the parser and grammar rely on.
-    fn validate(&self) -> std::result::Result<(), String> {
+    pub(crate) fn validate(&self) -> std::result::Result<(), String> {
         if self.trigger().is_empty() {
             return Err("needs a section_start, call_start or body_trigger to recognise calls by".into());
         }
@@ -196,6 +211,15 @@ impl ToolFormat {
         }
         if !self.name_prefix.is_empty() && self.body != BodyKind::NameThenArguments {
             return Err("`name_prefix` belongs to a name_then_arguments body".into());
+        }
+        if let Some(p) = &self.params {
+            if self.dialect != ArgsDialect::XmlParameters {
+                return Err("`params` belongs to the xml_parameters dialect".into());
+            }
+            let first = p.value_end.chars().next();
+            if p.key_start.is_empty() || p.key_end.is_empty() || first.is_none_or(|c| p.value_end[1..].contains(c)) {
+                return Err("`params` needs a key_start, a key_end and a value_end whose first character appears once".into());
+            }
         }
         if self.body == BodyKind::JsonNameArguments && self.dialect != ArgsDialect::Json {
             return Err("a json_name_arguments body has JSON arguments".into());

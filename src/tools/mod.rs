@@ -284,7 +284,7 @@ fn calls_regex_with(
         let args = match f.dialect {
             ArgsDialect::Json => to_rules(&node, &Json, &mut rules),
             ArgsDialect::Gemma4 => to_rules(&node, &Gemma4, &mut rules),
-            ArgsDialect::XmlParameters => xml_parameters(&node, &mut rules),
+            ArgsDialect::XmlParameters => xml_parameters(&node, &mut rules, &f.param_tags()),
             ArgsDialect::Python => python_kwargs(&node, &mut rules),
         };
         check_grammar_size(args.len() + rules.total_len()).map_err(in_tool)?;

@@ -28,7 +28,7 @@
 //!
 use serde_json::value::RawValue;
 
-use super::format::{ArgsDialect, BodyKind, CallIds, ToolFormat};
+use super::format::{ArgsDialect, BodyKind, CallIds, ParamTags, ToolFormat};
 use super::{CalledFunction, ToolCall};
 
 /// One delta of a streamed assistant turn.
@@ -512,7 +512,7 @@ impl StreamParser {
             }
         }
         let v_end = if fmt.dialect == ArgsDialect::XmlParameters {
-            match xml_params(&call.body[v0..]) {
+            match xml_params(&call.body[v0..], &fmt.param_tags(), false) {
                 None => return CallStep::More,
                 Some(Err(at)) => return self.break_at(fmt, call, v0 + at, ev),
                 Some(Ok((len, _))) => v0 + len,
@@ -577,7 +577,7 @@ impl StreamParser {
             }
             (Some((name, _)), ArgsDialect::Gemma4) => gemma_to_json(value).map(|args| (name.clone(), args)),
             (Some((name, _)), ArgsDialect::Python) => python_kwargs_to_json(value).map(|args| (name.clone(), args)),
-            (Some((name, _)), ArgsDialect::XmlParameters) => match xml_params(value) {
+            (Some((name, _)), ArgsDialect::XmlParameters) => match xml_params(value, &fmt.param_tags(), true) {
                 Some(Ok((_, params))) => Some((name.clone(), xml_to_json(&params, self.string_params.get(name)))),
                 _ => None,
             },
@@ -793,38 +793,49 @@ fn read_name(fmt: &ToolFormat, body: &str) -> Option<Result<(String, usize), ()>
     })
 }
 
-/// XML-style parameters at the start of `s` (Qwen3-Coder): `<parameter=KEY>VALUE
-/// </parameter>` any number of times, then `</function>`, whitespace between. `None`
-/// while undecided; `Err(offset)` where the text stops being that; `Ok((length through
-/// </function>, [(key, raw value)]))`.
+/// Tagged parameters at the start of `s`, spelled by `tags` (Qwen3-Coder's
+/// `<parameter=KEY>VALUE</parameter>` … `</function>` by default), whitespace
+/// between. With an empty `tags.end` the parameters end where no further key starts
+/// (before the whitespace there); `whole` says `s` is all there is (so its end ends
+/// them). `None` while undecided; `Err(offset)` where the text stops being that;
+/// `Ok((length through the end, [(key, raw value)]))`.
 #[allow(clippy::type_complexity)]
-pub(crate) fn xml_params(s: &str) -> Option<Result<(usize, Vec<(String, String)>), usize>> {
-    const OPEN: &str = "<parameter=";
-    const CLOSE: &str = "</parameter>";
-    const END: &str = "</function>";
+pub(crate) fn xml_params(
+    s: &str,
+    tags: &ParamTags,
+    whole: bool,
+) -> Option<Result<(usize, Vec<(String, String)>), usize>> {
+    let (open, close, end) = (tags.key_start.as_str(), tags.value_end.as_str(), tags.end.as_str());
     let mut i = 0;
     let mut params = Vec::new();
     loop {
+        let before_ws = i;
         i += leading_ws(&s[i..]);
         let rest = &s[i..];
-        if rest.starts_with(END) {
-            return Some(Ok((i + END.len(), params)));
+        if !end.is_empty() && rest.starts_with(end) {
+            return Some(Ok((i + end.len(), params)));
         }
-        if !rest.starts_with(OPEN) {
-            return if OPEN.starts_with(rest) || END.starts_with(rest) { None } else { Some(Err(i)) };
+        if !rest.starts_with(open) {
+            let undecided = open.starts_with(rest) || (!end.is_empty() && end.starts_with(rest));
+            if undecided && !(whole && end.is_empty()) {
+                return None;
+            }
+            return if end.is_empty() { Some(Ok((before_ws, params))) } else { Some(Err(i)) };
         }
-        let k0 = i + OPEN.len();
-        let Some(gt) = s[k0..].find('>') else {
+        let k0 = i + open.len();
+        // The key runs to the first key end (either spelling).
+        let ends = [tags.key_end.as_str(), tags.key_end_json()];
+        let Some((gt, ke)) = ends.iter().filter_map(|e| s[k0..].find(e).map(|at| (at, e.len()))).min() else {
             return (s.len() - k0 > MAX_NAME).then_some(Err(i));
         };
         let key = &s[k0..k0 + gt];
         if key.is_empty() || key.len() > MAX_NAME || key.contains(char::is_whitespace) {
             return Some(Err(i));
         }
-        let v0 = k0 + gt + 1;
-        let close = s[v0..].find(CLOSE)?;
-        params.push((key.to_string(), s[v0..v0 + close].to_string()));
-        i = v0 + close + CLOSE.len();
+        let v0 = k0 + gt + ke;
+        let close_at = s[v0..].find(close)?;
+        params.push((key.to_string(), s[v0..v0 + close_at].to_string()));
+        i = v0 + close_at + close.len();
     }
 }
 

@@ -6,9 +6,13 @@
 
 use std::path::PathBuf;
 
+use serde_json::{json, Value};
 use toolgate::template::source::GgufTemplates;
 use toolgate::template::{inspect, ChatTemplate};
 use toolgate::tools::derive::{conformance, derive, Origin};
+use toolgate::tools::format::ToolFormat;
+use toolgate::tools::stream::StreamParser;
+use toolgate::tools::{calls_regex_plain, Tool, ToolChoice};
 
 fn templates_dir() -> PathBuf {
     std::env::var("TOOLGATE_SHARED")
@@ -29,13 +33,20 @@ fn corpus() -> Vec<(String, String)> {
     out
 }
 
-/// Tool-capable templates whose own text shows no call: `(template, why)`.
-const SHOWS_NO_CALLS: &[&str] = &[];
+/// Tool-capable templates of the corpus whose calls toolgate cannot read yet, and the
+/// reason the round trip must name: Command R+ writes indented (pretty-printed) JSON
+/// that the compact-JSON grammar does not spell; Command R7B writes a `tool_call_id`
+/// member before the name.
+const KNOWN_GAPS: &[(&str, &str)] = &[
+    ("CohereForAI-c4ai-command-r-plus-tool_use.jinja", "grammar rejects"),
+    ("CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja", "keys besides the name"),
+];
 
 #[test]
 fn every_tool_capable_template_gets_a_layout_that_round_trips() {
     let mut table = Vec::new();
     let mut failures = Vec::new();
+    let mut checked = 0;
     for (name, source) in corpus() {
         let templates = GgufTemplates { default: Some(source), tool_use: None };
         let setup = inspect(&templates, None, None).unwrap();
@@ -47,37 +58,191 @@ fn every_tool_capable_template_gets_a_layout_that_round_trips() {
         table.push(format!("{name:60} {:18} {:9?} parallel={} {}", l.family, l.origin, l.parallel, l.round_trip));
         if std::env::var_os("TOOLGATE_SHOW_SAMPLES").is_some() {
             table.push(format!("    sample: {:?}", l.sample));
+            let d = derive(&setup.template, setup.report.caps.supports_object_arguments);
+            table.push(format!("    derived: {:?}", d.map(|d| d.format)));
         }
-        let ok = match l.origin {
-            Origin::Derived | Origin::Override => l.round_trip == "passed" || SHOWS_NO_CALLS.contains(&name.as_str()),
-            _ => false,
+        let ok = match KNOWN_GAPS.iter().find(|(n, _)| *n == name) {
+            Some((_, why)) => l.origin == Origin::None && l.format.is_none() && l.round_trip.contains(why),
+            None => matches!(l.origin, Origin::Derived | Origin::Override) && l.round_trip == "passed",
         };
+        checked += usize::from(ok);
         if !ok {
             failures.push(format!("{name}: {} {:?}: {}", l.family, l.origin, l.round_trip));
         }
     }
     eprintln!("{}", table.join("\n"));
-    assert!(failures.is_empty(), "{} templates without a checked layout:\n{}", failures.len(), failures.join("\n"));
+    assert!(failures.is_empty(), "{} templates not as expected:\n{}", failures.len(), failures.join("\n"));
+    assert!(checked >= 28, "only {checked} tool-capable templates checked");
+}
+
+/// Parse `text` with `f` whole and incrementally, at every split point: the calls
+/// read (name, arguments as JSON) must be the same every way.
+fn read_every_way(f: &ToolFormat, tools: &[Tool], text: &str) -> Vec<(String, Value)> {
+    let read = |incremental: bool, pieces: &[&str]| {
+        let mut p = StreamParser::new(Some(f.clone()), incremental, 7).with_tools(tools);
+        for piece in pieces {
+            p.push(piece);
+        }
+        p.finish();
+        let out = p.into_output();
+        assert_eq!(out.failures, 0, "{out:?}");
+        out.calls
+            .iter()
+            .map(|c| (c.function.name.clone(), serde_json::from_str(&c.function.arguments).unwrap()))
+            .collect::<Vec<(String, Value)>>()
+    };
+    let whole = read(false, &[text]);
+    for incremental in [false, true] {
+        for i in (0..=text.len()).filter(|&i| text.is_char_boundary(i)) {
+            assert_eq!(read(incremental, &[&text[..i], &text[i..]]), whole, "split at {i}, incremental={incremental}");
+        }
+    }
+    whole
+}
+
+fn weather_tool() -> Vec<Tool> {
+    vec![serde_json::from_value(json!({"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+        "metric": {"type": "boolean"}}, "required": ["city", "days"]}}}))
+    .unwrap()]
+}
+
+fn template(name: &str) -> ChatTemplate {
+    ChatTemplate::new(name, std::fs::read_to_string(templates_dir().join(name)).unwrap()).unwrap()
 }
 
 #[test]
-fn derivation_reads_layouts_no_override_describes() {
+fn glm_calls_are_tagged_parameters_typed_by_the_schema() {
     // GLM writes <tool_call>NAME then <arg_key>/<arg_value> pairs, which the hermes
     // override (its `<tool_call>` marker) does not read: the derived layout is used.
-    for name in ["GLM-4.6.jinja", "GLM-4.7-Flash.jinja"] {
-        let source = std::fs::read_to_string(templates_dir().join(name)).unwrap();
-        let t = ChatTemplate::new(name, source).unwrap();
-        let d = derive(&t, true);
-        eprintln!("{name}: {d:?}");
-    }
+    let d = derive(&template("GLM-4.6.jinja"), true).unwrap();
+    let f = &d.format;
+    let tags = f.params.as_ref().expect("tagged parameters");
+    assert_eq!((f.call_start.as_str(), f.call_end.as_str()), ("<tool_call>", "</tool_call>"));
+    assert_eq!((tags.key_start.as_str(), tags.key_end.as_str(), tags.value_end.as_str()),
+               ("<arg_key>", "</arg_key>\n<arg_value>", "</arg_value>"));
+    assert!(d.parallel);
+    let tools = weather_tool();
+    // A string that looks like a number stays a string; integers and booleans are typed.
+    let text = "I'll check.<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>1984</arg_value>\n\
+                <arg_key>days</arg_key>\n<arg_value>3</arg_value>\n<arg_key>metric</arg_key>\n<arg_value>true</arg_value>\n</tool_call>";
+    assert_eq!(read_every_way(f, &tools, text), vec![("get_weather".into(), json!({"city": "1984", "days": 3, "metric": true}))]);
+    let g = calls_regex_plain(f, &tools, &ToolChoice::Required, true).unwrap().compile().unwrap();
+    assert!(g.matches(text["I'll check.".len()..].as_bytes()));
+    assert!(!g.matches(text["I'll check.".len()..].replace("<arg_value>3<", "<arg_value>three<").as_bytes()));
+    // GLM 4.7 writes the same without newlines.
+    let f47 = derive(&template("GLM-4.7-Flash.jinja"), true).unwrap().format;
+    let flat = text.replace('\n', "");
+    assert_eq!(read_every_way(&f47, &tools, &flat), vec![("get_weather".into(), json!({"city": "1984", "days": 3, "metric": true}))]);
+}
+
+/// A MiniMax-M2-style template, written for this test from the layout MiniMax
+/// documents: `<minimax:tool_call><invoke name="NAME"><parameter name="K">V</parameter>…</invoke></minimax:tool_call>`.
+const MINIMAX_STYLE: &str = r#"{%- for m in messages -%}
+{%- if m.role == 'assistant' -%}]~b]ai
+{% if m.content %}{{ m.content }}{% endif -%}
+{%- if m.tool_calls -%}
+<minimax:tool_call>
+{% for c in m.tool_calls -%}
+<invoke name="{{ c.function.name }}">
+{% for k, v in c.function.arguments.items() -%}
+<parameter name="{{ k }}">{{ v if v is string else v | tojson }}</parameter>
+{% endfor -%}
+</invoke>
+{% endfor -%}
+</minimax:tool_call>
+{%- endif -%}[e~[
+{% else -%}]~b]{{ m.role }}
+{{ m.content }}[e~[
+{% endif -%}
+{%- endfor -%}
+{%- if tools -%}]~b]system
+{{ tools | tojson }}[e~[
+{% endif -%}
+{%- if add_generation_prompt -%}]~b]ai
+{% endif -%}"#;
+
+/// A DeepSeek-V3.2-DSML-style template, written for this test: parameters say in
+/// their tag whether the value is a bare string (`string="true"`) or JSON.
+const DSML_STYLE: &str = r#"{%- for m in messages -%}
+{%- if m.role == 'assistant' -%}<｜Assistant｜>{{ m.content or '' }}
+{%- if m.tool_calls -%}
+<｜DSML｜function_calls>
+{% for c in m.tool_calls -%}
+<｜DSML｜invoke name="{{ c.function.name }}">
+{% for k, v in c.function.arguments.items() -%}
+<｜DSML｜parameter name="{{ k }}" string="{{ 'true' if v is string else 'false' }}">{{ v if v is string else v | tojson }}</｜DSML｜parameter>
+{% endfor -%}
+</｜DSML｜invoke>
+{% endfor -%}
+</｜DSML｜function_calls>
+{%- endif -%}<｜end▁of▁sentence｜>
+{%- else -%}<｜{{ m.role }}｜>{{ m.content }}
+{%- endif -%}
+{%- endfor -%}
+{%- if tools %}{{ tools | tojson }}{% endif -%}
+{%- if add_generation_prompt -%}<｜Assistant｜>{%- endif -%}"#;
+
+#[test]
+fn invoke_and_typed_parameter_layouts_are_derived() {
+    let tools = weather_tool();
+    let minimax = derive(&ChatTemplate::new("minimax-style", MINIMAX_STYLE).unwrap(), true).unwrap();
+    let f = &minimax.format;
+    // One section holds the calls; each call opens with its invoke tag.
+    assert_eq!(
+        (f.section_start.as_str(), f.call_start.as_str(), f.name_end.as_str(), f.call_end.as_str()),
+        ("<minimax:tool_call>", "<invoke name=\"", "\">", "</invoke>")
+    );
+    let text = "<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Oslo</parameter>\n\
+                <parameter name=\"days\">2</parameter>\n</invoke>\n</minimax:tool_call>";
+    assert_eq!(read_every_way(f, &tools, text), vec![("get_weather".into(), json!({"city": "Oslo", "days": 2}))]);
+
+    let dsml = derive(&ChatTemplate::new("dsml-style", DSML_STYLE).unwrap(), true).unwrap();
+    let f = &dsml.format;
+    let tags = f.params.as_ref().unwrap();
+    assert_eq!((tags.key_end.as_str(), tags.key_end_json.as_deref()), ("\" string=\"true\">", Some("\" string=\"false\">")));
+    let text = "<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"get_weather\">\n\
+                <｜DSML｜parameter name=\"city\" string=\"true\">42</｜DSML｜parameter>\n\
+                <｜DSML｜parameter name=\"days\" string=\"false\">5</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>";
+    assert_eq!(read_every_way(f, &tools, text), vec![("get_weather".into(), json!({"city": "42", "days": 5}))]);
+    // The grammar types the tag: a number may not claim to be a string.
+    let g = calls_regex_plain(f, &tools, &ToolChoice::Required, true).unwrap().compile().unwrap();
+    assert!(g.matches(text.as_bytes()));
+    assert!(!g.matches(text.replace("\"days\" string=\"false\"", "\"days\" string=\"true\"").as_bytes()));
 }
 
 #[test]
-fn derived_layouts_agree_with_the_overrides_on_their_templates() {
-    // Each override that reads a template's calls reads what the derived layout reads.
+fn an_underivable_template_says_what_is_missing() {
+    // Calls rendered with no marker around them cannot be told from text.
+    let t = ChatTemplate::new("bare", "{%- for m in messages -%}<|{{ m.role }}|>{%- if m.tool_calls -%}\
+        {%- for c in m.tool_calls -%}{{ c.function.name }} {{ c.function.arguments | tojson }}{%- endfor -%}\
+        {%- else -%}{{ m.content }}{%- endif -%}<|end|>{%- endfor -%}").unwrap();
+    let err = derive(&t, true).unwrap_err();
+    assert!(err.to_string().contains("no marker to recognise them by"), "{err}");
+    // A template that never renders calls has no sample: nothing to check an override against.
+    let t = ChatTemplate::new("plain", "{%- for m in messages -%}{{ m.content }}{%- endfor -%}").unwrap();
+    let err = derive(&t, true).unwrap_err();
+    assert!(err.sample.is_none() && err.to_string().contains("without the call"), "{err}");
+}
+
+#[test]
+fn derived_layouts_round_trip_their_own_samples() {
     for (name, source) in corpus() {
         let t = ChatTemplate::new(&name, source).unwrap();
         let Ok(d) = derive(&t, true) else { continue };
         conformance(&d.format, &d.sample, d.parallel).unwrap_or_else(|e| panic!("{name}: {e}"));
     }
+}
+
+#[test]
+fn deriving_a_layout_takes_milliseconds() {
+    // The issue's bound is 50 ms per template at load; this checks an order of magnitude
+    // only (timing itself belongs in benches/), over the whole corpus at once.
+    let all = corpus();
+    let t0 = std::time::Instant::now();
+    for (name, source) in &all {
+        let _ = derive(&ChatTemplate::new(name, source.clone()).unwrap(), true);
+    }
+    let per = t0.elapsed() / all.len() as u32;
+    assert!(per < std::time::Duration::from_millis(500), "{per:?} per template");
 }
