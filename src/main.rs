@@ -60,6 +60,35 @@ enum Command {
     /// The constraint engine from the shell.
     #[command(subcommand)]
     Grammar(GrammarCommand),
+    /// Tool-call layouts from the shell.
+    #[command(subcommand)]
+    Tools(ToolsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum ToolsCommand {
+    /// Read model output text on stdin as the model's template lays out calls and print
+    /// JSON: `content`, `reasoning_content`, `tool_calls` (OpenAI shape), and `grammar`
+    /// (`accepted`, or where the constrained grammar for these tools rejects the calls),
+    /// with the layout used and how it was chosen. Exit status 0 when the calls parse
+    /// and the grammar accepts them, 1 otherwise, 2 on errors.
+    Parse(ToolsParseArgs),
+}
+
+#[derive(Debug, Args)]
+struct ToolsParseArgs {
+    /// A GGUF model (only its header is read) whose template lays out the calls.
+    #[arg(long, short = 'm', required_unless_present = "chat_template")]
+    model: Option<PathBuf>,
+    /// A Jinja chat template file (instead of, or overriding, the model's).
+    #[arg(long)]
+    chat_template: Option<PathBuf>,
+    /// The tools: a JSON file with an OpenAI `tools` array (or an object holding one).
+    #[arg(long)]
+    tools: PathBuf,
+    /// Read the calls in this `grammars/` family's layout instead of the derived one.
+    #[arg(long)]
+    tool_format: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -192,7 +221,7 @@ struct GateArgs {
     /// it with toolgate's generic tool template.
     #[arg(long, env = "TOOLGATE_TOOL_FALLBACK", default_value = "none")]
     tool_fallback: ToolFallback,
-    /// Read and write tool calls in this family's format instead of the one detected
+    /// Read and write tool calls in this family's format instead of the one derived
     /// from the chat template: a file in `grammars/` (hermes, generic, mistral,
     /// mistral-v11, llama3-json, llama3-python-tag, functionary-v3.1, deepseek-v3.1,
     /// deepseek-r1, kimi-k2, apriel, qwen3-coder, seed-oss, gemma4, granite, functools,
@@ -345,7 +374,7 @@ fn main() {
         std::process::exit(2);
     }
     let cli = Cli::parse();
-    let grammar_check = matches!(cli.command, Command::Grammar(_));
+    let grammar_check = matches!(cli.command, Command::Grammar(_) | Command::Tools(_));
     if let Err(e) = real_main(cli) {
         eprintln!("Error: {e:#}");
         // `grammar check` keeps 1 for "an instance was rejected".
@@ -421,6 +450,7 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
         Command::Rm(args) => rm(args),
         Command::Bench(BenchCommand::Tools(args)) => bench_tools(args),
         Command::Grammar(GrammarCommand::Check(args)) => grammar_check(args),
+        Command::Tools(ToolsCommand::Parse(args)) => tools_parse(args),
     }
 }
 
@@ -880,6 +910,57 @@ fn probe(args: ProbeArgs) -> anyhow::Result<()> {
         "probe_ms": t0.elapsed().as_secs_f64() * 1000.0,
     });
     println!("{}", serde_json::to_string_pretty(&info)?);
+    Ok(())
+}
+
+fn tools_parse(args: ToolsParseArgs) -> anyhow::Result<()> {
+    let (templates, arch) = match &args.model {
+        Some(path) => {
+            let gguf = GgufFile::open(path)?;
+            (GgufTemplates::from_gguf(&gguf)?, gguf.architecture().ok().map(str::to_string))
+        }
+        None => (GgufTemplates::default(), None),
+    };
+    let mut setup = toolgate::template::inspect(&templates, arch.as_deref(), args.chat_template.as_deref())?;
+    if let Some(family) = &args.tool_format {
+        setup = setup.with_family(family)?;
+    }
+    let text = std::fs::read(&args.tools).with_context(|| format!("reading {}", args.tools.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_slice(&text).with_context(|| format!("{} is not JSON", args.tools.display()))?;
+    let list = v.get("tools").cloned().unwrap_or(v);
+    let tools: Vec<toolgate::tools::Tool> =
+        serde_json::from_value(list).with_context(|| format!("{}: not an OpenAI tools array", args.tools.display()))?;
+    let mut output = String::new();
+    std::io::Read::read_to_string(&mut std::io::stdin(), &mut output).context("reading the model output on stdin")?;
+    let Some(format) = setup.layout.format.clone() else {
+        anyhow::bail!("no tool-call layout for this template: {} (try --tool-format)", setup.layout.round_trip);
+    };
+    let mut parser = toolgate::tools::stream::StreamParser::new(Some(format.clone()), false, 1).with_tools(&tools);
+    if let Some((start, end)) = setup.reasoning {
+        parser = parser.with_reasoning(start, end, false);
+    }
+    parser.push(&output);
+    parser.finish();
+    let out = parser.into_output();
+    let grammar = match toolgate::tools::derive::check_calls(&format, &tools, &output) {
+        Ok(()) => "accepted".to_string(),
+        Err(e) => e,
+    };
+    let ok = out.failures == 0 && grammar == "accepted";
+    let doc = serde_json::json!({
+        "content": out.content,
+        "reasoning_content": out.reasoning,
+        "tool_calls": out.calls,
+        "unparsed_calls": out.failures,
+        "grammar": grammar,
+        "tool_format": setup.layout,
+        "layout": toolgate::tools::derive::summary(&format),
+    });
+    println!("{}", serde_json::to_string_pretty(&doc)?);
+    if !ok {
+        std::process::exit(1);
+    }
     Ok(())
 }
 

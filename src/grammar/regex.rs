@@ -1875,7 +1875,11 @@ pub fn xml_parameters(node: &Node, rules: &mut Rules, tags: &ParamTags) -> Strin
         let mut text = Vec::new();
         let mut json = Vec::new();
         for (is_json, v) in alts {
-            if is_json { json.push(v) } else { text.push(v) }
+            if is_json {
+                json.push(v)
+            } else {
+                text.push(v)
+            }
         }
         let mut out = Vec::new();
         let ends = [(false, escape(&tags.key_end), text), (true, escape(tags.key_end_json()), json)];

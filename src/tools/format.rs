@@ -218,7 +218,9 @@ impl ToolFormat {
             }
             let first = p.value_end.chars().next();
             if p.key_start.is_empty() || p.key_end.is_empty() || first.is_none_or(|c| p.value_end[1..].contains(c)) {
-                return Err("`params` needs a key_start, a key_end and a value_end whose first character appears once".into());
+                return Err(
+                    "`params` needs a key_start, a key_end and a value_end whose first character appears once".into()
+                );
             }
         }
         if self.body == BodyKind::JsonNameArguments && self.dialect != ArgsDialect::Json {

@@ -753,7 +753,16 @@ fn leading_ws(s: &str) -> usize {
 #[allow(clippy::type_complexity)]
 fn read_name(fmt: &ToolFormat, body: &str) -> Option<Result<(String, usize), ()>> {
     let start = if fmt.name_prefix.is_empty() {
-        0
+        // A newline may follow the call marker (`inner_newlines`: the grammar allows it).
+        if fmt.inner_newlines {
+            let ws = leading_ws(body);
+            if ws == body.len() {
+                return None;
+            }
+            ws
+        } else {
+            0
+        }
     } else {
         let ws = leading_ws(body);
         let rest = &body[ws..];

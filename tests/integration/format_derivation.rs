@@ -119,21 +119,29 @@ fn glm_calls_are_tagged_parameters_typed_by_the_schema() {
     let f = &d.format;
     let tags = f.params.as_ref().expect("tagged parameters");
     assert_eq!((f.call_start.as_str(), f.call_end.as_str()), ("<tool_call>", "</tool_call>"));
-    assert_eq!((tags.key_start.as_str(), tags.key_end.as_str(), tags.value_end.as_str()),
-               ("<arg_key>", "</arg_key>\n<arg_value>", "</arg_value>"));
+    assert_eq!(
+        (tags.key_start.as_str(), tags.key_end.as_str(), tags.value_end.as_str()),
+        ("<arg_key>", "</arg_key>\n<arg_value>", "</arg_value>")
+    );
     assert!(d.parallel);
     let tools = weather_tool();
     // A string that looks like a number stays a string; integers and booleans are typed.
     let text = "I'll check.<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>1984</arg_value>\n\
                 <arg_key>days</arg_key>\n<arg_value>3</arg_value>\n<arg_key>metric</arg_key>\n<arg_value>true</arg_value>\n</tool_call>";
-    assert_eq!(read_every_way(f, &tools, text), vec![("get_weather".into(), json!({"city": "1984", "days": 3, "metric": true}))]);
+    assert_eq!(
+        read_every_way(f, &tools, text),
+        vec![("get_weather".into(), json!({"city": "1984", "days": 3, "metric": true}))]
+    );
     let g = calls_regex_plain(f, &tools, &ToolChoice::Required, true).unwrap().compile().unwrap();
     assert!(g.matches(text["I'll check.".len()..].as_bytes()));
     assert!(!g.matches(text["I'll check.".len()..].replace("<arg_value>3<", "<arg_value>three<").as_bytes()));
     // GLM 4.7 writes the same without newlines.
     let f47 = derive(&template("GLM-4.7-Flash.jinja"), true).unwrap().format;
     let flat = text.replace('\n', "");
-    assert_eq!(read_every_way(&f47, &tools, &flat), vec![("get_weather".into(), json!({"city": "1984", "days": 3, "metric": true}))]);
+    assert_eq!(
+        read_every_way(&f47, &tools, &flat),
+        vec![("get_weather".into(), json!({"city": "1984", "days": 3, "metric": true}))]
+    );
 }
 
 /// A MiniMax-M2-style template, written for this test from the layout MiniMax
@@ -200,7 +208,10 @@ fn invoke_and_typed_parameter_layouts_are_derived() {
     let dsml = derive(&ChatTemplate::new("dsml-style", DSML_STYLE).unwrap(), true).unwrap();
     let f = &dsml.format;
     let tags = f.params.as_ref().unwrap();
-    assert_eq!((tags.key_end.as_str(), tags.key_end_json.as_deref()), ("\" string=\"true\">", Some("\" string=\"false\">")));
+    assert_eq!(
+        (tags.key_end.as_str(), tags.key_end_json.as_deref()),
+        ("\" string=\"true\">", Some("\" string=\"false\">"))
+    );
     let text = "<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"get_weather\">\n\
                 <｜DSML｜parameter name=\"city\" string=\"true\">42</｜DSML｜parameter>\n\
                 <｜DSML｜parameter name=\"days\" string=\"false\">5</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>";
@@ -214,9 +225,13 @@ fn invoke_and_typed_parameter_layouts_are_derived() {
 #[test]
 fn an_underivable_template_says_what_is_missing() {
     // Calls rendered with no marker around them cannot be told from text.
-    let t = ChatTemplate::new("bare", "{%- for m in messages -%}<|{{ m.role }}|>{%- if m.tool_calls -%}\
+    let t = ChatTemplate::new(
+        "bare",
+        "{%- for m in messages -%}<|{{ m.role }}|>{%- if m.tool_calls -%}\
         {%- for c in m.tool_calls -%}{{ c.function.name }} {{ c.function.arguments | tojson }}{%- endfor -%}\
-        {%- else -%}{{ m.content }}{%- endif -%}<|end|>{%- endfor -%}").unwrap();
+        {%- else -%}{{ m.content }}{%- endif -%}<|end|>{%- endfor -%}",
+    )
+    .unwrap();
     let err = derive(&t, true).unwrap_err();
     assert!(err.to_string().contains("no marker to recognise them by"), "{err}");
     // A template that never renders calls has no sample: nothing to check an override against.
@@ -245,4 +260,54 @@ fn deriving_a_layout_takes_milliseconds() {
     }
     let per = t0.elapsed() / all.len() as u32;
     assert!(per < std::time::Duration::from_millis(500), "{per:?} per template");
+}
+
+#[test]
+fn smollm2_writes_valid_calls_in_derived_layouts_under_the_constraint() {
+    use toolgate::engine::chat::{tool_turn, ToolMode};
+    use toolgate::engine::{Engine, GenerateParams};
+    use toolgate::model::DeviceChoice;
+    use toolgate::template::{gate, ToolFallback};
+    let mut engine = Engine::load(crate::common::model(crate::common::SMOLLM2), DeviceChoice::Cpu).unwrap();
+    let templates = GgufTemplates::from_gguf(engine.gguf()).unwrap();
+    // Descriptions everywhere: Apertus's template prints them and fails without.
+    let tools: Vec<Tool> = serde_json::from_value(json!([
+        {"type": "function", "function": {"name": "get_weather", "description": "Current weather.",
+            "parameters": {"type": "object", "properties": {
+                "city": {"type": "string", "description": "City name."},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "description": "Unit."}},
+            "required": ["city", "unit"]}}},
+        {"type": "function", "function": {"name": "add", "description": "Add two integers.",
+            "parameters": {"type": "object", "properties": {
+                "a": {"type": "integer", "description": "First."}, "b": {"type": "integer", "description": "Second."}},
+            "required": ["a", "b"]}}}
+    ]))
+    .unwrap();
+    let params = GenerateParams { max_tokens: 80, ..GenerateParams::default() };
+    let msgs = vec![json!({"role": "user", "content": "What is the weather in Paris? Also add 2 and 3."})];
+    for name in ["GLM-4.6.jinja", "GLM-4.7-Flash.jinja", "Apertus-8B-Instruct.jinja", "GigaChat3-10B-A1.8B.jinja"] {
+        let path = templates_dir().join(name);
+        let setup = gate("smollm2", &templates, Some("llama"), Some(&path), ToolFallback::None).unwrap();
+        assert_eq!((setup.layout.origin, setup.family.as_str()), (Origin::Derived, "derived"), "{name}");
+        let parallel = setup.layout.parallel;
+        let turn = tool_turn(
+            &mut engine,
+            &setup,
+            msgs.clone(),
+            &tools,
+            &ToolChoice::Required,
+            parallel,
+            ToolMode::Constrained,
+            &params,
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        eprintln!("{name}: {:?}", turn.tool_calls);
+        assert!(!turn.tool_calls.is_empty() && turn.parse_failures == 0, "{name}: {turn:?}");
+        assert_eq!(turn.finish_reason, "tool_calls", "{name}: {turn:?}");
+        for call in &turn.tool_calls {
+            let args: Value = serde_json::from_str(&call.function.arguments).unwrap();
+            let schema = &tools.iter().find(|t| t.function.name == call.function.name).unwrap().function.parameters;
+            assert!(jsonschema::validator_for(schema).unwrap().is_valid(&args), "{name}: {call:?}");
+        }
+    }
 }

@@ -687,7 +687,9 @@ fn real_world_keywords_follow_json_schema() {
     let filters = json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}, "minProperties": 1});
     check(filters.clone(), &[r#"{"a":1}"#, r#"{"b":"x"}"#, r#"{"a":1,"b":"x"}"#], &["{}"]);
     let node = toolgate::grammar::schema::compile(&filters, Mode::Strict).unwrap();
-    let xml = Grammar::from_regex(&toolgate::grammar::regex::xml_parameters(&node, &mut Rules::none(), &Default::default())).unwrap();
+    let xml =
+        Grammar::from_regex(&toolgate::grammar::regex::xml_parameters(&node, &mut Rules::none(), &Default::default()))
+            .unwrap();
     assert!(xml.matches(b"<parameter=a>1</parameter></function>"));
     assert!(!xml.matches(b"</function>"));
     check(
