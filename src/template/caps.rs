@@ -113,6 +113,9 @@ pub struct Caps {
     pub supports_string_content: bool,
     /// Needs typed content parts (`[{"type":"text",…}]`): renders them but not strings.
     pub supports_typed_content: bool,
+    /// Reads a `reasoning_effort` variable: the prompt differs between `low` and `high`
+    /// (gpt-oss's `Reasoning: high`), so a request's `reasoning_effort` reaches the model.
+    pub supports_reasoning_effort: bool,
 }
 
 impl Caps {
@@ -191,7 +194,7 @@ fn user(content: serde_json::Value) -> serde_json::Value {
     json!({"role": "user", "content": content})
 }
 
-/// Probe `template`. Cost: eight bounded renders (typically a few ms in all).
+/// Probe `template`. Cost: ten bounded renders (typically a few ms in all).
 pub fn probe(template: &ChatTemplate) -> ProbeReport {
     let mut reasons = std::collections::BTreeMap::new();
     let mut caps = Caps::default();
@@ -365,6 +368,31 @@ pub fn probe(template: &ChatTemplate) -> ProbeReport {
                     if rs.read("messages[1].reasoning_content") { "read" } else { "never read" },
                     if rs.contains(REASONING_NEEDLE) { "rendered" } else { "not rendered" }
                 )
+            },
+        ),
+    );
+    // Reasoning effort: the template variable gpt-oss (and others) read.
+    let effort = |level: &str| {
+        let ctx = minijinja::context! {
+            messages => Value::from(minijinja::value::Serde(json!([user(json!(USER_NEEDLE))]))),
+            add_generation_prompt => true,
+            bos_token => "<BOS>",
+            eos_token => "<EOS>",
+            reasoning_effort => level,
+        };
+        template.render_value(ctx).map_err(|e| e.to_string())
+    };
+    let (low, high) = (effort("low"), effort("high"));
+    caps.supports_reasoning_effort = matches!((&low, &high), (Ok(l), Ok(h)) if l != h);
+    reasons.insert(
+        "supports_reasoning_effort",
+        why(
+            caps.supports_reasoning_effort,
+            "user message rendered with reasoning_effort low, then high",
+            match (&low, &high) {
+                (Err(e), _) | (_, Err(e)) => format!("rendering failed: {e}"),
+                _ if caps.supports_reasoning_effort => "the prompts differ".into(),
+                _ => "the prompts are the same".into(),
             },
         ),
     );

@@ -112,10 +112,17 @@ pub fn probe_arguments(i: usize) -> Value {
 
 /// Ids in OpenAI's shape, then ids of nine letters and digits (Mistral's templates
 /// refuse any other length).
-const IDS: [(CallIds, [&str; 2]); 2] =
-    [(CallIds::Openai, ["call_0a1b2c3d4e5f", "call_6a7b8c9d0e1f"]), (CallIds::Alnum9, ["Xq7Rk2Pz9", "Lm3Tw8Vb4"])];
+/// Kimi's templates print the id where the name goes, so they need `functions.NAME:N`.
+const IDS: [(CallIds, [&str; 2]); 3] = [
+    (CallIds::Openai, ["call_0a1b2c3d4e5f", "call_6a7b8c9d0e1f"]),
+    (CallIds::Alnum9, ["Xq7Rk2Pz9", "Lm3Tw8Vb4"]),
+    (CallIds::FunctionsIndex, ["functions.tg_probe_alpha:0", "functions.tg_probe_beta:1"]),
+];
 
 struct Renders {
+    /// The template's reasoning markers: an empty block before the calls is the
+    /// model's (empty) reasoning, not part of them.
+    reasoning: Option<(&'static str, &'static str)>,
     /// The turn with text content instead of calls.
     text: String,
     /// One call; two calls (when the template renders them).
@@ -160,7 +167,8 @@ fn renders(t: &ChatTemplate, object_arguments: bool) -> Result<Renders, Underiva
                     let two = render(t, Some(assistant_with_calls(2, &ids, content)), object_arguments)
                         .ok()
                         .filter(|two| PROBE_NAMES.iter().all(|n| output_part(two, &text).contains(n)));
-                    return Ok(Renders { text, one, two, ids: ids_kind });
+                    let reasoning = crate::template::family::reasoning_markers(t.source());
+                    return Ok(Renders { reasoning, text, one, two, ids: ids_kind });
                 }
                 Ok(_) => last_error = "the template renders an assistant turn with a tool call without the call".into(),
                 Err(e) => last_error = format!("rendering an assistant turn with a tool call failed: {e}"),
@@ -172,9 +180,10 @@ fn renders(t: &ChatTemplate, object_arguments: bool) -> Result<Renders, Underiva
 
 /// The model's part of a rendered turn: what differs from the same turn with text
 /// content (`zcontentz`), cut at marker edges (`<|START_THINKING|>` is not cut
-/// after its shared `<|START_`; a call turn may end with its own
-/// end-of-turn marker, `<|eom_id|>` where the text turn has `<|eot_id|>`: the shared
-/// `_id|>` is not a cut), leading and trailing whitespace trimmed.
+/// after its shared `<|START_`; a call turn may end with its own marker,
+/// `<|END_ACTION|>` or `<|eom_id|>` where the text turn has `<|END_RESPONSE|>` or
+/// `<|eot_id|>`: the shared `|>` is not a cut, the marker is kept whole), leading and
+/// trailing whitespace trimmed.
 fn output_part<'a>(calls: &'a str, text: &str) -> &'a str {
     let mut p = calls.bytes().zip(text.bytes()).take_while(|(a, b)| a == b).count();
     while p > 0 && !(calls.is_char_boundary(p) && edge(calls, p)) {
@@ -182,11 +191,23 @@ fn output_part<'a>(calls: &'a str, text: &str) -> &'a str {
     }
     let max_s = calls.len() - p;
     let s = calls.bytes().rev().zip(text.bytes().rev()).take_while(|(a, b)| a == b).count().min(max_s);
+    // Forward to the next edge: the call turn's own end marker is kept whole
+    // (`<|END_ACTION|>` shares `|>` with `<|END_RESPONSE|>`).
     let mut end = calls.len() - s;
-    while end > p && !(calls.is_char_boundary(end) && edge(calls, end)) {
-        end -= 1;
+    while end < calls.len() && !(calls.is_char_boundary(end) && edge(calls, end)) {
+        end += 1;
     }
     calls[p..end].trim()
+}
+
+/// `out` without a reasoning block at its start (Command R7B renders an empty one
+/// before its calls).
+fn without_reasoning<'a>(out: &'a str, markers: Option<(&str, &str)>) -> &'a str {
+    let Some((start, end)) = markers else { return out };
+    match out.strip_prefix(start).and_then(|rest| rest.find(end).map(|e| &rest[e + end.len()..])) {
+        Some(rest) => rest.trim_start(),
+        None => out,
+    }
 }
 
 /// A call found in the output: where it starts (its body or its name), where it ends
@@ -202,18 +223,12 @@ struct Found {
 
 #[derive(Debug, Clone, PartialEq)]
 enum Body {
-    Json {
-        name_key: String,
-        arguments_key: String,
-        id_key: String,
-    },
+    /// `id_value`: the id member's value in this call; `ours`: it is the id the call
+    /// was rendered with (else the template made it, such as an index).
+    Json { name_key: String, arguments_key: String, id_key: String, id_value: String, id_first: bool, ours: bool },
     /// `name_at`: where the name starts; `name_end`: the text between the name and the
     /// arguments.
-    NameThen {
-        name_at: usize,
-        name_end: String,
-        dialect: ArgsDialect,
-    },
+    NameThen { name_at: usize, name_end: String, dialect: ArgsDialect },
 }
 
 /// The probe call `i` in `out`, searched from byte `from`.
@@ -238,12 +253,24 @@ fn find_call(out: &str, from: usize, i: usize, ids: &[&str; 2]) -> Result<Found,
             })
             .map(|(k, _)| k.clone());
         if let (Some(name_key), Some(arguments_key)) = (name_key, arguments_key) {
-            let id_key =
-                obj.iter().find(|(_, v)| v.as_str() == Some(ids[i])).map(|(k, _)| k.clone()).unwrap_or_default();
-            if obj.len() > 2 + usize::from(!id_key.is_empty()) {
-                return Err(format!("the JSON call body has keys besides the name, arguments and id: {obj:?}"));
-            }
-            return Ok(Found { start: p, end, body: Body::Json { name_key, arguments_key, id_key }, tags: None });
+            // Any other member is an id: ours, or one the template makes (an index).
+            let others: Vec<(&String, &Value)> =
+                obj.iter().filter(|(k, _)| **k != name_key && **k != arguments_key).collect();
+            let id_key = match others.as_slice() {
+                [] => String::new(),
+                [(k, Value::String(_))] => (*k).clone(),
+                _ => {
+                    return Err(format!(
+                        "the JSON call body has members besides the name, arguments and an id: {obj:?}"
+                    ))
+                }
+            };
+            let id_value = obj.get(&id_key).and_then(Value::as_str).unwrap_or_default().to_string();
+            let ours = id_value == ids[i];
+            let key_at = |k: &str| out[p..end].find(&format!("\"{k}\"")).unwrap_or(usize::MAX);
+            let id_first = !id_key.is_empty() && key_at(&id_key) < key_at(&name_key);
+            let body = Body::Json { name_key, arguments_key, id_key, id_value, id_first, ours };
+            return Ok(Found { start: p, end, body, tags: None });
         }
     }
     // The name, then the arguments in one of the dialects.
@@ -398,15 +425,15 @@ fn inner_newline(s: &str, at_end: bool) -> (String, bool) {
 /// dialect for, or the markers do not split consistently.
 pub fn derive(template: &ChatTemplate, object_arguments: bool) -> Result<Derivation, Underivable> {
     let r = renders(template, object_arguments)?;
-    let one = output_part(&r.one, &r.text).to_string();
+    let one = without_reasoning(output_part(&r.one, &r.text), r.reasoning).to_string();
     read_layout(&r).map_err(|reason| Underivable { reason, sample: Some(one) })
 }
 
 fn read_layout(r: &Renders) -> Result<Derivation, String> {
     let ids = IDS.iter().find(|(k, _)| *k == r.ids).map(|(_, ids)| *ids).unwrap_or(IDS[0].1);
-    let one = output_part(&r.one, &r.text);
+    let one = without_reasoning(output_part(&r.one, &r.text), r.reasoning);
     let c1 = find_call(one, 0, 0, &ids)?;
-    let two = r.two.as_deref().map(|t| output_part(t, &r.text));
+    let two = r.two.as_deref().map(|t| without_reasoning(output_part(t, &r.text), r.reasoning));
     let pair = match two {
         Some(two) => {
             let a = find_call(two, 0, 0, &ids)?;
@@ -457,6 +484,7 @@ fn read_layout(r: &Renders) -> Result<Derivation, String> {
         id_key: String::new(),
         id_pattern: String::new(),
         call_ids: r.ids,
+        id_first: false,
         params: None,
     };
     let (ss, nl1) = inner_newline(section_start, true);
@@ -469,12 +497,24 @@ fn read_layout(r: &Renders) -> Result<Derivation, String> {
     f.call_start = cs;
     f.call_end = ce;
     match &c1.body {
-        Body::Json { name_key, arguments_key, id_key } => {
+        Body::Json { name_key, arguments_key, id_key, id_value, id_first, ours } => {
             f.name_key = name_key.clone();
             f.arguments_key = arguments_key.clone();
             if !id_key.is_empty() {
                 f.id_key = id_key.clone();
-                f.id_pattern = if r.ids == CallIds::Alnum9 { "[A-Za-z0-9_-]{9}" } else { "[A-Za-z0-9_-]{1,40}" }.into();
+                f.id_first = *id_first;
+                let digits = !id_value.is_empty() && id_value.bytes().all(|b| b.is_ascii_digit());
+                let nine = id_value.len() == 9 && id_value.bytes().all(|b| b.is_ascii_alphanumeric());
+                f.id_pattern = match (digits, nine) {
+                    (true, _) => "[0-9]{1,4}",
+                    (false, true) => "[A-Za-z0-9]{9}",
+                    _ => "[A-Za-z0-9_.:-]{1,64}",
+                }
+                .into();
+                if nine && !ours {
+                    // The template made nine-character ids of its own: give it such ids back.
+                    f.call_ids = CallIds::Alnum9;
+                }
             }
             // `[` … `]` around bodies separated by `,`: a list.
             if f.call_start.is_empty()
@@ -484,10 +524,11 @@ fn read_layout(r: &Renders) -> Result<Derivation, String> {
             {
                 f.list = true;
                 f.separator = ", ".into();
-                let marker = f.section_start[..f.section_start.len() - 1].trim_end();
+                let marker = &f.section_start[..f.section_start.len() - 1];
                 // A word before the `[` keeps it (`functools[`): the word alone is text.
-                if marker.chars().last().is_some_and(|c| !c.is_alphanumeric()) {
-                    f.section_start = marker.to_string();
+                // A space before it stays part of the marker (`[TOOL_CALLS] [`).
+                if marker.trim_end().chars().last().is_some_and(|c| !c.is_alphanumeric()) {
+                    f.section_start = marker.trim_end_matches('\n').to_string();
                 }
                 f.section_end = f.section_end[1..].trim_start().to_string();
             }

@@ -68,6 +68,9 @@ pub enum CallIds {
     Openai,
     /// Nine ASCII letters and digits (Mistral's templates refuse any other length).
     Alnum9,
+    /// `functions.NAME:INDEX`, Kimi's: its templates write the id where the call's name
+    /// goes.
+    FunctionsIndex,
 }
 
 /// How one family writes tool calls. See the [module docs](self) for the layers.
@@ -135,6 +138,10 @@ pub struct ToolFormat {
     /// Regex of the id under `id_key`.
     #[serde(default)]
     pub id_pattern: String,
+    /// The id member comes first in the body (Command R7B's `{"tool_call_id": "0",
+    /// "tool_name": …}`), not after the arguments.
+    #[serde(default)]
+    pub id_first: bool,
     /// The shape of the call ids toolgate returns.
     #[serde(default)]
     pub call_ids: CallIds,
@@ -200,6 +207,9 @@ impl ToolFormat {
         }
         if self.list && (!self.has_section() || self.body != BodyKind::JsonNameArguments) {
             return Err("`list` needs a section_start and a json_name_arguments body".into());
+        }
+        if self.id_first && self.id_key.is_empty() {
+            return Err("`id_first` needs an `id_key`".into());
         }
         if !self.id_key.is_empty() && (self.body != BodyKind::JsonNameArguments || self.id_pattern.is_empty()) {
             return Err("`id_key` needs a json_name_arguments body and an `id_pattern`".into());

@@ -291,13 +291,14 @@ fn calls_regex_with(
         let name = &t.function.name;
         match f.body {
             BodyKind::JsonNameArguments => {
-                let id = if f.id_key.is_empty() {
-                    String::new()
-                } else {
-                    format!(r#"(?:, ?"{}": ?"(?:{})")?"#, regex_syntax::escape(&f.id_key), f.id_pattern)
+                let member = format!(r#""{}": ?"(?:{})""#, regex_syntax::escape(&f.id_key), f.id_pattern);
+                let (lead, id) = match (f.id_key.is_empty(), f.id_first) {
+                    (true, _) => (String::new(), String::new()),
+                    (false, true) => (format!("{member}, ?"), String::new()),
+                    (false, false) => (String::new(), format!("(?:, ?{member})?")),
                 };
                 bodies.push(format!(
-                    r#"\{{"{}": ?{}, ?"{}": ?{args}{id}\}}"#,
+                    r#"\{{{lead}"{}": ?{}, ?"{}": ?{args}{id}\}}"#,
                     regex_syntax::escape(&f.name_key),
                     regex_syntax::escape(&serde_json::to_string(name).unwrap_or_default()),
                     regex_syntax::escape(&f.arguments_key),
@@ -320,7 +321,10 @@ fn calls_regex_with(
     }
     let nl = if f.inner_newlines { "\\n?" } else { "" };
     let call = format!("{}{nl}(?:{}){nl}{}", marker(&f.call_start), bodies.join("|"), marker(&f.call_end));
-    let sep = if f.list { ", ?".to_string() } else { format!("(?:{})?", regex_syntax::escape(&f.separator)) };
+    // A list of calls is a JSON array: compact, or pretty-printed with a newline and a
+    // bounded indent (Command R7B's `[\n    {…}\n]`); never an unbounded run.
+    const LIST_WS: &str = "(?:\\n {0,8})?";
+    let sep = if f.list { format!(",(?: |{LIST_WS})") } else { format!("(?:{})?", regex_syntax::escape(&f.separator)) };
     let calls = if parallel {
         let call = rules.share(call);
         format!("{call}(?:{sep}{call})*")
@@ -329,9 +333,9 @@ fn calls_regex_with(
     };
     let regex = if f.has_section() {
         let (open, close) = match (f.list, f.start_opens_list()) {
-            (true, true) => ("", "\\]"),
-            (true, false) => ("\\[", "\\]"),
-            (false, _) => ("", ""),
+            (true, true) => (LIST_WS.to_string(), format!("{LIST_WS}\\]")),
+            (true, false) => (format!("\\[{LIST_WS}"), format!("{LIST_WS}\\]")),
+            (false, _) => (String::new(), String::new()),
         };
         format!("{}{nl}{open}{calls}{close}{nl}{}", marker(&f.section_start), marker(&f.section_end))
     } else {

@@ -647,7 +647,7 @@ impl StreamParser {
     /// Announce a call: its index, id and name.
     fn announce(&mut self, name: String, ev: &mut Vec<StreamEvent>) -> usize {
         let index = self.out.calls.len();
-        let id = self.call_id(index);
+        let id = self.call_id(index, &name);
         ev.push(StreamEvent::CallStart { index, id: id.clone(), name: name.clone() });
         self.out.calls.push(ToolCall {
             id,
@@ -674,8 +674,9 @@ impl StreamParser {
         self.stream_args(index, &call.body, args, upto, ev);
     }
 
-    fn call_id(&self, index: usize) -> String {
+    fn call_id(&self, index: usize, name: &str) -> String {
         match self.fmt.as_ref().map(|f| f.call_ids).unwrap_or_default() {
+            CallIds::FunctionsIndex => format!("functions.{name}:{index}"),
             CallIds::Openai => format!("call_{:08x}{:04x}", self.id_seed as u32, index),
             CallIds::Alnum9 => {
                 const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
@@ -772,14 +773,29 @@ fn read_name(fmt: &ToolFormat, body: &str) -> Option<Result<(String, usize), ()>
         ws + fmt.name_prefix.len()
     };
     let body = &body[start..];
+    let sep = fmt.name_index_separator.as_str();
     let (raw, after) = if fmt.name_end.is_empty() {
-        let ident =
-            |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') || fmt.name_index_separator.contains(c);
+        let ident = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') || sep.contains(c);
         match body.find(|c: char| !ident(c)) {
             Some(i) => (&body[..i], i),
             None if body.len() > MAX_NAME => return Some(Err(())),
             None => return None,
         }
+    } else if !sep.is_empty() {
+        // `NAME<sep>INDEX<name_end>`: the end marker may itself occur in the separator
+        // (Kimi K3's `" index="1"` before `"`), so the index is read first.
+        let Some(i) = body.find(sep) else {
+            return (body.len() > MAX_NAME + sep.len()).then_some(Err(()));
+        };
+        let digits = body[i + sep.len()..].bytes().take_while(u8::is_ascii_digit).count();
+        let rest = &body[i + sep.len() + digits..];
+        if rest.len() < fmt.name_end.len() && fmt.name_end.starts_with(rest) {
+            return None;
+        }
+        if digits == 0 || !rest.starts_with(&fmt.name_end) {
+            return Some(Err(()));
+        }
+        (&body[..i + sep.len() + digits], i + sep.len() + digits + fmt.name_end.len())
     } else {
         match body.find(&fmt.name_end) {
             Some(i) => (&body[..i], i + fmt.name_end.len()),
@@ -787,12 +803,10 @@ fn read_name(fmt: &ToolFormat, body: &str) -> Option<Result<(String, usize), ()>
             None => return None,
         }
     };
-    let name = if fmt.name_index_separator.is_empty() {
+    let name = if sep.is_empty() {
         Some(raw)
     } else {
-        raw.rsplit_once(fmt.name_index_separator.as_str())
-            .filter(|(_, i)| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
-            .map(|(n, _)| n)
+        raw.rsplit_once(sep).filter(|(_, i)| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit())).map(|(n, _)| n)
     };
     Some(match name {
         Some(n) if !n.is_empty() && n.len() <= MAX_NAME && !n.contains(char::is_whitespace) => {

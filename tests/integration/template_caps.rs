@@ -63,3 +63,19 @@ fn gate_flags_match_llama_cpp_on_every_template() {
     eprintln!("{} non-gate flag differences:\n{}", other.len(), other.join("\n"));
     assert!(gate_failures.is_empty(), "gate flags differ:\n{}", gate_failures.join("\n"));
 }
+
+#[test]
+fn reasoning_effort_is_reported_for_templates_that_read_it() {
+    // llama.cpp's reference file predates this flag: the expectations are read off the
+    // templates (gpt-oss prints `Reasoning: {{ reasoning_effort }}`; the others never
+    // mention the variable).
+    let flag = |file: &str| {
+        let src = std::fs::read_to_string(shared().join("templates").join(file)).unwrap();
+        let report = probe(&ChatTemplate::new(file, src.clone()).unwrap());
+        assert_eq!(report.caps.supports_reasoning_effort, src.contains("reasoning_effort"), "{file}: {report:?}");
+        report.caps.supports_reasoning_effort
+    };
+    assert!(flag("openai-gpt-oss-120b.jinja"));
+    assert!(!flag("Qwen-Qwen3-0.6B.jinja"));
+    assert!(!flag("meta-llama-Llama-3.1-8B-Instruct.jinja"));
+}
