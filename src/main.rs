@@ -228,6 +228,11 @@ struct GateArgs {
     /// pythonic; docs/tool-formats.md).
     #[arg(long, env = "TOOLGATE_TOOL_FORMAT")]
     tool_format: Option<String>,
+    /// In `tool_choice: auto`, read a declared tool's call written as bare or fenced
+    /// JSON (`{"name": …, "arguments": …}`) as a call, constrained from its name on
+    /// (`on`, the default), or leave it as text (`off`).
+    #[arg(long, env = "TOOLGATE_CALL_RECOVERY", default_value = "on", value_parser = ["on", "off"])]
+    call_recovery: String,
 }
 
 #[derive(Debug, Args)]
@@ -804,6 +809,7 @@ fn gated_setup(
         gate.chat_template.as_deref(),
         gate.tool_fallback,
     )?;
+    let setup = setup.with_call_recovery(gate.call_recovery == "on");
     Ok(match &gate.tool_format {
         Some(family) => setup.with_family(family)?,
         None => setup,

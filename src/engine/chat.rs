@@ -14,6 +14,7 @@ use crate::grammar::{Grammar, TokenVocab};
 use crate::sampling::TokenLogprob;
 use crate::template::{transform, ChatSetup, RenderRequest};
 use crate::tokenizer::{EncodeOptions, Tokenizer};
+use crate::tools::recovery::{RecoveringParser, Recovery};
 use crate::tools::stream::{StreamEvent, StreamParser};
 use crate::tools::{self, format, Tool, ToolCall, ToolChoice};
 use crate::{Error, Result};
@@ -106,6 +107,8 @@ pub struct ChatTurn {
     pub finish_reason: &'static str,
     /// Call blocks that did not parse (native mode only; always 0 when constrained).
     pub parse_failures: usize,
+    /// Calls read from a near-miss form in `auto` ([`crate::tools::recovery`]).
+    pub recovered_calls: usize,
     /// Tokens in the prompt.
     pub prompt_tokens: usize,
     /// Leading prompt tokens reused from the cache of an earlier turn (not prefilled).
@@ -152,7 +155,7 @@ enum TurnConstraint {
 pub struct PreparedTurn {
     prompt: Vec<u32>,
     constraint: TurnConstraint,
-    parser: StreamParser,
+    parser: RecoveringParser,
     calls_possible: bool,
 }
 
@@ -236,10 +239,21 @@ pub fn prepare_turn(
         (None, _, _) | (_, ToolMode::Native, _) => TurnConstraint::Free,
         (Some(fmt), ToolMode::Constrained, ToolChoice::Auto) => {
             let calls = tools::calls_regex(fmt, tools, choice, parallel, tok)?;
+            let recovery = if setup.call_recovery && fmt.trigger() != Recovery::TRIGGER {
+                let r = tools::calls_regex(&Recovery::grammar_format(), tools, choice, parallel, tok)?;
+                Some(engine.grammar(&r.regex, &r.rules)?)
+            } else {
+                None
+            };
             TurnConstraint::Lazy(LazyConstraint {
                 grammar: engine.grammar(&calls.regex, &calls.rules)?,
                 vocab: engine.token_vocab(),
                 trigger: tools::marker_bytes(fmt.trigger(), tok),
+                recovery,
+                reasoning: setup.reasoning.map(|(start, end)| {
+                    let open = text.trim_end().ends_with(start);
+                    (tools::marker_bytes(start, tok), tools::marker_bytes(end, tok), open)
+                }),
             })
         }
         (Some(fmt), ToolMode::Constrained, _) => {
@@ -253,7 +267,12 @@ pub fn prepare_turn(
         }
     };
     let incremental = mode == ToolMode::Constrained;
-    let parser = with_reasoning(StreamParser::new(fmt, incremental, id_seed(&prompt)).with_tools(tools), setup, &text);
+    let seed = id_seed(&prompt);
+    let parser = with_reasoning(StreamParser::new(fmt, incremental, seed).with_tools(tools), setup, &text);
+    // Near-miss calls are read in `auto` only: a forced call is in the layout already.
+    let recovery = (setup.call_recovery && calls_possible && *choice == ToolChoice::Auto)
+        .then(|| Recovery::new(tools, mode == ToolMode::Constrained));
+    let parser = RecoveringParser::new(parser, recovery, seed);
     Ok(PreparedTurn { prompt, constraint, parser, calls_possible })
 }
 
@@ -278,7 +297,7 @@ pub fn prepare_text_turn(
         }
         None => TurnConstraint::Free,
     };
-    let parser = with_reasoning(StreamParser::new(None, false, 0), setup, &text);
+    let parser = RecoveringParser::new(with_reasoning(StreamParser::new(None, false, 0), setup, &text), None, 0);
     Ok(PreparedTurn { prompt, constraint, parser, calls_possible: false })
 }
 
@@ -341,7 +360,7 @@ impl PreparedTurn {
             }
         };
         parser.finish().into_iter().for_each(&mut on_event);
-        let out = parser.into_output();
+        let (out, recovered_calls) = parser.into_output();
         let finish_reason = match gen.finish_reason {
             FinishReason::Cancelled => "cancelled",
             _ if out.truncated => "length",
@@ -354,6 +373,7 @@ impl PreparedTurn {
             tool_calls: out.calls,
             finish_reason,
             parse_failures: out.failures,
+            recovered_calls,
             prompt_tokens: gen.prompt_tokens,
             cached_tokens: gen.cached_tokens,
             completion_tokens: gen.completion_tokens,

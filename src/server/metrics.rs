@@ -37,6 +37,7 @@ pub struct Metrics {
     prompt_tokens: Counter,
     completion_tokens: Counter,
     tool_calls: Counter,
+    recovered_calls: Counter,
     parse_failures: Counter,
     mask_seconds: Counter<f64, AtomicU64>,
     turn_seconds: Histogram,
@@ -71,6 +72,12 @@ impl Metrics {
         registry.register("completion_tokens", "Tokens generated", completion_tokens.clone());
         let tool_calls = Counter::default();
         registry.register("tool_calls", "Tool calls returned", tool_calls.clone());
+        let recovered_calls = Counter::default();
+        registry.register(
+            "tool_calls_recovered",
+            "Tool calls read from a near-miss form in auto (a bare or fenced JSON call)",
+            recovered_calls.clone(),
+        );
         let parse_failures = Counter::default();
         registry.register(
             "tool_call_parse_failures",
@@ -104,6 +111,7 @@ impl Metrics {
             prompt_tokens,
             completion_tokens,
             tool_calls,
+            recovered_calls,
             parse_failures,
             mask_seconds,
             turn_seconds,
@@ -117,6 +125,7 @@ impl Metrics {
         self.completion_tokens.inc_by(turn.completion_tokens as u64);
         self.tool_calls.inc_by(turn.tool_calls.len() as u64);
         self.parse_failures.inc_by(turn.parse_failures as u64);
+        self.recovered_calls.inc_by(turn.recovered_calls as u64);
         self.mask_seconds.inc_by(turn.timings.mask.as_secs_f64());
         let q = queued.as_secs_f64();
         self.first_token_seconds.observe(q + turn.timings.prompt.as_secs_f64());

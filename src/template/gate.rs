@@ -60,9 +60,25 @@ pub struct ChatSetup {
     pub reasoning: Option<(&'static str, &'static str)>,
     /// The gate of the model's own template, when the generic fallback replaced it.
     pub native_report: Option<ProbeReport>,
+    /// Read near-miss calls in `auto` (a bare or fenced JSON call of a declared tool:
+    /// [`crate::tools::recovery`]); on by default, `--call-recovery off` turns it off.
+    pub call_recovery: bool,
 }
 
 impl ChatSetup {
+    /// Turn call recovery in `auto` on or off (see [`ChatSetup::call_recovery`]).
+    ///
+    /// ```
+    /// # use toolgate::template::{source::GgufTemplates, gate, ToolFallback};
+    /// let setup = gate("m", &GgufTemplates::default(), None, None, ToolFallback::Generic)?;
+    /// assert!(setup.call_recovery && !setup.with_call_recovery(false).call_recovery);
+    /// # Ok::<(), toolgate::Error>(())
+    /// ```
+    pub fn with_call_recovery(mut self, on: bool) -> Self {
+        self.call_recovery = on;
+        self
+    }
+
     /// Read and write tool calls in `family`'s format instead of the one derived from
     /// the template (`--tool-format`), for a template whose calls derivation cannot
     /// read or gets wrong.
@@ -113,6 +129,7 @@ fn setup(template: ChatTemplate, source: TemplateSource, arch: Option<&str>, nat
         layout,
         reasoning,
         native_report: native,
+        call_recovery: true,
     }
 }
 

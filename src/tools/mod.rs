@@ -5,6 +5,7 @@ pub mod definition;
 pub mod derive;
 pub mod format;
 pub mod reasoning;
+pub mod recovery;
 pub mod stream;
 
 use serde::{Deserialize, Serialize};

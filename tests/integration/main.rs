@@ -18,6 +18,7 @@ mod grammar;
 mod greedy_fixtures;
 mod hub;
 mod kernels;
+mod recovery;
 mod sampling;
 mod schema_corpus;
 mod sdk;

@@ -38,3 +38,32 @@ fn openai_python_sdk() {
 fn anthropic_python_sdk() {
     run_script("anthropic_sdk.py");
 }
+
+/// The OpenAI SDK's agent loop in `tool_choice: "auto"` on Qwen2.5-Coder-0.5B, a real
+/// model whose own (Hermes) template declares tools and which answers with a bare
+/// JSON call instead of `<tool_call>`: call recovery turns it into a call.
+#[test]
+fn openai_python_sdk_agent_loop_in_auto_on_a_real_tool_model() {
+    let port = crate::common::server::free_port();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolgate"));
+    cmd.arg("serve")
+        .arg("--model")
+        .arg(crate::common::model(crate::common::QWEN_CODER))
+        .args(["--port", &port.to_string()]);
+    let s = crate::common::server::spawn(cmd, port).expect("server did not come up");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/agent_loop.py");
+    let model = crate::common::QWEN_CODER.trim_end_matches(".gguf");
+    let out = Command::new(python()).arg(&path).arg(&s.base).arg(model).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    println!("{stdout}");
+    assert!(out.status.success(), "agent_loop.py failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("ok errors"), "agent_loop.py did not run to the end:\n{stdout}");
+    let mut r = crate::common::server::agent().get(format!("{}/metrics", s.base)).call().unwrap();
+    let metrics = r.body_mut().read_to_string().unwrap();
+    let recovered = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("toolgate_tool_calls_recovered_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or(0.0);
+    assert!(recovered >= 2.0, "the first turn's calls (plain and streamed) were recovered: {recovered}\n{metrics}");
+}

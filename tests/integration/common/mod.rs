@@ -29,6 +29,9 @@ pub const GEMMA3: &str = "gemma-3-270m-q4_k_m.gguf";
 /// SmolLM2 with Qwen 2.5's tool-calling template in its metadata (made by `scripts/fetch-models`).
 pub const SMOLLM2_QWEN: &str = "SmolLM2-135M-Instruct.Qwen2.5-template.Q4_1.gguf";
 
+/// Qwen2.5-Coder-0.5B-Instruct Q4_K_M (qwen2; its own Hermes tool template).
+pub const QWEN_CODER: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
+
 pub fn fixture(name: &str) -> serde_json::Value {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
     serde_json::from_str(&std::fs::read_to_string(&p).expect("fixture")).expect("fixture json")

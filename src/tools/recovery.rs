@@ -1,0 +1,316 @@
+//! Call recovery for `tool_choice: auto`: the calls small models mean but write in a
+//! near-miss form.
+//!
+//! Asked in `auto` mode, a small model often answers a question that needs a tool
+//! with the call's JSON as plain text instead of its family's markers: a bare
+//! `{"name": "get_weather", "arguments": {…}}`, the same inside a ```` ```json ````
+//! fence, a list of such objects, or with Llama's `"parameters"` key. A client then
+//! sees that JSON as the answer and its agent loop ends. Recovery reads such text as
+//! calls:
+//!
+//! - **Only a declared tool counts.** The object's `"name"` must be one of the request's
+//!   tools and its arguments a JSON object; text that merely contains JSON stays text.
+//! - **Constrained mode never returns an invalid call.** From the moment the model has
+//!   written `{"name": "DECLARED"`, the engine constrains the rest of the object with
+//!   the tool's grammar ([`Recovery::grammar_format`], the lazy constraint's second
+//!   trigger), so the compact form is valid by construction; any other recovered
+//!   call (pretty-printed, fenced) must also pass the tool's JSON Schema, or it stays
+//!   text. In native mode arguments are taken as written.
+//! - **What is left** is the content without the calls and without the fences that
+//!   held them.
+//!
+//! [`RecoveringParser`] wraps the family's [`StreamParser`] for streaming: content
+//! that could still become a recovered call (from the first `{` or ```` ``` ```` on) is
+//! held back until the turn ends, then sent as calls or as the text it was.
+//!
+//! ```
+//! use toolgate::tools::recovery::recover;
+//! let tools: Vec<toolgate::tools::Tool> = serde_json::from_str(r#"[{"type": "function", "function":
+//!     {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]"#)?;
+//! let r = recover("```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n```", &tools, true);
+//! assert_eq!(r.calls, vec![("get_weather".to_string(), r#"{"city":"Oslo"}"#.to_string())]);
+//! assert_eq!(r.content, "");
+//! assert!(recover(r#"{"name": "Bob", "age": 3}"#, &tools, true).calls.is_empty());
+//! # Ok::<(), serde_json::Error>(())
+//! ```
+
+use serde_json::Value;
+
+use super::format::{ArgsDialect, BodyKind, CallIds, ToolFormat};
+use super::stream::{StreamEvent, StreamParser};
+use super::{CalledFunction, Tool, ToolCall};
+
+/// The keys a near-miss call may hold its arguments under.
+const ARGUMENT_KEYS: [&str; 2] = ["arguments", "parameters"];
+
+/// What [`recover`] found in a turn's content.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// `(name, arguments as compact JSON)`, in order.
+    pub calls: Vec<(String, String)>,
+    /// The content without them (and without fences left empty), trimmed.
+    pub content: String,
+}
+
+/// Read the near-miss calls in `content` (see the [module docs](self)). With
+/// `validate`, a call's arguments must also satisfy its tool's JSON Schema.
+///
+/// Cost: one pass over the content, a JSON parse at each `{` or `[` that starts a
+/// line or follows a fence, and one schema validation per candidate call.
+pub fn recover(content: &str, tools: &[Tool], validate: bool) -> Recovered {
+    let mut calls = Vec::new();
+    let mut kept = String::new();
+    let mut i = 0;
+    while i < content.len() {
+        let rest = &content[i..];
+        let at_line_start = i == 0 || content[..i].ends_with('\n') || content[..i].trim_end().ends_with("```json");
+        let c = rest.as_bytes()[0];
+        if at_line_start && (c == b'{' || c == b'[') {
+            let mut stream = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
+            if let Some(Ok(v)) = stream.next() {
+                let items: Vec<Value> = match v {
+                    Value::Array(a) => a,
+                    other => vec![other],
+                };
+                let read: Option<Vec<(String, String)>> =
+                    items.iter().map(|item| as_call(item, tools, validate)).collect();
+                if let Some(read) = read.filter(|r| !r.is_empty()) {
+                    calls.extend(read);
+                    i += stream.byte_offset();
+                    continue;
+                }
+            }
+        }
+        let ch = rest.chars().next().map_or(1, char::len_utf8);
+        kept.push_str(&rest[..ch]);
+        i += ch;
+    }
+    if calls.is_empty() {
+        return Recovered { calls, content: content.trim().to_string() };
+    }
+    Recovered { calls, content: without_empty_fences(&kept) }
+}
+
+/// `item` as a call of a declared tool: `{"name": N, "arguments"|"parameters": {…}}`
+/// (arguments given as a JSON string are read too), nothing else in it but an `id`.
+fn as_call(item: &Value, tools: &[Tool], validate: bool) -> Option<(String, String)> {
+    let obj = item.as_object()?;
+    let name = obj.get("name")?.as_str()?;
+    let tool = tools.iter().find(|t| t.function.name == name)?;
+    let key = ARGUMENT_KEYS.iter().find(|k| obj.contains_key(**k));
+    let args = match key.map(|k| &obj[*k]) {
+        Some(Value::String(s)) => serde_json::from_str::<Value>(s).ok()?,
+        Some(v) => v.clone(),
+        None => Value::Object(Default::default()),
+    };
+    if !args.is_object() || obj.keys().any(|k| k != "name" && k != "id" && Some(&k.as_str()) != key) {
+        return None;
+    }
+    if validate {
+        let ok = jsonschema::validator_for(&tool.function.parameters).map(|v| v.is_valid(&args)).unwrap_or(false);
+        if !ok {
+            return None;
+        }
+    }
+    Some((name.to_string(), args.to_string()))
+}
+
+/// `text` without ```` ```json ```` / ```` ``` ```` fences that hold only whitespace,
+/// trimmed.
+fn without_empty_fences(text: &str) -> String {
+    let mut out = text.to_string();
+    for open in ["```json", "```JSON", "```"] {
+        loop {
+            let Some(a) = out.find(open) else { break };
+            let after = a + open.len();
+            let Some(b) = out[after..].find("```").map(|b| after + b) else { break };
+            if !out[after..b].trim().is_empty() {
+                break;
+            }
+            out.replace_range(a..b + 3, "");
+        }
+    }
+    // An unclosed fence left at the end (generation stopped after the call).
+    let t = out.trim_end();
+    let t = t.strip_suffix("```json").or_else(|| t.strip_suffix("```")).unwrap_or(t);
+    t.trim().to_string()
+}
+
+/// Recovery for one turn: the declared tools and whether calls are constrained.
+#[derive(Debug, Clone)]
+pub struct Recovery {
+    tools: Vec<Tool>,
+    constrained: bool,
+}
+
+impl Recovery {
+    /// Recovery of calls to `tools`; `constrained` (the turn's tool mode is
+    /// constrained) makes every recovered call pass its schema.
+    pub fn new(tools: &[Tool], constrained: bool) -> Self {
+        Self { tools: tools.to_vec(), constrained }
+    }
+
+    /// The layout the engine constrains a recovered compact call with: a bare
+    /// `{"name": …, "arguments": {…}}` object, calls separated by a newline.
+    pub fn grammar_format() -> ToolFormat {
+        ToolFormat {
+            family: "recovered".into(),
+            description: "a bare JSON call object, as small models write in auto mode".into(),
+            section_start: String::new(),
+            section_end: String::new(),
+            list: false,
+            call_start: String::new(),
+            body_trigger: Self::TRIGGER.into(),
+            call_end: String::new(),
+            separator: "\n".into(),
+            inner_newlines: false,
+            body: BodyKind::JsonNameArguments,
+            name_key: "name".into(),
+            arguments_key: "arguments".into(),
+            name_prefix: String::new(),
+            name_end: String::new(),
+            name_index_separator: String::new(),
+            dialect: ArgsDialect::Json,
+            id_key: String::new(),
+            id_pattern: String::new(),
+            id_first: false,
+            call_ids: CallIds::Openai,
+            params: None,
+        }
+    }
+
+    /// The text that opens a recovered compact call.
+    pub const TRIGGER: &'static str = "{\"name\"";
+
+    /// Whether `text` (from the trigger on) holds a complete name string: only then can
+    /// the engine tell a declared tool's call from other JSON.
+    pub fn name_complete(text: &[u8]) -> bool {
+        let Some(rest) = text.strip_prefix(Self::TRIGGER.as_bytes()) else { return false };
+        let rest = rest.strip_prefix(b":").map(|r| r.strip_prefix(b" ").unwrap_or(r));
+        match rest.and_then(|r| r.strip_prefix(b"\"")) {
+            Some(r) => r.contains(&b'"'),
+            None => text.len() > Self::TRIGGER.len() + 2,
+        }
+    }
+
+    /// Read the near-miss calls of a finished turn's content.
+    pub fn recover(&self, content: &str) -> Recovered {
+        recover(content, &self.tools, self.constrained)
+    }
+}
+
+/// A [`StreamParser`] with call recovery: content that could become a recovered call is
+/// held until [`RecoveringParser::finish`], which turns it into calls when the family's
+/// own markers gave none.
+#[derive(Debug)]
+pub struct RecoveringParser {
+    inner: StreamParser,
+    recovery: Option<Recovery>,
+    /// Content held back (from the first `{` or fence on).
+    held: String,
+    /// Content already passed through.
+    passed: String,
+    id_seed: u64,
+    recovered: usize,
+}
+
+impl RecoveringParser {
+    /// Wrap `inner`; `None` recovers nothing (the events pass through).
+    pub fn new(inner: StreamParser, recovery: Option<Recovery>, id_seed: u64) -> Self {
+        Self { inner, recovery, held: String::new(), passed: String::new(), id_seed, recovered: 0 }
+    }
+
+    fn filter(&mut self, events: Vec<StreamEvent>) -> Vec<StreamEvent> {
+        if self.recovery.is_none() {
+            return events;
+        }
+        let mut out = Vec::new();
+        for e in events {
+            match e {
+                StreamEvent::Content(text) => {
+                    if self.held.is_empty() {
+                        match text.find(['{', '[', '`']) {
+                            Some(at) => {
+                                if at > 0 {
+                                    self.passed.push_str(&text[..at]);
+                                    out.push(StreamEvent::Content(text[..at].to_string()));
+                                }
+                                self.held.push_str(&text[at..]);
+                            }
+                            None => {
+                                self.passed.push_str(&text);
+                                out.push(StreamEvent::Content(text));
+                            }
+                        }
+                    } else {
+                        self.held.push_str(&text);
+                    }
+                }
+                other => out.push(other),
+            }
+        }
+        out
+    }
+
+    /// Feed the next piece of model output.
+    pub fn push(&mut self, text: &str) -> Vec<StreamEvent> {
+        let events = self.inner.push(text);
+        self.filter(events)
+    }
+
+    /// The turn ended: the last events, recovered calls included.
+    pub fn finish(&mut self) -> Vec<StreamEvent> {
+        let events = self.inner.finish();
+        let mut out = self.filter(events);
+        let Some(recovery) = &self.recovery else { return out };
+        let held = std::mem::take(&mut self.held);
+        if held.is_empty() {
+            return out;
+        }
+        if !self.inner.output().calls.is_empty() {
+            out.push(StreamEvent::Content(held));
+            return out;
+        }
+        let content = self.inner.output().content.clone();
+        let r = recovery.recover(&content);
+        if r.calls.is_empty() {
+            out.push(StreamEvent::Content(held));
+            return out;
+        }
+        // What was streamed before the hold stays; the rest of the content follows.
+        let passed = self.passed.trim();
+        let left = r.content.strip_prefix(passed).unwrap_or(&r.content).to_string();
+        if !left.trim().is_empty() {
+            out.push(StreamEvent::Content(left));
+        }
+        for (index, (name, args)) in r.calls.into_iter().enumerate() {
+            let id = format!("call_{:08x}{:04x}", self.id_seed as u32, index);
+            out.push(StreamEvent::CallStart { index, id, name });
+            out.push(StreamEvent::Arguments { index, fragment: args });
+        }
+        self.recovered = out.iter().filter(|e| matches!(e, StreamEvent::CallStart { .. })).count();
+        out
+    }
+
+    /// The turn's aggregate, recovered calls included.
+    pub fn into_output(self) -> (super::stream::ParsedOutput, usize) {
+        let mut out = self.inner.into_output();
+        if self.recovered > 0 && out.calls.is_empty() {
+            if let Some(recovery) = &self.recovery {
+                let r = recovery.recover(&out.content);
+                out.calls = r
+                    .calls
+                    .into_iter()
+                    .enumerate()
+                    .map(|(index, (name, arguments))| ToolCall {
+                        id: format!("call_{:08x}{:04x}", self.id_seed as u32, index),
+                        kind: "function".into(),
+                        function: CalledFunction { name, arguments },
+                    })
+                    .collect();
+                out.content = r.content;
+            }
+        }
+        (out, self.recovered)
+    }
+}
