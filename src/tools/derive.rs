@@ -463,29 +463,11 @@ fn read_layout(r: &Renders) -> Result<Derivation, String> {
     // A section end without a start is the end of the call turn (Gemma 4's
     // `<|tool_response>`), where generation stops: not part of the calls.
     let (section_end, sample_cut) = if section_start.is_empty() { ("", section_end.len()) } else { (section_end, 0) };
+    let description = format!("derived from the template: {}", shorten(pair.as_ref().map_or(one, |p| p.0)));
     let mut f = ToolFormat {
-        family: "derived".into(),
-        description: format!("derived from the template: {}", shorten(pair.as_ref().map_or(one, |p| p.0))),
-        section_start: String::new(),
-        section_end: String::new(),
-        list: false,
-        call_start: String::new(),
-        body_trigger: String::new(),
-        call_end: String::new(),
         separator: separator.to_string(),
-        inner_newlines: false,
-        body: BodyKind::JsonNameArguments,
-        name_key: "name".into(),
-        arguments_key: "arguments".into(),
-        name_prefix: String::new(),
-        name_end: String::new(),
-        name_index_separator: String::new(),
-        dialect: ArgsDialect::Json,
-        id_key: String::new(),
-        id_pattern: String::new(),
         call_ids: r.ids,
-        id_first: false,
-        params: None,
+        ..ToolFormat::json_body("derived", &description)
     };
     let (ss, nl1) = inner_newline(section_start, true);
     let (se, nl2) = inner_newline(section_end, false);

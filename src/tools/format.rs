@@ -160,6 +160,41 @@ fn default_arguments_key() -> String {
 }
 
 impl ToolFormat {
+    /// A layout with no markers yet: a JSON body `{"name": …, "arguments": {…}}`,
+    /// everything else empty or off. The start of a layout built in code (derived, or
+    /// recovery's); not valid until it has a marker or a body trigger.
+    ///
+    /// ```
+    /// let f = toolgate::tools::format::ToolFormat::json_body("mine", "an example");
+    /// assert_eq!((f.name_key.as_str(), f.arguments_key.as_str(), f.trigger()), ("name", "arguments", ""));
+    /// ```
+    pub fn json_body(family: &str, description: &str) -> Self {
+        Self {
+            family: family.into(),
+            description: description.into(),
+            section_start: String::new(),
+            section_end: String::new(),
+            list: false,
+            call_start: String::new(),
+            body_trigger: String::new(),
+            call_end: String::new(),
+            separator: String::new(),
+            inner_newlines: false,
+            body: BodyKind::JsonNameArguments,
+            name_key: default_name_key(),
+            arguments_key: default_arguments_key(),
+            name_prefix: String::new(),
+            name_end: String::new(),
+            name_index_separator: String::new(),
+            dialect: ArgsDialect::Json,
+            id_key: String::new(),
+            id_pattern: String::new(),
+            id_first: false,
+            call_ids: CallIds::Openai,
+            params: None,
+        }
+    }
+
     /// The spelling of tagged parameters ([`ArgsDialect::XmlParameters`]).
     pub fn param_tags(&self) -> std::borrow::Cow<'_, ParamTags> {
         match &self.params {

@@ -36,7 +36,7 @@
 
 use serde_json::Value;
 
-use super::format::{ArgsDialect, BodyKind, CallIds, ToolFormat};
+use super::format::ToolFormat;
 use super::stream::{StreamEvent, StreamParser};
 use super::{CalledFunction, Tool, ToolCall};
 
@@ -120,8 +120,7 @@ fn as_call(item: &Value, tools: &[Tool], validate: bool) -> Option<(String, Stri
 fn without_empty_fences(text: &str) -> String {
     let mut out = text.to_string();
     for open in ["```json", "```JSON", "```"] {
-        loop {
-            let Some(a) = out.find(open) else { break };
+        while let Some(a) = out.find(open) {
             let after = a + open.len();
             let Some(b) = out[after..].find("```").map(|b| after + b) else { break };
             if !out[after..b].trim().is_empty() {
@@ -154,28 +153,9 @@ impl Recovery {
     /// `{"name": …, "arguments": {…}}` object, calls separated by a newline.
     pub fn grammar_format() -> ToolFormat {
         ToolFormat {
-            family: "recovered".into(),
-            description: "a bare JSON call object, as small models write in auto mode".into(),
-            section_start: String::new(),
-            section_end: String::new(),
-            list: false,
-            call_start: String::new(),
             body_trigger: Self::TRIGGER.into(),
-            call_end: String::new(),
             separator: "\n".into(),
-            inner_newlines: false,
-            body: BodyKind::JsonNameArguments,
-            name_key: "name".into(),
-            arguments_key: "arguments".into(),
-            name_prefix: String::new(),
-            name_end: String::new(),
-            name_index_separator: String::new(),
-            dialect: ArgsDialect::Json,
-            id_key: String::new(),
-            id_pattern: String::new(),
-            id_first: false,
-            call_ids: CallIds::Openai,
-            params: None,
+            ..ToolFormat::json_body("recovered", "a bare JSON call object, as small models write in auto mode")
         }
     }
 
