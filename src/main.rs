@@ -949,11 +949,11 @@ fn tools_parse(args: ToolsParseArgs) -> anyhow::Result<()> {
     parser.push(&output);
     parser.finish();
     let out = parser.into_output();
-    let grammar = match toolgate::tools::derive::check_calls(&format, &tools, &output) {
-        Ok(()) => "accepted".to_string(),
-        Err(e) => e,
+    let (grammar, accepted) = match toolgate::tools::derive::check_calls(&format, &tools, &output) {
+        Ok(verdict) => (verdict, true),
+        Err(e) => (e, false),
     };
-    let ok = out.failures == 0 && grammar == "accepted";
+    let ok = out.failures == 0 && accepted;
     let doc = serde_json::json!({
         "content": out.content,
         "reasoning_content": out.reasoning,

@@ -623,11 +623,45 @@ pub fn conformance(f: &ToolFormat, sample: &str, parallel: bool) -> Result<(), S
     }
     let calls = super::calls_regex_plain(f, &tools, &ToolChoice::Required, parallel).map_err(|e| e.to_string())?;
     let grammar = calls.compile().map_err(|e| e.to_string())?;
-    let bytes = as_generated(f, sample);
+    // JSON's own whitespace is not part of a layout: the grammar writes compact JSON,
+    // the parser reads indented JSON too (Command R+ indents its calls).
+    // (Only where the whole body is JSON: a name-then-arguments layout may spell its
+    // markers with braces, Apertus's `{"NAME": {…}}`.)
+    let json_body = f.body == BodyKind::JsonNameArguments;
+    let compact = if json_body { compact_json_objects(sample) } else { sample.to_string() };
+    let bytes = as_generated(f, &compact);
     if !grammar.matches(&bytes) {
         return Err(format!("the `{}` grammar rejects the template's calls {:?}", f.family, shorten(sample)));
     }
     Ok(())
+}
+
+/// `text` with the whitespace inside JSON objects removed (outside strings); the text
+/// around them, markers included, is kept as it is.
+fn compact_json_objects(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for c in text.chars() {
+        if in_string {
+            out.push(c);
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '{' => depth += 1,
+            '}' => depth = depth.saturating_sub(1),
+            '"' if depth > 0 => in_string = true,
+            c if depth > 0 && c.is_whitespace() => continue,
+            _ => {}
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// `text` as the grammar of `f` reads it when its markers are plain text: Gemma 4's
@@ -651,7 +685,9 @@ fn as_generated(f: &ToolFormat, text: &str) -> Vec<u8> {
 /// Whether the constrained grammar for `tools` (one or more calls, `tool_choice:
 /// required`) accepts the calls in model output `text`: from the layout's trigger
 /// (the section or call start) to the end, trailing whitespace aside. What `toolgate
-/// tools parse` reports, so "why didn't my call parse" has an answer.
+/// tools parse` reports, so "why didn't my call parse" has an answer. `Ok` says
+/// `accepted`, or that the calls are accepted once their JSON's indentation is taken
+/// out (the constraint writes compact JSON).
 ///
 /// Cost: one grammar compile, then a binary search over prefixes of the text (each a
 /// walk of the lazy DFA) when it is rejected.
@@ -659,7 +695,7 @@ fn as_generated(f: &ToolFormat, text: &str) -> Vec<u8> {
 /// # Errors
 /// `"no call in the text"`, `"rejected at byte N: …"` (N counts from the start of
 /// `text`), or the grammar's compile error.
-pub fn check_calls(f: &ToolFormat, tools: &[Tool], text: &str) -> Result<(), String> {
+pub fn check_calls(f: &ToolFormat, tools: &[Tool], text: &str) -> Result<String, String> {
     let trigger = f.trigger();
     let Some(at) = text.find(trigger) else { return Err(format!("no call in the text (no {trigger:?})")) };
     let calls = text[at..].trim_end();
@@ -668,7 +704,10 @@ pub fn check_calls(f: &ToolFormat, tools: &[Tool], text: &str) -> Result<(), Str
         .map_err(|e| e.to_string())?;
     let bytes = as_generated(f, calls);
     if grammar.matches(&bytes) {
-        return Ok(());
+        return Ok("accepted".into());
+    }
+    if f.body == BodyKind::JsonNameArguments && grammar.matches(&as_generated(f, &compact_json_objects(calls))) {
+        return Ok("accepted as compact JSON (the constraint writes these calls without indentation)".into());
     }
     // The longest prefix the grammar can still extend (prefixes of a prefix are too).
     let (mut ok, mut bad) = (0, bytes.len() + 1);

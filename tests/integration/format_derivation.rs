@@ -34,9 +34,8 @@ fn corpus() -> Vec<(String, String)> {
 }
 
 /// Tool-capable templates of the corpus whose calls toolgate cannot read yet, and the
-/// reason the round trip must name: Command R+ writes indented (pretty-printed) JSON
-/// inside each call, which the compact-JSON grammar does not spell.
-const KNOWN_GAPS: &[(&str, &str)] = &[("CohereForAI-c4ai-command-r-plus-tool_use.jinja", "grammar rejects")];
+/// reason the round trip must name (none left).
+const KNOWN_GAPS: &[(&str, &str)] = &[];
 
 #[test]
 fn every_tool_capable_template_gets_a_layout_that_round_trips() {
@@ -68,7 +67,7 @@ fn every_tool_capable_template_gets_a_layout_that_round_trips() {
     }
     eprintln!("{}", table.join("\n"));
     assert!(failures.is_empty(), "{} templates not as expected:\n{}", failures.len(), failures.join("\n"));
-    assert!(checked >= 29, "only {checked} tool-capable templates checked");
+    assert!(checked >= 30, "only {checked} tool-capable templates checked");
 }
 
 /// Parse `text` with `f` whole and incrementally, at every split point: the calls
@@ -275,6 +274,9 @@ fn smollm2_writes_valid_calls_in_derived_layouts_under_the_constraint() {
         "Apertus-8B-Instruct.jinja",
         "GigaChat3-10B-A1.8B.jinja",
         "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja",
+        // Not Command R+: SmolLM2 keeps adding calls to its list and the budget closer
+        // cuts the third (its section ends with `]` then a fence, several tokens: the
+        // closer's "one token from complete" closing point never comes). Open.
     ] {
         let path = templates_dir().join(name);
         let setup = gate("smollm2", &templates, Some("llama"), Some(&path), ToolFallback::None).unwrap();
