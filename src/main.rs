@@ -529,7 +529,7 @@ fn bench_tools(args: BenchToolsArgs) -> anyhow::Result<()> {
         all.len(),
         runs / all.len().max(1),
         setup.source,
-        setup.family
+        setup.family()
     );
     let bar = indicatif::ProgressBar::new(runs as u64);
     if let Ok(style) = indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} [{elapsed_precise} < {eta}] {msg}")
@@ -549,7 +549,7 @@ fn bench_tools(args: BenchToolsArgs) -> anyhow::Result<()> {
         let doc = serde_json::json!({
             "model": name,
             "template_source": setup.source.to_string(),
-            "family": setup.family,
+            "family": setup.family(),
             "options": opts,
             "summaries": summaries,
             "results": results,
@@ -692,7 +692,7 @@ fn list(args: ListArgs) -> anyhow::Result<()> {
                         .and_then(|t| toolgate::template::inspect(&t, arch.as_deref(), None))
                         .map(|s| {
                             if s.report.caps.tool_capable() {
-                                format!("tools ({})", s.family)
+                                format!("tools ({})", s.family())
                             } else {
                                 "no tools (needs --tool-fallback generic)".to_string()
                             }
@@ -907,7 +907,7 @@ fn probe(args: ProbeArgs) -> anyhow::Result<()> {
         "supports_tools": caps.tool_capable(),
         "caps": caps,
         "reasons": setup.report.reasons,
-        "chat_format": setup.family,
+        "chat_format": setup.family(),
         "tool_format": setup.layout,
         "has_tool_use_template": templates.tool_use.is_some(),
         "template_source": setup.source.to_string(),

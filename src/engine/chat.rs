@@ -267,12 +267,11 @@ pub fn prepare_turn(
         }
     };
     let incremental = mode == ToolMode::Constrained;
-    let seed = id_seed(&prompt);
-    let parser = with_reasoning(StreamParser::new(fmt, incremental, seed).with_tools(tools), setup, &text);
+    let parser = with_reasoning(StreamParser::new(fmt, incremental, id_seed(&prompt)).with_tools(tools), setup, &text);
     // Near-miss calls are read in `auto` only: a forced call is in the layout already.
     let recovery = (setup.call_recovery && calls_possible && *choice == ToolChoice::Auto)
         .then(|| Recovery::new(tools, mode == ToolMode::Constrained));
-    let parser = RecoveringParser::new(parser, recovery, seed);
+    let parser = RecoveringParser::new(parser, recovery);
     Ok(PreparedTurn { prompt, constraint, parser, calls_possible })
 }
 
@@ -297,7 +296,7 @@ pub fn prepare_text_turn(
         }
         None => TurnConstraint::Free,
     };
-    let parser = RecoveringParser::new(with_reasoning(StreamParser::new(None, false, 0), setup, &text), None, 0);
+    let parser = RecoveringParser::new(with_reasoning(StreamParser::new(None, false, 0), setup, &text), None);
     Ok(PreparedTurn { prompt, constraint, parser, calls_possible: false })
 }
 

@@ -79,29 +79,30 @@ impl LazyConstraint {
 pub(crate) enum Constraint<'a> {
     None,
     Always(&'a mut crate::grammar::Matcher),
-    /// The lazy constraint, its matcher once triggered, and the bytes generated so far.
-    Lazy(LazyConstraint, Option<Box<crate::grammar::Matcher>>, Vec<u8>),
+    /// The lazy constraint, its matcher once triggered, the bytes generated so far, and
+    /// where in them a recovery opener may still start (those before were not calls).
+    Lazy(LazyConstraint, Option<Box<crate::grammar::Matcher>>, Vec<u8>, usize),
 }
 
 impl Constraint<'_> {
     /// A lazy constraint, not yet triggered.
     pub(crate) fn lazy(lazy: LazyConstraint) -> Self {
-        Constraint::Lazy(lazy, None, Vec::new())
+        Constraint::Lazy(lazy, None, Vec::new(), 0)
     }
 
     fn active(&mut self) -> Option<&mut crate::grammar::Matcher> {
         match self {
             Constraint::None => None,
             Constraint::Always(m) => Some(m),
-            Constraint::Lazy(_, Some(m), _) => Some(m),
-            Constraint::Lazy(_, None, _) => None,
+            Constraint::Lazy(_, Some(m), _, _) => Some(m),
+            Constraint::Lazy(_, None, _, _) => None,
         }
     }
 
     /// Record a freely sampled token; switch the constraint on if the trigger is now
     /// in the output.
     fn observe(&mut self, token: u32) -> Result<()> {
-        let Constraint::Lazy(lazy, slot @ None, seen) = self else { return Ok(()) };
+        let Constraint::Lazy(lazy, slot @ None, seen, scan_from) = self else { return Ok(()) };
         seen.extend_from_slice(lazy.vocab.token_bytes(token));
         if let Some(at) = find(seen, &lazy.trigger) {
             // If the text after the trigger cannot start a call, stay free.
@@ -109,20 +110,30 @@ impl Constraint<'_> {
                 *slot = Some(Box::new(m));
             }
             seen.clear();
+            *scan_from = 0;
         } else if let Some(grammar) = &lazy.recovery {
             use crate::tools::recovery::Recovery;
             let trigger = Recovery::TRIGGER.as_bytes();
             // Openers outside reasoning (a model may think in JSON, freely) whose name is
             // complete: the first naming a declared tool is constrained from here on;
-            // any other JSON stays free text.
-            let found = (0..seen.len().saturating_sub(trigger.len() - 1))
-                .filter(|&i| seen[i..].starts_with(trigger) && Recovery::name_complete(&seen[i..]))
-                .filter(|&i| !lazy.in_reasoning(seen, i))
-                .find_map(|i| grammar.matcher_with_prefix(lazy.vocab.clone(), &seen[i..]).ok());
-            if let Some(m) = found {
-                *slot = Some(Box::new(m));
-                seen.clear();
+            // any other JSON stays free text, and is not looked at again (its prefix
+            // only grows, so it can never become viable).
+            let mut i = *scan_from;
+            while let Some(at) = find(&seen[i..], trigger).map(|at| i + at) {
+                if !Recovery::name_complete(&seen[at..]) {
+                    break; // wait for the name
+                }
+                if !lazy.in_reasoning(seen, at) {
+                    if let Ok(m) = grammar.matcher_with_prefix(lazy.vocab.clone(), &seen[at..]) {
+                        *slot = Some(Box::new(m));
+                        seen.clear();
+                        *scan_from = 0;
+                        return Ok(());
+                    }
+                }
+                i = at + 1;
             }
+            *scan_from = i;
         }
         Ok(())
     }

@@ -441,7 +441,7 @@ fn judge(model_id: &str, arch: Option<&str>, templates: &GgufTemplates, gate: &G
     match crate::template::gate(model_id, templates, arch, gate.chat_template.as_deref(), gate.fallback) {
         Ok(setup) => {
             v.template_source = Some(setup.source.to_string());
-            v.family = Some(setup.family.to_string());
+            v.family = Some(setup.family().to_string());
             if setup.layout.format.is_none() {
                 v.refusal = Some(format!(
                     "{model_id}: its chat template's tool-call layout cannot be read ({}); \

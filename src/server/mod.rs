@@ -325,7 +325,7 @@ async fn metrics_text(State(s): State<Arc<AppState>>) -> Response {
 async fn models(State(s): State<Arc<AppState>>) -> Json<Value> {
     Json(json!({"object": "list", "data": [{
         "id": s.model_id, "object": "model", "owned_by": "toolgate",
-        "caps": s.setup.report.caps, "chat_format": s.setup.family,
+        "caps": s.setup.report.caps, "chat_format": s.setup.family(),
     }]}))
 }
 
@@ -335,7 +335,7 @@ async fn props(State(s): State<Arc<AppState>>) -> Json<Value> {
         "caps": s.setup.report.caps,
         "reasons": s.setup.report.reasons,
         "template_source": s.setup.source.to_string(),
-        "chat_format": s.setup.family,
+        "chat_format": s.setup.family(),
         "tool_format": s.setup.layout,
         "tool_mode": s.tool_mode,
         "parallel": s.pool().len(),

@@ -50,8 +50,6 @@ pub struct ChatSetup {
     pub signals: TemplateSignals,
     /// System folding / turn merging to apply to requests.
     pub policy: ConversationPolicy,
-    /// The tool-call family the template writes: the name of [`Self::layout`].
-    pub family: String,
     /// The call layout, with how it was chosen and its round trip
     /// ([`crate::tools::derive::resolve`]).
     pub layout: CallLayout,
@@ -66,6 +64,12 @@ pub struct ChatSetup {
 }
 
 impl ChatSetup {
+    /// The tool-call family the template writes: the name of [`Self::layout`] (an
+    /// override's family, `derived`, or `unknown`).
+    pub fn family(&self) -> &str {
+        &self.layout.family
+    }
+
     /// Turn call recovery in `auto` on or off (see [`ChatSetup::call_recovery`]).
     ///
     /// ```
@@ -86,7 +90,7 @@ impl ChatSetup {
     /// ```
     /// # use toolgate::template::{source::GgufTemplates, gate, ToolFallback};
     /// let setup = gate("m", &GgufTemplates::default(), None, None, ToolFallback::Generic)?;
-    /// assert_eq!(setup.with_family("hermes")?.family, "hermes");
+    /// assert_eq!(setup.with_family("hermes")?.family(), "hermes");
     /// # Ok::<(), toolgate::Error>(())
     /// ```
     ///
@@ -95,7 +99,6 @@ impl ChatSetup {
     /// message lists those it has).
     pub fn with_family(mut self, family: &str) -> Result<Self> {
         self.layout = CallLayout::from_flag(family)?;
-        self.family = family.to_string();
         Ok(self)
     }
 }
@@ -125,7 +128,6 @@ fn setup(template: ChatTemplate, source: TemplateSource, arch: Option<&str>, nat
         report,
         signals,
         policy,
-        family: layout.family.clone(),
         layout,
         reasoning,
         native_report: native,

@@ -425,13 +425,14 @@ fn inner_newline(s: &str, at_end: bool) -> (String, bool) {
 /// dialect for, or the markers do not split consistently.
 pub fn derive(template: &ChatTemplate, object_arguments: bool) -> Result<Derivation, Underivable> {
     let r = renders(template, object_arguments)?;
-    let one = without_reasoning(output_part(&r.one, &r.text), r.reasoning).to_string();
-    read_layout(&r).map_err(|reason| Underivable { reason, sample: Some(one) })
+    let one = without_reasoning(output_part(&r.one, &r.text), r.reasoning);
+    read_layout(&r, one).map_err(|reason| Underivable { reason, sample: Some(one.to_string()) })
 }
 
-fn read_layout(r: &Renders) -> Result<Derivation, String> {
+/// The layout of the calls in `one` (the one-call turn's output part) and, for the
+/// separator and section, in `r.two`.
+fn read_layout(r: &Renders, one: &str) -> Result<Derivation, String> {
     let ids = IDS.iter().find(|(k, _)| *k == r.ids).map(|(_, ids)| *ids).unwrap_or(IDS[0].1);
-    let one = without_reasoning(output_part(&r.one, &r.text), r.reasoning);
     let c1 = find_call(one, 0, 0, &ids)?;
     let two = r.two.as_deref().map(|t| without_reasoning(output_part(t, &r.text), r.reasoning));
     let pair = match two {
@@ -551,6 +552,9 @@ fn read_layout(r: &Renders) -> Result<Derivation, String> {
     }
     let sample = pair.as_ref().map_or(one, |p| p.0);
     let sample = sample[..sample.len() - sample_cut].trim_end().to_string();
+    // The combinations the parser and grammar rely on, as for a `grammars/` file (a
+    // derived value end must also be a literal `without_literal` can exclude).
+    f.validate().map_err(|e| format!("the derived layout ({}) is inconsistent: {e}", summary(&f)))?;
     let d = Derivation { format: f, parallel: pair.is_some(), sample };
     conformance(&d.format, &d.sample, d.parallel)
         .map_err(|e| format!("the derived layout ({}) does not round-trip: {e}", summary(&d.format)))?;
@@ -671,7 +675,7 @@ fn as_generated(f: &ToolFormat, text: &str) -> Vec<u8> {
     if f.dialect != ArgsDialect::Gemma4 {
         return text.as_bytes().to_vec();
     }
-    let quote = "<|\"|>";
+    let quote = super::GEMMA_QUOTE;
     text.split(quote).enumerate().fold(Vec::new(), |mut v, (i, part)| {
         if i > 0 {
             v.push(crate::tokenizer::SPECIAL_PREFIX);

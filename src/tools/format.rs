@@ -262,7 +262,8 @@ impl ToolFormat {
                 return Err("`params` belongs to the xml_parameters dialect".into());
             }
             let first = p.value_end.chars().next();
-            if p.key_start.is_empty() || p.key_end.is_empty() || first.is_none_or(|c| p.value_end[1..].contains(c)) {
+            let repeats = |c: char| p.value_end[c.len_utf8()..].contains(c);
+            if p.key_start.is_empty() || p.key_end.is_empty() || first.is_none_or(repeats) {
                 return Err(
                     "`params` needs a key_start, a key_end and a value_end whose first character appears once".into()
                 );

@@ -190,14 +190,16 @@ pub struct RecoveringParser {
     held: String,
     /// Content already passed through.
     passed: String,
-    id_seed: u64,
-    recovered: usize,
+    /// What [`RecoveringParser::finish`] recovered: the calls (ids in the format's
+    /// shape) and the content left without them.
+    recovered: Option<(Vec<ToolCall>, String)>,
 }
 
 impl RecoveringParser {
-    /// Wrap `inner`; `None` recovers nothing (the events pass through).
-    pub fn new(inner: StreamParser, recovery: Option<Recovery>, id_seed: u64) -> Self {
-        Self { inner, recovery, held: String::new(), passed: String::new(), id_seed, recovered: 0 }
+    /// Wrap `inner`; `None` recovers nothing (the events pass through). Recovered
+    /// calls get their ids from `inner`, in its format's shape.
+    pub fn new(inner: StreamParser, recovery: Option<Recovery>) -> Self {
+        Self { inner, recovery, held: String::new(), passed: String::new(), recovered: None }
     }
 
     fn filter(&mut self, events: Vec<StreamEvent>) -> Vec<StreamEvent> {
@@ -263,34 +265,31 @@ impl RecoveringParser {
         if !left.trim().is_empty() {
             out.push(StreamEvent::Content(left));
         }
-        for (index, (name, args)) in r.calls.into_iter().enumerate() {
-            let id = format!("call_{:08x}{:04x}", self.id_seed as u32, index);
-            out.push(StreamEvent::CallStart { index, id, name });
-            out.push(StreamEvent::Arguments { index, fragment: args });
+        let calls: Vec<ToolCall> = r
+            .calls
+            .into_iter()
+            .enumerate()
+            .map(|(index, (name, arguments))| ToolCall {
+                id: self.inner.call_id(index, &name),
+                kind: "function".into(),
+                function: CalledFunction { name, arguments },
+            })
+            .collect();
+        for (index, c) in calls.iter().enumerate() {
+            out.push(StreamEvent::CallStart { index, id: c.id.clone(), name: c.function.name.clone() });
+            out.push(StreamEvent::Arguments { index, fragment: c.function.arguments.clone() });
         }
-        self.recovered = out.iter().filter(|e| matches!(e, StreamEvent::CallStart { .. })).count();
+        self.recovered = Some((calls, r.content));
         out
     }
 
-    /// The turn's aggregate, recovered calls included.
+    /// The turn's aggregate, recovered calls included, and how many were recovered.
     pub fn into_output(self) -> (super::stream::ParsedOutput, usize) {
         let mut out = self.inner.into_output();
-        if self.recovered > 0 && out.calls.is_empty() {
-            if let Some(recovery) = &self.recovery {
-                let r = recovery.recover(&out.content);
-                out.calls = r
-                    .calls
-                    .into_iter()
-                    .enumerate()
-                    .map(|(index, (name, arguments))| ToolCall {
-                        id: format!("call_{:08x}{:04x}", self.id_seed as u32, index),
-                        kind: "function".into(),
-                        function: CalledFunction { name, arguments },
-                    })
-                    .collect();
-                out.content = r.content;
-            }
-        }
-        (out, self.recovered)
+        let Some((calls, content)) = self.recovered else { return (out, 0) };
+        let n = calls.len();
+        out.calls = calls;
+        out.content = content;
+        (out, n)
     }
 }

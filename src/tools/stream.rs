@@ -674,7 +674,8 @@ impl StreamParser {
         self.stream_args(index, &call.body, args, upto, ev);
     }
 
-    fn call_id(&self, index: usize, name: &str) -> String {
+    /// The id of call `index` (named `name`) in this format's shape ([`CallIds`]).
+    pub(crate) fn call_id(&self, index: usize, name: &str) -> String {
         match self.fmt.as_ref().map(|f| f.call_ids).unwrap_or_default() {
             CallIds::FunctionsIndex => format!("functions.{name}:{index}"),
             CallIds::Openai => format!("call_{:08x}{:04x}", self.id_seed as u32, index),

@@ -64,7 +64,7 @@ fn hermes_format_on_real_weights_with_the_qwen_template() {
     let templates = GgufTemplates::from_gguf(engine.gguf()).unwrap();
     let setup = gate("smollm2+qwen2.5", &templates, Some("llama"), None, ToolFallback::None).unwrap();
     assert_eq!(setup.source, TemplateSource::Gguf);
-    assert_eq!(setup.family, "hermes");
+    assert_eq!(setup.family(), "hermes");
     assert!(setup.report.caps.tool_capable());
     for mode in [ToolMode::Constrained, ToolMode::Native] {
         let mut chat = ToolConversation::with_setup(setup.clone(), vec![weather().into()]);

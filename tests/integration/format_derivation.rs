@@ -280,7 +280,7 @@ fn smollm2_writes_valid_calls_in_derived_layouts_under_the_constraint() {
     ] {
         let path = templates_dir().join(name);
         let setup = gate("smollm2", &templates, Some("llama"), Some(&path), ToolFallback::None).unwrap();
-        assert_eq!((setup.layout.origin, setup.family.as_str()), (Origin::Derived, "derived"), "{name}");
+        assert_eq!((setup.layout.origin, setup.family()), (Origin::Derived, "derived"), "{name}");
         let parallel = setup.layout.parallel;
         let turn = tool_turn(
             &mut engine,

@@ -60,7 +60,7 @@ fn other_json_stays_text() {
 fn stream(pieces: &[&str], recovery: bool) -> (Vec<StreamEvent>, usize, String) {
     let fmt = format::for_family("hermes").unwrap();
     let inner = StreamParser::new(fmt, true, 9);
-    let mut p = RecoveringParser::new(inner, recovery.then(|| Recovery::new(&tools(), true)), 9);
+    let mut p = RecoveringParser::new(inner, recovery.then(|| Recovery::new(&tools(), true)));
     let mut ev = Vec::new();
     for piece in pieces {
         ev.extend(p.push(piece));
@@ -106,4 +106,18 @@ fn streamed_recovery_holds_candidate_text_and_is_split_invariant() {
     let (_, n, _) =
         stream(&["<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}</tool_call>"], true);
     assert_eq!(n, 0);
+}
+
+#[test]
+fn recovered_calls_get_ids_in_the_formats_shape() {
+    // Mistral's templates refuse ids that are not nine letters and digits: a recovered
+    // call goes back to them in the next turn, so it gets such an id too.
+    let fmt = format::for_family("mistral").unwrap();
+    let mut p = RecoveringParser::new(StreamParser::new(fmt, true, 5), Some(Recovery::new(&tools(), true)));
+    p.push(r#"{"name": "get_weather", "arguments": {"city": "Oslo"}}"#);
+    p.finish();
+    let (out, n) = p.into_output();
+    assert_eq!(n, 1);
+    let id = &out.calls[0].id;
+    assert!(id.len() == 9 && id.bytes().all(|b| b.is_ascii_alphanumeric()), "{id}");
 }

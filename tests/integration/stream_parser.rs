@@ -235,7 +235,7 @@ fn reasoning_blocks_of_real_templates_go_to_reasoning_content_at_every_split() {
     let (turn, setup) = rendered_reasoning_turn("Qwen-Qwen3-0.6B.jinja", reasoning);
     assert_eq!(setup.reasoning, Some(("<think>", "</think>")), "{turn}");
     assert!(turn.starts_with("<think>") && turn.contains("<tool_call>"), "{turn:?}");
-    let fmt = format::for_family(&setup.family).unwrap().expect("Qwen 3 writes the hermes format");
+    let fmt = format::for_family(setup.family()).unwrap().expect("Qwen 3 writes the hermes format");
     for incremental in [false, true] {
         for at in char_splits(&turn) {
             let mut p =

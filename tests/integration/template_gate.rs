@@ -48,7 +48,7 @@ fn smollm2_loads_with_the_generic_fallback() {
     assert_eq!(setup.source, TemplateSource::GenericFallback);
     assert!(setup.report.caps.tool_capable());
     assert!(setup.report.caps.supports_parallel_tool_calls && setup.report.caps.supports_object_arguments);
-    assert_eq!(setup.family, "generic");
+    assert_eq!(setup.family(), "generic");
     assert!(!setup.native_report.unwrap().caps.supports_tools);
 }
 
@@ -58,7 +58,7 @@ fn smollm2_loads_with_a_tool_capable_chat_template_override() {
     let p = shared_template("Qwen-Qwen2.5-7B-Instruct.jinja");
     let setup = gate("smollm2", &templates, Some("llama"), Some(&p), ToolFallback::None).unwrap();
     assert!(matches!(setup.source, TemplateSource::Override(_)));
-    assert_eq!(setup.family, "hermes");
+    assert_eq!(setup.family(), "hermes");
 }
 
 #[test]

@@ -279,7 +279,7 @@ fn smollm2_writes_valid_calls_in_every_family_layout_under_the_constraint() {
             Err(e) => panic!("{template}: {e}"),
         };
         seen.insert(fam);
-        assert_eq!(setup.family, fam);
+        assert_eq!(setup.family(), fam);
         let msgs = vec![json!({"role": "user", "content": "What is the weather in Paris? Also add 2 and 3."})];
         if format::for_family(fam).unwrap().unwrap().dialect == ArgsDialect::Gemma4 {
             // Gemma 4 quotes strings with a control token SmolLM2 does not have: a
@@ -333,7 +333,7 @@ fn the_format_can_be_chosen_by_name() {
     let generic = gate("m", &GgufTemplates::default(), None, None, ToolFallback::Generic).unwrap();
     for f in format::all().unwrap() {
         let setup = generic.clone().with_family(&f.family).unwrap_or_else(|e| panic!("{}: {e}", f.family));
-        assert_eq!(setup.family, f.family);
+        assert_eq!(setup.family(), f.family);
     }
     let err = generic.with_family("nope").unwrap_err().to_string();
     assert!(err.contains("nope") && err.contains("mistral-v11"), "{err}");
@@ -407,7 +407,7 @@ fn llama3_bare_json_calls() {
     let templates = GgufTemplates::from_gguf(engine.gguf()).unwrap();
     let path = templates_dir().join("meta-llama-Llama-3.1-8B-Instruct.jinja");
     let setup = gate("smollm2", &templates, Some("llama"), Some(&path), ToolFallback::None).unwrap();
-    assert_eq!(setup.family, "llama3-json");
+    assert_eq!(setup.family(), "llama3-json");
     let params = GenerateParams { max_tokens: 48, ..GenerateParams::default() };
     let msgs = vec![json!({"role": "user", "content": "What is the weather in Paris?"})];
     for choice in [ToolChoice::Required, ToolChoice::Named("add".into())] {
