@@ -293,8 +293,28 @@ struct ServeArgs {
     max_queue: usize,
     /// Requests that generate at the same time, each with its own KV cache, their decode
     /// steps batched on one copy of the weights (1: one at a time).
-    #[arg(long, env = "TOOLGATE_PARALLEL", default_value_t = toolgate::server::DEFAULT_PARALLEL)]
-    parallel: usize,
+    #[arg(long, env = "TOOLGATE_PARALLEL", default_value_t = toolgate::server::DEFAULT_PARALLEL as u16,
+          value_parser = clap::value_parser!(u16).range(1..=toolgate::server::MAX_PARALLEL as i64))]
+    parallel: u16,
+    /// Seconds a client has to send a whole request head (also the idle time allowed
+    /// between requests on a kept-alive connection).
+    #[arg(long, env = "TOOLGATE_HEADER_TIMEOUT", default_value_t = 10.0, value_parser = positive_secs)]
+    header_timeout: f64,
+    /// Seconds a client has to send a whole request body once its head arrived (then 408).
+    #[arg(long, env = "TOOLGATE_BODY_TIMEOUT", default_value_t = 30.0, value_parser = positive_secs)]
+    body_timeout: f64,
+    /// Client connections held at once; more are closed when accepted.
+    #[arg(long, env = "TOOLGATE_MAX_CONNECTIONS", default_value_t = 512,
+          value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    max_connections: u32,
+}
+
+/// A duration flag in seconds: finite and above zero.
+fn positive_secs(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 86_400.0 => Ok(v),
+        _ => Err(format!("`{s}` is not a number of seconds in (0, 86400]")),
+    }
 }
 
 #[derive(Debug, Args)]
@@ -975,8 +995,13 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let setup = gated_setup(&engine, &source, &args.gate)?;
     let id = source.id.clone();
     let mode = if args.tool_mode == "native" { ToolMode::Native } else { ToolMode::Constrained };
-    let state = toolgate::server::AppState::parallel(engine, args.parallel, setup, id, mode)?;
-    let state = std::sync::Arc::new(state.with_max_queue(args.max_queue));
+    let state = toolgate::server::AppState::parallel(engine, args.parallel.into(), setup, id, mode)?;
+    let limits = toolgate::server::ConnLimits {
+        header_timeout: std::time::Duration::from_secs_f64(args.header_timeout),
+        body_timeout: std::time::Duration::from_secs_f64(args.body_timeout),
+        max_connections: args.max_connections as usize,
+    };
+    let state = std::sync::Arc::new(state.with_max_queue(args.max_queue).with_limits(limits));
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(toolgate::server::serve(state, &args.host, args.port))?;
     Ok(())

@@ -225,7 +225,7 @@ impl BlockWriter {
 
 /// The handler.
 pub(crate) async fn messages(State(s): State<Arc<AppState>>, req: Request) -> Result<Response, AnthropicError> {
-    let body = read_body(req).await?;
+    let body = read_body(&s, req).await?;
     let req: Value = serde_json::from_slice(&body).map_err(|e| bad(format!("malformed JSON body: {e}")))?;
     let obj: &Map<String, Value> = req.as_object().ok_or_else(|| bad("the body must be a JSON object"))?;
     if let Some(m) = obj.get("model").and_then(Value::as_str) {

@@ -34,6 +34,10 @@ pub struct Metrics {
     pub requests: Family<RequestLabels, Counter>,
     /// Requests waiting for or holding the engine.
     pub queue_depth: Gauge,
+    /// Client connections held.
+    pub connections_open: Gauge,
+    /// Connections closed at accept because [`super::ConnLimits::max_connections`] were held.
+    pub connections_refused: Counter,
     prompt_tokens: Counter,
     completion_tokens: Counter,
     tool_calls: Counter,
@@ -66,6 +70,14 @@ impl Metrics {
         registry.register("requests", "HTTP requests by endpoint and status", requests.clone());
         let queue_depth = Gauge::default();
         registry.register("queue_depth", "Requests queued for or holding the engine", queue_depth.clone());
+        let connections_open = Gauge::default();
+        registry.register("connections_open", "Client connections held", connections_open.clone());
+        let connections_refused = Counter::default();
+        registry.register(
+            "connections_refused",
+            "Connections closed at accept because the connection cap was reached",
+            connections_refused.clone(),
+        );
         let prompt_tokens = Counter::default();
         registry.register("prompt_tokens", "Prompt tokens processed", prompt_tokens.clone());
         let completion_tokens = Counter::default();
@@ -108,6 +120,8 @@ impl Metrics {
             decode_rows,
             requests,
             queue_depth,
+            connections_open,
+            connections_refused,
             prompt_tokens,
             completion_tokens,
             tool_calls,

@@ -13,8 +13,11 @@
 //! right status. `GET /metrics` exposes Prometheus metrics ([`metrics`]).
 
 pub mod anthropic;
+mod listen;
 pub mod metrics;
 pub mod openai;
+
+pub use listen::ConnLimits;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -52,31 +55,35 @@ pub struct AppState {
     queued: AtomicUsize,
     metrics: Metrics,
     batch: Option<BatchStats>,
+    limits: ConnLimits,
+    /// `true` once the server stops: bodies still arriving get 503, idle connections close.
+    shutdown: tokio::sync::watch::Sender<bool>,
 }
 
 type Job = Box<dyn FnOnce() + Send>;
 
 /// `n` generation threads sharing one queue. Long-lived threads (rather than a
 /// blocking-pool thread per request) keep the allocator's working set in a few arenas:
-/// memory stays flat under many concurrent clients.
+/// memory stays flat under many concurrent clients. A thread the OS refuses is logged
+/// and left out (fewer turns run at once); with none, requests get a 500.
 fn spawn_workers(n: usize) -> std::sync::mpsc::Sender<Job> {
     let (tx, rx) = std::sync::mpsc::channel::<Job>();
     let rx = Arc::new(Mutex::new(rx));
     for i in 0..n {
         let rx = rx.clone();
-        std::thread::Builder::new()
-            .name(format!("toolgate-generate-{i}"))
-            .spawn(move || loop {
-                let job = match rx.lock().unwrap_or_else(|p| p.into_inner()).recv() {
-                    Ok(job) => job,
-                    Err(_) => return, // the server is gone
-                };
-                // A panic in one turn (a bug) must not take the server down: that
-                // request's channel closes and it gets a 500; its engine goes back
-                // (`Lease`'s drop).
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
-            })
-            .expect("spawning a generation thread");
+        let spawned = std::thread::Builder::new().name(format!("toolgate-generate-{i}")).spawn(move || loop {
+            let job = match rx.lock().unwrap_or_else(|p| p.into_inner()).recv() {
+                Ok(job) => job,
+                Err(_) => return, // the server is gone
+            };
+            // A panic in one turn (a bug) must not take the server down: that
+            // request's channel closes and it gets a 500; its engine goes back
+            // (`Lease`'s drop).
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+        });
+        if let Err(e) = spawned {
+            tracing::error!("starting generation thread {i} of {n}: {e}");
+        }
     }
     tx
 }
@@ -134,6 +141,10 @@ impl Drop for Lease<'_> {
 /// batched decode throughput stops growing past 4 sequences (BENCHMARKS.md).
 pub const DEFAULT_PARALLEL: usize = 4;
 
+/// The most sequences `--parallel` may ask for: each holds its own KV cache, and the
+/// decode batch is not built for more.
+pub const MAX_PARALLEL: usize = 256;
+
 /// Default bound on requests waiting for or holding the engine.
 pub const DEFAULT_MAX_QUEUE: usize = 64;
 
@@ -148,7 +159,8 @@ impl AppState {
     /// the weights, their decode steps batched ([`Engine::into_batched`]).
     ///
     /// # Errors
-    /// As [`Engine::into_batched`].
+    /// [`Error::InvalidParameter`] for `parallel` above [`MAX_PARALLEL`]; otherwise as
+    /// [`Engine::into_batched`] (memory for the caches).
     pub fn parallel(
         engine: Engine,
         parallel: usize,
@@ -156,6 +168,12 @@ impl AppState {
         model_id: String,
         tool_mode: ToolMode,
     ) -> crate::Result<Self> {
+        if parallel > MAX_PARALLEL {
+            return Err(Error::InvalidParameter {
+                name: "parallel",
+                reason: format!("{parallel} sequences asked for; at most {MAX_PARALLEL}"),
+            });
+        }
         if parallel <= 1 {
             return Ok(Self::new(engine, setup, model_id, tool_mode));
         }
@@ -182,6 +200,8 @@ impl AppState {
             queued: AtomicUsize::new(0),
             metrics: Metrics::new(),
             batch,
+            limits: ConnLimits::default(),
+            shutdown: tokio::sync::watch::Sender::new(false),
         }
     }
 
@@ -206,6 +226,17 @@ impl AppState {
     pub fn with_max_queue(mut self, n: usize) -> Self {
         self.max_queue = n.max(1);
         self
+    }
+
+    /// Use these connection limits (timeouts and the connection cap) instead of
+    /// [`ConnLimits::default`]. A cap of 0 is taken as 1.
+    pub fn with_limits(mut self, limits: ConnLimits) -> Self {
+        self.limits = ConnLimits { max_connections: limits.max_connections.max(1), ..limits };
+        self
+    }
+
+    fn begin_shutdown(&self) {
+        self.shutdown.send_replace(true);
     }
 }
 
@@ -348,14 +379,13 @@ pub(crate) fn now() -> u64 {
 }
 
 /// Read a request body of at most [`MAX_BODY_BYTES`]: 413 as soon as the headers
-/// announce more (the body is never read), or once a chunked body passes the limit.
-pub(crate) async fn read_body(req: Request) -> Result<axum::body::Bytes, ApiError> {
-    let too_large = || ApiError {
-        status: StatusCode::PAYLOAD_TOO_LARGE,
-        kind: "invalid_request_error",
-        message: format!("request body is larger than {MAX_BODY_BYTES} bytes"),
-        param: None,
-    };
+/// announce more (the body is never read), or once a chunked body passes the limit;
+/// 408 when it has not all arrived within [`ConnLimits::body_timeout`]; 503 when the
+/// server begins shutting down while it arrives.
+pub(crate) async fn read_body(s: &AppState, req: Request) -> Result<axum::body::Bytes, ApiError> {
+    let refuse = |status, message: String| ApiError { status, kind: "invalid_request_error", message, param: None };
+    let too_large =
+        || refuse(StatusCode::PAYLOAD_TOO_LARGE, format!("request body is larger than {MAX_BODY_BYTES} bytes"));
     let announced = req
         .headers()
         .get(axum::http::header::CONTENT_LENGTH)
@@ -364,7 +394,24 @@ pub(crate) async fn read_body(req: Request) -> Result<axum::body::Bytes, ApiErro
     if announced.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
         return Err(too_large());
     }
-    axum::body::to_bytes(req.into_body(), MAX_BODY_BYTES).await.map_err(|_| too_large())
+    let mut stopping = s.shutdown.subscribe();
+    let timeout = s.limits.body_timeout;
+    tokio::select! {
+        read = tokio::time::timeout(timeout, axum::body::to_bytes(req.into_body(), MAX_BODY_BYTES)) => match read {
+            Ok(Ok(body)) => Ok(body),
+            Ok(Err(_)) => Err(too_large()),
+            Err(_) => Err(refuse(
+                StatusCode::REQUEST_TIMEOUT,
+                format!("the request body did not arrive within {} s", timeout.as_secs_f64()),
+            )),
+        },
+        _ = stopping.wait_for(|stop| *stop) => Err(ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            kind: "server_error",
+            message: "the server is shutting down".into(),
+            param: None,
+        }),
+    }
 }
 
 /// What the generation thread tells the request.
@@ -512,7 +559,10 @@ impl Running {
     }
 }
 
-/// Serve until SIGINT/SIGTERM, then finish the request in flight and return.
+/// Serve until SIGINT/SIGTERM, then finish the requests in progress and return; a
+/// second signal returns at once. Connections are bounded and timed out as the state's
+/// [`ConnLimits`] say (module `listen`: idle and stalled connections never hold
+/// shutdown up).
 ///
 /// # Errors
 /// [`Error::Io`] if the address cannot be bound.
@@ -522,18 +572,40 @@ pub async fn serve(state: Arc<AppState>, host: &str, port: u16) -> crate::Result
         tokio::net::TcpListener::bind(&addr).await.map_err(|e| Error::Io { path: addr.clone().into(), source: e })?;
     let local = listener.local_addr().map_err(|e| Error::Io { path: addr.clone().into(), source: e })?;
     eprintln!("toolgate serving {} on http://{local}", state.model_id);
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(async {
-            let ctrl_c = tokio::signal::ctrl_c();
-            #[cfg(unix)]
-            {
-                let mut term =
-                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
-                tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
+    let signals = tokio::sync::watch::Sender::new(0u32);
+    let counter = signals.clone();
+    tokio::spawn(async move {
+        loop {
+            wait_for_signal().await;
+            counter.send_modify(|n| *n += 1);
+        }
+    });
+    let (mut first, mut second) = (signals.subscribe(), signals.subscribe());
+    let stop = async move {
+        let _ = first.wait_for(|n| *n >= 1).await;
+        eprintln!("toolgate: shutting down after the requests in progress (signal again to stop now)");
+    };
+    tokio::select! {
+        () = listen::run(listener, router(state.clone()), state, stop) => {}
+        _ = second.wait_for(|n| *n >= 2) => eprintln!("toolgate: stopped with requests in progress"),
+    }
+    Ok(())
+}
+
+/// SIGINT or (on Unix) SIGTERM.
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
+            (Ok(mut int), Ok(mut term)) => {
+                tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
             }
-            #[cfg(not(unix))]
-            let _ = ctrl_c.await;
-        })
-        .await
-        .map_err(|e| Error::Io { path: addr.into(), source: e })
+            _ => std::future::pending().await,
+        }
+    }
+    #[cfg(not(unix))]
+    if tokio::signal::ctrl_c().await.is_err() {
+        std::future::pending::<()>().await;
+    }
 }

@@ -216,7 +216,7 @@ fn chunk(head: &Value, delta: Value, finish: Option<&str>, logprobs: Value) -> E
 
 /// The handler.
 pub(crate) async fn chat_completions(State(s): State<Arc<AppState>>, req: Request) -> Result<Response, ApiError> {
-    let body = read_body(req).await?;
+    let body = read_body(&s, req).await?;
     let mut r = ChatRequest::parse(&s, &body)?;
     let (stream, include_usage, asked) = (r.stream, r.include_usage, r.logprobs);
     let params = std::mem::take(&mut r.params);

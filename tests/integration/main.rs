@@ -16,6 +16,7 @@ mod format_derivation;
 mod generation;
 mod grammar;
 mod greedy_fixtures;
+mod hardening;
 mod hub;
 mod kernels;
 mod recovery;

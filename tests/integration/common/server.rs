@@ -17,6 +17,23 @@ impl Drop for Server {
     }
 }
 
+impl Server {
+    /// Send SIGTERM and wait up to `limit` for the process to exit; how long it took,
+    /// or `None` if it was still running (then it is killed on drop).
+    pub fn terminate(&mut self, limit: Duration) -> Option<Duration> {
+        let t = Instant::now();
+        let sent = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
+        assert!(sent.success(), "kill -TERM failed");
+        while t.elapsed() < limit {
+            if self.child.try_wait().unwrap().is_some() {
+                return Some(t.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
