@@ -55,6 +55,30 @@ impl Hyperparams {
         }
         let head_dim = gguf.opt_u32(&k("attention.key_length"))?.map(|x| x as usize).unwrap_or(n_embd / n_head);
         let v_head_dim = gguf.opt_u32(&k("attention.value_length"))?.map(|x| x as usize).unwrap_or(head_dim);
+        // Sizes are checked against the tensors before anything is allocated from them: a
+        // `block_count` of 2^31 used to reserve 800 GB for the layer list and abort.
+        let blocks = gguf
+            .tensor_names()
+            .filter_map(|n| n.strip_prefix("blk.")?.split('.').next()?.parse::<usize>().ok())
+            .collect::<std::collections::BTreeSet<_>>();
+        if n_layer == 0 || (0..n_layer).any(|i| !blocks.contains(&i)) {
+            return Err(bad(
+                "block_count",
+                format!("{n_layer} blocks declared; the file holds blocks for {}", blocks.len()),
+            ));
+        }
+        // No width can exceed every tensor's extent.
+        let widest = gguf.tensor_names().filter_map(|n| gguf.tensor_dims(n)?.iter().max().copied()).max().unwrap_or(0);
+        for (key, v) in [
+            ("embedding_length", n_embd),
+            ("attention.head_count", n_head),
+            ("attention.key_length", head_dim),
+            ("attention.value_length", v_head_dim),
+        ] {
+            if v == 0 || v > widest {
+                return Err(bad(key, format!("{v} does not fit the tensors (the widest extent is {widest})")));
+            }
+        }
         let rope_dim = gguf.opt_u32(&k("rope.dimension_count"))?.map(|x| x as usize).unwrap_or(head_dim);
         if rope_dim > head_dim || rope_dim % 2 != 0 {
             return Err(bad("rope.dimension_count", format!("{rope_dim} rotated dims for head width {head_dim}")));

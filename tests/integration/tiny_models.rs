@@ -37,6 +37,8 @@ struct Spec {
     sliding_window: Option<u32>,
     layers: usize,
     ctx: u32,
+    /// `{arch}.KEY = VALUE` written over what the shape above says (hostile metadata).
+    overrides: &'static [(&'static str, u32)],
 }
 
 fn spec(arch: &'static str) -> Spec {
@@ -50,6 +52,7 @@ fn spec(arch: &'static str) -> Spec {
         sliding_window: None,
         layers: 2,
         ctx: 256,
+        overrides: &[],
     }
 }
 
@@ -123,6 +126,11 @@ fn write_model(dir: &Path, s: &Spec) -> PathBuf {
     ];
     if let Some(w) = s.sliding_window {
         meta.push((format!("{a}.attention.sliding_window"), Value::U32(w)));
+    }
+    for (key, v) in s.overrides {
+        let key = format!("{a}.{key}");
+        meta.retain(|(k, _)| *k != key);
+        meta.push((key, Value::U32(*v)));
     }
     let mut tensors: Vec<(String, QTensor)> = vec![
         ("token_embd.weight".into(), q(&rng.tensor(&[VOCAB, EMBD], 1.0), GgmlDType::Q8_0)),
@@ -271,6 +279,27 @@ fn context_overflow_is_a_clear_error() {
     let gen = engine.generate(&prompt[..10], &params, |_| {}).unwrap();
     assert_eq!(gen.finish_reason.as_str(), "length");
     assert!(gen.prompt_tokens + gen.completion_tokens <= 16);
+}
+
+#[test]
+fn hostile_sizes_in_metadata_are_clear_errors_before_any_allocation() {
+    // Each used to size an allocation before a tensor was looked at: 2^31 blocks
+    // reserved 800 GB and aborted the process.
+    let dir = tempfile::tempdir().unwrap();
+    for (key, v, says) in [
+        ("block_count", 1u32 << 31, "2147483648 blocks declared; the file holds blocks for 2"),
+        ("block_count", 3, "3 blocks declared"),
+        ("block_count", 0, "0 blocks declared"),
+        ("embedding_length", 1 << 31, "does not fit the tensors"),
+        ("attention.key_length", u32::MAX, "does not fit the tensors"),
+        ("attention.head_count", 1 << 30, "does not fit the tensors"),
+    ] {
+        let leaked: &'static [(&'static str, u32)] = Box::leak(Box::new([(key, v)]));
+        let path = write_model(dir.path(), &Spec { overrides: leaked, ..spec("llama") });
+        let err = Engine::load(&path, DeviceChoice::Cpu).unwrap_err();
+        assert!(matches!(err, Error::Metadata { .. }), "{key}={v}: {err}");
+        assert!(err.to_string().contains(says) && err.to_string().contains(key), "{key}={v}: {err}");
+    }
 }
 
 #[test]
