@@ -59,9 +59,12 @@ pub enum Error {
     #[error("tokenizer: {0}")]
     Tokenizer(String),
     /// The prompt plus the requested tokens do not fit the model's context window.
-    #[error("context overflow: the prompt has {prompt_tokens} tokens and the context window is {context_length}")]
+    #[error(
+        "context overflow: the prompt has at least {prompt_tokens} tokens and the context window is {context_length}"
+    )]
     ContextOverflow {
-        /// Tokens in the prompt.
+        /// Tokens in the prompt, or as many as were counted before it was certain the
+        /// prompt cannot fit (a long prompt is not tokenized in full only to be refused).
         prompt_tokens: usize,
         /// The model's context length.
         context_length: usize,

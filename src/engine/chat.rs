@@ -51,6 +51,25 @@ pub fn encode_chat(
     tools: Option<Vec<Value>>,
     extra: serde_json::Map<String, Value>,
 ) -> Result<(String, Vec<u32>)> {
+    encode_chat_within(setup, tok, messages, tools, extra, usize::MAX)
+}
+
+/// [`encode_chat`] for a window of `context` tokens: a rendered prompt that certainly
+/// does not fit is refused before it is tokenized in full
+/// ([`Tokenizer::certainly_exceeds`]), so the work and memory a request can cost stay
+/// bounded by the context, not by its body.
+///
+/// # Errors
+/// As [`encode_chat`]; [`Error::ContextOverflow`] (with the count reached so far,
+/// "at least") for a prompt that certainly does not fit.
+pub fn encode_chat_within(
+    setup: &ChatSetup,
+    tok: &Tokenizer,
+    messages: Vec<Value>,
+    tools: Option<Vec<Value>>,
+    extra: serde_json::Map<String, Value>,
+    context: usize,
+) -> Result<(String, Vec<u32>)> {
     let caps = setup.report.caps;
     let messages = transform::shape_fields(messages, caps.supports_object_arguments, caps.supports_typed_content);
     let mut messages = transform::apply(messages, setup.policy);
@@ -64,6 +83,9 @@ pub fn encode_chat(
         extra,
     };
     let rendered = setup.template.render(&req)?;
+    if let Some(at_least) = tok.certainly_exceeds(&rendered, EncodeOptions::TEMPLATE, context)? {
+        return Err(Error::ContextOverflow { prompt_tokens: at_least, context_length: context });
+    }
     let mut ids = Vec::new();
     let mut plain = String::with_capacity(rendered.len());
     let mut rest = rendered.as_str();
@@ -230,7 +252,8 @@ pub fn prepare_turn(
     // every request's time to first token on SmolLM2's 49k vocabulary.
     let engine: &Engine = engine;
     let tok = engine.tokenizer();
-    let (text, prompt) = encode_chat(setup, tok, messages, tool_json, Default::default())?;
+    let (text, prompt) =
+        encode_chat_within(setup, tok, messages, tool_json, Default::default(), engine.context_length())?;
     check_context(engine, &prompt)?;
     if let (Some(fmt), ToolMode::Constrained) = (&fmt, mode) {
         tools::check_vocabulary(fmt, tok)?;
@@ -288,7 +311,8 @@ pub fn prepare_text_turn(
     schema: Option<(&Value, SchemaMode)>,
 ) -> Result<PreparedTurn> {
     let engine: &Engine = engine;
-    let (text, prompt) = encode_chat(setup, engine.tokenizer(), messages, None, Default::default())?;
+    let (text, prompt) =
+        encode_chat_within(setup, engine.tokenizer(), messages, None, Default::default(), engine.context_length())?;
     check_context(engine, &prompt)?;
     let constraint = match schema {
         Some((schema, mode)) => {

@@ -307,6 +307,57 @@ impl Tokenizer {
         Ok(out)
     }
 
+    /// Whether `text` certainly encodes to more than `limit` tokens, found without
+    /// encoding all of it: `Some(n)` (at least about `n` tokens) as soon as its leading
+    /// chunks pass the limit, `None` when it may fit.
+    ///
+    /// The check that keeps a 4 MB request from being tokenized in full (seconds, and a
+    /// gigabyte of memory) only to be refused for the context window. Text of at most
+    /// `limit` bytes always fits (no token is shorter than a byte) and costs nothing;
+    /// longer text is encoded 16 KiB at a time, cut after whitespace, until the count
+    /// passes `limit` plus a margin for the tokens a cut can add (so `Some` is never
+    /// given to text that fits), at most a little more than `limit` tokens of work.
+    ///
+    /// ```no_run
+    /// # let tok: toolgate::tokenizer::Tokenizer = todo!();
+    /// use toolgate::tokenizer::EncodeOptions;
+    /// let huge = "word ".repeat(1 << 20);
+    /// assert!(tok.certainly_exceeds(&huge, EncodeOptions::TEMPLATE, 8192)?.is_some());
+    /// assert!(tok.certainly_exceeds("hello", EncodeOptions::TEMPLATE, 8192)?.is_none());
+    /// # Ok::<(), toolgate::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Tokenizer::encode`].
+    pub fn certainly_exceeds(&self, text: &str, opts: EncodeOptions, limit: usize) -> Result<Option<usize>> {
+        /// Tokens a cut may add: a special token's text split in two is spelled out.
+        const CUT_MARGIN: usize = 32;
+        const CHUNK: usize = 16 << 10;
+        if text.len() <= limit {
+            return Ok(None);
+        }
+        let (mut rest, mut count, mut cuts) = (text, 0usize, 0usize);
+        while !rest.is_empty() {
+            let mut end = rest.len().min(CHUNK);
+            while !rest.is_char_boundary(end) {
+                end -= 1;
+            }
+            if end < rest.len() {
+                // After the last whitespace in the chunk's second half, when there is one.
+                if let Some(ws) = rest[end / 2..end].rfind(char::is_whitespace) {
+                    end = end / 2 + ws + 1;
+                }
+            }
+            count += self.encode(&rest[..end], opts)?.len();
+            rest = &rest[end..];
+            cuts += 1;
+            if count > limit + cuts * CUT_MARGIN {
+                return Ok(Some(count));
+            }
+        }
+        Ok(None)
+    }
+
     /// Encode a prompt the way the model expects a raw prompt: BOS if the GGUF asks for
     /// it, special tokens recognised when `parse_special`.
     ///

@@ -115,3 +115,59 @@ fn flags_out_of_range_are_refused_before_loading() {
         assert!(err.contains(flag) && !err.contains("panicked"), "{flag} {value}: {err}");
     }
 }
+
+#[test]
+fn a_huge_prompt_is_refused_for_the_context_without_being_tokenized_in_full() {
+    // One tool with a 370k-value enum: a 4 MB body that renders to ~3 M tokens. It used
+    // to be tokenized in full (+1.1 GB) before the context check refused it.
+    let s = start(&["--tool-fallback", "generic"]);
+    let values: Vec<String> = (0..370_000).map(|i| format!("v{i}")).collect();
+    let body = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5,
+        "tools": [{"type": "function", "function": {"name": "pick",
+            "parameters": {"type": "object", "properties": {"x": {"type": "string", "enum": values}}}}}]})
+    .to_string();
+    assert!(body.len() > 3_500_000 && body.len() < 4 << 20);
+    let before = s.memory_mib("VmRSS");
+    let mut r = agent()
+        .post(format!("{}/v1/chat/completions", s.base))
+        .header("content-type", "application/json")
+        .send(body.as_str())
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let v: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("context overflow") && msg.contains("context window is 8192"), "{msg}");
+    // Counted only until certain: a little past the window, not the ~3 M tokens.
+    let counted: usize = msg.split("at least ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+    assert!((8192..40_000).contains(&counted), "{msg}");
+    let grew = s.memory_mib("VmHWM").saturating_sub(before);
+    assert!(grew < 400, "the peak grew {grew} MiB for one refused request");
+    // A prompt that fits is still served.
+    assert_eq!(health(&s), 200);
+    let mut r = agent()
+        .post(format!("{}/v1/chat/completions", s.base))
+        .header("content-type", "application/json")
+        .send(json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}).to_string())
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200, "{}", r.body_mut().read_to_string().unwrap());
+}
+
+#[test]
+fn the_early_context_refusal_never_refuses_a_prompt_that_fits() {
+    use toolgate::gguf::GgufFile;
+    use toolgate::tokenizer::{EncodeOptions, Tokenizer};
+    for file in [crate::common::SMOLLM2, crate::common::GEMMA3] {
+        let tok = Tokenizer::from_gguf(&GgufFile::open(crate::common::model(file)).unwrap()).unwrap();
+        // Long text with chat-template special tokens in it, cut into many chunks.
+        let turn = "<|im_start|>user\nWhat is the weather in Oslo, Kyiv and Lima? {\"city\": \"Oslo\"}<|im_end|>\n";
+        let words = "antidisestablishmentarianism  floccinaucinihilipilification\t\n";
+        let text = format!("{}{}", turn.repeat(900), words.repeat(900));
+        let exact = tok.encode(&text, EncodeOptions::TEMPLATE).unwrap().len();
+        assert!(text.len() > 16 << 10 && exact < text.len(), "{file}: {exact} tokens");
+        for limit in [exact, exact + 1, exact * 2] {
+            assert_eq!(tok.certainly_exceeds(&text, EncodeOptions::TEMPLATE, limit).unwrap(), None, "{file}");
+        }
+        let over = tok.certainly_exceeds(&text, EncodeOptions::TEMPLATE, exact / 3).unwrap();
+        assert!(over.is_some_and(|n| n > exact / 3 && n <= exact + 64), "{file}: {over:?} of {exact}");
+    }
+}

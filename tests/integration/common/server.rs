@@ -18,6 +18,13 @@ impl Drop for Server {
 }
 
 impl Server {
+    /// A `/proc/PID/status` field in MiB (`VmRSS`, `VmHWM` the peak).
+    pub fn memory_mib(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let line = status.lines().find(|l| l.starts_with(field)).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() / 1024
+    }
+
     /// Send SIGTERM and wait up to `limit` for the process to exit; how long it took,
     /// or `None` if it was still running (then it is killed on drop).
     pub fn terminate(&mut self, limit: Duration) -> Option<Duration> {
