@@ -3,8 +3,12 @@
 //! dict methods, an HF-compatible `tojson`, `raise_exception`, `strftime_now`, and
 //! Python's `str()` when a value is printed.
 //!
-//! Templates are untrusted: every render is bounded by fuel (instructions) and a
-//! recursion limit, so a looping or deeply recursive template fails with an error.
+//! Templates are untrusted: every render is bounded by fuel (instructions), a
+//! recursion limit and an output size ([`MAX_OUTPUT_BYTES`], checked before a value is
+//! printed), so a looping, deeply recursive or output-flooding template fails with an
+//! error. Not bounded: strings a template builds in variables without printing them
+//! (minijinja caps one `*` repetition at 100 MB but has no hook on `~`); see the
+//! README's security section.
 
 use std::sync::Arc;
 
@@ -13,6 +17,9 @@ use minijinja::{Environment, Error as JinjaError, ErrorKind, State, Value};
 
 /// Instruction budget for one render. A real template needs well under 1% of this.
 pub const FUEL: u64 = 20_000_000;
+/// The most a render may write: 16 MiB, four times the largest request body (a
+/// prompt longer than that cannot fit any context window toolgate serves).
+pub const MAX_OUTPUT_BYTES: usize = 16 << 20;
 /// Maximum nesting of macro calls / includes.
 pub const RECURSION_LIMIT: usize = 64;
 
@@ -45,6 +52,10 @@ pub fn environment(clock: Clock) -> Environment<'static> {
     env.set_recursion_limit(RECURSION_LIMIT);
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     env.set_formatter(|out, _state, value| {
+        // A huge string is refused before it is copied for printing.
+        if value.as_str().is_some_and(|s| s.len() > MAX_OUTPUT_BYTES) {
+            return Err(JinjaError::new(ErrorKind::InvalidOperation, "a printed value passed the output limit"));
+        }
         let s = python_str(value);
         out.write_str(&s).map_err(|_| JinjaError::new(ErrorKind::WriteFailure, "write failed"))
     });

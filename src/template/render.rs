@@ -235,7 +235,9 @@ impl ChatTemplate {
     ///
     /// # Errors
     /// [`Error::Template`] when the template raises (`raise_exception`), runs out of
-    /// fuel, recurses too deeply or hits a type error.
+    /// fuel, recurses too deeply, writes more than
+    /// [`MAX_OUTPUT_BYTES`](crate::template::env::MAX_OUTPUT_BYTES) or hits a type
+    /// error.
     pub fn render(&self, req: &RenderRequest) -> Result<String> {
         let mut ctx = serde_json::Map::new();
         for (k, v) in &req.extra {
@@ -262,7 +264,37 @@ impl ChatTemplate {
             .env
             .template_from_str(&self.source)
             .map_err(|e| Error::Template { template: self.name.clone(), reason: describe(&e) })?;
-        tmpl.render(ctx).map_err(|e| Error::Template { template: self.name.clone(), reason: describe(&e) })
+        let mut out = BoundedOutput { bytes: Vec::new(), overflowed: false };
+        match tmpl.render_captured_to(ctx, &mut out) {
+            Ok(_) => String::from_utf8(out.bytes)
+                .map_err(|_| Error::Template { template: self.name.clone(), reason: "the output is not UTF-8".into() }),
+            Err(_) if out.overflowed => Err(Error::Template {
+                template: self.name.clone(),
+                reason: format!("the output passed {} MiB", crate::template::env::MAX_OUTPUT_BYTES >> 20),
+            }),
+            Err(e) => Err(Error::Template { template: self.name.clone(), reason: describe(&e) }),
+        }
+    }
+}
+
+/// A render's output, refused past [`crate::template::env::MAX_OUTPUT_BYTES`].
+struct BoundedOutput {
+    bytes: Vec<u8>,
+    overflowed: bool,
+}
+
+impl std::io::Write for BoundedOutput {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > crate::template::env::MAX_OUTPUT_BYTES {
+            self.overflowed = true;
+            return Err(std::io::Error::other("template output too large"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 

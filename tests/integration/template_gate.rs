@@ -196,8 +196,19 @@ fn hostile_templates_fail_cleanly() {
     // Recurses.
     let t = ChatTemplate::new("rec", "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}").unwrap();
     assert!(matches!(t.render(&req), Err(Error::Template { .. })));
+    // Floods its output: a 100 MB string printed in a loop (23 GB until the kernel
+    // killed the server), or many small pieces; only when the user says so.
+    let floods = [
+        "{% set s = 'x' * 100000000 %}{% for i in range(1000) %}{{ s }}{% endfor %}",
+        "{% for i in range(100000) %}{% for j in range(100) %}{{ 'y' * 4000 }}{% endfor %}{% endfor %}",
+        "{% if messages[0].content == 'x' %}{% for i in range(99999) %}{{ 'z' * 99999 }}{% endfor %}{% endif %}",
+    ];
+    for src in floods {
+        let err = ChatTemplate::new("flood", src).unwrap().render(&req).unwrap_err().to_string();
+        assert!(err.contains("passed 16 MiB") || err.contains("output limit"), "{src}: {err}");
+    }
     // The prober survives all of them.
-    for src in ["{{ raise_exception('x') }}", "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"] {
+    for src in ["{{ raise_exception('x') }}", "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", floods[0]] {
         let t = ChatTemplate::new("p", src).unwrap();
         assert!(!probe(&t).caps.tool_capable());
     }
