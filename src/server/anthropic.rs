@@ -19,7 +19,7 @@ use axum::Json;
 use futures_util::{stream, StreamExt};
 use serde_json::{json, Map, Value};
 
-use super::{read_body, ApiError, AppState, Msg, Running};
+use super::{read_body, validate, ApiError, AppState, Msg, Running};
 use crate::engine::chat::{prepare_turn, ChatTurn};
 use crate::engine::GenerateParams;
 use crate::sampling::SamplingParams;
@@ -66,12 +66,26 @@ fn text_of(v: &Value, what: &str) -> Result<String, AnthropicError> {
         Value::Array(blocks) => blocks
             .iter()
             .map(|b| match b.get("type").and_then(Value::as_str) {
-                Some("text") => Ok(b.get("text").and_then(Value::as_str).unwrap_or_default().to_string()),
+                Some("text") => block_text(b, what),
+                Some(kind) if MEDIA_BLOCKS.contains(&kind) => Err(bad(validate::text_only(what, kind))),
                 t => Err(bad(format!("{what}: content blocks of type {t:?} are not supported (text only)"))),
             })
             .collect::<Result<Vec<_>, _>>()
             .map(|parts| parts.join("\n")),
         _ => Err(bad(format!("{what} must be a string or an array of content blocks"))),
+    }
+}
+
+/// Blocks that carry something other than text.
+const MEDIA_BLOCKS: [&str; 3] = ["image", "document", "search_result"];
+
+/// The `text` of a `text` block: a string, or a 400.
+fn block_text(b: &Value, at: &str) -> Result<String, AnthropicError> {
+    match b.get("text") {
+        Some(Value::String(t)) => Ok(t.clone()),
+        other => {
+            Err(bad(format!("{at}: a text block's `text` must be a string, not {}", other.unwrap_or(&Value::Null))))
+        }
     }
 }
 
@@ -99,7 +113,8 @@ fn to_chat_messages(system: Option<&Value>, messages: &[Value]) -> Result<Vec<Va
         for (j, b) in blocks.iter().enumerate() {
             let at = format!("messages.{i}.content.{j}");
             match (role, b.get("type").and_then(Value::as_str)) {
-                (_, Some("text")) => text.push(b.get("text").and_then(Value::as_str).unwrap_or_default().to_string()),
+                (_, Some("text")) => text.push(block_text(b, &at)?),
+                (_, Some(kind)) if MEDIA_BLOCKS.contains(&kind) => return Err(bad(validate::text_only(&at, kind))),
                 ("assistant", Some("tool_use")) => {
                     let (Some(id), Some(name)) =
                         (b.get("id").and_then(Value::as_str), b.get("name").and_then(Value::as_str))
@@ -228,7 +243,7 @@ pub(crate) async fn messages(State(s): State<Arc<AppState>>, req: Request) -> Re
     let body = read_body(&s, req).await?;
     let req: Value = serde_json::from_slice(&body).map_err(|e| bad(format!("malformed JSON body: {e}")))?;
     let obj: &Map<String, Value> = req.as_object().ok_or_else(|| bad("the body must be a JSON object"))?;
-    if let Some(m) = obj.get("model").and_then(Value::as_str) {
+    if let Some(m) = validate::opt_str(obj, "model")? {
         if m != s.model_id && m != "default" {
             return Err(AnthropicError(ApiError {
                 status: StatusCode::NOT_FOUND,
@@ -238,12 +253,10 @@ pub(crate) async fn messages(State(s): State<Arc<AppState>>, req: Request) -> Re
             }));
         }
     }
-    let max_tokens = obj
-        .get("max_tokens")
-        .and_then(Value::as_u64)
-        .filter(|&n| n > 0)
-        .ok_or_else(|| bad("max_tokens: a positive integer is required"))? as usize;
-    let stream = obj.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    let max_tokens = validate::opt_int(obj, "max_tokens", 1, i64::MAX)?
+        .ok_or_else(|| bad("max_tokens: a positive integer is required"))?;
+    let max_tokens = usize::try_from(max_tokens).unwrap_or(usize::MAX);
+    let stream = validate::opt_bool(obj, "stream")?.unwrap_or(false);
     let raw_messages = obj
         .get("messages")
         .and_then(Value::as_array)
@@ -259,17 +272,27 @@ pub(crate) async fn messages(State(s): State<Arc<AppState>>, req: Request) -> Re
         .map(|(i, t)| {
             let name =
                 t.get("name").and_then(Value::as_str).ok_or_else(|| bad(format!("tools.{i}.name is required")))?;
+            let kind = t.get("type").and_then(Value::as_str).unwrap_or("custom");
+            if kind != "custom" {
+                return Err(bad(format!(
+                    "tools.{i}: server tools (type {kind:?}) are not available; declare custom tools"
+                )));
+            }
+            let Some(schema) = t.get("input_schema").filter(|v| v.is_object()) else {
+                return Err(bad(format!("tools.{i}.input_schema: a JSON Schema object is required")));
+            };
             Ok(Tool {
                 kind: "function".into(),
                 function: FunctionDef {
                     name: name.into(),
                     description: t.get("description").and_then(Value::as_str).map(String::from),
-                    parameters: t.get("input_schema").cloned().unwrap_or_else(|| json!({"type": "object"})),
+                    parameters: schema.clone(),
                     strict: t.get("strict").and_then(Value::as_bool),
                 },
             })
         })
         .collect::<Result<_, AnthropicError>>()?;
+    validate::tools(&tools, "tools")?;
     let tc = obj.get("tool_choice");
     let choice = match tc.and_then(|c| c.get("type")).and_then(Value::as_str) {
         None | Some("auto") => ToolChoice::Auto,
@@ -285,18 +308,14 @@ pub(crate) async fn messages(State(s): State<Arc<AppState>>, req: Request) -> Re
     };
     let parallel = !tc.and_then(|c| c.get("disable_parallel_tool_use")).and_then(Value::as_bool).unwrap_or(false);
     let sampling = SamplingParams {
-        temperature: obj.get("temperature").and_then(Value::as_f64).unwrap_or(1.0) as f32,
-        top_p: obj.get("top_p").and_then(Value::as_f64).unwrap_or(1.0) as f32,
-        top_k: obj.get("top_k").and_then(Value::as_u64).unwrap_or(0) as usize,
+        temperature: validate::opt_number(obj, "temperature", 0.0, 1.0)?.unwrap_or(1.0) as f32,
+        top_p: validate::opt_number(obj, "top_p", 0.0, 1.0)?.unwrap_or(1.0) as f32,
+        top_k: validate::opt_int(obj, "top_k", 0, i64::from(u32::MAX))?.unwrap_or(0) as usize,
         seed: rand::random(),
         ..SamplingParams::greedy()
     };
     sampling.validate().map_err(|e| AnthropicError(e.into()))?;
-    let stop = obj
-        .get("stop_sequences")
-        .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).map(String::from).collect())
-        .unwrap_or_default();
+    let stop = validate::stop_strings(obj, "stop_sequences", false)?;
     let params = GenerateParams { max_tokens, sampling, stop, ..GenerateParams::default() };
     let prepare = move |e: &mut crate::engine::Engine, st: &AppState| {
         prepare_turn(e, &st.setup, messages, &tools, &choice, parallel, st.tool_mode)

@@ -16,6 +16,7 @@ pub mod anthropic;
 mod listen;
 pub mod metrics;
 pub mod openai;
+mod validate;
 
 pub use listen::ConnLimits;
 

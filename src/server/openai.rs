@@ -13,7 +13,7 @@ use axum::Json;
 use futures_util::{stream, StreamExt};
 use serde_json::{json, Value};
 
-use super::{now, read_body, ApiError, AppState, Msg, Running};
+use super::{now, read_body, validate, ApiError, AppState, Msg, Running};
 use crate::engine::chat::{prepare_text_turn, prepare_turn, ChatTurn, PreparedTurn};
 use crate::engine::{Engine, GenerateParams};
 use crate::grammar::schema::Mode;
@@ -41,7 +41,7 @@ impl ChatRequest {
         let req: Value =
             serde_json::from_slice(body).map_err(|e| ApiError::bad(format!("malformed JSON body: {e}"), None))?;
         let obj = req.as_object().ok_or_else(|| ApiError::bad("the body must be a JSON object", None))?;
-        if let Some(m) = obj.get("model").and_then(Value::as_str) {
+        if let Some(m) = validate::opt_str(obj, "model")? {
             if m != s.model_id && m != "default" {
                 return Err(ApiError {
                     status: StatusCode::NOT_FOUND,
@@ -52,8 +52,17 @@ impl ChatRequest {
             }
         }
         let stream = opt_bool(obj, "stream")?;
-        let include_usage = req.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false);
-        if obj.get("n").and_then(Value::as_u64).is_some_and(|n| n != 1) {
+        let include_usage = match obj.get("stream_options") {
+            None | Some(Value::Null) => false,
+            Some(Value::Object(o)) => validate::opt_bool(o, "include_usage")?.unwrap_or(false),
+            Some(v) => {
+                return Err(ApiError::bad(
+                    format!("`stream_options` must be an object, not {v}"),
+                    Some("stream_options"),
+                ))
+            }
+        };
+        if validate::opt_int(obj, "n", 1, 1).is_err() {
             return Err(ApiError::bad("only n=1 is supported", Some("n")));
         }
         let messages = obj
@@ -62,49 +71,60 @@ impl ChatRequest {
             .filter(|m| !m.is_empty())
             .ok_or_else(|| ApiError::bad("`messages` must be a non-empty array", Some("messages")))?
             .clone();
+        validate::openai_messages(&messages)?;
         let tools: Vec<Tool> = match obj.get("tools") {
             None | Some(Value::Null) => Vec::new(),
             Some(t) => serde_json::from_value(t.clone())
                 .map_err(|e| ApiError::bad(format!("invalid `tools`: {e}"), Some("tools")))?,
         };
+        validate::tools(&tools, "tools")?;
         let choice = match obj.get("tool_choice") {
             None | Some(Value::Null) => ToolChoice::Auto,
             Some(v) => ToolChoice::from_json(v).map_err(|e| ApiError::bad(e.to_string(), Some("tool_choice")))?,
         };
-        let parallel = obj.get("parallel_tool_calls").and_then(Value::as_bool).unwrap_or(true);
-        let max_tokens =
-            obj.get("max_completion_tokens").or_else(|| obj.get("max_tokens")).and_then(Value::as_u64).unwrap_or(512)
-                as usize;
+        let parallel = validate::opt_bool(obj, "parallel_tool_calls")?.unwrap_or(true);
+        let max_tokens = match validate::opt_int(obj, "max_completion_tokens", 1, i64::MAX)? {
+            Some(n) => Some(n),
+            None => validate::opt_int(obj, "max_tokens", 1, i64::MAX)?,
+        };
+        let max_tokens = max_tokens.map_or(512, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        let number = |name, min, max, default: f64| -> Result<f32, ApiError> {
+            Ok(validate::opt_number(obj, name, min, max)?.unwrap_or(default) as f32)
+        };
         let sampling = SamplingParams {
-            temperature: obj.get("temperature").and_then(Value::as_f64).unwrap_or(1.0) as f32,
-            top_p: obj.get("top_p").and_then(Value::as_f64).unwrap_or(1.0) as f32,
-            presence_penalty: obj.get("presence_penalty").and_then(Value::as_f64).unwrap_or(0.0) as f32,
-            frequency_penalty: obj.get("frequency_penalty").and_then(Value::as_f64).unwrap_or(0.0) as f32,
-            seed: obj.get("seed").and_then(Value::as_u64).unwrap_or_else(now),
+            temperature: number("temperature", 0.0, 2.0, 1.0)?,
+            top_p: number("top_p", 0.0, 1.0, 1.0)?,
+            presence_penalty: number("presence_penalty", -2.0, 2.0, 0.0)?,
+            frequency_penalty: number("frequency_penalty", -2.0, 2.0, 0.0)?,
+            seed: validate::opt_int(obj, "seed", i64::MIN, i64::MAX)?.map_or_else(now, |n| n as u64),
             ..SamplingParams::greedy()
         };
         sampling.validate().map_err(ApiError::from)?;
-        let stop = match obj.get("stop") {
-            None | Some(Value::Null) => vec![],
-            Some(Value::String(s)) => vec![s.clone()],
-            Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).map(String::from).collect(),
-            Some(_) => return Err(ApiError::bad("`stop` must be a string or an array of strings", Some("stop"))),
-        };
+        let stop = validate::stop_strings(obj, "stop", true)?;
         let schema = match obj.get("response_format") {
-            Some(rf) if rf.get("type").and_then(Value::as_str) == Some("json_schema") => Some((
-                rf.pointer("/json_schema/schema")
-                    .cloned()
-                    .ok_or_else(|| ApiError::bad("json_schema.schema is missing", Some("response_format")))?,
-                if rf.pointer("/json_schema/strict").and_then(Value::as_bool) == Some(true) {
-                    Mode::Strict
-                } else {
-                    Mode::Lenient
-                },
-            )),
-            Some(rf) if rf.get("type").and_then(Value::as_str) == Some("json_object") => {
-                Some((json!({"type": "object", "additionalProperties": true}), Mode::Lenient))
-            }
-            _ => None,
+            None | Some(Value::Null) => None,
+            Some(rf) => match rf.get("type").and_then(Value::as_str) {
+                Some("json_schema") => Some((
+                    rf.pointer("/json_schema/schema")
+                        .cloned()
+                        .ok_or_else(|| ApiError::bad("json_schema.schema is missing", Some("response_format")))?,
+                    if rf.pointer("/json_schema/strict").and_then(Value::as_bool) == Some(true) {
+                        Mode::Strict
+                    } else {
+                        Mode::Lenient
+                    },
+                )),
+                Some("json_object") => Some((json!({"type": "object", "additionalProperties": true}), Mode::Lenient)),
+                Some("text") => None,
+                _ => {
+                    return Err(ApiError::bad(
+                        format!(
+                            "`response_format.type` must be \"text\", \"json_object\" or \"json_schema\"; got {rf}"
+                        ),
+                        Some("response_format"),
+                    ))
+                }
+            },
         };
         let logprobs = opt_bool(obj, "logprobs")?;
         let top_logprobs = match obj.get("top_logprobs") {
@@ -145,11 +165,7 @@ impl ChatRequest {
 
 /// An optional boolean field (absent or `null`: false); anything else is a 400 naming it.
 fn opt_bool(obj: &serde_json::Map<String, Value>, name: &'static str) -> Result<bool, ApiError> {
-    match obj.get(name) {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(_) => Err(ApiError::bad(format!("`{name}` must be a boolean"), Some(name))),
-    }
+    Ok(validate::opt_bool(obj, name)?.unwrap_or(false))
 }
 
 /// One `logprobs.content` entry: the token's text (lossy where it is part of a UTF-8

@@ -171,3 +171,107 @@ fn the_early_context_refusal_never_refuses_a_prompt_that_fits() {
         assert!(over.is_some_and(|n| n > exact / 3 && n <= exact + 64), "{file}: {over:?} of {exact}");
     }
 }
+
+/// POST `body` to `path`: the status and the error message.
+fn refusal(s: &Server, path: &str, body: &Value) -> (u16, String) {
+    let mut r = agent()
+        .post(format!("{}{path}", s.base))
+        .header("content-type", "application/json")
+        .send(body.to_string())
+        .unwrap();
+    let status = r.status().as_u16();
+    let v: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap_or_default();
+    (status, v["error"]["message"].as_str().unwrap_or_default().to_string())
+}
+
+#[test]
+fn careless_requests_are_400s_that_name_what_is_wrong() {
+    let s = start(&["--tool-fallback", "generic"]);
+    let user = json!([{"role": "user", "content": "hi"}]);
+    let tool = |f: Value| json!([{"type": "function", "function": f}]);
+    let weather = json!({"name": "get_weather", "parameters": {"type": "object", "properties": {}}});
+    let with = |key: &str, v: Value| {
+        let mut b = json!({"messages": user, "max_tokens": 2});
+        b[key] = v;
+        b
+    };
+    let openai = [
+        (json!({"messages": [42]}), "messages[0] must be an object"),
+        (json!({"messages": [{"role": "user", "content": 42}]}), "messages[0].content must be a string"),
+        (json!({"messages": [{"role": "wizard", "content": "hi"}]}), "messages[0].role must be one of"),
+        (json!({"messages": [{"content": "hi"}]}), "messages[0].role is missing"),
+        (json!({"messages": [{"role": "user"}]}), "messages[0].content is missing"),
+        (
+            json!({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x"}}]}]}),
+            "takes text only",
+        ),
+        (json!({"messages": [{"role": "user", "content": [{"type": "hologram"}]}]}), "unknown content part type"),
+        (json!({"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}), ".text must be a string"),
+        (with("model", json!(123)), "`model` must be a string"),
+        (with("tools", json!([{"type": "bogus", "function": weather}])), "tools[0].type must be \"function\""),
+        (with("tools", tool(json!({"name": ""}))), "the tool name \"\" must be"),
+        (
+            with(
+                "tools",
+                json!([{"type": "function", "function": weather}, {"type": "function", "function": weather}]),
+            ),
+            "declared twice",
+        ),
+        (with("response_format", json!({"type": "xml"})), "response_format.type"),
+        (with("max_tokens", json!(-1)), "`max_tokens` must be an integer from 1"),
+        (with("max_tokens", json!(18446744073709551616u128 as f64)), "`max_tokens` must be an integer"),
+        (with("max_tokens", json!("10")), "`max_tokens` must be an integer"),
+        (with("max_tokens", json!(1.5)), "`max_tokens` must be an integer"),
+        (with("max_tokens", json!(0)), "`max_tokens` must be an integer from 1"),
+        (with("temperature", json!("hot")), "`temperature` must be a number"),
+        (with("stop", json!(["ok", 7])), "`stop` must be"),
+        (with("stream_options", json!({"include_usage": "yes"})), "`include_usage` must be a boolean"),
+        (with("parallel_tool_calls", json!("no")), "`parallel_tool_calls` must be a boolean"),
+    ];
+    for (body, says) in openai {
+        let (status, msg) = refusal(&s, "/v1/chat/completions", &body);
+        assert_eq!(status, 400, "{body}: {msg}");
+        assert!(msg.contains(says), "{body}: {msg:?} should say {says:?}");
+    }
+    let anthropic = |key: &str, v: Value| {
+        let mut b = json!({"max_tokens": 2, "messages": user});
+        b[key] = v;
+        b
+    };
+    let cases = [
+        (
+            anthropic("messages", json!([{"role": "user", "content": [{"type": "text", "text": 5}]}])),
+            "`text` must be a string",
+        ),
+        (
+            anthropic("messages", json!([{"role": "user", "content": [{"type": "image", "source": {}}]}])),
+            "takes text only",
+        ),
+        (anthropic("top_k", json!(-5)), "`top_k` must be an integer from 0"),
+        (anthropic("stop_sequences", json!("x")), "`stop_sequences` must be an array of strings"),
+        (anthropic("tools", json!([{"name": "get_weather"}])), "input_schema: a JSON Schema object is required"),
+        (anthropic("temperature", json!(1.5)), "`temperature` must be a number from 0 to 1"),
+        (anthropic("model", json!(7)), "`model` must be a string"),
+        (json!({"max_tokens": "2", "messages": user}), "`max_tokens` must be an integer"),
+    ];
+    for (body, says) in cases {
+        let (status, msg) = refusal(&s, "/v1/messages", &body);
+        assert_eq!(status, 400, "{body}: {msg}");
+        assert!(msg.contains(says), "{body}: {msg:?} should say {says:?}");
+    }
+    // Well-formed requests in every shape still pass.
+    let fine = [
+        with("max_tokens", json!(2.0)),
+        json!({"messages": [{"role": "developer", "content": [{"type": "text", "text": "Be brief."}]},
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+                "function": {"name": "get_weather", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}], "max_tokens": 2,
+            "tools": tool(weather.clone()), "stop": "\n\n", "response_format": {"type": "text"},
+            "stream_options": null, "seed": -3, "n": 1}),
+    ];
+    for body in fine {
+        let (status, msg) = refusal(&s, "/v1/chat/completions", &body);
+        assert_eq!(status, 200, "{body}: {msg}");
+    }
+}
