@@ -139,7 +139,8 @@ pub(crate) fn openai_messages(messages: &[Value]) -> Result<(), ApiError> {
                 return Err(bad(format!("{at}.tool_calls must be an array on an assistant message"), "messages"));
             };
             for (j, c) in calls.iter().enumerate() {
-                if !c.pointer("/function/name").is_some_and(|n| n.as_str().is_some_and(|n| !n.is_empty())) {
+                let name = c.pointer("/function/name").and_then(Value::as_str).unwrap_or_default();
+                if name.is_empty() {
                     return Err(bad(format!("{at}.tool_calls[{j}].function.name is missing"), "messages"));
                 }
                 if let Some(a) = c.pointer("/function/arguments").filter(|a| !a.is_string() && !a.is_object()) {
