@@ -185,6 +185,13 @@ pub struct GenerateParams {
     /// [`Generation::logprobs`]; `None` (the default) records nothing. Costs one
     /// log-softmax over the vocabulary per token.
     pub logprobs: Option<usize>,
+    /// Reuse the cached keys and values of the prefix this prompt shares with the
+    /// sequence before it (default `true`). `false` prefills the whole prompt: slower,
+    /// but the answer does not depend on what ran before. Prefilling a suffix after a
+    /// cached prefix rounds differently from prefilling the whole prompt (the kernels
+    /// pick their path by chunk size), so at temperature 0 a reused prefix can change
+    /// a close choice between two tokens.
+    pub reuse_prefix: bool,
 }
 
 impl Default for GenerateParams {
@@ -197,6 +204,7 @@ impl Default for GenerateParams {
             keep_special_text: false,
             cancel: None,
             logprobs: None,
+            reuse_prefix: true,
         }
     }
 }
@@ -572,7 +580,7 @@ impl Engine {
         let started = Instant::now();
         // Prefix reuse: keep the cached keys/values of the prefix this prompt shares
         // with the previous sequence and prefill only the rest.
-        let reuse = self.reusable_prefix(prompt);
+        let reuse = if params.reuse_prefix { self.reusable_prefix(prompt) } else { 0 };
         self.model.truncate(reuse);
         self.cached.truncate(reuse);
         let mut logits = Vec::new();

@@ -147,6 +147,8 @@ impl ChatRequest {
             sampling,
             stop,
             logprobs: logprobs.then(|| top_logprobs.unwrap_or(0)),
+            // llama.cpp's name for it: `false` prefills the whole prompt.
+            reuse_prefix: validate::opt_bool(obj, "cache_prompt")?.unwrap_or(true),
             ..GenerateParams::default()
         };
         Ok(Self { messages, tools, choice, parallel, schema, params, stream, include_usage, logprobs })
