@@ -13,6 +13,7 @@ mod bench;
 mod config;
 mod conversation;
 mod format_derivation;
+mod fuzz;
 mod generation;
 mod grammar;
 mod greedy_fixtures;
