@@ -179,6 +179,9 @@ pub struct PreparedTurn {
     constraint: TurnConstraint,
     parser: RecoveringParser,
     calls_possible: bool,
+    /// Tokens of the shortest output the constraint allows, when it applies from the
+    /// first token ([`PreparedTurn::check_budget`]).
+    shortest: Option<usize>,
 }
 
 impl std::fmt::Debug for PreparedTurn {
@@ -295,7 +298,21 @@ pub fn prepare_turn(
     let recovery = (setup.call_recovery && calls_possible && *choice == ToolChoice::Auto)
         .then(|| Recovery::new(tools, mode == ToolMode::Constrained));
     let parser = RecoveringParser::new(parser, recovery);
-    Ok(PreparedTurn { prompt, constraint, parser, calls_possible })
+    let shortest = shortest_output(&constraint);
+    Ok(PreparedTurn { prompt, constraint, parser, calls_possible, shortest })
+}
+
+/// Tokens the shortest output a constraint from the first token accepts takes (the
+/// shortest call for `required` or a named tool), spelled with the longest vocabulary
+/// tokens; `None` for free text, a lazy constraint, or a completion the search bound
+/// did not reach.
+fn shortest_output(constraint: &TurnConstraint) -> Option<usize> {
+    match constraint {
+        TurnConstraint::Full(grammar, vocab) => {
+            grammar.matcher(vocab.clone()).completion_plan(super::CLOSE_MAX_BYTES).map(|p| p.len())
+        }
+        _ => None,
+    }
 }
 
 /// Prepare a turn without tools whose text is `schema`-constrained JSON
@@ -321,10 +338,36 @@ pub fn prepare_text_turn(
         None => TurnConstraint::Free,
     };
     let parser = RecoveringParser::new(with_reasoning(StreamParser::new(None, false, 0), setup, &text), None);
-    Ok(PreparedTurn { prompt, constraint, parser, calls_possible: false })
+    let shortest = shortest_output(&constraint);
+    Ok(PreparedTurn { prompt, constraint, parser, calls_possible: false, shortest })
 }
 
 impl PreparedTurn {
+    /// Whether `max_tokens` can hold the shortest output this turn must produce: a
+    /// turn that must call (`tool_choice` required or a named tool, Anthropic `any`) or
+    /// answer in a schema, given fewer tokens than its shortest call or instance takes,
+    /// would end at the budget with nothing (a 200 with `finish_reason: length` and no
+    /// call); it is refused instead. [`Self::run`] checks it first; a server checks it
+    /// before its answer starts.
+    ///
+    /// Cost: none (measured at prepare: one breadth-first search over the grammar's
+    /// states).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] naming `max_tokens`, with the count needed.
+    pub fn check_budget(&self, max_tokens: usize) -> Result<()> {
+        match self.shortest {
+            Some(n) if n > max_tokens => Err(Error::InvalidParameter {
+                name: "max_tokens",
+                reason: format!(
+                    "{max_tokens} is too few: this request must {} and the shortest one takes {n} tokens",
+                    if self.calls_possible { "call a tool" } else { "answer in its schema" }
+                ),
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// Tokens in the prompt.
     pub fn prompt_tokens(&self) -> usize {
         self.prompt.len()
@@ -367,7 +410,8 @@ impl PreparedTurn {
         mut on_event: impl FnMut(StreamEvent),
         mut on_logprob: impl FnMut(&TokenLogprob),
     ) -> Result<ChatTurn> {
-        let PreparedTurn { prompt, constraint, mut parser, calls_possible } = self;
+        self.check_budget(params.max_tokens)?;
+        let PreparedTurn { prompt, constraint, mut parser, calls_possible, .. } = self;
         let params = GenerateParams { keep_special_text: calls_possible, ..params.clone() };
         let mut feed = |text: &str| parser.push(text).into_iter().for_each(&mut on_event);
         let gen: Generation = match constraint {

@@ -306,10 +306,10 @@ pub(crate) fn with_retry_after(status: StatusCode, mut r: Response) -> Response 
 impl From<Error> for ApiError {
     fn from(e: Error) -> Self {
         match e {
-            Error::ContextOverflow { .. }
-            | Error::InvalidParameter { .. }
-            | Error::Schema { .. }
-            | Error::Template { .. } => ApiError::bad(e.to_string(), None),
+            Error::InvalidParameter { name, .. } => ApiError::bad(e.to_string(), Some(name)),
+            Error::ContextOverflow { .. } | Error::Schema { .. } | Error::Template { .. } => {
+                ApiError::bad(e.to_string(), None)
+            }
             other => {
                 tracing::error!("internal error: {other}");
                 ApiError {
@@ -512,7 +512,10 @@ impl Running {
             if cancel.load(Ordering::Relaxed) {
                 return; // the client left while queued
             }
-            let prepared = match prepare(lease.engine(), &state) {
+            let prepared = match prepare(lease.engine(), &state).and_then(|p| {
+                p.check_budget(params.max_tokens)?;
+                Ok(p)
+            }) {
                 Ok(p) => p,
                 Err(e) => {
                     drop((lease, slot));

@@ -91,7 +91,10 @@ fn mutate(r: &mut Rng, body: &Value) -> Value {
             }
             _ => {
                 if let Value::Object(m) = at_mut(&mut b, &path) {
-                    m.insert(r.pick(&["extra", "strict", "n", "cache_prompt", "tool_choice"]).to_string(), random_value(r, 0));
+                    m.insert(
+                        r.pick(&["extra", "strict", "n", "cache_prompt", "tool_choice"]).to_string(),
+                        random_value(r, 0),
+                    );
                 }
             }
         }
@@ -175,10 +178,23 @@ fn mutated_vendor_templates_render_or_fail_cleanly() {
     sources.sort();
     assert!(sources.len() >= 40, "{} templates in {}", sources.len(), dir.display());
     let snippets = [
-        "{% for m in messages %}", "{% endfor %}", "{{ messages[0]['content'] * 3 }}", "{% if tools %}", "{% endif %}",
-        "{{ tools | tojson }}", "{{ raise_exception('x') }}", "{% set ns = namespace(x=1) %}", "}}", "{%", "{{ ",
-        "{{ messages[-1].tool_calls[0].function.arguments.city }}", "{% macro m(a) %}{{ m(a) }}{% endmacro %}{{ m(1) }}",
-        "{{ range(99999999) | list }}", "{{ 'x' * 99999999 }}", "{{ none.x.y }}", "{% break %}",
+        "{% for m in messages %}",
+        "{% endfor %}",
+        "{{ messages[0]['content'] * 3 }}",
+        "{% if tools %}",
+        "{% endif %}",
+        "{{ tools | tojson }}",
+        "{{ raise_exception('x') }}",
+        "{% set ns = namespace(x=1) %}",
+        "}}",
+        "{%",
+        "{{ ",
+        "{{ messages[-1].tool_calls[0].function.arguments.city }}",
+        "{% macro m(a) %}{{ m(a) }}{% endmacro %}{{ m(1) }}",
+        "{{ range(99999999) | list }}",
+        "{{ 'x' * 99999999 }}",
+        "{{ none.x.y }}",
+        "{% break %}",
     ];
     let req = RenderRequest::new(vec![
         json!({"role": "system", "content": "Be brief."}),

