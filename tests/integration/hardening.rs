@@ -323,3 +323,41 @@ fn a_required_call_the_budget_cannot_hold_is_refused_before_generating() {
     let (status, _) = refusal(&s, "/v1/chat/completions", &ask(json!("auto"), 3, false));
     assert_eq!(status, 200);
 }
+
+#[test]
+fn waiting_requests_start_in_arrival_order_and_only_those_past_the_queue_get_429() {
+    // One request generating at a time, five more waiting: each starts in the order it
+    // came, and a 429 goes only to a request past `--max-queue`.
+    let s = start(&["--tool-fallback", "generic", "--parallel", "1", "--max-queue", "6"]);
+    let long = json!({"messages": [{"role": "user", "content": "Count to fifty."}], "max_tokens": 60,
+        "temperature": 0, "stream": true})
+    .to_string();
+    let mut first = TcpStream::connect(addr(&s)).unwrap();
+    write!(first, "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{long}", long.len()).unwrap();
+    let mut buf = [0u8; 512];
+    let _ = first.read(&mut buf).unwrap(); // it has started
+    let finished = std::sync::Mutex::new(Vec::new());
+    let overflow = std::thread::scope(|sc| {
+        for i in 0..5 {
+            let (s, finished) = (&s, &finished);
+            sc.spawn(move || {
+                let body = json!({"messages": [{"role": "user", "content": format!("Say {i}.")}], "max_tokens": 8,
+                    "temperature": 0});
+                let (status, _) = refusal(s, "/v1/chat/completions", &body);
+                finished.lock().unwrap().push((i, status));
+            });
+            std::thread::sleep(Duration::from_millis(150)); // arrive one after another
+        }
+        // The queue (six: the one generating and five waiting) is full now.
+        let overflow = refusal(
+            &s,
+            "/v1/chat/completions",
+            &json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}),
+        );
+        drop(first); // the long one goes away; the others run
+        overflow
+    });
+    assert_eq!(overflow.0, 429, "{}", overflow.1);
+    let finished = finished.into_inner().unwrap();
+    assert_eq!(finished, (0..5).map(|i| (i, 200)).collect::<Vec<_>>(), "answered out of arrival order");
+}
