@@ -425,7 +425,7 @@ impl Engine {
     pub fn grammar(
         &self,
         regex: &str,
-        rules: &crate::grammar::regex::Rules,
+        rules: &crate::grammar::rules::Rules,
     ) -> Result<std::sync::Arc<crate::grammar::Grammar>> {
         // Each part prefixed by its length: the key names one grammar.
         let sets = format!("{:?}", rules.sets());

@@ -11,7 +11,7 @@
 //! epsilon closure. Later steps are one table lookup.
 //!
 //! **Rules.** A grammar may come as a main regex plus rules it references
-//! ([`super::regex::Rules`]): a reference is a marker the regex spells in bytes no
+//! ([`Rules`]): a reference is a marker the regex spells in bytes no
 //! input holds (`0xF8`, the rule number in base 4 as `0xF9..=0xFC`, `0xFD`), and the
 //! DFA follows it as a call: it enters the rule's own NFA and, when the rule
 //! matches, returns to just after the marker. So a sub-grammar used in many places
@@ -22,7 +22,7 @@
 //! Stacks deeper than [`MAX_STACK`] are dropped, which only recursive rules reach.
 //!
 //! **Property sets.** An object whose declared properties may come in any order, each
-//! at most once ([`super::regex::PropertySet`]), needs to remember which it has seen:
+//! at most once ([`PropertySet`]), needs to remember which it has seen:
 //! `2^n` sets, too many to write as rules past a few properties. The DFA keeps the set
 //! on the stack instead, as a frame of its own, so only the sets some input reaches
 //! are ever built. Three markers spelled like references (starting with
@@ -30,7 +30,7 @@
 //! empty set, *next* enters every member not yet in the set (marking it, and returning
 //! to just after the marker), and *close* pops the set if the object may end there
 //! (every required member written, and every dependency of a written one:
-//! [`super::regex::PropertySet::may_close`]), else leads nowhere.
+//! [`PropertySet::may_close`]), else leads nowhere.
 //!
 //! States are sets of configurations of *consuming* NFA states (byte ranges) and the
 //! match state, sorted, so two paths that reach the same set share one DFA state. The
@@ -62,6 +62,7 @@ use regex_automata::util::alphabet::ByteClasses;
 use regex_automata::util::primitives::StateID;
 use regex_automata::util::syntax;
 
+use super::rules::{PropertySet, Rules, CALL_DIGIT, CALL_END, CALL_START, SET_START};
 use crate::{Error, Result};
 
 /// A DFA state: an index into a [`Cache`]'s tables, valid until the cache is cleared.
@@ -94,17 +95,6 @@ const UNKNOWN: u32 = u32::MAX;
 
 /// Deepest stack of pending rule returns a configuration may carry.
 pub const MAX_STACK: usize = 256;
-
-/// The bytes that spell a rule reference (see the module docs): valid UTF-8 never
-/// holds them, and no grammar transition on them is ever taken by input.
-pub const CALL_START: u8 = 0xF8;
-/// The first of the four base-4 digit bytes of a rule number.
-pub const CALL_DIGIT: u8 = 0xF9;
-/// Ends a rule reference.
-pub const CALL_END: u8 = 0xFD;
-/// Starts a property-set marker: the operation as one digit (0 open, 1 next, 2 close;
-/// [`CALL_DIGIT`]-based like the set's number after it), then [`CALL_END`].
-pub const SET_START: u8 = 0xF7;
 
 /// One frame of a configuration's stack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -141,15 +131,15 @@ enum Call {
     /// Enter each member of the set on top of the stack not yet written.
     Next { set: u32, resume: StateID },
     /// Pop the set on top of the stack, if the object may end with it
-    /// ([`super::regex::PropertySet::may_close`]).
+    /// ([`PropertySet::may_close`]).
     Close { set: u32, resume: StateID },
 }
 
-/// A [`super::regex::PropertySet`] resolved to its members' start states.
+/// A [`PropertySet`] resolved to its members' start states.
 #[derive(Debug)]
 struct SetStarts {
     members: Vec<StateID>,
-    set: super::regex::PropertySet,
+    set: PropertySet,
 }
 
 /// A regex compiled to a Thompson NFA, determinized lazily into a [`Cache`].
@@ -180,7 +170,7 @@ impl Dfa {
     }
 
     /// Compile `main` and the `rules` its references call (rule `i` is referenced as
-    /// [`super::regex::Rules::reference`]`(i)`).
+    /// [`Rules::reference`]`(i)`).
     ///
     /// Cost: the NFA compile of every rule, plus one pass over the NFA's states to find
     /// the references.
@@ -191,7 +181,7 @@ impl Dfa {
     ///
     /// ```
     /// use toolgate::grammar::dfa::Dfa;
-    /// use toolgate::grammar::regex::Rules;
+    /// use toolgate::grammar::rules::Rules;
     /// // `item` once, called twice.
     /// let main = format!(r"\[(?:{0}(?:,{0})*)?\]", Rules::reference(0));
     /// let dfa = Dfa::with_rules(&main, &["[0-9]+|x".to_string()], 1 << 20)?;
@@ -209,14 +199,15 @@ impl Dfa {
     }
 
     /// Compile `main` and everything `rules` holds: its rule bodies and the property
-    /// sets its markers name (objects in any order, [`super::regex::Rules::any_order`]).
+    /// sets its markers name (objects in any order, [`Rules::any_order`]).
     ///
     /// Cost and errors: as [`Dfa::with_rules`], and [`Error::Schema`] for a set with
     /// more than 128 members or one naming a rule that does not exist.
     ///
     /// ```
     /// use toolgate::grammar::dfa::Dfa;
-    /// use toolgate::grammar::regex::{to_rules, Json, Rules};
+    /// use toolgate::grammar::regex::{to_rules, Json};
+    /// use toolgate::grammar::rules::Rules;
     /// use toolgate::grammar::schema::{compile_shared, Mode, Objects};
     /// let schema = serde_json::json!({
     ///     "type": "object", "additionalProperties": false, "required": ["a"],
@@ -235,11 +226,11 @@ impl Dfa {
     /// assert!(!run(br#"{"a":1,"a":1}"#)); // each at most once
     /// # Ok::<(), toolgate::Error>(())
     /// ```
-    pub fn from_rules(main: &str, rules: &super::regex::Rules, nfa_size_limit: usize) -> Result<Self> {
+    pub fn from_rules(main: &str, rules: &Rules, nfa_size_limit: usize) -> Result<Self> {
         Self::build(main, rules.bodies(), rules.sets(), nfa_size_limit)
     }
 
-    fn build(main: &str, rules: &[String], sets: &[super::regex::PropertySet], nfa_size_limit: usize) -> Result<Self> {
+    fn build(main: &str, rules: &[String], sets: &[PropertySet], nfa_size_limit: usize) -> Result<Self> {
         let fail = |reason: String| Error::Schema { pointer: "#".into(), reason };
         let nfa = thompson::Compiler::new()
             .syntax(syntax::Config::new().utf8(false))

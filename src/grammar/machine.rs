@@ -8,7 +8,7 @@
 //! counter), their product is explored breadth-first into a [`Machine`] (a plain
 //! table of states and byte-range edges, with the states that cannot reach
 //! acceptance removed), and the regex stage writes the machine as right-linear rules
-//! ([`super::regex::Rules`]: one rule per state, each edge a byte class followed by a
+//! ([`super::rules::Rules`]: one rule per state, each edge a byte class followed by a
 //! tail call), which the grammar's DFA follows without growing a stack.
 //!
 //! ```

@@ -23,7 +23,8 @@ use regex_automata::util::alphabet::ByteClasses;
 use regex_syntax::utf8::Utf8Sequences;
 
 use super::dfa::{Cache, Dfa, DfaState};
-use super::regex::{to_rules, Dialect, Rules};
+use super::regex::{to_rules, Dialect};
+use super::rules::Rules;
 use super::schema::{check_grammar_size, compile_shared, Mode, Objects};
 use super::vocab::TokenTrie;
 pub use super::vocab::TokenVocab;
@@ -123,7 +124,7 @@ impl Grammar {
     ///
     /// Parts of the grammar used in several places (the rest of an object after each
     /// optional property, array items, nested values) are compiled once, as rules
-    /// ([`super::regex::Rules`]).
+    /// ([`super::rules::Rules`]).
     ///
     /// # Errors
     /// [`Error::Schema`] from [`compile`](super::schema::compile), for a grammar past

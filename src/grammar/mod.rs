@@ -21,6 +21,7 @@ pub mod dfa;
 pub mod machine;
 pub mod mask;
 pub mod regex;
+pub mod rules;
 pub mod schema;
 pub mod vocab;
 

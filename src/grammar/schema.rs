@@ -30,7 +30,7 @@ pub enum Objects {
     #[default]
     Closed,
     /// JSON Schema's reading: any other property, anywhere among the declared ones,
-    /// and (objects of at most [`super::regex::ANY_ORDER_MAX_PROPERTIES`] properties)
+    /// and (objects of at most [`super::rules::ANY_ORDER_MAX_PROPERTIES`] properties)
     /// the declared ones in any order, with [`super::Grammar::from_schema_with`]; in a
     /// plain regex, extras after the declared ones, in schema order. Extra values nest
     /// at most [`SHARED_OPEN_EXTRA_LEVELS`] ([`OPEN_EXTRA_LEVELS`]) containers. A
@@ -249,7 +249,7 @@ pub enum Node {
         extra_keys: Option<std::sync::Arc<Machine>>,
         /// `dependencies` in array form: an object holding the first name also holds
         /// every name of the list (each a declared property). Only open objects with
-        /// shared rules have these, written as a [`super::regex::PropertySet`].
+        /// shared rules have these, written as a [`super::rules::PropertySet`].
         dependencies: Vec<(String, Vec<String>)>,
         /// `minProperties: 1` beyond the required properties: the empty object `{}`
         /// is excluded.
@@ -1188,13 +1188,13 @@ impl<'a> Compiler<'a> {
         let non_empty = self.min_properties(obj, ptr, properties.iter().filter(|p| p.2).count())?;
         // The set of written properties is a 128-bit mask.
         let mut dependencies = dependencies;
-        if !dependencies.is_empty() && properties.len() > super::regex::ANY_ORDER_MAX_PROPERTIES {
+        if !dependencies.is_empty() && properties.len() > super::rules::ANY_ORDER_MAX_PROPERTIES {
             if self.mode == Mode::Strict {
                 return Err(err(
                     &format!("{ptr}/dependencies"),
                     format!(
                         "`dependencies` on an object of more than {} properties",
-                        super::regex::ANY_ORDER_MAX_PROPERTIES
+                        super::rules::ANY_ORDER_MAX_PROPERTIES
                     ),
                 ));
             }
@@ -1206,7 +1206,7 @@ impl<'a> Compiler<'a> {
 
     /// `dependencies` / `dependentRequired` in their array form (`{"a": ["b"]}`: an
     /// object with `a` also has `b`), when this compile can hold them: open objects
-    /// with shared rules, whose properties are a [`super::regex::PropertySet`] (the
+    /// with shared rules, whose properties are a [`super::rules::PropertySet`] (the
     /// set of properties written decides whether the object may close). `None`
     /// otherwise, or for the schema form.
     fn dependencies(&self, v: &Value) -> Option<Vec<(String, Vec<String>)>> {

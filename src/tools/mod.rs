@@ -11,7 +11,8 @@ pub mod stream;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::grammar::regex::{python_kwargs, to_rules, xml_parameters, Gemma4, Json, Rules};
+use crate::grammar::regex::{python_kwargs, to_rules, xml_parameters, Gemma4, Json};
+use crate::grammar::rules::Rules;
 use crate::grammar::schema::{check_grammar_size, compile_shared, Mode, Objects};
 use crate::grammar::Grammar;
 use crate::tokenizer::{TokenKind, Tokenizer, SPECIAL_PREFIX};
@@ -192,7 +193,7 @@ pub fn check_vocabulary(f: &ToolFormat, tok: &Tokenizer) -> Result<()> {
 }
 
 /// A call grammar's text: a regex and the rules it references (see
-/// [`crate::grammar::regex::Rules`]; each tool's arguments are compiled as
+/// [`crate::grammar::rules::Rules`]; each tool's arguments are compiled as
 /// [`Grammar::from_schema`] compiles a schema, with shared parts as rules).
 #[derive(Debug, Clone)]
 pub struct CallsRegex {

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use toolgate::engine::{Engine, GenerateParams};
 use toolgate::gguf::GgufFile;
-use toolgate::grammar::regex::{Gemma4, Json, Rules};
+use toolgate::grammar::regex::{Gemma4, Json};
+use toolgate::grammar::rules::Rules;
 use toolgate::grammar::schema::{Mode, Objects};
 use toolgate::grammar::{Grammar, TokenVocab};
 use toolgate::model::DeviceChoice;
@@ -493,7 +494,7 @@ fn unsupported_keywords_name_the_pointer_or_are_ignored_in_lenient_mode() {
     }
 }
 
-/// Shared rules (`grammar::regex::Rules`): schemas whose plain regex would copy the
+/// Shared rules (`grammar::rules::Rules`): schemas whose plain regex would copy the
 /// rest of an object per optional property, and an array's item twice per level,
 /// compile to grammars linear in the schema, and accept what JSON Schema accepts.
 #[test]

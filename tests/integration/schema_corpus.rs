@@ -179,7 +179,7 @@ fn the_lazy_dfa_agrees_with_an_nfa_simulation_and_survives_cache_clears() {
     use regex_automata::nfa::thompson::{self, WhichCaptures};
     use regex_automata::util::syntax;
     use toolgate::grammar::dfa::{Dfa, DfaState};
-    use toolgate::grammar::regex::Rules;
+    use toolgate::grammar::rules::Rules;
 
     fn run(dfa: &Dfa, cache: &mut toolgate::grammar::dfa::Cache, text: &[u8]) -> bool {
         let mut s = dfa.start(cache);

@@ -1,0 +1,388 @@
+//! The rule and marker protocol, written and read in one place.
+//!
+//! A plain regex cannot share a part between two places, so large schemas are
+//! written as *rules*: a regex over the value's bytes that references other rules by
+//! markers in bytes valid UTF-8 never holds ([`CALL_START`], digits, [`CALL_END`]), and
+//! property-set markers ([`SET_START`]) for objects whose members may come in any
+//! order. [`Rules`] writes them (each part once, identical parts shared);
+//! [`super::dfa::Dfa`] reads them back, following references as calls on its stack.
+//! Nothing here depends on another stage of the grammar pipeline.
+
+/// The bytes that spell a rule reference (see [`super::dfa`]'s module docs): valid UTF-8 never
+/// holds them, and no grammar transition on them is ever taken by input.
+pub const CALL_START: u8 = 0xF8;
+/// The first of the four base-4 digit bytes of a rule number.
+pub const CALL_DIGIT: u8 = 0xF9;
+/// Ends a rule reference.
+pub const CALL_END: u8 = 0xFD;
+/// Starts a property-set marker: the operation as one digit (0 open, 1 next, 2 close;
+/// [`CALL_DIGIT`]-based like the set's number after it), then [`CALL_END`].
+pub const SET_START: u8 = 0xF7;
+
+/// Sub-regexes at least this long are emitted once, as a rule, and referenced where
+/// they are used (see [`Rules`]); shorter ones are copied.
+pub const SHARE_MIN_LEN: usize = 256;
+
+/// A regex no text matches ([`super::schema::Node::Never`]).
+pub(crate) const NEVER: &str = r"[^\x00-\x{10FFFF}]";
+
+/// Strings whose length bounds pass this count (and strings with a pattern) are emitted
+/// once, as a rule, however short their regex text: the NFA holds one copy of the
+/// character per count.
+pub const SHARE_MIN_COUNT: usize = 32;
+
+/// Sub-grammars a regex references instead of copying. A plain regex cannot share a
+/// part between two places, so an object whose optional properties may each open it
+/// holds one copy of "the rest of the object" per such property, an array writes its
+/// item twice (`item(,item)*`) and nested containers multiply those copies. With
+/// rules, each such part is emitted once and referenced; [`super::dfa::Dfa`] follows
+/// references as calls. Identical parts share one rule.
+///
+/// ```
+/// use toolgate::grammar::rules::Rules;
+/// let mut rules = Rules::new();
+/// let long = "[a-z]".repeat(100);
+/// let r = rules.share(long.clone());
+/// assert_eq!(r, Rules::reference(0));
+/// assert_eq!(rules.share(long.clone()), r); // the same rule
+/// assert_eq!(rules.share("[0-9]+".into()), "[0-9]+"); // short: copied
+/// assert_eq!(rules.inline(&format!("x{r}"), 1 << 20), Some(format!("x(?:{long})")));
+/// ```
+#[derive(Debug, Clone)]
+pub struct Rules {
+    bodies: Vec<String>,
+    ids: std::collections::HashMap<String, usize>,
+    min_len: usize,
+    total: usize,
+    any_order: bool,
+    sets: Vec<PropertySet>,
+    set_ids: std::collections::HashMap<PropertySet, usize>,
+    /// The rule of each [`Node::Def`] being written, by key.
+    pub(crate) defs: std::collections::HashMap<String, usize>,
+}
+
+/// An object whose declared properties may come in any order, each at most once
+/// ([`Rules::any_order`]). Its members are written as
+/// `open (member (comma member)*)? close`, where a member is the *next* marker (any
+/// declared property not written yet) or an extra property; [`super::dfa::Dfa`]
+/// keeps the set of properties written on its stack and closes the object only once
+/// every required one is in it. So an object of `n` properties costs `O(n)` grammar,
+/// and only the sets some input reaches become DFA states.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PropertySet {
+    /// The rule holding each declared property (`"name":value`), in schema order.
+    pub members: Vec<usize>,
+    /// Bit `i`: `members[i]` is required.
+    pub required: u128,
+    /// `(i, mask)`: once `members[i]` is written, every member in `mask` is required
+    /// too (`dependencies`).
+    pub dependencies: Vec<(usize, u128)>,
+    /// The extra properties' regex, if any (for [`Rules::inline`]).
+    pub extra: Option<String>,
+    /// The separator between members (for [`Rules::inline`]).
+    pub comma: String,
+    /// Whether the object must hold at least one member (for [`Rules::inline`]).
+    pub non_empty: bool,
+    /// The rule holding the whole member list, markers included.
+    pub rule: usize,
+}
+
+impl Default for Rules {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Rules {
+    /// An empty table sharing every part of at least [`SHARE_MIN_LEN`] bytes.
+    pub fn new() -> Self {
+        Self {
+            bodies: Vec::new(),
+            ids: Default::default(),
+            min_len: SHARE_MIN_LEN,
+            total: 0,
+            any_order: false,
+            sets: Vec::new(),
+            set_ids: Default::default(),
+            defs: Default::default(),
+        }
+    }
+
+    /// Let objects of at most [`ANY_ORDER_MAX_PROPERTIES`] declared properties take
+    /// them in any order, each at most once, as [`PropertySet`]s (JSON Schema's
+    /// reading, for [`super::schema::Objects::Open`]); by default properties come in
+    /// schema order.
+    pub fn any_order(mut self, yes: bool) -> Self {
+        self.any_order = yes;
+        self
+    }
+
+    /// A table that shares nothing: the regex is one plain regex.
+    pub fn none() -> Self {
+        Self { min_len: usize::MAX, ..Self::new() }
+    }
+
+    /// Whether this table shares anything (not [`Rules::none`]).
+    pub fn shares(&self) -> bool {
+        self.min_len != usize::MAX
+    }
+
+    /// How a regex references rule `i`: bytes no input holds (see
+    /// [`super::dfa`]'s module docs).
+    pub fn reference(i: usize) -> String {
+        format!(r"(?-u:\x{:02X}{}\x{:02X})", CALL_START, Self::digits(i), CALL_END)
+    }
+
+    /// `n` in base 4, as the digit bytes from [`CALL_DIGIT`] on, most
+    /// significant first, spelled for a regex.
+    fn digits(mut n: usize) -> String {
+        let mut digits = Vec::new();
+        loop {
+            digits.push(CALL_DIGIT + (n % 4) as u8);
+            n /= 4;
+            if n == 0 {
+                break;
+            }
+        }
+        digits.iter().rev().map(|d| format!(r"\x{d:02X}")).collect()
+    }
+
+    /// How a regex spells operation `op` (0 open, 1 next, 2 close) on property set
+    /// `set` (see [`PropertySet`] and [`super::dfa`]'s module docs).
+    pub fn set_marker(op: u8, set: usize) -> String {
+        let (start, op, end) = (SET_START, CALL_DIGIT + op, CALL_END);
+        format!(r"(?-u:\x{start:02X}\x{op:02X}{}\x{end:02X})", Self::digits(set))
+    }
+
+    /// Whether an object of `n` declared properties is written as a
+    /// [`PropertySet`] (any order, [`Rules::any_order`]; sets need shared rules).
+    pub(crate) fn takes_any_order(&self, n: usize) -> bool {
+        self.any_order && self.shares() && (2..=ANY_ORDER_MAX_PROPERTIES).contains(&n)
+    }
+
+    /// The property sets, by number.
+    pub fn sets(&self) -> &[PropertySet] {
+        &self.sets
+    }
+
+    /// `re` itself if short, else a reference to the rule holding it.
+    /// Cost: a hash of `re`.
+    pub fn share(&mut self, re: String) -> String {
+        if re.len() < self.min_len {
+            return re;
+        }
+        self.share_always(re)
+    }
+
+    /// A reference to the rule holding `re`, however short (for parts referenced from
+    /// many places, whose copies would multiply).
+    pub fn share_always(&mut self, re: String) -> String {
+        Self::reference(self.rule_of(re))
+    }
+
+    /// The number of the rule holding `re`, made if new.
+    fn rule_of(&mut self, re: String) -> usize {
+        if let Some(&i) = self.ids.get(&re) {
+            return i;
+        }
+        let i = self.bodies.len();
+        self.total += re.len();
+        self.ids.insert(re.clone(), i);
+        self.bodies.push(re);
+        i
+    }
+
+    /// A reference to the rule holding an object's members in any order (see
+    /// [`PropertySet`]): `members` are the declared properties' regexes, in schema
+    /// order, with whether each is required. The same object shares one set.
+    pub(crate) fn property_set(
+        &mut self,
+        members: &[(String, bool)],
+        extra: Option<&str>,
+        comma: &str,
+        non_empty: bool,
+        dependencies: &[(usize, u128)],
+    ) -> String {
+        let required = members.iter().enumerate().filter(|(_, m)| m.1).fold(0u128, |r, (i, _)| r | 1 << i);
+        let members: Vec<usize> = members.iter().map(|(re, _)| self.rule_of(re.clone())).collect();
+        // Keyed with `rule` 0: the same object, wherever it is written.
+        let key = PropertySet {
+            members,
+            required,
+            dependencies: dependencies.to_vec(),
+            extra: extra.map(String::from),
+            comma: comma.into(),
+            non_empty,
+            rule: 0,
+        };
+        if let Some(&k) = self.set_ids.get(&key) {
+            return Self::reference(self.sets[k].rule);
+        }
+        let k = self.sets.len();
+        let [open, next, close] = [0, 1, 2].map(|op| Self::set_marker(op, k));
+        let member = extra.map_or(next.clone(), |x| format!("(?:{next}|{x})"));
+        let list = format!("{member}(?:{comma}{member})*");
+        let list = if non_empty { list } else { format!("(?:{list})?") };
+        let rule = self.reserve(1);
+        self.define(rule, format!("{open}{list}{close}"));
+        self.set_ids.insert(key.clone(), k);
+        self.sets.push(PropertySet { rule, ..key });
+        Self::reference(rule)
+    }
+
+    /// A reference to a rule whose body, `body(reference to itself)`, may call
+    /// itself (a value nesting in itself); the same body shares one rule. Cost: two
+    /// calls of `body` and a hash.
+    ///
+    /// ```
+    /// use toolgate::grammar::{rules::Rules, Grammar};
+    /// let mut rules = Rules::new();
+    /// let list = rules.share_recursive(|me| format!(r"x|\[{me}\]"));
+    /// assert_eq!(rules.share_recursive(|me| format!(r"x|\[{me}\]")), list);
+    /// let g = Grammar::from_rules(&list, &rules)?;
+    /// assert!(g.matches(b"[[[x]]]") && !g.matches(b"[[x]"));
+    /// # Ok::<(), toolgate::Error>(())
+    /// ```
+    pub fn share_recursive(&mut self, body: impl Fn(&str) -> String) -> String {
+        // The body around a placeholder no regex holds names the rule.
+        let key = body("\u{0}self\u{0}");
+        if let Some(&i) = self.ids.get(&key) {
+            return Self::reference(i);
+        }
+        let i = self.reserve(1);
+        self.ids.insert(key, i);
+        self.define(i, body(&Self::reference(i)));
+        Self::reference(i)
+    }
+
+    /// Make `n` empty rules, numbered from the returned one, for bodies that reference
+    /// each other (an automaton's states, [`Rules::define`] them). Never shared by
+    /// content.
+    pub fn reserve(&mut self, n: usize) -> usize {
+        let first = self.bodies.len();
+        self.bodies.resize(first + n, String::new());
+        first
+    }
+
+    /// Set the body of rule `i` (made by [`Rules::reserve`]); nothing when there is no
+    /// such rule.
+    pub fn define(&mut self, i: usize, body: String) {
+        if let Some(b) = self.bodies.get_mut(i) {
+            self.total = self.total - b.len() + body.len();
+            *b = body;
+        }
+    }
+
+    /// The rule bodies, by number.
+    pub fn bodies(&self) -> &[String] {
+        &self.bodies
+    }
+
+    /// Total bytes of the rule bodies.
+    pub fn total_len(&self) -> usize {
+        self.total
+    }
+
+    /// `regex` with every reference replaced by its rule, recursively: the one plain
+    /// regex it stands for (for tests and oracles), or `None` past `max_len` bytes (it
+    /// can be exponentially larger: a [`PropertySet`] spells every order of its
+    /// members) or when rules reference each other in a loop (an automaton's,
+    /// [`Rules::reserve`]). Cost: one pass per rule over the inlined bodies.
+    pub fn inline(&self, regex: &str, max_len: usize) -> Option<String> {
+        let set_of: std::collections::HashMap<usize, &PropertySet> = self.sets.iter().map(|s| (s.rule, s)).collect();
+        // A rule's body only references rules made before it.
+        let mut inlined: Vec<String> = Vec::with_capacity(self.bodies.len());
+        let expand = |text: &str, inlined: &[String]| -> Option<String> {
+            let mut out = text.to_string();
+            for (i, body) in inlined.iter().enumerate().rev() {
+                let r = Self::reference(i);
+                if out.contains(&r) {
+                    out = out.replace(&r, &format!("(?:{body})"));
+                    if out.len() > max_len {
+                        return None;
+                    }
+                }
+            }
+            Some(out)
+        };
+        for (i, body) in self.bodies.iter().enumerate() {
+            let b = match set_of.get(&i) {
+                Some(set) => {
+                    let members: Option<Vec<String>> = set.members.iter().map(|&m| inlined.get(m).cloned()).collect();
+                    let extra = match set.extra.as_deref() {
+                        Some(x) => Some(expand(x, &inlined)?),
+                        None => None,
+                    };
+                    every_order(set, &members?, extra.as_deref(), max_len)?
+                }
+                None => expand(body, &inlined)?,
+            };
+            inlined.push(b);
+        }
+        let out = expand(regex, &inlined)?;
+        // A reference left: one to a later rule, which only loops make.
+        let marker = format!("\\x{:02X}", CALL_START);
+        (!out.contains(&marker)).then_some(out)
+    }
+}
+
+/// The plain regex of `set`'s members in every order (`members` and `extra` already
+/// plain), or `None` past `max_len` bytes: `after[s]`, the rest once the members in
+/// bit set `s` were written, copied into every `after` that leads to it.
+fn every_order(set: &PropertySet, members: &[String], extra: Option<&str>, max_len: usize) -> Option<String> {
+    let n = members.len();
+    if n > 16 {
+        return None;
+    }
+    let comma = &set.comma;
+    let extras = extra.map(|x| format!("(?:{comma}{x})*")).unwrap_or_default();
+    let mut after = vec![String::new(); 1 << n];
+    for s in (0..1usize << n).rev() {
+        let mut alts: Vec<String> =
+            (0..n).filter(|i| s & 1 << i == 0).map(|i| format!("{comma}{}{}", members[i], after[s | 1 << i])).collect();
+        if set.may_close(s as u128) {
+            alts.push(String::new());
+        }
+        after[s] = format!("{extras}{}", alt(alts));
+        if after[s].len() > max_len {
+            return None;
+        }
+    }
+    let mut alts: Vec<String> = (0..n).map(|i| format!("{}{}", members[i], after[1 << i])).collect();
+    if let Some(x) = extra {
+        alts.push(format!("{x}{}", after[0]));
+    }
+    if !set.non_empty && set.required == 0 {
+        alts.push(String::new());
+    }
+    Some(alt(alts))
+}
+
+impl PropertySet {
+    /// Whether an object whose written members are `seen` may close: every required
+    /// member and every dependency of a written one is in it.
+    ///
+    /// ```
+    /// use toolgate::grammar::rules::PropertySet;
+    /// let set = PropertySet { members: vec![0, 1, 2], required: 0b001, dependencies: vec![(1, 0b100)],
+    ///     extra: None, comma: ",".into(), non_empty: false, rule: 3 };
+    /// assert!(set.may_close(0b001) && set.may_close(0b111) && !set.may_close(0b011) && !set.may_close(0b100));
+    /// ```
+    pub fn may_close(&self, seen: u128) -> bool {
+        seen & self.required == self.required
+            && self.dependencies.iter().all(|&(i, mask)| seen & 1 << i == 0 || seen & mask == mask)
+    }
+}
+
+/// With [`Rules::any_order`], objects of 2 to this many declared properties take them
+/// in any order, as JSON Schema allows ([`PropertySet`], whose seen-set is a 128-bit
+/// mask). Larger objects keep schema order.
+pub const ANY_ORDER_MAX_PROPERTIES: usize = 128;
+
+/// `(?:a|b|…)`; no alternatives: [`NEVER`].
+pub(crate) fn alt(parts: Vec<String>) -> String {
+    if parts.is_empty() {
+        return NEVER.into();
+    }
+    format!("(?:{})", parts.join("|"))
+}
