@@ -93,6 +93,10 @@ impl DfaState {
 /// Marks a row that was not expanded yet.
 const UNKNOWN: u32 = u32::MAX;
 
+/// Largest NFA a grammar may compile to (bytes): a schema past it (a `minLength` of a
+/// billion, a huge enum) is refused with an error instead of exhausting memory.
+pub const NFA_SIZE_LIMIT: usize = 16 << 20;
+
 /// Deepest stack of pending rule returns a configuration may carry.
 pub const MAX_STACK: usize = 256;
 
@@ -367,6 +371,38 @@ impl Dfa {
             }
         }
         ends
+    }
+
+    /// Whether some text matches both automata: a breadth-first search over pairs of
+    /// states, trying every byte from each pair. Cost: up to `max_pairs` × 256 steps.
+    /// `None` when the search visits more than `max_pairs` pairs without an answer (or
+    /// a cache was cleared on the way, which makes state ids stale).
+    pub fn intersects(&self, other: &Dfa, max_pairs: usize) -> Option<bool> {
+        const CACHE_BYTES: usize = 32 << 20; // as a `Grammar`'s cache
+        let (mut ca, mut cb) = (self.create_cache(CACHE_BYTES), other.create_cache(CACHE_BYTES));
+        let start = (self.start(&mut ca), other.start(&mut cb));
+        let mut seen = std::collections::HashSet::from([start]);
+        let mut queue = std::collections::VecDeque::from([start]);
+        let mut answer = Some(false);
+        while let Some((a, b)) = queue.pop_front() {
+            if self.is_accepting(&ca, a) && other.is_accepting(&cb, b) {
+                answer = Some(true);
+                break;
+            }
+            for byte in 0..=255u8 {
+                let (na, nb) = (self.next(&mut ca, a, byte), other.next(&mut cb, b, byte));
+                if na.is_dead() || nb.is_dead() {
+                    continue;
+                }
+                if seen.insert((na, nb)) {
+                    if seen.len() > max_pairs {
+                        return None;
+                    }
+                    queue.push_back((na, nb));
+                }
+            }
+        }
+        (ca.clear_count() == 0 && cb.clear_count() == 0).then_some(answer?)
     }
 
     /// The byte classes: bytes of one class move every state alike.

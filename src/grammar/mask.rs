@@ -33,9 +33,7 @@ use crate::{Error, Result};
 
 /// Lazy-DFA cache per matcher (bytes). States beyond it are evicted and rebuilt.
 pub const DFA_CACHE_BYTES: usize = 32 << 20;
-/// Largest NFA a grammar may compile to (bytes): a schema past it (a `minLength` of a
-/// billion, a huge enum) is refused with an error instead of exhausting memory.
-pub const NFA_SIZE_LIMIT: usize = 16 << 20;
+pub use super::dfa::NFA_SIZE_LIMIT;
 
 /// A compiled grammar: the lazy DFA of one regex, and the warm state finished
 /// matchers left behind.
@@ -313,30 +311,7 @@ impl Grammar {
     /// # Ok::<(), toolgate::Error>(())
     /// ```
     pub fn intersects(&self, other: &Grammar, max_pairs: usize) -> Option<bool> {
-        let (mut ca, mut cb) = (self.create_cache(), other.create_cache());
-        let start = (self.start(&mut ca), other.start(&mut cb));
-        let mut seen = std::collections::HashSet::from([start]);
-        let mut queue = std::collections::VecDeque::from([start]);
-        let mut answer = Some(false);
-        while let Some((a, b)) = queue.pop_front() {
-            if self.accepting(&mut ca, a) && other.accepting(&mut cb, b) {
-                answer = Some(true);
-                break;
-            }
-            for byte in 0..=255u8 {
-                let (Some(na), Some(nb)) = (self.step(&mut ca, a, byte), other.step(&mut cb, b, byte)) else {
-                    continue;
-                };
-                if seen.insert((na, nb)) {
-                    if seen.len() > max_pairs {
-                        return None;
-                    }
-                    queue.push_back((na, nb));
-                }
-            }
-        }
-        // State ids are only meaningful while no cache was cleared.
-        (ca.clear_count() == 0 && cb.clear_count() == 0).then_some(answer?)
+        self.dfa.intersects(&other.dfa, max_pairs)
     }
 
     /// A matcher that has already consumed `prefix` (bytes generated before the

@@ -1,6 +1,18 @@
 //! The constraint engine: JSON Schema → value grammar → dialect → regex → lazy DFA →
 //! token masks.
 //!
+//! The modules form a one-way chain; each imports only modules before it:
+//!
+//! | module | stage |
+//! |---|---|
+//! | [`rules`] | the rule and marker protocol: how a regex references shared parts and property sets (written here, read by `dfa`) |
+//! | [`dfa`] | the lazy DFA over regex-automata's NFA, following rule references as calls |
+//! | [`machine`] | explicit automata (patterns with lengths, `multipleOf`, key sets) built on the DFA |
+//! | [`ir`] | the value grammar ([`ir::Node`]), compile options and limits |
+//! | [`regex`] | emitters: a [`ir::Node`] written as a regex in a dialect (JSON, Gemma 4, tagged, pythonic); ECMA pattern translation |
+//! | [`schema`] | the compiler: JSON Schema → [`ir::Node`] |
+//! | [`vocab`], [`mask`] | the tokenizer's bytes as a trie; [`Grammar`] and [`Matcher`]: masks per token |
+//!
 //! ```no_run
 //! use std::sync::Arc;
 //! use toolgate::grammar::{Grammar, TokenVocab};
@@ -18,6 +30,7 @@
 //! ```
 
 pub mod dfa;
+pub mod ir;
 pub mod machine;
 pub mod mask;
 pub mod regex;

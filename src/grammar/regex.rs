@@ -7,10 +7,11 @@
 use regex_syntax::escape;
 use serde_json::Value;
 
+use super::ir::{Format, MachineKind, Node, NumBound, ANY_VALUE_LEVELS};
 use super::machine::Machine;
+use super::machine::{Automaton, Not, Pattern, MAX_STATES};
 use super::rules::{alt, NEVER};
 use super::rules::{Rules, SHARE_MIN_COUNT};
-use super::schema::{Format, MachineKind, Node, NumBound};
 
 /// Largest repetition count written out (`maxLength`, `maxItems`). A larger maximum
 /// is lowered to this one (or to the minimum, when that is larger): the grammar then
@@ -389,7 +390,7 @@ fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
             }
             // One level after the other, down to scalars; a plain regex holds at
             // most `ANY_VALUE_LEVELS` (each level copies the one below four times).
-            let levels = if rules.shares() { *levels } else { (*levels).min(super::schema::ANY_VALUE_LEVELS) };
+            let levels = if rules.shares() { *levels } else { (*levels).min(ANY_VALUE_LEVELS) };
             let scalars = rules.share(scalars);
             let mut value = scalars.clone();
             for _ in 0..levels {
@@ -469,7 +470,7 @@ fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
                 let key = match declared.is_empty() {
                     true => d.pattern_key(p),
                     false if d.keys_are_strings() && rules.shares() => {
-                        super::schema::names_machine(Some(p), &[], &declared).map(|m| {
+                        names_machine(Some(p), &[], &declared).map(|m| {
                             let machine = std::sync::Arc::new(m);
                             emit(&Node::Machine { machine, kind: MachineKind::String }, d, rules)
                         })
@@ -601,8 +602,9 @@ pub fn size_estimate(node: &Node) -> usize {
         }
         Node::AnyOf(ns) => ns.iter().fold(8usize, |a, n| a.saturating_add(size_estimate(n))),
         // Each level holds the one below twice in an array and twice in an object.
-        Node::AnyValue { levels } => (0..(*levels).min(super::schema::ANY_VALUE_LEVELS))
-            .fold(400usize, |a, _| a.saturating_mul(4).saturating_add(700)),
+        Node::AnyValue { levels } => {
+            (0..(*levels).min(ANY_VALUE_LEVELS)).fold(400usize, |a, _| a.saturating_mul(4).saturating_add(700))
+        }
         Node::Array { prefix, items, .. } => {
             let p = prefix.iter().fold(32usize, |a, n| a.saturating_add(size_estimate(n)));
             p.saturating_add(items.as_ref().map_or(0, |i| size_estimate(i).saturating_mul(3)))
@@ -939,8 +941,13 @@ fn top_level_alternatives(p: &str) -> Vec<&str> {
 pub fn pattern_matches(pattern: &str, text: &str) -> std::result::Result<bool, String> {
     let body = pattern_body(pattern, &Json)?;
     let spelled = serde_json::to_string(text).map_err(|e| e.to_string())?;
-    let g = super::Grammar::from_regex(&body).map_err(|e| e.to_string())?;
-    Ok(g.matches(&spelled.as_bytes()[1..spelled.len() - 1]))
+    let dfa = super::dfa::Dfa::new(&body, super::dfa::NFA_SIZE_LIMIT).map_err(|e| e.to_string())?;
+    let mut cache = dfa.create_cache(32 << 20);
+    let walked = spelled.as_bytes()[1..spelled.len() - 1].iter().try_fold(dfa.start(&mut cache), |s, &b| {
+        let n = dfa.next(&mut cache, s, b);
+        (!n.is_dead()).then_some(n)
+    });
+    Ok(walked.is_some_and(|s| dfa.is_accepting(&cache, s)))
 }
 
 /// Rewrite ECMA-262's ASCII `\d`, `\D`, `\w`, `\W` and its `.` into Rust syntax
@@ -1644,4 +1651,36 @@ pub fn python_kwargs(node: &Node, rules: &mut Rules) -> String {
             format!(r"\((?:[A-Za-z_][A-Za-z0-9_]*={v}(?:{comma}[A-Za-z_][A-Za-z0-9_]*={v})*)?\)")
         }
     }
+}
+
+/// The object keys (as a machine over the decoded name) that match pattern `within`
+/// (ECMA-262; `None`: any name), no pattern of `avoid`, and none of `names`; `None`
+/// when a pattern does not compile, the product passes [`MAX_STATES`], or no name is
+/// left. Cost: the product of the patterns' automata and a trie of the names.
+///
+/// ```
+/// use toolgate::grammar::regex::names_machine;
+/// let m = names_machine(Some("^x-"), &["-id$"], &["x-a"]).unwrap();
+/// assert!(m.matches(b"x-b") && !m.matches(b"x-a") && !m.matches(b"x-id") && !m.matches(b"y"));
+/// ```
+pub fn names_machine(within: Option<&str>, avoid: &[&str], names: &[&str]) -> Option<Machine> {
+    let mut parts: Vec<Box<dyn Automaton>> = vec![match within {
+        Some(p) => name_pattern(p)?,
+        None => Box::new(Pattern::new("(?s:.)*").ok()?),
+    }];
+    if !names.is_empty() {
+        let names: Vec<String> = names.iter().map(|n| regex_syntax::escape(n)).collect();
+        parts.push(Box::new(Not(Box::new(Pattern::new(&names.join("|")).ok()?))));
+    }
+    for p in avoid {
+        parts.push(Box::new(Not(name_pattern(p)?)));
+    }
+    let m = Machine::intersect(&mut parts, MAX_STATES).ok()?;
+    (!m.states.is_empty()).then_some(m)
+}
+
+/// The names (decoded) an ECMA-262 `patternProperties` pattern matches, as an
+/// automaton; `None` when it does not compile.
+pub(crate) fn name_pattern(p: &str) -> Option<Box<dyn Automaton>> {
+    Some(Box::new(Pattern::new(&decoded_pattern(p).ok()?).ok()?))
 }
