@@ -5,11 +5,14 @@
 //!
 //! | module | stage |
 //! |---|---|
-//! | [`rules`] | the rule and marker protocol: how a regex references shared parts and property sets (written here, read by `dfa`) |
+//! | [`rules`] | the rule and marker protocol: how a regex references shared parts and property sets (written here, read by `dfa`); regex-text helpers |
 //! | [`dfa`] | the lazy DFA over regex-automata's NFA, following rule references as calls |
 //! | [`machine`] | explicit automata (patterns with lengths, `multipleOf`, key sets) built on the DFA |
 //! | [`ir`] | the value grammar ([`ir::Node`]), compile options and limits |
-//! | [`regex`] | emitters: a [`ir::Node`] written as a regex in a dialect (JSON, Gemma 4, tagged, pythonic); ECMA pattern translation |
+//! | [`dialect`] | how values are spelled: JSON, Gemma 4, text between tags, Python literals |
+//! | [`ecma`] | JSON Schema `pattern`s (ECMA-262) as regexes and automata |
+//! | [`numbers`] | bounded integers and numbers, built-in string formats, as regex text |
+//! | [`regex`] | the emitters: a [`ir::Node`] written as a regex (with shared rules) in a dialect; tagged and keyword arguments |
 //! | [`schema`] | the compiler: JSON Schema → [`ir::Node`] |
 //! | [`vocab`], [`mask`] | the tokenizer's bytes as a trie; [`Grammar`] and [`Matcher`]: masks per token |
 //!
@@ -30,9 +33,12 @@
 //! ```
 
 pub mod dfa;
+pub mod dialect;
+pub mod ecma;
 pub mod ir;
 pub mod machine;
 pub mod mask;
+pub mod numbers;
 pub mod regex;
 pub mod rules;
 pub mod schema;

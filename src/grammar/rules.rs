@@ -6,6 +6,7 @@
 //! property-set markers ([`SET_START`]) for objects whose members may come in any
 //! order. [`Rules`] writes them (each part once, identical parts shared);
 //! [`super::dfa::Dfa`] reads them back, following references as calls on its stack.
+//! Also the regex-text helpers every emitter uses (alternation, bounded repetition).
 //! Nothing here depends on another stage of the grammar pipeline.
 
 /// The bytes that spell a rule reference (see [`super::dfa`]'s module docs): valid UTF-8 never
@@ -385,4 +386,22 @@ pub(crate) fn alt(parts: Vec<String>) -> String {
         return NEVER.into();
     }
     format!("(?:{})", parts.join("|"))
+}
+
+/// Largest repetition count written out (`maxLength`, `maxItems`). A larger maximum
+/// is lowered to this one (or to the minimum, when that is larger): the grammar then
+/// generates only the shorter values, every one of them valid. Minimums are exact.
+pub const MAX_REPEAT: usize = 1024;
+
+/// `max` lowered to [`MAX_REPEAT`] (or to `min`, when that is larger).
+pub(crate) fn cap(min: usize, max: Option<usize>) -> usize {
+    max.unwrap_or(usize::MAX).min(MAX_REPEAT.max(min))
+}
+
+pub(crate) fn repeat(unit: &str, min: usize, max: Option<usize>) -> String {
+    match max {
+        None if min == 0 => format!("{unit}*"),
+        None => format!("{unit}{{{min},}}"),
+        Some(_) => format!("{unit}{{{min},{}}}", cap(min, max).max(min)),
+    }
 }

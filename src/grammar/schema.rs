@@ -8,13 +8,13 @@
 use serde_json::{Map, Value};
 
 use super::dfa::Dfa;
+use super::ecma::name_pattern;
 pub use super::ir::{
     Format, MachineKind, Mode, Node, NumBound, Objects, ANY_VALUE_LEVELS, FRAC_UNIT, MAX_GRAMMAR_BYTES, MAX_NESTING,
     MAX_REF_CHAIN, MAX_REF_DEPTH, MAX_SCHEMA_NODES, OPEN_EXTRA_LEVELS, SHARED_ANY_VALUE_LEVELS,
     SHARED_OPEN_EXTRA_LEVELS,
 };
 use super::machine::{Automaton, Length, Machine, MultipleOf, Pattern, MAX_STATES};
-use super::regex::name_pattern;
 pub use super::regex::names_machine;
 
 use crate::{Error, Result};

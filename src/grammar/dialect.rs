@@ -1,0 +1,398 @@
+//! How values are spelled: the [`Dialect`] trait and its dialects — RFC 8259 JSON
+//! ([`Json`]), Gemma 4's native call syntax ([`Gemma4`]), text between XML-like tags
+//! ([`XmlText`]) and Python literals ([`Python`]). Each answers with small regexes
+//! (a quote, a string character, a key, a literal); the emitters
+//! ([`super::regex`]) assemble them into a value's grammar.
+
+use super::rules::NEVER;
+use regex_syntax::escape;
+use serde_json::Value;
+
+/// How values are spelled.
+pub trait Dialect {
+    /// Regex for a string's opening and closing quote.
+    fn quote(&self) -> String;
+    /// Regex for one character inside a string.
+    fn string_char(&self) -> String;
+    /// Regex for an object key.
+    fn key(&self, name: &str) -> String;
+    /// Regex for an object key other than `except` (additional properties: a
+    /// declared name must go through its own schema).
+    fn any_key(&self, except: &[&str]) -> String;
+    /// Regex for a literal JSON value (`enum`, `const`).
+    fn literal(&self, v: &Value) -> String;
+    /// Whether an object key is spelled as a string of this dialect (so a key
+    /// machine, [`Node::Object`]'s `extra_keys`, can be written as one).
+    fn keys_are_strings(&self) -> bool {
+        true
+    }
+    /// Regex for the separator between key and value.
+    fn colon(&self) -> String {
+        ": ?".into()
+    }
+    /// Regex for the separator between items.
+    fn comma(&self) -> String {
+        ", ?".into()
+    }
+    /// Regex for character `c` inside a string (patterns are matched on the decoded
+    /// value, the grammar on its spelling): JSON writes `"`, `\` and control
+    /// characters as escapes (the short forms where RFC 8259 has them, else `\u00XX`).
+    fn string_literal_char(&self, c: char) -> String {
+        match c {
+            '"' => r#"\\""#.into(),
+            '\\' => r"\\\\".into(),
+            '\u{8}' => r"\\b".into(),
+            '\u{c}' => r"\\f".into(),
+            '\n' => r"\\n".into(),
+            '\r' => r"\\r".into(),
+            '\t' => r"\\t".into(),
+            c if c < ' ' => {
+                format!(r"\\u00[{:x}{:X}][{:x}{:X}]", c as u32 >> 4, c as u32 >> 4, c as u32 & 15, c as u32 & 15)
+            }
+            c => escape(c.encode_utf8(&mut [0; 4])),
+        }
+    }
+    /// Whether byte `b` stands for itself inside a string; the others are spelled by
+    /// [`Dialect::string_literal_char`] (JSON: all but `"`, `\` and control characters).
+    fn plain_byte(&self, b: u8) -> bool {
+        !(b < 0x20 || b == b'"' || b == b'\\')
+    }
+    /// Regex for an object key whose name matches a `patternProperties` pattern, given
+    /// the pattern already translated for JSON strings (`body`, from
+    /// [`super::ecma::pattern_body`]); `None` where the dialect's keys cannot spell
+    /// such names (then those properties are never generated).
+    fn pattern_key(&self, body: &str) -> Option<String> {
+        let q = self.quote();
+        Some(format!("{q}{body}{q}"))
+    }
+    /// Regex for a boolean.
+    fn boolean(&self) -> String {
+        "(?:true|false)".into()
+    }
+    /// Regex for null.
+    fn null(&self) -> String {
+        "null".into()
+    }
+}
+
+/// RFC 8259 JSON.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Json;
+
+const JSON_CHAR: &str = r#"(?:[^"\\\x00-\x1F]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})"#;
+
+/// One character that stands in a JSON string as itself.
+const PLAIN_CHAR: &str = r#"[^"\\\x00-\x1F]"#;
+
+fn is_plain_char(c: char) -> bool {
+    c >= ' ' && c != '"' && c != '\\'
+}
+
+/// Regex for a key that is not one of `names`: first character from the class
+/// `first`, the others from `rest` (both bracketed classes that every character of
+/// `names` belongs to). Built on the trie of the names: at each node the key may end
+/// (unless a name ends there), continue with a character no name continues with, or
+/// follow a name one character further. Size: linear in the names' total length.
+///
+/// ```
+/// use toolgate::grammar::{regex::key_except, Grammar};
+/// let g = Grammar::from_regex(&key_except("[a-z]", "[a-z]", &["ab", "b"]))?;
+/// assert!(["a", "abc", "ba", "c", ""].iter().all(|k| g.matches(k.as_bytes())));
+/// assert!(!g.matches(b"ab") && !g.matches(b"b"));
+/// # Ok::<(), toolgate::Error>(())
+/// ```
+pub fn key_except(first: &str, rest: &str, names: &[&str]) -> String {
+    #[derive(Default)]
+    struct Trie {
+        end: bool,
+        next: std::collections::BTreeMap<char, Trie>,
+    }
+    let mut root = Trie::default();
+    for n in names {
+        let mut at = &mut root;
+        for c in n.chars() {
+            at = at.next.entry(c).or_default();
+        }
+        at.end = true;
+    }
+    fn rec(t: &Trie, class: &str, rest: &str, out: &mut String) {
+        out.push_str("(?:");
+        let mut alts = 0;
+        let mut alt = |out: &mut String| {
+            if alts > 0 {
+                out.push('|');
+            }
+            alts += 1;
+        };
+        if !t.end {
+            alt(out); // end here (the empty alternative)
+        }
+        alt(out);
+        if t.next.is_empty() {
+            out.push_str(&format!("{class}{rest}*"));
+        } else {
+            let taken: String = t.next.keys().map(|c| escape(&c.to_string())).collect();
+            out.push_str(&format!("[{class}&&[^{taken}]]{rest}*"));
+        }
+        for (c, child) in &t.next {
+            alt(out);
+            out.push_str(&escape(&c.to_string()));
+            rec(child, rest, rest, out);
+        }
+        out.push(')');
+    }
+    let mut out = String::new();
+    rec(&root, first, rest, &mut out);
+    out
+}
+
+impl Dialect for Json {
+    fn quote(&self) -> String {
+        "\"".into()
+    }
+    fn string_char(&self) -> String {
+        JSON_CHAR.into()
+    }
+    fn key(&self, name: &str) -> String {
+        escape(&serde_json::to_string(name).unwrap_or_default())
+    }
+    fn any_key(&self, except: &[&str]) -> String {
+        // "Not a declared name" is a question about characters, so a key is either
+        // plain characters that spell no declared name, or holds an escape of a
+        // character that cannot stand plain (`\\`, `\"`, `\n`, `\u001f`): no
+        // all-plain name decodes from it. Escapes of plain characters (`"\u0061"`
+        // spells `a`) are never written in keys.
+        let names: Vec<&str> = except.iter().copied().filter(|n| n.chars().all(is_plain_char)).collect();
+        let plain = key_except(PLAIN_CHAR, PLAIN_CHAR, &names);
+        if names.len() == except.len() {
+            const ESCAPE: &str = r#"\\(?:["\\bfnrt]|u00[01][0-9a-fA-F])"#;
+            format!("\"(?:{plain}|{PLAIN_CHAR}*{ESCAPE}(?:{PLAIN_CHAR}|{ESCAPE})*)\"")
+        } else {
+            // A declared name that needs an escape: extra keys stay plain.
+            format!("\"{plain}\"")
+        }
+    }
+    fn literal(&self, v: &Value) -> String {
+        match v {
+            Value::Number(n) => number_literal(n),
+            Value::Array(a) => format!(r"\[{}\]", a.iter().map(|x| self.literal(x)).collect::<Vec<_>>().join(",")),
+            Value::Object(o) => format!(
+                r"\{{{}\}}",
+                o.iter().map(|(k, x)| format!("{}:{}", self.key(k), self.literal(x))).collect::<Vec<_>>().join(",")
+            ),
+            other => escape(&serde_json::to_string(other).unwrap_or_default()),
+        }
+    }
+}
+
+/// Regex for a number literal (`enum`, `const`) in every plain spelling of its value:
+/// JSON Schema compares numbers by value, so `2`, `2.0` and `2.00` are one (trailing
+/// zeros at most 16, so generation cannot run away). Exponent spellings are not
+/// included.
+///
+/// ```
+/// use toolgate::grammar::{regex::{Dialect, Json}, Grammar};
+/// let g = Grammar::from_regex(&Json.literal(&serde_json::json!(2.0)))?;
+/// assert!(g.matches(b"2") && g.matches(b"2.00") && !g.matches(b"2.01"));
+/// let g = Grammar::from_regex(&Json.literal(&serde_json::json!(-1.5)))?;
+/// assert!(g.matches(b"-1.5") && g.matches(b"-1.50") && !g.matches(b"-1"));
+/// # Ok::<(), toolgate::Error>(())
+/// ```
+fn number_literal(n: &serde_json::Number) -> String {
+    let text = n.to_string();
+    let integral = match n.as_f64() {
+        Some(f) if n.is_f64() && f.fract() == 0.0 && f.abs() < 1e15 => Some(format!("{}", f as i64)),
+        _ if !n.is_f64() => Some(text.clone()),
+        _ => None,
+    };
+    match (integral, text.split_once('.')) {
+        (Some(i), _) => format!(r"{}(?:\.0{{1,16}})?", escape(&i)),
+        (None, Some((int, frac))) if frac.bytes().all(|b| b.is_ascii_digit()) => {
+            format!(r"{}\.{frac}0{{0,16}}", escape(int))
+        }
+        _ => escape(&text),
+    }
+}
+
+/// Gemma 4's native tool-call syntax: bare keys, strings between `<|"|>` special
+/// tokens (spelled `0xFF<|"|>`, which no text can produce).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Gemma4;
+
+const GEMMA_QUOTE: &str = r#"(?-u:\xFF)<\|"\|>"#;
+
+impl Dialect for Gemma4 {
+    fn quote(&self) -> String {
+        GEMMA_QUOTE.into()
+    }
+    /// Keys are bare identifiers.
+    fn keys_are_strings(&self) -> bool {
+        false
+    }
+    fn string_char(&self) -> String {
+        // Any character; a string ends only at the special quote token.
+        r"[^\x00]".into()
+    }
+    fn key(&self, name: &str) -> String {
+        escape(name)
+    }
+    fn any_key(&self, except: &[&str]) -> String {
+        let ident = |n: &&str| {
+            n.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        };
+        let names: Vec<&str> = except.iter().copied().filter(ident).collect();
+        key_except("[A-Za-z_]", "[A-Za-z0-9_]", &names)
+    }
+    fn literal(&self, v: &Value) -> String {
+        match v {
+            Value::String(s) => format!("{GEMMA_QUOTE}{}{GEMMA_QUOTE}", escape(s)),
+            Value::Array(a) => format!(r"\[{}\]", a.iter().map(|x| self.literal(x)).collect::<Vec<_>>().join(",")),
+            Value::Object(o) => format!(
+                r"\{{{}\}}",
+                o.iter().map(|(k, x)| format!("{}:{}", escape(k), self.literal(x))).collect::<Vec<_>>().join(",")
+            ),
+            other => escape(&other.to_string()),
+        }
+    }
+    fn colon(&self) -> String {
+        ":".into()
+    }
+    fn comma(&self) -> String {
+        ",".into()
+    }
+    fn string_literal_char(&self, c: char) -> String {
+        escape(c.encode_utf8(&mut [0; 4]))
+    }
+    fn pattern_key(&self, _body: &str) -> Option<String> {
+        None // bare identifier keys: a pattern's names need not be identifiers
+    }
+}
+
+/// Bare text inside an XML-style parameter: quoted by nothing, ended by the closing tag.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct XmlText;
+
+impl Dialect for XmlText {
+    fn quote(&self) -> String {
+        String::new()
+    }
+    fn string_char(&self) -> String {
+        // Constrained strings (formats, patterns, lengths) leave `<` out, which keeps
+        // them clear of the closing tag.
+        "[^<]".into()
+    }
+    fn key(&self, name: &str) -> String {
+        Json.key(name)
+    }
+    fn any_key(&self, except: &[&str]) -> String {
+        Json.any_key(except)
+    }
+    fn literal(&self, v: &Value) -> String {
+        match v {
+            Value::String(s) => escape(s),
+            other => Json.literal(other),
+        }
+    }
+    fn plain_byte(&self, b: u8) -> bool {
+        b != b'<'
+    }
+    /// Bare text: every character as itself, but `<` (which could open the closing
+    /// tag) has no spelling.
+    fn string_literal_char(&self, c: char) -> String {
+        if c == '<' {
+            NEVER.into()
+        } else {
+            escape(c.encode_utf8(&mut [0; 4]))
+        }
+    }
+}
+
+/// Regex of any text that does not contain `literal`, for a literal whose first
+/// character appears nowhere else in it (`</parameter>`), built from the automaton
+/// that tracks how much of the literal was just seen.
+///
+/// ```
+/// use toolgate::grammar::{regex::without_literal, Grammar};
+/// let g = Grammar::from_regex(&without_literal("</p>"))?;
+/// assert!(g.matches(b"a < b </ c </q> <</p"));
+/// assert!(!g.matches(b"x</p>y") && !g.matches(b"<</p>"));
+/// # Ok::<(), toolgate::Error>(())
+/// ```
+///
+/// Cost: a regex of size quadratic in the literal's length.
+pub fn without_literal(literal: &str) -> String {
+    let l: Vec<char> = literal.chars().collect();
+    let first = escape(&l[0].to_string());
+    let class = |c: char| format!("[^{}{}]", escape(&c.to_string()), escape(&l[0].to_string()));
+    // Having seen l[..i], an optional further advance that stays short of the whole.
+    fn advance(l: &[char], i: usize) -> String {
+        if i + 1 >= l.len() {
+            return String::new();
+        }
+        format!("(?:{}{})?", escape(&l[i].to_string()), advance(l, i + 1))
+    }
+    // Having seen l[..i], advance and then break the match with another character.
+    fn breaks(l: &[char], i: usize, class: &dyn Fn(char) -> String) -> String {
+        if i + 1 >= l.len() {
+            return class(l[i]);
+        }
+        format!("(?:{}|{}{})", class(l[i]), escape(&l[i].to_string()), breaks(l, i + 1, class))
+    }
+    let back_to_first = format!("(?:{}{first})*", advance(&l, 1));
+    let other = format!("[^{first}]");
+    format!("(?:{other}|{first}{back_to_first}{})*(?:{first}{back_to_first}{})?", breaks(&l, 1, &class), advance(&l, 1))
+}
+
+/// Python literals, as pythonic tool calls write values: strings in double quotes with
+/// JSON's escapes (valid Python), numbers as in JSON, `True`/`False`/`None`, lists
+/// `[…]`, dicts `{"key": …}`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Python;
+
+/// Strings and keys are JSON's (valid Python); literals and constants differ.
+impl Dialect for Python {
+    fn quote(&self) -> String {
+        Json.quote()
+    }
+    fn string_char(&self) -> String {
+        Json.string_char()
+    }
+    fn key(&self, name: &str) -> String {
+        Json.key(name)
+    }
+    fn any_key(&self, except: &[&str]) -> String {
+        Json.any_key(except)
+    }
+    fn literal(&self, v: &Value) -> String {
+        escape(&python_repr(v))
+    }
+    fn boolean(&self) -> String {
+        "(?:True|False)".into()
+    }
+    fn null(&self) -> String {
+        "None".into()
+    }
+}
+
+/// A JSON value written as a Python literal (`true` → `True`, `null` → `None`).
+///
+/// ```
+/// use toolgate::grammar::regex::python_repr;
+/// assert_eq!(python_repr(&serde_json::json!({"a": [true, null, "x"]})), r#"{"a": [True, None, "x"]}"#);
+/// ```
+pub fn python_repr(v: &Value) -> String {
+    match v {
+        Value::Null => "None".into(),
+        Value::Bool(b) => if *b { "True" } else { "False" }.into(),
+        Value::Array(a) => format!("[{}]", a.iter().map(python_repr).collect::<Vec<_>>().join(", ")),
+        Value::Object(o) => format!(
+            "{{{}}}",
+            o.iter()
+                .map(|(k, x)| format!("{}: {}", Value::String(k.clone()), python_repr(x)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        other => other.to_string(),
+    }
+}
