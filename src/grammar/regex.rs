@@ -481,8 +481,6 @@ fn rest_element(re: &str, required: bool, comma: &str) -> String {
     }
 }
 
-/// The enforced maximum for `min..=max` (see [`MAX_REPEAT`]).
-
 fn list(item: &str, comma: &str, lo: usize, hi: Option<usize>) -> String {
     let hi = hi.map(|_| cap(lo, hi));
     match (lo, hi) {
