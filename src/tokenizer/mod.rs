@@ -343,9 +343,11 @@ impl Tokenizer {
                 end -= 1;
             }
             if end < rest.len() {
-                // After the last whitespace in the chunk's second half, when there is one.
-                if let Some(ws) = rest[end / 2..end].rfind(char::is_whitespace) {
-                    end = end / 2 + ws + 1;
+                // After the last whitespace in the chunk's second half, when there is one
+                // (both ends on character boundaries: the text may be any script).
+                let half = (end / 2..end).find(|&i| rest.is_char_boundary(i)).unwrap_or(end);
+                if let Some((ws, c)) = rest[half..end].char_indices().rev().find(|(_, c)| c.is_whitespace()) {
+                    end = half + ws + c.len_utf8();
                 }
             }
             count += self.encode(&rest[..end], opts)?.len();

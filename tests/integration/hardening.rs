@@ -165,6 +165,19 @@ fn the_early_context_refusal_never_refuses_a_prompt_that_fits() {
         }
         let over = tok.certainly_exceeds(&text, EncodeOptions::TEMPLATE, exact / 3).unwrap();
         assert!(over.is_some_and(|n| n > exact / 3 && n <= exact + 64), "{file}: {over:?} of {exact}");
+
+        // Any script: chunk ends and the whitespace cuts fall inside multibyte characters
+        // (3-byte CJK, the 3-byte ideographic space, 4-byte emoji). It used to panic.
+        for unit in ["東京の天気は？\u{3000}雨です。🌧", "🌧🌧🌧\u{3000}", "é"] {
+            let text = unit.repeat(40_000 / unit.len());
+            let exact = tok.encode(&text, EncodeOptions::TEMPLATE).unwrap().len();
+            assert!(text.len() > 32 << 10, "{file}");
+            for limit in [exact, exact * 2] {
+                assert_eq!(tok.certainly_exceeds(&text, EncodeOptions::TEMPLATE, limit).unwrap(), None, "{file}");
+            }
+            let over = tok.certainly_exceeds(&text, EncodeOptions::TEMPLATE, exact / 3).unwrap();
+            assert!(over.is_some_and(|n| n > exact / 3), "{file} {unit:?}: {over:?} of {exact}");
+        }
     }
 }
 
