@@ -180,8 +180,8 @@ pub struct PreparedTurn {
     parser: RecoveringParser,
     calls_possible: bool,
     /// Tokens of the shortest output the constraint allows, when it applies from the
-    /// first token ([`PreparedTurn::check_budget`]).
-    shortest: Option<usize>,
+    /// first token; measured on the first [`PreparedTurn::check_budget`] that needs it.
+    shortest: std::cell::OnceCell<Option<usize>>,
 }
 
 impl std::fmt::Debug for PreparedTurn {
@@ -298,8 +298,7 @@ pub fn prepare_turn(
     let recovery = (setup.call_recovery && calls_possible && *choice == ToolChoice::Auto)
         .then(|| Recovery::new(tools, mode == ToolMode::Constrained));
     let parser = RecoveringParser::new(parser, recovery);
-    let shortest = shortest_output(&constraint);
-    Ok(PreparedTurn { prompt, constraint, parser, calls_possible, shortest })
+    Ok(PreparedTurn { prompt, constraint, parser, calls_possible, shortest: Default::default() })
 }
 
 /// Tokens the shortest output a constraint from the first token accepts takes (the
@@ -338,8 +337,7 @@ pub fn prepare_text_turn(
         None => TurnConstraint::Free,
     };
     let parser = RecoveringParser::new(with_reasoning(StreamParser::new(None, false, 0), setup, &text), None);
-    let shortest = shortest_output(&constraint);
-    Ok(PreparedTurn { prompt, constraint, parser, calls_possible: false, shortest })
+    Ok(PreparedTurn { prompt, constraint, parser, calls_possible: false, shortest: Default::default() })
 }
 
 impl PreparedTurn {
@@ -350,13 +348,17 @@ impl PreparedTurn {
     /// call); it is refused instead. [`Self::run`] checks it first; a server checks it
     /// before its answer starts.
     ///
-    /// Cost: none (measured at prepare: one breadth-first search over the grammar's
-    /// states).
+    /// Cost: none for a budget of [`super::CLOSE_MAX_BYTES`] tokens or more (no
+    /// completion searched is longer); below it, once per turn, one breadth-first
+    /// search over the grammar's states.
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] naming `max_tokens`, with the count needed.
     pub fn check_budget(&self, max_tokens: usize) -> Result<()> {
-        match self.shortest {
+        if max_tokens >= super::CLOSE_MAX_BYTES {
+            return Ok(());
+        }
+        match *self.shortest.get_or_init(|| shortest_output(&self.constraint)) {
             Some(n) if n > max_tokens => Err(Error::InvalidParameter {
                 name: "max_tokens",
                 reason: format!(

@@ -230,9 +230,10 @@ impl AppState {
     }
 
     /// Use these connection limits (timeouts and the connection cap) instead of
-    /// [`ConnLimits::default`]. A cap of 0 is taken as 1.
+    /// [`ConnLimits::default`]. A cap of 0 is taken as 1, one past `u32::MAX` as
+    /// `u32::MAX` (shutdown waits for the cap's permits in one call).
     pub fn with_limits(mut self, limits: ConnLimits) -> Self {
-        self.limits = ConnLimits { max_connections: limits.max_connections.max(1), ..limits };
+        self.limits = ConnLimits { max_connections: limits.max_connections.clamp(1, u32::MAX as usize), ..limits };
         self
     }
 

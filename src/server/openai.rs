@@ -51,7 +51,7 @@ impl ChatRequest {
                 });
             }
         }
-        let stream = opt_bool(obj, "stream")?;
+        let stream = validate::opt_bool(obj, "stream")?.unwrap_or(false);
         let include_usage = match obj.get("stream_options") {
             None | Some(Value::Null) => false,
             Some(Value::Object(o)) => validate::opt_bool(o, "include_usage")?.unwrap_or(false),
@@ -126,7 +126,7 @@ impl ChatRequest {
                 }
             },
         };
-        let logprobs = opt_bool(obj, "logprobs")?;
+        let logprobs = validate::opt_bool(obj, "logprobs")?.unwrap_or(false);
         let top_logprobs = match obj.get("top_logprobs") {
             None | Some(Value::Null) => None,
             Some(v) => match v.as_u64().filter(|&k| k as usize <= MAX_TOP_LOGPROBS) {
@@ -163,11 +163,6 @@ impl ChatRequest {
             prepare_text_turn(engine, &s.setup, self.messages, self.schema.as_ref().map(|(v, m)| (v, *m)))
         }
     }
-}
-
-/// An optional boolean field (absent or `null`: false); anything else is a 400 naming it.
-fn opt_bool(obj: &serde_json::Map<String, Value>, name: &'static str) -> Result<bool, ApiError> {
-    Ok(validate::opt_bool(obj, name)?.unwrap_or(false))
 }
 
 /// One `logprobs.content` entry: the token's text (lossy where it is part of a UTF-8
