@@ -39,6 +39,7 @@ pub mod ir;
 pub mod machine;
 pub mod mask;
 pub mod numbers;
+pub mod prune;
 pub mod regex;
 pub mod rules;
 pub mod schema;

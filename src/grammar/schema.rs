@@ -15,6 +15,7 @@ pub use super::ir::{
     SHARED_OPEN_EXTRA_LEVELS,
 };
 use super::machine::{Automaton, Length, Machine, MultipleOf, Pattern, MAX_STATES};
+use super::prune::prune;
 pub use super::regex::names_machine;
 
 use crate::{Error, Result};
@@ -52,7 +53,9 @@ pub fn compile(schema: &Value, mode: Mode) -> Result<Node> {
 pub fn compile_with(schema: &Value, mode: Mode, objects: Objects) -> Result<Node> {
     let schema = without_ref_siblings(schema);
     let schema = schema.as_ref();
-    Compiler::new(schema, mode, objects, ANY_VALUE_LEVELS, OPEN_EXTRA_LEVELS).node(schema, "#", 0)
+    let c = Compiler::new(schema, mode, objects, ANY_VALUE_LEVELS, OPEN_EXTRA_LEVELS);
+    let node = c.node(schema, "#", 0)?;
+    c.finish(node)
 }
 
 /// Drafts 3 to 7 (a root `$schema` naming one) ignore the keywords beside a `$ref`;
@@ -95,7 +98,7 @@ pub fn compile_shared(schema: &Value, mode: Mode, objects: Objects) -> Result<No
         let mut c = Compiler::new(schema, mode, objects, SHARED_ANY_VALUE_LEVELS, SHARED_OPEN_EXTRA_LEVELS);
         c.machines = true;
         c.max_chain = max_chain;
-        (c.node(schema, "#", 0), c.nodes.get() > MAX_SCHEMA_NODES)
+        (c.node(schema, "#", 0).and_then(|n| c.finish(n)), c.nodes.get() > MAX_SCHEMA_NODES)
     };
     match compile(MAX_REF_CHAIN) {
         // Distinct `$ref`s that branch into each other (Vega-Lite's) expand
@@ -156,6 +159,9 @@ struct Compiler<'a> {
     /// Set while the next schema is a `oneOf` branch whose untyped siblings all imply
     /// the same types: it reads those types only (see [`Compiler::node`]).
     implied_only: std::cell::Cell<bool>,
+    /// Where and why a part of the schema admits no value, in the order found: the
+    /// error's text when the whole schema admits none ([`Compiler::finish`]).
+    empty: std::cell::RefCell<Vec<(String, String)>>,
 }
 
 /// The keywords that constrain an instance (draft 4 to 2020-12), `$ref` aside. Every
@@ -261,7 +267,37 @@ impl<'a> Compiler<'a> {
             nodes,
             machines: false,
             implied_only: Default::default(),
+            empty: Default::default(),
         }
+    }
+
+    /// [`Node::Never`], noting that the schema at `ptr` admits no value and why.
+    fn never(&self, ptr: &str, reason: impl Into<String>) -> Node {
+        self.empty.borrow_mut().push((ptr.to_string(), reason.into()));
+        Node::Never
+    }
+
+    /// The compiled `node` without its parts that admit no value ([`prune`]), or the
+    /// error naming why the schema admits none.
+    fn finish(&self, node: Node) -> Result<Node> {
+        let mut recursive = Vec::new();
+        if let Some(n) = prune(node, &mut recursive) {
+            return Ok(n);
+        }
+        let found = self.empty.borrow();
+        let pointer = found.first().map_or("#", |(p, _)| p.as_str());
+        let reasons: Vec<String> = found
+            .iter()
+            .map(|(p, r)| if p == pointer { r.clone() } else { format!("{r} (at `{p}`)") })
+            .chain(recursive)
+            .take(4)
+            .collect();
+        let reason = if reasons.is_empty() {
+            "no value satisfies this schema".to_string()
+        } else {
+            format!("no value satisfies this schema: {}", reasons.join("; "))
+        };
+        Err(err(pointer, reason))
     }
 
     fn node(&self, s: &Value, ptr: &str, depth: usize) -> Result<Node> {
@@ -277,7 +313,7 @@ impl<'a> Compiler<'a> {
         }
         let obj = match s {
             Value::Bool(true) => return Ok(any_value(self.any_levels)),
-            Value::Bool(false) => return Ok(Node::Never),
+            Value::Bool(false) => return Ok(self.never(ptr, "the schema `false` admits no value")),
             Value::Object(o) => o,
             _ => return Err(err(ptr, "a schema must be an object or a boolean")),
         };
@@ -305,7 +341,7 @@ impl<'a> Compiler<'a> {
             // In a plain regex, recursion is cut; a chain of distinct `$ref`s
             // (Kubernetes nests a dozen) is bounded by `MAX_REF_CHAIN`.
             if path.iter().filter(|t| **t == key).count() >= MAX_REF_DEPTH || path.len() >= self.max_chain {
-                return Ok(Node::Never);
+                return Ok(self.never(ptr, format!("`$ref` `{r}` nested deeper than this grammar expands it")));
             }
             drop(path);
             let target = self.resolve(r, ptr)?;
@@ -423,7 +459,19 @@ impl<'a> Compiler<'a> {
             if !types.is_empty() {
                 values.retain(|v| types.iter().any(|t| value_has_type(v, t)));
             }
-            return Ok(if values.is_empty() { Node::Never } else { Node::Literals(values) });
+            let taken = if obj.contains_key("const") { "const" } else { "enum" };
+            self.filter_literals(obj, ptr, taken, &mut values)?;
+            if values.is_empty() {
+                let beside: Vec<String> =
+                    obj.keys().filter(|k| *k != taken && !is_annotation(k)).map(|k| format!("`{k}`")).collect();
+                let reason = if beside.is_empty() {
+                    format!("`{taken}` lists no value")
+                } else {
+                    format!("no `{taken}` value satisfies {}", beside.join(", "))
+                };
+                return Ok(self.never(&format!("{ptr}/{taken}"), reason));
+            }
+            return Ok(Node::Literals(values));
         }
         let types: Vec<&str> = match obj.get("type") {
             None => Vec::new(),
@@ -496,6 +544,41 @@ impl<'a> Compiler<'a> {
                 .ok_or_else(|| err(&format!("{ptr}/allOf/{i}"), "cannot merge this `allOf` branch"))?;
         }
         Ok(merged)
+    }
+
+    /// Keep only the `values` (of the `taken` keyword: `enum` or `const`) that satisfy
+    /// every other keyword of `obj`, read as JSON Schema reads them (a literal is a
+    /// value like any other: `{"enum": [100], "maximum": 10}` admits none). Skipped
+    /// when nothing but `type` and annotations stands beside them (the common case).
+    ///
+    /// Cost: one validator built for the siblings (with the root's definitions, so
+    /// their `$ref`s resolve) and one validation per value.
+    ///
+    /// # Errors
+    /// Strict mode: the siblings cannot be read as a schema (a `$ref` outside the
+    /// definitions, a malformed keyword): the values could not be checked.
+    fn filter_literals(&self, obj: &Map<String, Value>, ptr: &str, taken: &str, values: &mut Vec<Value>) -> Result<()> {
+        let mut siblings: Map<String, Value> =
+            obj.iter().filter(|(k, _)| *k != taken && !is_annotation(k)).map(|(k, v)| (k.clone(), v.clone())).collect();
+        if siblings.keys().all(|k| k == "type") {
+            return Ok(());
+        }
+        for k in ["$schema", "$defs", "definitions"] {
+            if let Some(v) = self.root.get(k) {
+                siblings.entry(k.to_string()).or_insert_with(|| v.clone());
+            }
+        }
+        match jsonschema::options().should_validate_formats(true).build(&Value::Object(siblings)) {
+            Ok(v) => values.retain(|x| v.is_valid(x)),
+            Err(e) if self.mode == Mode::Strict => {
+                return Err(err(
+                    &format!("{ptr}/{taken}"),
+                    format!("the `{taken}` values cannot be checked against the keywords beside them: {e}"),
+                ))
+            }
+            Err(_) => {}
+        }
+        Ok(())
     }
 
     /// Strict mode: refuse a validation keyword toolgate does not enforce, when it
@@ -595,7 +678,7 @@ impl<'a> Compiler<'a> {
         let (min, max) = (min.map(clamp), max.map(clamp));
         if let (Some(a), Some(b)) = (min, max) {
             if a > b {
-                return Ok(Node::Never);
+                return Ok(self.never(ptr, format!("no integer is at least {a} and at most {b} (`minimum`/`maximum`)")));
             }
         }
         self.multiple_of(obj, ptr, Node::Integer { min, max }, MachineKind::Integer)
@@ -622,6 +705,7 @@ impl<'a> Compiler<'a> {
             Machine::intersect(&mut parts, MAX_STATES)
         });
         match machine {
+            Ok(m) if m.states.is_empty() => Ok(self.never(&at, format!("no multiple of {k} is within the bounds"))),
             Ok(m) => Ok(machine_node(m, kind)),
             Err(e) if self.mode == Mode::Strict => Err(err(&at, e)),
             Err(_) => Ok(node),
@@ -693,7 +777,7 @@ impl<'a> Compiler<'a> {
         let max = upper.iter().copied().min_by_key(|b| (at(b), !b.exclusive));
         if let (Some(a), Some(b)) = (min, max) {
             if at(&a) > at(&b) || (at(&a) == at(&b) && (a.exclusive || b.exclusive)) {
-                return Ok(Node::Never);
+                return Ok(self.never(ptr, "the lower bound is above the upper (`minimum`/`maximum`)"));
             }
         }
         self.multiple_of(obj, ptr, Node::Number { min, max }, MachineKind::Number)
@@ -732,6 +816,11 @@ impl<'a> Compiler<'a> {
             super::regex::pattern_body(p, &super::regex::Json).map_err(|e| err(&format!("{ptr}/pattern"), e))?;
         }
         let (min_len, max_len) = (usize_of("minLength")?, usize_of("maxLength")?);
+        if let (Some(a), Some(b)) = (min_len, max_len) {
+            if a > b {
+                return Ok(self.never(ptr, format!("`minLength` {a} is above `maxLength` {b}")));
+            }
+        }
         // A pattern or format with length bounds, or both together: their intersection.
         let bounded = min_len.is_some() || max_len.is_some();
         if (format.is_some() || pattern.is_some()) && (bounded || (format.is_some() && pattern.is_some())) {
@@ -746,6 +835,16 @@ impl<'a> Compiler<'a> {
             };
             if !exact && self.machines {
                 match Self::string_machine(pattern.as_deref(), format, min_len.unwrap_or(0), max_len) {
+                    Ok(Node::Never) => {
+                        let what = if pattern.is_some() && format.is_some() {
+                            "`pattern` and `format`"
+                        } else if pattern.is_some() {
+                            "`pattern`"
+                        } else {
+                            "`format`"
+                        };
+                        return Ok(self.never(ptr, format!("no string satisfies {what} within the length bounds")));
+                    }
                     Ok(node) => return Ok(node),
                     Err(e) if self.mode == Mode::Strict => return Err(err(ptr, e)),
                     Err(_) => {}
@@ -795,6 +894,12 @@ impl<'a> Compiler<'a> {
         let items = items.filter(|n| **n != Node::Never);
         let min = obj.get("minItems").and_then(Value::as_u64).unwrap_or(0) as usize;
         let max = obj.get("maxItems").and_then(Value::as_u64).map(|x| x as usize);
+        if max.is_some_and(|m| m < min) {
+            return Ok(self.never(ptr, format!("`minItems` {min} is above `maxItems` {}", max.unwrap_or(0))));
+        }
+        if items.is_none() && min > prefix.len() {
+            return Ok(self.never(ptr, format!("`minItems` {min} asks for more items than the array may hold")));
+        }
         Ok(Node::Array { prefix, items, min, max })
     }
 
@@ -919,6 +1024,10 @@ impl<'a> Compiler<'a> {
                 let by_pattern = patterns.iter().find(|(p, _)| super::regex::pattern_matches(p, r) == Ok(true));
                 let value = match (by_pattern, obj.get("additionalProperties")) {
                     (Some((_, n)), _) => n.clone(),
+                    (None, Some(Value::Bool(false))) if is_required => self.never(
+                        &format!("{ptr}/required"),
+                        format!("`{r}` is required but `additionalProperties` is false and it is not declared"),
+                    ),
                     (None, Some(Value::Bool(false))) => Node::Never,
                     (None, _) => additional.as_deref().cloned().unwrap_or_else(|| any_value(self.any_levels)),
                 };
@@ -993,7 +1102,7 @@ impl<'a> Compiler<'a> {
         let required = properties.iter().filter(|p| p.2).count();
         let closed = additional.is_none() && patterns.is_empty();
         if required > max {
-            return Ok(Node::Never);
+            return Ok(self.never(&at, format!("{required} properties are required, `maxProperties` is {max}")));
         }
         if closed && properties.len() <= max {
             return Ok(Node::Object { properties, additional, patterns, extra_keys, dependencies, non_empty });

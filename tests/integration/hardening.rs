@@ -87,12 +87,12 @@ fn connections_past_the_cap_are_closed_at_accept_and_counted() {
     let mut extra = TcpStream::connect(addr(&s)).unwrap();
     let _ = extra.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n");
     let (said, _) = read_to_close(&mut extra, Instant::now());
-    assert!(said.is_empty(), "a connection past the cap was served: {said}");
     // Once they go, the server serves again.
     drop(held);
     std::thread::sleep(Duration::from_millis(300));
     let mut r = agent().get(format!("{}/metrics", s.base)).call().unwrap();
     let text = r.body_mut().read_to_string().unwrap();
+    assert!(said.is_empty(), "a connection past the cap was served: {said}\nmetrics after:\n{text}");
     let refused = text.lines().find(|l| l.starts_with("toolgate_connections_refused_total ")).unwrap_or_default();
     assert!(!refused.ends_with(" 0") && !refused.is_empty(), "{text}");
 }
@@ -373,4 +373,54 @@ fn waiting_requests_start_in_arrival_order_and_only_those_past_the_queue_get_429
     assert_eq!(overflow.0, 429, "{}", overflow.1);
     let finished = finished.into_inner().unwrap();
     assert_eq!(finished, (0..5).map(|i| (i, 200)).collect::<Vec<_>>(), "answered out of arrival order");
+}
+
+/// Issue 29 items 2 and 3: a tool whose schema contradicts itself, or has no finite
+/// value, is a 400 naming the keywords before anything is generated (streamed or not);
+/// a contradiction in a part the call may leave out only removes that part.
+#[test]
+fn schemas_that_admit_no_value_are_400s_naming_the_keywords() {
+    let s = start(&["--tool-fallback", "generic"]);
+    let ask = |parameters: Value, stream: bool| {
+        json!({"messages": [{"role": "user", "content": "Call f."}], "max_tokens": 40, "stream": stream,
+            "tool_choice": "required",
+            "tools": [{"type": "function", "function": {"name": "f", "strict": true, "parameters": parameters}}]})
+    };
+    let obj = |x: Value| json!({"type": "object", "properties": {"x": x}, "required": ["x"]});
+    let cases = [
+        (obj(json!({"type": "integer", "enum": [100], "maximum": 10})), "`maximum`"),
+        (obj(json!({"type": "string", "minLength": 5, "maxLength": 2})), "`minLength` 5 is above `maxLength` 2"),
+        (obj(json!({"type": "array", "minItems": 3, "maxItems": 1})), "`minItems` 3 is above `maxItems` 1"),
+        (obj(json!({"type": "string", "const": "abc", "pattern": "^x"})), "`pattern`"),
+        (obj(json!({"type": "object", "enum": [{"a": 1}], "required": ["b"]})), "`required`"),
+        (obj(json!({"type": "number", "minimum": 3, "maximum": 1})), "`minimum`/`maximum`"),
+        (obj(json!(false)), "`false`"),
+        (
+            json!({"$defs": {"node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/node"}},
+                "required": ["next"]}}, "type": "object", "properties": {"x": {"$ref": "#/$defs/node"}},
+                "required": ["x"]}),
+            "requires itself",
+        ),
+    ];
+    for (parameters, names) in cases {
+        for stream in [false, true] {
+            let (status, msg) = refusal(&s, "/v1/chat/completions", &ask(parameters.clone(), stream));
+            assert_eq!(status, 400, "{parameters} stream={stream}: {msg}");
+            assert!(msg.contains("no value satisfies") && msg.contains(names), "{parameters}: {msg}");
+        }
+    }
+    // An optional property that admits nothing is left out; the call is still made.
+    let parameters = json!({"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+        "days": {"type": "integer", "minimum": 9, "maximum": 2}}, "required": ["city"]});
+    let mut r = agent()
+        .post(format!("{}/v1/chat/completions", s.base))
+        .header("content-type", "application/json")
+        .send(ask(parameters, false).to_string())
+        .unwrap();
+    let v: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+    assert_eq!(v["choices"][0]["finish_reason"], "tool_calls", "{v}");
+    let args: Value =
+        serde_json::from_str(v["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].as_str().unwrap())
+            .unwrap();
+    assert!(args["city"].is_string() && args.get("days").is_none(), "{args}");
 }

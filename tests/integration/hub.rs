@@ -348,12 +348,11 @@ fn cli_pull_list_serve_rm_and_the_token_stays_secret() {
     assert!(stdout.contains("test/cli") && stdout.contains(Q4KM) && stdout.contains("Q4_1"), "{stdout}");
 
     // `serve --model REPO_ID` loads the cached pull (offline: no Hub needed).
-    let port = common::server::free_port();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolgate"));
-    cmd.args(["serve", "--model", "test/cli", "--tool-fallback", "generic", "--port", &port.to_string()])
+    cmd.args(["serve", "--model", "test/cli", "--tool-fallback", "generic"])
         .env("HF_HUB_CACHE", &cache)
         .env("HF_HUB_OFFLINE", "1");
-    let server = common::server::spawn(cmd, port).expect("serve --model REPO_ID came up");
+    let server = common::server::spawn_on_any_port(cmd).expect("serve --model REPO_ID came up");
     let mut r = common::server::agent().get(format!("{}/v1/models", server.base)).call().unwrap();
     let models = r.body_mut().read_to_string().unwrap();
     drop(server);

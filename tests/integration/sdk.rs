@@ -44,13 +44,9 @@ fn anthropic_python_sdk() {
 /// JSON call instead of `<tool_call>`: call recovery turns it into a call.
 #[test]
 fn openai_python_sdk_agent_loop_in_auto_on_a_real_tool_model() {
-    let port = crate::common::server::free_port();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolgate"));
-    cmd.arg("serve")
-        .arg("--model")
-        .arg(crate::common::model(crate::common::QWEN_CODER))
-        .args(["--port", &port.to_string()]);
-    let s = crate::common::server::spawn(cmd, port).expect("server did not come up");
+    cmd.arg("serve").arg("--model").arg(crate::common::model(crate::common::QWEN_CODER));
+    let s = crate::common::server::spawn_on_any_port(cmd).expect("server did not come up");
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/agent_loop.py");
     let model = crate::common::QWEN_CODER.trim_end_matches(".gguf");
     let out = Command::new(python()).arg(&path).arg(&s.base).arg(model).output().unwrap();

@@ -1,5 +1,6 @@
 //! Start `toolgate serve` on the real SmolLM2 for end-to-end tests.
 
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -55,17 +56,42 @@ pub fn agent() -> ureq::Agent {
 
 /// Start the server on SmolLM2 with `extra` flags; waits for `/health`.
 pub fn start(extra: &[&str]) -> Server {
-    let port = free_port();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolgate"));
-    cmd.arg("serve").arg("--model").arg(super::model(super::SMOLLM2)).args(["--port", &port.to_string()]).args(extra);
-    spawn(cmd, port).expect("server did not come up")
+    cmd.arg("serve").arg("--model").arg(super::model(super::SMOLLM2)).args(extra);
+    spawn_on_any_port(cmd).expect("server did not come up")
+}
+
+/// Run `cmd` (a `toolgate serve` without `--port`) on a port the server picks itself
+/// (`--port 0`), read the address it prints, and wait up to a minute for `/health`.
+///
+/// A port picked by the test and handed over (`free_port`) can be taken by another
+/// test's server in between; then this test talks to the wrong server.
+pub fn spawn_on_any_port(mut cmd: Command) -> Option<Server> {
+    let mut child = cmd.args(["--port", "0"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Keeps draining the log so the server never blocks on a full pipe.
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(addr) = line.split(" on http://").nth(1).filter(|_| line.starts_with("toolgate serving")) {
+                let _ = tx.send(addr.trim().to_string());
+            }
+        }
+    });
+    let mut server = Server { child, base: String::new() };
+    let addr = rx.recv_timeout(Duration::from_secs(60)).ok()?;
+    server.base = format!("http://{addr}");
+    wait_for_health(server)
 }
 
 /// Run `cmd` (a `toolgate serve` that listens on `port`) and wait up to a minute for
 /// `/health`; `None` (the child killed) if it never answers.
 pub fn spawn(mut cmd: Command, port: u16) -> Option<Server> {
     let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-    let server = Server { child, base: format!("http://127.0.0.1:{port}") };
+    wait_for_health(Server { child, base: format!("http://127.0.0.1:{port}") })
+}
+
+fn wait_for_health(server: Server) -> Option<Server> {
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
         if agent().get(format!("{}/health", server.base)).call().is_ok_and(|r| r.status() == 200) {
