@@ -233,6 +233,53 @@ pub fn prepare_turn(
     parallel: bool,
     mode: ToolMode,
 ) -> Result<PreparedTurn> {
+    prepare_with_prompt(engine, setup, messages, tools, choice, parallel, mode).map(|(turn, _)| turn)
+}
+
+/// [`prepare_turn`] for `tool_choice: auto` with a response format
+/// (`response_format: json_schema` beside tools): in [`ToolMode::Constrained`] the
+/// turn is constrained from its first token to either the calls (the family's layout,
+/// and the bare JSON calls [`Recovery`] reads when call recovery is on) or one JSON
+/// value of `answer`, so a text answer follows the format and a call its tool. A
+/// prompt that opened a reasoning block lets the model finish it first. In
+/// [`ToolMode::Native`] nothing is constrained: the same as [`prepare_turn`].
+///
+/// Cost: as [`prepare_turn`], plus one schema compile for `answer`.
+///
+/// # Errors
+/// As [`prepare_turn`]; [`Error::Schema`] for an `answer` schema that cannot be
+/// compiled or admits no value.
+pub fn prepare_turn_answering(
+    engine: &mut Engine,
+    setup: &ChatSetup,
+    messages: Vec<Value>,
+    tools: &[Tool],
+    parallel: bool,
+    mode: ToolMode,
+    answer: (&Value, SchemaMode),
+) -> Result<PreparedTurn> {
+    let (mut turn, text) = prepare_with_prompt(engine, setup, messages, tools, &ToolChoice::Auto, parallel, mode)?;
+    if let (Some(fmt), ToolMode::Constrained) = (&setup.layout.format, mode) {
+        let tok = engine.tokenizer();
+        let mut grammar = tools::calls_or_answer(fmt, tools, parallel, setup.call_recovery, answer, tok)?;
+        if let Some((_, end)) = setup.reasoning.filter(|(start, _)| text.trim_end().ends_with(start)) {
+            grammar = tools::after_reasoning(end, grammar, tok);
+        }
+        turn.constraint = TurnConstraint::Full(engine.grammar(&grammar.regex, &grammar.rules)?, engine.token_vocab());
+    }
+    Ok(turn)
+}
+
+/// [`prepare_turn`], and the rendered prompt's text.
+fn prepare_with_prompt(
+    engine: &mut Engine,
+    setup: &ChatSetup,
+    messages: Vec<Value>,
+    tools: &[Tool],
+    choice: &ToolChoice,
+    parallel: bool,
+    mode: ToolMode,
+) -> Result<(PreparedTurn, String)> {
     let calls_possible = !tools.is_empty() && *choice != ToolChoice::None;
     let fmt = if calls_possible {
         Some(setup.layout.format.clone().ok_or_else(|| Error::InvalidParameter {
@@ -298,7 +345,7 @@ pub fn prepare_turn(
     let recovery = (setup.call_recovery && calls_possible && *choice == ToolChoice::Auto)
         .then(|| Recovery::new(tools, mode == ToolMode::Constrained));
     let parser = RecoveringParser::new(parser, recovery);
-    Ok(PreparedTurn { prompt, constraint, parser, calls_possible, shortest: Default::default() })
+    Ok((PreparedTurn { prompt, constraint, parser, calls_possible, shortest: Default::default() }, text))
 }
 
 /// Tokens the shortest output a constraint from the first token accepts takes (the

@@ -9,6 +9,7 @@
 //! | [`dfa`] | the lazy DFA over regex-automata's NFA, following rule references as calls |
 //! | [`machine`] | explicit automata (patterns with lengths, `multipleOf`, key sets) built on the DFA |
 //! | [`ir`] | the value grammar ([`ir::Node`]), compile options and limits |
+//! | [`prune`] | emptiness: the parts of a value grammar that admit no value, removed |
 //! | [`dialect`] | how values are spelled: JSON, Gemma 4, text between tags, Python literals |
 //! | [`ecma`] | JSON Schema `pattern`s (ECMA-262) as regexes and automata |
 //! | [`numbers`] | bounded integers and numbers, built-in string formats, as regex text |

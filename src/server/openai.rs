@@ -14,7 +14,7 @@ use futures_util::{stream, StreamExt};
 use serde_json::{json, Value};
 
 use super::{now, read_body, validate, ApiError, AppState, Msg, Running};
-use crate::engine::chat::{prepare_text_turn, prepare_turn, ChatTurn, PreparedTurn};
+use crate::engine::chat::{prepare_text_turn, prepare_turn, prepare_turn_answering, ChatTurn, PreparedTurn};
 use crate::engine::{Engine, GenerateParams};
 use crate::grammar::schema::Mode;
 use crate::grammar::TokenVocab;
@@ -157,10 +157,25 @@ impl ChatRequest {
     /// Render, tokenize and compile: every request error surfaces here, before a
     /// stream starts.
     fn prepare(self, engine: &mut Engine, s: &AppState) -> crate::Result<PreparedTurn> {
+        let answer = self.schema.as_ref().map(|(v, m)| (v, *m));
         if !self.tools.is_empty() && self.choice != ToolChoice::None {
-            prepare_turn(engine, &s.setup, self.messages, &self.tools, &self.choice, self.parallel, s.tool_mode)
+            match (answer, &self.choice) {
+                // A text answer in the response format, or a call.
+                (Some(answer), ToolChoice::Auto) => prepare_turn_answering(
+                    engine,
+                    &s.setup,
+                    self.messages,
+                    &self.tools,
+                    self.parallel,
+                    s.tool_mode,
+                    answer,
+                ),
+                _ => {
+                    prepare_turn(engine, &s.setup, self.messages, &self.tools, &self.choice, self.parallel, s.tool_mode)
+                }
+            }
         } else {
-            prepare_text_turn(engine, &s.setup, self.messages, self.schema.as_ref().map(|(v, m)| (v, *m)))
+            prepare_text_turn(engine, &s.setup, self.messages, answer)
         }
     }
 }

@@ -18,6 +18,7 @@ use crate::grammar::Grammar;
 use crate::tokenizer::{TokenKind, Tokenizer, SPECIAL_PREFIX};
 use crate::{Error, Result};
 use format::{ArgsDialect, BodyKind, ToolFormat};
+use recovery::Recovery;
 
 /// An OpenAI function tool.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -253,6 +254,60 @@ fn calls_regex_with(
     parallel: bool,
     marker: &dyn Fn(&str) -> String,
 ) -> Result<CallsRegex> {
+    let mut rules = Rules::new();
+    let regex = calls_into(f, tools, choice, parallel, marker, &mut rules)?;
+    Ok(CallsRegex { regex, rules })
+}
+
+/// The grammar of a turn in `tool_choice: auto` that has a response format
+/// (`response_format: json_schema`): a text answer follows the format, a call its tool.
+/// It is the calls `calls_regex` writes for `f` (and, when `recovery` is set, the bare
+/// JSON calls small models write instead: [`Recovery::grammar_format`]), or one JSON
+/// value of `schema`, constrained from the first token. Properties of the answer
+/// come in schema order, with no undeclared ones (as [`Grammar::from_schema`]).
+///
+/// Cost: as [`calls_regex`], plus one schema compile.
+///
+/// # Errors
+/// As [`calls_regex`]; [`Error::Schema`] for a `schema` that cannot be compiled (its
+/// pointer under `response_format.json_schema.schema`).
+pub fn calls_or_answer(
+    f: &ToolFormat,
+    tools: &[Tool],
+    parallel: bool,
+    recovery: bool,
+    schema: (&Value, Mode),
+    tok: &Tokenizer,
+) -> Result<CallsRegex> {
+    let mut rules = Rules::new();
+    let marker = |text: &str| marker(text, tok);
+    let mut alternatives = vec![calls_into(f, tools, &ToolChoice::Auto, parallel, &marker, &mut rules)?];
+    if recovery && f.trigger() != Recovery::TRIGGER {
+        let bare = Recovery::grammar_format();
+        alternatives.push(calls_into(&bare, tools, &ToolChoice::Auto, parallel, &marker, &mut rules)?);
+    }
+    let in_format = |e| match e {
+        Error::Schema { pointer, reason } => {
+            Error::Schema { pointer: format!("response_format.json_schema.schema{}", &pointer[1..]), reason }
+        }
+        e => e,
+    };
+    let node = compile_shared(schema.0, schema.1, Objects::Closed).map_err(in_format)?;
+    alternatives.push(to_rules(&node, &Json, &mut rules));
+    let regex = alternatives.iter().map(|a| format!("(?:{a})")).collect::<Vec<_>>().join("|");
+    check_grammar_size(regex.len() + rules.total_len()).map_err(in_format)?;
+    Ok(CallsRegex { regex, rules })
+}
+
+/// The calls' regex, its shared parts written into `rules`.
+fn calls_into(
+    f: &ToolFormat,
+    tools: &[Tool],
+    choice: &ToolChoice,
+    parallel: bool,
+    marker: &dyn Fn(&str) -> String,
+    rules: &mut Rules,
+) -> Result<String> {
     let selected: Vec<&Tool> = match choice {
         ToolChoice::None => {
             return Err(Error::InvalidParameter { name: "tool_choice", reason: "`none` allows no call".into() })
@@ -270,7 +325,6 @@ fn calls_regex_with(
         return Err(Error::InvalidParameter { name: "tools", reason: "no tools declared".into() });
     }
     let mut bodies = Vec::new();
-    let mut rules = Rules::new();
     for t in &selected {
         let mode = if t.function.strict == Some(true) { Mode::Strict } else { Mode::Lenient };
         let in_tool = |e| match e {
@@ -284,10 +338,10 @@ fn calls_regex_with(
         // The call grammar is composed around each tool's arguments; their shared
         // parts go into one table of rules.
         let args = match f.dialect {
-            ArgsDialect::Json => to_rules(&node, &Json, &mut rules),
-            ArgsDialect::Gemma4 => to_rules(&node, &Gemma4, &mut rules),
-            ArgsDialect::XmlParameters => xml_parameters(&node, &mut rules, &f.param_tags()),
-            ArgsDialect::Python => python_kwargs(&node, &mut rules),
+            ArgsDialect::Json => to_rules(&node, &Json, rules),
+            ArgsDialect::Gemma4 => to_rules(&node, &Gemma4, rules),
+            ArgsDialect::XmlParameters => xml_parameters(&node, rules, &f.param_tags()),
+            ArgsDialect::Python => python_kwargs(&node, rules),
         };
         check_grammar_size(args.len() + rules.total_len()).map_err(in_tool)?;
         let name = &t.function.name;
@@ -333,7 +387,7 @@ fn calls_regex_with(
     } else {
         call
     };
-    let regex = if f.has_section() {
+    Ok(if f.has_section() {
         let (open, close) = match (f.list, f.start_opens_list()) {
             (true, true) => (LIST_WS.to_string(), format!("{LIST_WS}\\]")),
             (true, false) => (format!("\\[{LIST_WS}"), format!("{LIST_WS}\\]")),
@@ -342,8 +396,7 @@ fn calls_regex_with(
         format!("{}{nl}{open}{calls}{close}{nl}{}", marker(&f.section_start), marker(&f.section_end))
     } else {
         calls
-    };
-    Ok(CallsRegex { regex, rules })
+    })
 }
 
 /// `calls` preceded by the rest of an open reasoning block: any text without the

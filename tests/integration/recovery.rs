@@ -121,3 +121,76 @@ fn recovered_calls_get_ids_in_the_formats_shape() {
     let id = &out.calls[0].id;
     assert!(id.len() == 9 && id.bytes().all(|b| b.is_ascii_alphanumeric()), "{id}");
 }
+
+/// `response_format` beside tools in `auto` (issue 23), on Qwen2.5-Coder-0.5B: every
+/// answer is either calls valid for their tool or text valid for the format, streamed
+/// or not. Before, the format was dropped whenever tools were present.
+#[test]
+fn a_response_format_beside_tools_in_auto_shapes_the_text_answer() {
+    use std::io::Read;
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"));
+    cmd.arg("serve")
+        .arg("--model")
+        .arg(crate::common::model(crate::common::QWEN_CODER))
+        .args(["--call-recovery", "off"]);
+    let s = crate::common::server::spawn_on_any_port(cmd).expect("server did not come up");
+    let schema = json!({"type": "object", "properties": {"answer": {"type": "string", "maxLength": 200},
+        "confidence": {"type": "number", "minimum": 0, "maximum": 1}}, "required": ["answer", "confidence"]});
+    let format_ok = jsonschema::validator_for(&schema).unwrap();
+    let call_ok = jsonschema::validator_for(&tools()[0].function.parameters).unwrap();
+    let (mut answers, mut calls) = (0, 0);
+    for q in ["What is the capital of France?", "What's the weather in Oslo right now?", "Write a haiku about autumn."]
+    {
+        for stream in [false, true] {
+            let body = json!({"messages": [
+                    {"role": "system", "content": "Answer in JSON with keys answer and confidence, or call a tool for live data."},
+                    {"role": "user", "content": q}],
+                "tools": [{"type": "function", "function": tools()[0].function}], "tool_choice": "auto",
+                "response_format": {"type": "json_schema", "json_schema": {"name": "a", "strict": true, "schema": schema}},
+                "max_tokens": 80, "temperature": 0, "stream": stream, "cache_prompt": false});
+            let mut r = crate::common::server::agent()
+                .post(format!("{}/v1/chat/completions", s.base))
+                .header("content-type", "application/json")
+                .send(body.to_string())
+                .unwrap();
+            let mut text = String::new();
+            r.body_mut().as_reader().read_to_string(&mut text).unwrap();
+            // The message, whole or put together from the stream's deltas.
+            let (content, tool_args, finish) = if stream {
+                let (mut content, mut args, mut finish) = (String::new(), Vec::<String>::new(), String::new());
+                for line in text.lines().filter_map(|l| l.strip_prefix("data: ")).filter(|l| *l != "[DONE]") {
+                    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+                    let c = &v["choices"][0];
+                    content += c["delta"]["content"].as_str().unwrap_or("");
+                    for t in c["delta"]["tool_calls"].as_array().into_iter().flatten() {
+                        let i = t["index"].as_u64().unwrap() as usize;
+                        args.resize(args.len().max(i + 1), String::new());
+                        args[i] += t["function"]["arguments"].as_str().unwrap_or("");
+                    }
+                    finish = c["finish_reason"].as_str().map(str::to_string).unwrap_or(finish);
+                }
+                (content, args, finish)
+            } else {
+                let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+                let m = &v["choices"][0]["message"];
+                let args = m["tool_calls"].as_array().into_iter().flatten();
+                let args = args.map(|t| t["function"]["arguments"].as_str().unwrap().to_string()).collect();
+                (m["content"].as_str().unwrap_or("").to_string(), args, v["choices"][0]["finish_reason"].to_string())
+            };
+            if tool_args.is_empty() {
+                let v: serde_json::Value =
+                    serde_json::from_str(&content).unwrap_or_else(|e| panic!("{q}: {e}: {content}"));
+                assert!(format_ok.is_valid(&v) && finish.contains("stop"), "{q} stream={stream}: {content} {finish}");
+                answers += 1;
+            } else {
+                for a in &tool_args {
+                    assert!(call_ok.is_valid(&serde_json::from_str(a).unwrap()), "{q}: {a}");
+                }
+                assert!(content.trim().is_empty() && finish.contains("tool_calls"), "{q}: {content:?} {finish}");
+                calls += 1;
+            }
+        }
+    }
+    // This model answers the first question in the format, and calls for the others.
+    assert!(answers >= 2 && calls >= 2, "answers {answers}, calls {calls}");
+}
