@@ -475,6 +475,14 @@ impl PreparedTurn {
                 engine.generate_with(&prompt, &params, Constraint::Always(&mut m), &mut feed, &mut on_logprob)?
             }
         };
+        // Stopped on an end-of-generation token (never shown as text): it may be what
+        // closes the open call (gpt-oss's `<|call|>`).
+        if let (FinishReason::Stop, Some(&last)) = (gen.finish_reason, gen.tokens.last()) {
+            if engine.tokenizer().eog_tokens().contains(&last) {
+                let marker = engine.tokenizer().decode(&[last], false);
+                parser.end_of_turn(&marker).into_iter().for_each(&mut on_event);
+            }
+        }
         parser.finish().into_iter().for_each(&mut on_event);
         let (out, recovered_calls) = parser.into_output();
         let finish_reason = match gen.finish_reason {

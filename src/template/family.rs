@@ -33,8 +33,12 @@ pub const FAMILIES: &[(&str, &[&str])] = &[
 /// Reasoning-block markers, `(start, end)`, most specific first: a template whose
 /// source names both writes (or expects) reasoning that way. Adding a reasoning
 /// dialect is one row.
-pub const REASONING_MARKERS: &[(&str, &str)] =
-    &[("<think>", "</think>"), ("[THINK]", "[/THINK]"), ("<|START_THINKING|>", "<|END_THINKING|>")];
+pub const REASONING_MARKERS: &[(&str, &str)] = &[
+    ("<think>", "</think>"),
+    ("[THINK]", "[/THINK]"),
+    ("<|START_THINKING|>", "<|END_THINKING|>"),
+    crate::tools::harmony::HARMONY_REASONING,
+];
 
 /// The reasoning markers of a template, from its source.
 ///

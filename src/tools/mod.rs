@@ -4,6 +4,7 @@
 pub mod definition;
 pub mod derive;
 pub mod format;
+pub mod harmony;
 pub mod reasoning;
 pub mod recovery;
 pub mod stream;

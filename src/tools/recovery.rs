@@ -240,6 +240,12 @@ impl RecoveringParser {
         self.filter(events)
     }
 
+    /// [`StreamParser::end_of_turn`]: the turn ended on a control token with this text.
+    pub fn end_of_turn(&mut self, marker: &str) -> Vec<StreamEvent> {
+        let events = self.inner.end_of_turn(marker);
+        self.filter(events)
+    }
+
     /// The turn ended: the last events, recovered calls included.
     pub fn finish(&mut self) -> Vec<StreamEvent> {
         let events = self.inner.finish();

@@ -112,6 +112,8 @@ pub struct StreamParser {
     out: ParsedOutput,
     finished: bool,
     reasoning: Option<super::reasoning::ReasoningSplitter>,
+    /// Harmony's message headers, rewritten before anything else reads the text.
+    harmony: Option<super::harmony::HarmonyFilter>,
     /// Per function, its parameters declared as strings (for dialects without quotes).
     string_params: std::collections::HashMap<String, std::collections::HashSet<String>>,
 }
@@ -202,6 +204,7 @@ impl StreamParser {
             out: ParsedOutput::default(),
             finished: false,
             reasoning: None,
+            harmony: None,
             string_params: Default::default(),
         }
     }
@@ -230,8 +233,19 @@ impl StreamParser {
     /// [`super::reasoning`]): its text becomes [`StreamEvent::Reasoning`] and
     /// [`ParsedOutput::reasoning`], never content. `starts_inside` when the prompt
     /// already ends with `start`.
+    ///
+    /// Harmony's reasoning markers ([`super::harmony::HARMONY_REASONING`]) also turn on
+    /// the [`super::harmony::HarmonyFilter`]: every message header the model writes is
+    /// read and rewritten into this parser's layout before anything else sees it.
     pub fn with_reasoning(mut self, start: &str, end: &str, starts_inside: bool) -> Self {
         self.reasoning = Some(super::reasoning::ReasoningSplitter::new(start, end, starts_inside));
+        if (start, end) == super::harmony::HARMONY_REASONING {
+            let (call_start, name_end) = match &self.fmt {
+                Some(f) => (f.call_start.as_str(), f.name_end.as_str()),
+                None => ("to=functions.", "<|channel|>commentary json<|message|>"),
+            };
+            self.harmony = Some(super::harmony::HarmonyFilter::new(call_start, name_end));
+        }
         self
     }
 
@@ -256,6 +270,14 @@ impl StreamParser {
         if self.finished {
             return ev;
         }
+        let rewritten;
+        let text = match &mut self.harmony {
+            Some(h) => {
+                rewritten = h.push(text);
+                rewritten.as_str()
+            }
+            None => text,
+        };
         if let Some(r) = &mut self.reasoning {
             let pieces = r.push(text);
             self.pieces(pieces, &mut ev);
@@ -266,12 +288,48 @@ impl StreamParser {
         ev
     }
 
+    /// The turn ended on an end-of-generation control token whose text is `marker`
+    /// (the engine stops there and never shows it as text). When a call or section is
+    /// open and `marker` is what closes it (gpt-oss's `<|call|>` ends both the call
+    /// and the turn), it is read as that closer, so the call is complete; otherwise
+    /// nothing happens. Call before [`Self::finish`]. Returns the deltas it completes.
+    ///
+    /// ```
+    /// use toolgate::tools::format::ToolFormat;
+    /// use toolgate::tools::stream::StreamParser;
+    /// let fmt: ToolFormat = serde_json::from_value(serde_json::json!({"family": "harmony-like",
+    ///     "description": "", "call_start": "to=functions.", "call_end": "<|call|>",
+    ///     "body": "name_then_arguments", "name_end": "<|message|>"}))?;
+    /// let mut p = StreamParser::new(Some(fmt), false, 0);
+    /// p.push("to=functions.f<|message|>{\"a\": 1}");
+    /// p.end_of_turn("<|call|>");
+    /// p.finish();
+    /// assert_eq!(p.output().calls[0].function.name, "f");
+    /// assert!(!p.output().truncated);
+    /// # Ok::<(), serde_json::Error>(())
+    /// ```
+    pub fn end_of_turn(&mut self, marker: &str) -> Vec<StreamEvent> {
+        let closes = match (&self.at, &self.fmt) {
+            (Place::Call(_), Some(f)) => f.call_end == marker || (f.call_end.is_empty() && f.section_end == marker),
+            (Place::Section(_), Some(f)) => f.section_end == marker,
+            _ => false,
+        };
+        if closes && !marker.is_empty() {
+            self.push(marker)
+        } else {
+            Vec::new()
+        }
+    }
+
     /// End of the text: flush what was held back. A call still open is truncated (see
     /// [`ParsedOutput::truncated`]); a malformed one still open goes to the content.
     pub fn finish(&mut self) -> Vec<StreamEvent> {
         let mut ev = Vec::new();
         if self.finished {
             return ev;
+        }
+        if let Some(rest) = self.harmony.take().map(|mut h| h.finish()) {
+            ev.extend(self.push(&rest));
         }
         if let Some(r) = &mut self.reasoning {
             let pieces = r.finish();

@@ -276,3 +276,61 @@ fn reasoning_edge_cases() {
     // An empty block (thinking disabled) leaves only the answer.
     assert_eq!(run(&["<think>\n\n</think>\n\nParis."], false), ("".into(), "Paris.".into()));
 }
+
+/// gpt-oss (harmony, issue 22): the analysis channel is reasoning, `final` is the
+/// answer without its headers, and a call reads the same in either header order (the
+/// model's `<|channel|>commentary to=functions.NAME <|constrain|>json` and the
+/// template's ` to=functions.NAME<|channel|>commentary json`), at every split point,
+/// also when generation stopped on `<|call|>` (never shown as text).
+#[test]
+fn harmony_channels_and_both_call_header_orders_at_every_split() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/templates/openai-gpt-oss-120b.jinja");
+    let src = std::fs::read_to_string(&path).unwrap();
+    let templates = toolgate::template::source::GgufTemplates { default: Some(src), tool_use: None };
+    let setup = toolgate::template::inspect(&templates, None, None).unwrap();
+    let (start, end) = setup.reasoning.expect("harmony's analysis channel is read as reasoning");
+    let fmt = setup.layout.format.clone().expect("a derived layout");
+    let think = "<|channel|>analysis<|message|>User wants the weather.<|end|><|start|>assistant";
+    let model_order = format!(
+        "{think}<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{{\"city\":\"Oslo\"}}"
+    );
+    let template_order =
+        format!("{think} to=functions.get_weather<|channel|>commentary json<|message|>{{\"city\":\"Oslo\"}}");
+    let answer = format!("{think}<|channel|>final<|message|>It is sunny in Oslo.");
+    let preamble = "<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Oslo\"}<|call|>";
+    for (text, calls, content, reasoning) in [
+        (model_order.as_str(), 1, "", "User wants the weather."),
+        (template_order.as_str(), 1, "", "User wants the weather."),
+        (answer.as_str(), 0, "It is sunny in Oslo.", "User wants the weather."),
+        (preamble, 1, "Checking.", ""),
+    ] {
+        for incremental in [false, true] {
+            for at in char_splits(text) {
+                let mut p = StreamParser::new(Some(fmt.clone()), incremental, 1).with_reasoning(start, end, false);
+                let mut ev = p.push(&text[..at]);
+                ev.extend(p.push(&text[at..]));
+                // As the engine does when generation stopped on an end-of-generation token.
+                ev.extend(p.end_of_turn("<|call|>"));
+                ev.extend(p.finish());
+                let out = p.into_output();
+                assert_eq!(
+                    (out.calls.len(), out.content.as_str(), out.reasoning.as_str()),
+                    (calls, content, reasoning),
+                    "split at {at}: {text:?} → {out:?}"
+                );
+                assert!(!out.truncated, "split at {at}: {text:?}");
+                if calls == 1 {
+                    assert_eq!(out.calls[0].function.name, "get_weather");
+                    assert_eq!(out.calls[0].function.arguments, "{\"city\":\"Oslo\"}");
+                }
+                let agg = aggregate(&ev);
+                assert_eq!((agg.reasoning, agg.content), (out.reasoning, out.content), "split at {at}");
+            }
+        }
+    }
+    // Text that is not harmony passes through as it was.
+    let mut p = StreamParser::new(Some(fmt), false, 1).with_reasoning(start, end, false);
+    p.push("Just text, no headers.");
+    p.finish();
+    assert_eq!(p.output().content, "Just text, no headers.");
+}
