@@ -92,15 +92,20 @@ impl Pruner<'_> {
                 Some(Node::Array { prefix: kept, items, min, max: longest })
             }
             Node::Object { properties, additional, patterns, extra_keys, dependencies, non_empty } => {
-                let mut kept = Vec::with_capacity(properties.len());
-                let mut gone: Vec<String> = Vec::new();
+                // Where undeclared names may be written (extras, pattern names), a
+                // declared name stays declared even with no value: removing it would let
+                // it be written as an extra (with the extras' schema, not its own). It
+                // keeps a `Never` value there, a dead end the mask cannot avoid; only
+                // closed objects lose such a property outright.
+                let names_open = additional.is_some() || !patterns.is_empty();
+                let mut kept: Vec<(String, Option<Node>, bool)> = Vec::with_capacity(properties.len());
                 for (name, value, required) in properties {
                     match self.prune(value) {
-                        Some(v) => kept.push((name, v, required)),
                         None if required => return None,
-                        None => gone.push(name),
+                        v => kept.push((name, v, required)),
                     }
                 }
+                let mut gone: Vec<String> = kept.iter().filter(|p| p.1.is_none()).map(|p| p.0.clone()).collect();
                 // A property that needs one with no value cannot be written either.
                 loop {
                     let before = gone.len();
@@ -116,14 +121,22 @@ impl Pruner<'_> {
                 if kept.iter().any(|(n, _, r)| *r && gone.contains(n)) {
                     return None;
                 }
-                kept.retain(|(n, _, _)| !gone.contains(n));
+                let kept: Vec<(String, Node, bool)> = kept
+                    .into_iter()
+                    .filter_map(|(n, v, r)| match (gone.contains(&n), v) {
+                        (false, Some(v)) => Some((n, v, r)),
+                        _ if names_open => Some((n, Node::Never, r)),
+                        _ => None,
+                    })
+                    .collect();
                 let dependencies: Vec<(String, Vec<String>)> =
-                    dependencies.into_iter().filter(|(a, _)| !gone.contains(a)).collect();
+                    dependencies.into_iter().filter(|(a, _)| names_open || !gone.contains(a)).collect();
                 let extra_keys = extra_keys.filter(|m| !m.states.is_empty());
                 let additional = additional.and_then(|a| self.prune(*a)).map(Box::new);
                 let patterns: Vec<(String, Node)> =
                     patterns.into_iter().filter_map(|(p, v)| self.prune(v).map(|v| (p, v))).collect();
-                if non_empty && kept.is_empty() && additional.is_none() && patterns.is_empty() {
+                let writable = kept.iter().any(|p| p.1 != Node::Never);
+                if non_empty && !writable && additional.is_none() && patterns.is_empty() {
                     return None;
                 }
                 Some(Node::Object { properties: kept, additional, patterns, extra_keys, dependencies, non_empty })
