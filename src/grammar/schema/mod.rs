@@ -155,6 +155,22 @@ struct Compiler<'a> {
     literal_checks: std::cell::RefCell<LiteralChecks>,
 }
 
+/// Point every local `$ref` (`#…`) in `v` at the document registered as `base`.
+fn rebase_refs(v: &mut Value, base: &str) {
+    match v {
+        Value::Object(o) => {
+            for (k, x) in o.iter_mut() {
+                match x {
+                    Value::String(r) if k == "$ref" && r.starts_with('#') => *r = format!("{base}{r}"),
+                    _ => rebase_refs(x, base),
+                }
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| rebase_refs(x, base)),
+        _ => {}
+    }
+}
+
 /// Validators for `enum`/`const` siblings, keyed by the siblings' JSON text; the error
 /// text when they could not be built.
 type LiteralChecks =
@@ -487,20 +503,33 @@ impl<'a> Compiler<'a> {
         let validator = match cached {
             Some(v) => v,
             None => {
-                if key.contains("\"$ref\"") {
-                    for k in ["$schema", "$defs", "definitions"] {
-                        if let Some(v) = self.root.get(k) {
-                            siblings.entry(k.to_string()).or_insert_with(|| v.clone());
-                        }
-                    }
-                } else if let Some(v) = self.root.get("$schema") {
+                if let Some(v) = self.root.get("$schema") {
                     siblings.insert("$schema".into(), v.clone());
                 }
-                let built = jsonschema::options()
-                    .should_validate_formats(true)
-                    .build(&Value::Object(siblings))
-                    .map(std::sync::Arc::new)
-                    .map_err(|e| e.to_string());
+                let built = if key.contains("\"$ref\"") {
+                    // The siblings' local `$ref`s point into the whole document: it is
+                    // registered as a resource and they are rewritten to point there.
+                    const ROOT: &str = "urn:toolgate:schema";
+                    let mut siblings = Value::Object(siblings);
+                    rebase_refs(&mut siblings, ROOT);
+                    jsonschema::Registry::new()
+                        .add(ROOT, self.root.clone())
+                        .and_then(|r| r.prepare())
+                        .map_err(|e| e.to_string())
+                        .and_then(|registry| {
+                            jsonschema::options()
+                                .should_validate_formats(true)
+                                .with_registry(&registry)
+                                .build(&siblings)
+                                .map_err(|e| e.to_string())
+                        })
+                } else {
+                    jsonschema::options()
+                        .should_validate_formats(true)
+                        .build(&Value::Object(siblings))
+                        .map_err(|e| e.to_string())
+                }
+                .map(std::sync::Arc::new);
                 self.literal_checks.borrow_mut().insert(key, built.clone());
                 built
             }
