@@ -231,7 +231,9 @@ pub enum Node {
     },
     /// An object with properties in schema order.
     Object {
-        /// `(name, grammar, required)`.
+        /// `(name, grammar, required)`. A [`Node::Never`] grammar (what
+        /// [`super::prune`] leaves of a property with no value in an object open to
+        /// other names): the property is never written, and its name is no extra.
         properties: Vec<(String, Node, bool)>,
         /// Extra properties allowed after the declared ones, with this value grammar.
         additional: Option<Box<Node>>,

@@ -95,8 +95,8 @@ impl Pruner<'_> {
                 // Where undeclared names may be written (extras, pattern names), a
                 // declared name stays declared even with no value: removing it would let
                 // it be written as an extra (with the extras' schema, not its own). It
-                // keeps a `Never` value there, a dead end the mask cannot avoid; only
-                // closed objects lose such a property outright.
+                // keeps a `Never` value, which the emitters read as "never written, but
+                // not an extra either"; closed objects lose such a property outright.
                 let names_open = additional.is_some() || !patterns.is_empty();
                 let mut kept: Vec<(String, Option<Node>, bool)> = Vec::with_capacity(properties.len());
                 for (name, value, required) in properties {
@@ -129,8 +129,9 @@ impl Pruner<'_> {
                         _ => None,
                     })
                     .collect();
+                // A gone property brings nothing; one that stays brings only kept ones.
                 let dependencies: Vec<(String, Vec<String>)> =
-                    dependencies.into_iter().filter(|(a, _)| names_open || !gone.contains(a)).collect();
+                    dependencies.into_iter().filter(|(a, _)| !gone.contains(a)).collect();
                 let extra_keys = extra_keys.filter(|m| !m.states.is_empty());
                 let additional = additional.and_then(|a| self.prune(*a)).map(Box::new);
                 let patterns: Vec<(String, Node)> =

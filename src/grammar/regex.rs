@@ -179,7 +179,10 @@ fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
         Node::Object { properties, additional, patterns, extra_keys, dependencies, non_empty } => {
             let colon = d.colon();
             let comma = d.comma();
-            let elems: Vec<(String, bool)> = properties
+            // A declared property with no value (`Never`, left by `prune` where extras
+            // are allowed) is never written, but its name stays out of the extras.
+            let writable: Vec<&(String, Node, bool)> = properties.iter().filter(|p| p.1 != Node::Never).collect();
+            let elems: Vec<(String, bool)> = writable
                 .iter()
                 .map(|(name, n, req)| {
                     let value = emit(n, d, rules);
@@ -229,7 +232,7 @@ fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
                 _ => Some(format!("(?:{})", extras.join("|"))),
             };
             // `dependencies` as bit masks over the properties (every name is one).
-            let index = |name: &str| properties.iter().position(|(n, _, _)| n == name);
+            let index = |name: &str| writable.iter().position(|(n, _, _)| n == name);
             let deps: Option<Vec<(usize, u128)>> = dependencies
                 .iter()
                 .map(|(a, bs)| {
@@ -607,12 +610,13 @@ pub fn xml_parameters(node: &Node, rules: &mut Rules, tags: &ParamTags) -> Strin
                 // At least one parameter: the JSON objects' layout, without separators.
                 let elems: Vec<(String, bool)> = properties
                     .iter()
+                    .filter(|p| p.1 != Node::Never)
                     .map(|(name, n, required)| (param(&escape(name), value(n, rules, close)), *required))
                     .collect();
                 props_first(&elems, extra.as_deref(), Members::new("", true), rules)
             } else {
                 let mut out = String::new();
-                for (name, n, required) in properties {
+                for (name, n, required) in properties.iter().filter(|p| p.1 != Node::Never) {
                     let p = param(&escape(name), value(n, rules, close));
                     out.push_str(&if *required { p } else { format!("(?:{p})?") });
                 }
@@ -640,6 +644,7 @@ pub fn python_kwargs(node: &Node, rules: &mut Rules) -> String {
         Node::Object { properties, additional, non_empty, extra_keys, .. } => {
             let elems: Vec<(String, bool)> = properties
                 .iter()
+                .filter(|p| p.1 != Node::Never)
                 .map(|(name, n, req)| (format!("{}={}", escape(name), emit(n, &Python, rules)), *req))
                 .collect();
             let names: Vec<&str> = properties.iter().map(|(n, _, _)| n.as_str()).collect();

@@ -1096,6 +1096,12 @@ fn contradictory_keywords_are_intersected_and_empty_parts_removed() {
     let g = grammar(json!({"type": "object", "properties": {"a": {"type": "integer"},
         "b": {"type": "string", "minLength": 3, "maxLength": 1}}}));
     assert!(g.matches(br#"{"a":1}"#) && !g.is_prefix(br#"{"b""#) && !g.is_prefix(br#"{"a":1,"b""#));
+    // In an object open to extras, such a property is neither written nor an extra.
+    let open = json!({"type": "object", "properties": {"a": {"type": "integer"},
+        "b": {"type": "string", "minLength": 3, "maxLength": 1}}});
+    let open = Grammar::from_schema_with(&open, Mode::Strict, Objects::Open, &Json).unwrap();
+    assert!(open.matches(br#"{"a":1,"c":2}"#) && open.matches(br#"{"bb":1}"#));
+    assert!(!open.is_prefix(br#"{"b""#) && !open.is_prefix(br#"{"a":1,"b""#));
     let g = grammar(json!({"anyOf": [{"type": "integer", "minimum": 5, "maximum": 1}, {"type": "boolean"}]}));
     assert!(g.matches(b"true") && !g.is_prefix(b"1"));
     let g =
