@@ -233,7 +233,7 @@ pub fn prepare_turn(
     parallel: bool,
     mode: ToolMode,
 ) -> Result<PreparedTurn> {
-    prepare_with_prompt(engine, setup, messages, tools, choice, parallel, mode).map(|(turn, _)| turn)
+    prepare_tools(engine, setup, messages, ToolTurn { tools, choice, parallel, mode }, None)
 }
 
 /// [`prepare_turn`] for `tool_choice: auto` with a response format
@@ -258,28 +258,28 @@ pub fn prepare_turn_answering(
     mode: ToolMode,
     answer: (&Value, SchemaMode),
 ) -> Result<PreparedTurn> {
-    let (mut turn, text) = prepare_with_prompt(engine, setup, messages, tools, &ToolChoice::Auto, parallel, mode)?;
-    if let (Some(fmt), ToolMode::Constrained) = (&setup.layout.format, mode) {
-        let tok = engine.tokenizer();
-        let mut grammar = tools::calls_or_answer(fmt, tools, parallel, setup.call_recovery, answer, tok)?;
-        if let Some((_, end)) = setup.reasoning.filter(|(start, _)| text.trim_end().ends_with(start)) {
-            grammar = tools::after_reasoning(end, grammar, tok);
-        }
-        turn.constraint = TurnConstraint::Full(engine.grammar(&grammar.regex, &grammar.rules)?, engine.token_vocab());
-    }
-    Ok(turn)
+    let turn = ToolTurn { tools, choice: &ToolChoice::Auto, parallel, mode };
+    prepare_tools(engine, setup, messages, turn, Some(answer))
 }
 
-/// [`prepare_turn`], and the rendered prompt's text.
-fn prepare_with_prompt(
+/// What a turn with tools may call, and how calls are read.
+#[derive(Clone, Copy)]
+struct ToolTurn<'a> {
+    tools: &'a [Tool],
+    choice: &'a ToolChoice,
+    parallel: bool,
+    mode: ToolMode,
+}
+
+/// [`prepare_turn`], and with `answer` [`prepare_turn_answering`] (only for `auto`).
+fn prepare_tools(
     engine: &mut Engine,
     setup: &ChatSetup,
     messages: Vec<Value>,
-    tools: &[Tool],
-    choice: &ToolChoice,
-    parallel: bool,
-    mode: ToolMode,
-) -> Result<(PreparedTurn, String)> {
+    turn: ToolTurn<'_>,
+    answer: Option<(&Value, SchemaMode)>,
+) -> Result<PreparedTurn> {
+    let ToolTurn { tools, choice, parallel, mode } = turn;
     let calls_possible = !tools.is_empty() && *choice != ToolChoice::None;
     let fmt = if calls_possible {
         Some(setup.layout.format.clone().ok_or_else(|| Error::InvalidParameter {
@@ -308,9 +308,11 @@ fn prepare_with_prompt(
     if let (Some(fmt), ToolMode::Constrained) = (&fmt, mode) {
         tools::check_vocabulary(fmt, tok)?;
     }
-    let constraint = match (&fmt, mode, choice) {
-        (None, _, _) | (_, ToolMode::Native, _) => TurnConstraint::Free,
-        (Some(fmt), ToolMode::Constrained, ToolChoice::Auto) => {
+    // A prompt that opens a reasoning block (Qwen 3.5's `<think>\n`).
+    let opened = setup.reasoning.filter(|(start, _)| text.trim_end().ends_with(start));
+    let constraint = match (&fmt, mode, choice, answer) {
+        (None, ..) | (_, ToolMode::Native, ..) => TurnConstraint::Free,
+        (Some(fmt), ToolMode::Constrained, ToolChoice::Auto, None) => {
             let calls = tools::calls_regex(fmt, tools, choice, parallel, tok)?;
             let recovery = if setup.call_recovery && fmt.trigger() != Recovery::TRIGGER {
                 let r = tools::calls_regex(&Recovery::grammar_format(), tools, choice, parallel, tok)?;
@@ -324,16 +326,18 @@ fn prepare_with_prompt(
                 trigger: tools::marker_bytes(fmt.trigger(), tok),
                 recovery,
                 reasoning: setup.reasoning.map(|(start, end)| {
-                    let open = text.trim_end().ends_with(start);
-                    (tools::marker_bytes(start, tok), tools::marker_bytes(end, tok), open)
+                    (tools::marker_bytes(start, tok), tools::marker_bytes(end, tok), opened.is_some())
                 }),
             })
         }
-        (Some(fmt), ToolMode::Constrained, _) => {
-            let mut calls = tools::calls_regex(fmt, tools, choice, parallel, tok)?;
-            // A prompt that opens a reasoning block (Qwen 3.5's `<think>\n`): the model
-            // finishes its reasoning, then must call.
-            if let Some((_, end)) = setup.reasoning.filter(|(start, _)| text.trim_end().ends_with(start)) {
+        (Some(fmt), ToolMode::Constrained, _, answer) => {
+            let mut calls = match answer {
+                Some(answer) => tools::calls_or_answer(fmt, tools, parallel, setup.call_recovery, answer, tok)?,
+                None => tools::calls_regex(fmt, tools, choice, parallel, tok)?,
+            };
+            // After an opened reasoning block: the model finishes it, then must call
+            // (or answer).
+            if let Some((_, end)) = opened {
                 calls = tools::after_reasoning(end, calls, tok);
             }
             TurnConstraint::Full(engine.grammar(&calls.regex, &calls.rules)?, engine.token_vocab())
@@ -345,7 +349,7 @@ fn prepare_with_prompt(
     let recovery = (setup.call_recovery && calls_possible && *choice == ToolChoice::Auto)
         .then(|| Recovery::new(tools, mode == ToolMode::Constrained));
     let parser = RecoveringParser::new(parser, recovery);
-    Ok((PreparedTurn { prompt, constraint, parser, calls_possible, shortest: Default::default() }, text))
+    Ok(PreparedTurn { prompt, constraint, parser, calls_possible, shortest: Default::default() })
 }
 
 /// Tokens the shortest output a constraint from the first token accepts takes (the

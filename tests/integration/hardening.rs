@@ -193,6 +193,19 @@ fn refusal(s: &Server, path: &str, body: &Value) -> (u16, String) {
     (status, v["error"]["message"].as_str().unwrap_or_default().to_string())
 }
 
+/// Post a chat completion that must end in a call; the first call's arguments.
+fn first_call_arguments(s: &Server, body: &Value) -> Value {
+    let mut r = agent()
+        .post(format!("{}/v1/chat/completions", s.base))
+        .header("content-type", "application/json")
+        .send(body.to_string())
+        .unwrap();
+    let v: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+    assert_eq!(v["choices"][0]["finish_reason"], "tool_calls", "{v}");
+    let args = v["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].as_str().unwrap();
+    serde_json::from_str(args).unwrap()
+}
+
 #[test]
 fn careless_requests_are_400s_that_name_what_is_wrong() {
     let s = start(&["--tool-fallback", "generic"]);
@@ -311,17 +324,8 @@ fn a_required_call_the_budget_cannot_hold_is_refused_before_generating() {
     // The count it names is enough: a complete call within exactly that budget.
     let (_, msg) = refusal(&s, "/v1/chat/completions", &ask(json!("required"), 1, false));
     let need: u64 = msg.split("takes ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
-    let mut r = agent()
-        .post(format!("{}/v1/chat/completions", s.base))
-        .header("content-type", "application/json")
-        .send(ask(named, need, false).to_string())
-        .unwrap();
-    let v: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
-    assert_eq!(v["choices"][0]["finish_reason"], "tool_calls", "{v}");
-    let args: Value =
-        serde_json::from_str(v["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].as_str().unwrap())
-            .unwrap();
-    assert!(args["city"].is_string(), "{v}");
+    let args = first_call_arguments(&s, &ask(named, need, false));
+    assert!(args["city"].is_string(), "{args}");
     // Anthropic `any` likewise; `auto` may answer in text, so it is not refused.
     let (status, msg) = refusal(
         &s,
@@ -412,15 +416,6 @@ fn schemas_that_admit_no_value_are_400s_naming_the_keywords() {
     // An optional property that admits nothing is left out; the call is still made.
     let parameters = json!({"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
         "days": {"type": "integer", "minimum": 9, "maximum": 2}}, "required": ["city"]});
-    let mut r = agent()
-        .post(format!("{}/v1/chat/completions", s.base))
-        .header("content-type", "application/json")
-        .send(ask(parameters, false).to_string())
-        .unwrap();
-    let v: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
-    assert_eq!(v["choices"][0]["finish_reason"], "tool_calls", "{v}");
-    let args: Value =
-        serde_json::from_str(v["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].as_str().unwrap())
-            .unwrap();
+    let args = first_call_arguments(&s, &ask(parameters, false));
     assert!(args["city"].is_string() && args.get("days").is_none(), "{args}");
 }

@@ -498,7 +498,7 @@ impl<'a> Compiler<'a> {
         }
         // One validator per distinct set of siblings: a `$ref` target is expanded
         // wherever it is reached, and a large document's definitions are copied once.
-        let key = Value::Object(siblings.clone()).to_string();
+        let key = serde_json::to_string(&siblings).unwrap_or_default();
         let cached = self.literal_checks.borrow().get(&key).cloned();
         let validator = match cached {
             Some(v) => v,
