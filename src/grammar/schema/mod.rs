@@ -153,7 +153,13 @@ struct Compiler<'a> {
     empty: std::cell::RefCell<Vec<(String, String)>>,
     /// The validators [`Compiler::filter_literals`] built, by the keywords they check.
     literal_checks: std::cell::RefCell<LiteralChecks>,
+    /// The document as a `jsonschema` resource ([`ROOT_URI`]), for literal checks
+    /// whose keywords hold a `$ref`: built at the first such check.
+    registry: std::cell::OnceCell<std::result::Result<jsonschema::Registry<'a>, String>>,
 }
+
+/// Where [`Compiler::filter_literals`] registers the schema document.
+const ROOT_URI: &str = "urn:toolgate:schema";
 
 /// Point every local `$ref` (`#…`) in `v` at the document registered as `base`.
 fn rebase_refs(v: &mut Value, base: &str) {
@@ -201,6 +207,7 @@ impl<'a> Compiler<'a> {
             implied_only: Default::default(),
             empty: Default::default(),
             literal_checks: Default::default(),
+            registry: Default::default(),
         }
     }
 
@@ -508,21 +515,23 @@ impl<'a> Compiler<'a> {
                 }
                 let built = if key.contains("\"$ref\"") {
                     // The siblings' local `$ref`s point into the whole document: it is
-                    // registered as a resource and they are rewritten to point there.
-                    const ROOT: &str = "urn:toolgate:schema";
+                    // registered (borrowed, once per compile) as a resource and they are
+                    // rewritten to point there.
                     let mut siblings = Value::Object(siblings);
-                    rebase_refs(&mut siblings, ROOT);
-                    jsonschema::Registry::new()
-                        .add(ROOT, self.root.clone())
-                        .and_then(|r| r.prepare())
-                        .map_err(|e| e.to_string())
-                        .and_then(|registry| {
-                            jsonschema::options()
-                                .should_validate_formats(true)
-                                .with_registry(&registry)
-                                .build(&siblings)
-                                .map_err(|e| e.to_string())
-                        })
+                    rebase_refs(&mut siblings, ROOT_URI);
+                    let registry = self.registry.get_or_init(|| {
+                        jsonschema::Registry::new()
+                            .add(ROOT_URI, self.root)
+                            .and_then(|r| r.prepare())
+                            .map_err(|e| e.to_string())
+                    });
+                    registry.as_ref().map_err(Clone::clone).and_then(|registry| {
+                        jsonschema::options()
+                            .should_validate_formats(true)
+                            .with_registry(registry)
+                            .build(&siblings)
+                            .map_err(|e| e.to_string())
+                    })
                 } else {
                     jsonschema::options()
                         .should_validate_formats(true)
