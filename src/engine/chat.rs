@@ -71,7 +71,8 @@ pub fn encode_chat_within(
     context: usize,
 ) -> Result<(String, Vec<u32>)> {
     let caps = setup.report.caps;
-    let messages = transform::shape_fields(messages, caps.supports_object_arguments, caps.supports_typed_content);
+    let object_arguments = caps.supports_object_arguments && !setup.layout.string_arguments;
+    let messages = transform::shape_fields(messages, object_arguments, caps.supports_typed_content);
     let mut messages = transform::apply(messages, setup.policy);
     messages.iter_mut().for_each(|m| wrap_if_special(m, tok));
     let req = RenderRequest {

@@ -375,6 +375,113 @@ impl Dialect for Python {
     }
 }
 
+/// Python literals with strings in single quotes, as Python's `repr` writes them
+/// (LFM2.5's pythonic calls: `(city='Oslo', tags=['a'])`): the escapes `\\`, `\'`,
+/// `\n`, `\r`, `\t` and `\uXXXX`, dict keys in single quotes, numbers as in JSON,
+/// `True`/`False`/`None`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PythonSingle;
+
+const SINGLE_CHAR: &str = r"(?:[^'\\\x00-\x1F]|\\['\\nrt]|\\u[0-9a-fA-F]{4})";
+
+/// One character that stands in a single-quoted string as itself.
+const SINGLE_PLAIN: &str = r"[^'\\\x00-\x1F]";
+
+impl Dialect for PythonSingle {
+    fn quote(&self) -> String {
+        "'".into()
+    }
+    fn string_char(&self) -> String {
+        SINGLE_CHAR.into()
+    }
+    fn key(&self, name: &str) -> String {
+        escape(&single_quoted(name))
+    }
+    /// Extra keys are written with plain characters only.
+    fn any_key(&self, except: &[&str]) -> String {
+        let names: Vec<&str> = except.iter().copied().filter(|n| n.chars().all(|c| self.plain_char(c))).collect();
+        format!("'{}'", key_except(SINGLE_PLAIN, SINGLE_PLAIN, &names))
+    }
+    fn literal(&self, v: &Value) -> String {
+        match v {
+            Value::Number(n) => number_literal(n),
+            Value::Array(a) => format!(r"\[{}\]", a.iter().map(|x| self.literal(x)).collect::<Vec<_>>().join(", ")),
+            Value::Object(o) => format!(
+                r"\{{{}\}}",
+                o.iter().map(|(k, x)| format!("{}: {}", self.key(k), self.literal(x))).collect::<Vec<_>>().join(", ")
+            ),
+            other => escape(&python_repr_single(other)),
+        }
+    }
+    fn string_literal_char(&self, c: char) -> String {
+        match c {
+            '\'' => r"\\'".into(),
+            '\\' => r"\\\\".into(),
+            '\n' => r"\\n".into(),
+            '\r' => r"\\r".into(),
+            '\t' => r"\\t".into(),
+            c if c < ' ' => format!(r"\\u00{:02x}", c as u32),
+            c => escape(c.encode_utf8(&mut [0; 4])),
+        }
+    }
+    fn plain_byte(&self, b: u8) -> bool {
+        !(b < 0x20 || b == b'\'' || b == b'\\')
+    }
+    fn boolean(&self) -> String {
+        "(?:True|False)".into()
+    }
+    fn null(&self) -> String {
+        "None".into()
+    }
+}
+
+impl PythonSingle {
+    fn plain_char(&self, c: char) -> bool {
+        c >= ' ' && c != '\'' && c != '\\'
+    }
+}
+
+/// `s` as a single-quoted Python string literal.
+fn single_quoted(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('\'');
+    for c in s.chars() {
+        match c {
+            '\'' => out.push_str("\\'"),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c < ' ' => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// A JSON value as Python's `repr` writes it, strings in single quotes
+/// (`{"a": [true, "x"]}` → `{'a': [True, 'x']}`).
+///
+/// ```
+/// use toolgate::grammar::regex::python_repr_single;
+/// assert_eq!(python_repr_single(&serde_json::json!({"a": [true, null, "it's"]})), r"{'a': [True, None, 'it\'s']}");
+/// ```
+pub fn python_repr_single(v: &Value) -> String {
+    match v {
+        Value::String(s) => single_quoted(s),
+        Value::Array(a) => format!("[{}]", a.iter().map(python_repr_single).collect::<Vec<_>>().join(", ")),
+        Value::Object(o) => format!(
+            "{{{}}}",
+            o.iter()
+                .map(|(k, x)| format!("{}: {}", single_quoted(k), python_repr_single(x)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        other => python_repr(other),
+    }
+}
+
 /// A JSON value written as a Python literal (`true` → `True`, `null` → `None`).
 ///
 /// ```

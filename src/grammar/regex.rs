@@ -4,10 +4,9 @@
 //! 4's native call syntax (`{city:<|"|>Paris<|"|>}`) with [`Gemma4`]. Whitespace is
 //! bounded: at most one space after `:` and `,`, never a loop.
 
-use regex_syntax::escape;
-use serde_json::Value;
-
-pub use super::dialect::{key_except, python_repr, without_literal, Dialect, Gemma4, Json, Python, XmlText};
+pub use super::dialect::{
+    key_except, python_repr, python_repr_single, without_literal, Dialect, Gemma4, Json, Python, PythonSingle, XmlText,
+};
 pub use super::ecma::{decoded_pattern, names_machine, pattern_body, pattern_matches, pattern_with_length};
 pub use super::numbers::{format_regex, int_range, number_range};
 
@@ -495,169 +494,19 @@ fn list(item: &str, comma: &str, lo: usize, hi: Option<usize>) -> String {
     }
 }
 
-/// How a tagged-parameters layout spells one parameter: `key_start KEY key_end VALUE
-/// value_end`, repeated, then `end`. Qwen3-Coder's `<parameter=KEY>VALUE</parameter>`
-/// … `</function>` is the default; GLM's `<arg_key>KEY</arg_key><arg_value>VALUE
-/// </arg_value>` (no `end`: the arguments end where no further key starts), MiniMax's
-/// `<parameter name="KEY">VALUE</parameter>`, and layouts that mark a value's type in
-/// the key's tag (DeepSeek DSML's `string="true"` / `string="false"`: a different
-/// `key_end_json` for values written as JSON) are others.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ParamTags {
-    /// Text before a parameter's name.
-    pub key_start: String,
-    /// Text between the name and a string value (bare text).
-    pub key_end: String,
-    /// Text between the name and a value written as JSON (`None`: `key_end`).
-    #[serde(default)]
-    pub key_end_json: Option<String>,
-    /// Text after a value; its first character appears nowhere else in it.
-    pub value_end: String,
-    /// Text after the last parameter (`""`: none).
-    #[serde(default)]
-    pub end: String,
-}
-
-impl Default for ParamTags {
-    fn default() -> Self {
-        Self {
-            key_start: "<parameter=".into(),
-            key_end: ">".into(),
-            key_end_json: None,
-            value_end: "</parameter>".into(),
-            end: "</function>".into(),
-        }
-    }
-}
-
-impl ParamTags {
-    /// The text between a name and a value written as JSON.
-    pub fn key_end_json(&self) -> &str {
-        self.key_end_json.as_deref().unwrap_or(&self.key_end)
-    }
-}
-
-/// Tagged parameters for an arguments schema, spelled by `tags` (Qwen3-Coder's
-/// `<parameter=NAME>\n?VALUE\n?</parameter>\n?` by default): each declared property
-/// in schema order (optional ones skippable), extra properties if the schema allows
-/// them, then `tags.end`. String values are bare text without `tags.value_end`; other
-/// values are JSON. Large parts go into `rules` as [`to_rules`] puts them
-/// ([`Rules::none`] for one plain regex).
+/// An object's members in schema order for dialects that lay out members themselves
+/// (tagged parameters, keyword arguments): `elems` are `(member regex, required)`,
+/// `extra` the regex of one extra member if the schema allows them, `comma` the
+/// separator, `non_empty` whether at least one member must be written. Large parts go
+/// into `rules`.
 ///
-/// Cost: linear in the schema's size, as [`to_rules`].
-pub fn xml_parameters(node: &Node, rules: &mut Rules, tags: &ParamTags) -> String {
-    let close = tags.value_end.as_str();
-    // `(is JSON, regex)` alternatives of a value: bare text and JSON values take
-    // different key ends when the layout types its values.
-    fn value(n: &Node, rules: &mut Rules, close: &str) -> Vec<(bool, String)> {
-        match n {
-            Node::String { min_len: 0, max_len: None, pattern: None, format: None } => {
-                vec![(false, without_literal(close))]
-            }
-            Node::String { .. } | Node::Machine { .. } => vec![(false, emit(n, &XmlText, rules))],
-            Node::Literals(vs) => {
-                let (strings, others): (Vec<&Value>, Vec<&Value>) = vs.iter().partition(|v| v.is_string());
-                let mut out = Vec::new();
-                for (json, group) in [(false, strings), (true, others)] {
-                    if !group.is_empty() {
-                        let lit = Node::Literals(group.into_iter().cloned().collect());
-                        out.push((json, emit(&lit, if json { &Json as &dyn Dialect } else { &XmlText }, rules)));
-                    }
-                }
-                out
-            }
-            Node::AnyOf(ns) => ns.iter().flat_map(|n| value(n, rules, close)).collect(),
-            // A string is bare text here, the other values JSON.
-            Node::AnyValue { .. } => vec![(false, without_literal(close)), (true, emit(n, &Json, rules))],
-            other => vec![(true, emit(other, &Json, rules))],
-        }
-    }
-    let param = |key: &str, alts: Vec<(bool, String)>| {
-        let mut text = Vec::new();
-        let mut json = Vec::new();
-        for (is_json, v) in alts {
-            if is_json {
-                json.push(v)
-            } else {
-                text.push(v)
-            }
-        }
-        let mut out = Vec::new();
-        let ends = [(false, escape(&tags.key_end), text), (true, escape(tags.key_end_json()), json)];
-        if tags.key_end_json() == tags.key_end {
-            let [(_, ke, t), (_, _, j)] = ends;
-            let all: Vec<String> = t.into_iter().chain(j).collect();
-            out.push(format!("{ke}\\n?{}", alt(all)));
-        } else {
-            for (_, ke, vs) in ends {
-                if !vs.is_empty() {
-                    out.push(format!("{ke}\\n?{}", alt(vs)));
-                }
-            }
-        }
-        format!("{}{key}(?:{})\\n?{}\\n?", escape(&tags.key_start), out.join("|"), escape(close))
-    };
-    let body = match node {
-        // (`patternProperties` names are not generated in this layout.)
-        Node::Object { properties, additional, non_empty, extra_keys, .. } => {
-            let names: Vec<&str> = properties.iter().map(|(n, _, _)| n.as_str()).collect();
-            let key = key_except("[A-Za-z_]", "[A-Za-z0-9_.-]", &names);
-            // Extras that must avoid a pattern are not generated in this layout either.
-            let additional = additional.as_ref().filter(|_| extra_keys.is_none());
-            let extra = additional.map(|extra| param(&key, value(extra, rules, close)));
-            if *non_empty {
-                // At least one parameter: the JSON objects' layout, without separators.
-                let elems: Vec<(String, bool)> = properties
-                    .iter()
-                    .filter(|p| p.1 != Node::Never)
-                    .map(|(name, n, required)| (param(&escape(name), value(n, rules, close)), *required))
-                    .collect();
-                props_first(&elems, extra.as_deref(), Members::new("", true), rules)
-            } else {
-                let mut out = String::new();
-                for (name, n, required) in properties.iter().filter(|p| p.1 != Node::Never) {
-                    let p = param(&escape(name), value(n, rules, close));
-                    out.push_str(&if *required { p } else { format!("(?:{p})?") });
-                }
-                if let Some(x) = extra {
-                    out.push_str(&format!("(?:{x})*"));
-                }
-                out
-            }
-        }
-        other => format!("(?:{})*", param("[A-Za-z_][A-Za-z0-9_.-]*", value(other, rules, close))),
-    };
-    format!("\\n?{body}{}", escape(&tags.end))
-}
-
-/// Keyword arguments of a pythonic call for an arguments schema: `(name=VALUE, …)` with
-/// the declared properties in schema order (optional ones skippable), extra ones if
-/// the schema allows them, values as [`Python`] literals. Large parts go into `rules`
-/// as [`to_rules`] puts them ([`Rules::none`] for one plain regex).
-///
-/// Cost: linear in the schema's size, as [`to_rules`].
-pub fn python_kwargs(node: &Node, rules: &mut Rules) -> String {
-    let comma = ", ?";
-    match node {
-        // (`patternProperties` names are not generated as keyword arguments.)
-        Node::Object { properties, additional, non_empty, extra_keys, .. } => {
-            let elems: Vec<(String, bool)> = properties
-                .iter()
-                .filter(|p| p.1 != Node::Never)
-                .map(|(name, n, req)| (format!("{}={}", escape(name), emit(n, &Python, rules)), *req))
-                .collect();
-            let names: Vec<&str> = properties.iter().map(|(n, _, _)| n.as_str()).collect();
-            let key = key_except("[A-Za-z_]", "[A-Za-z0-9_]", &names);
-            // (Nor extras that must avoid a pattern.)
-            let additional = additional.as_ref().filter(|_| extra_keys.is_none());
-            let extra = additional.map(|n| format!("{key}={}", emit(n, &Python, rules)));
-            format!(r"\({}\)", props_first(&elems, extra.as_deref(), Members::new(comma, *non_empty), rules))
-        }
-        other => {
-            let v = emit(other, &Python, rules);
-            let v = rules.share(v);
-            format!(r"\((?:[A-Za-z_][A-Za-z0-9_]*={v}(?:{comma}[A-Za-z_][A-Za-z0-9_]*={v})*)?\)")
-        }
-    }
+/// Cost: linear in the members, as [`to_rules`].
+pub fn members(
+    elems: &[(String, bool)],
+    extra: Option<&str>,
+    comma: &str,
+    non_empty: bool,
+    rules: &mut Rules,
+) -> String {
+    props_first(elems, extra, Members::new(comma, non_empty), rules)
 }

@@ -11,7 +11,9 @@
 //! 3. the **body** ([`BodyKind`]): one JSON object naming the function and holding its
 //!    arguments (`{"name": …, "arguments": {…}}`), or the name as text followed by
 //!    `name_end` and the arguments value (`<function=NAME>{…}</function>`);
-//! 4. the arguments' **dialect** ([`ArgsDialect`]): JSON, or Gemma 4's native syntax.
+//! 4. the arguments' **dialect** ([`ArgsDialect`]): JSON, Gemma 4's native syntax,
+//!    tagged parameters or Python keyword arguments, one file each in
+//!    [`super::dialect`].
 //!
 //! The same description drives the constrained grammar ([`super::calls_regex`]) and
 //! the parser ([`super::stream::StreamParser`]). Adding a family is adding a file (and
@@ -19,7 +21,7 @@
 
 use serde::Deserialize;
 
-pub use crate::grammar::regex::ParamTags;
+pub use super::dialect::tagged::ParamTags;
 use crate::{Error, Result};
 
 include!(concat!(env!("OUT_DIR"), "/formats.rs"));
@@ -45,7 +47,7 @@ pub enum ArgsDialect {
     #[default]
     Json,
     /// Gemma 4's native syntax (`{city:<|"|>Paris<|"|>,n:2}`), converted to JSON for
-    /// the client ([`crate::grammar::regex::Gemma4`] generates it).
+    /// the client ([`super::dialect::gemma4`]).
     Gemma4,
     /// Tagged parameters: Qwen3-Coder's `<parameter=city>\nParis\n</parameter>`… then
     /// `</function>` by default, or the spelling in [`ToolFormat::params`] (GLM's
@@ -145,6 +147,10 @@ pub struct ToolFormat {
     /// The shape of the call ids toolgate returns.
     #[serde(default)]
     pub call_ids: CallIds,
+    /// The [`ArgsDialect::Python`] dialect writes strings in single quotes, as Python's
+    /// `repr` does (`city='Oslo'`: LFM2.5), not double quotes (`city="Oslo"`).
+    #[serde(default)]
+    pub single_quotes: bool,
     /// How the [`ArgsDialect::XmlParameters`] dialect spells a parameter (`None`:
     /// Qwen3-Coder's `<parameter=KEY>`…`</parameter>`, then `</function>`).
     #[serde(default)]
@@ -191,6 +197,7 @@ impl ToolFormat {
             id_pattern: String::new(),
             id_first: false,
             call_ids: CallIds::Openai,
+            single_quotes: false,
             params: None,
         }
     }
@@ -253,6 +260,9 @@ impl ToolFormat {
             && self.body != BodyKind::NameThenArguments
         {
             return Err("this dialect needs a name_then_arguments body".into());
+        }
+        if self.single_quotes && self.dialect != ArgsDialect::Python {
+            return Err("`single_quotes` belongs to the python dialect".into());
         }
         if !self.name_prefix.is_empty() && self.body != BodyKind::NameThenArguments {
             return Err("`name_prefix` belongs to a name_then_arguments body".into());

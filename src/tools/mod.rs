@@ -3,6 +3,7 @@
 
 pub mod definition;
 pub mod derive;
+pub mod dialect;
 pub mod format;
 pub mod harmony;
 pub mod reasoning;
@@ -12,13 +13,12 @@ pub mod stream;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::grammar::regex::{python_kwargs, to_rules, xml_parameters, Gemma4, Json};
 use crate::grammar::rules::Rules;
 use crate::grammar::schema::{check_grammar_size, compile_shared, Mode, Objects};
 use crate::grammar::Grammar;
 use crate::tokenizer::{TokenKind, Tokenizer, SPECIAL_PREFIX};
 use crate::{Error, Result};
-use format::{ArgsDialect, BodyKind, ToolFormat};
+use format::{BodyKind, ToolFormat};
 use recovery::Recovery;
 
 /// An OpenAI function tool.
@@ -116,9 +116,6 @@ pub struct CalledFunction {
     pub arguments: String,
 }
 
-/// Gemma 4's string quote, a control token of its vocabulary.
-const GEMMA_QUOTE: &str = "<|\"|>";
-
 /// A marker's text split into the vocabulary's control tokens and plain text: at each
 /// position the longest control token whose text starts there, else one character.
 /// `(is_special, piece)` runs, plain text merged.
@@ -175,21 +172,24 @@ pub fn marker_bytes(text: &str, tok: &Tokenizer) -> Vec<u8> {
     v
 }
 
-/// Whether `tok`'s vocabulary can write `f`'s calls: Gemma 4's dialect quotes strings
-/// with a control token, and a vocabulary without it could never close a string.
+/// Whether `tok`'s vocabulary can write `f`'s calls: a dialect may need control
+/// tokens (Gemma 4 quotes strings with one), and a vocabulary without them could never
+/// close a string.
 ///
 /// # Errors
 /// [`Error::InvalidParameter`] naming the missing token.
 pub fn check_vocabulary(f: &ToolFormat, tok: &Tokenizer) -> Result<()> {
-    if f.dialect == ArgsDialect::Gemma4 && marker_pieces(GEMMA_QUOTE, tok) != [(true, GEMMA_QUOTE)] {
-        return Err(Error::InvalidParameter {
-            name: "tools",
-            reason: format!(
-                "the `{}` format quotes strings with the {GEMMA_QUOTE} control token, which this vocabulary lacks; \
-                 use --tool-fallback generic",
-                f.family
-            ),
-        });
+    for &token in f.dialect.syntax().control_tokens() {
+        if marker_pieces(token, tok) != [(true, token)] {
+            return Err(Error::InvalidParameter {
+                name: "tools",
+                reason: format!(
+                    "the `{}` format writes its arguments with the {token} control token, which this vocabulary \
+                     lacks; use --tool-fallback generic",
+                    f.family
+                ),
+            });
+        }
     }
     Ok(())
 }
@@ -294,7 +294,7 @@ pub fn calls_or_answer(
         e => e,
     };
     let node = compile_shared(schema.0, schema.1, Objects::Closed).map_err(in_format)?;
-    alternatives.push(to_rules(&node, &Json, &mut rules));
+    alternatives.push(crate::grammar::regex::to_rules(&node, &crate::grammar::regex::Json, &mut rules));
     let regex = alternatives.iter().map(|a| format!("(?:{a})")).collect::<Vec<_>>().join("|");
     check_grammar_size(regex.len() + rules.total_len()).map_err(in_format)?;
     Ok(CallsRegex { regex, rules })
@@ -338,12 +338,7 @@ fn calls_into(
         let node = compile_shared(&t.function.parameters, mode, Objects::Closed).map_err(in_tool)?;
         // The call grammar is composed around each tool's arguments; their shared
         // parts go into one table of rules.
-        let args = match f.dialect {
-            ArgsDialect::Json => to_rules(&node, &Json, rules),
-            ArgsDialect::Gemma4 => to_rules(&node, &Gemma4, rules),
-            ArgsDialect::XmlParameters => xml_parameters(&node, rules, &f.param_tags()),
-            ArgsDialect::Python => python_kwargs(&node, rules),
-        };
+        let args = f.dialect.syntax().grammar(&node, f, rules);
         check_grammar_size(args.len() + rules.total_len()).map_err(in_tool)?;
         let name = &t.function.name;
         match f.body {

@@ -28,7 +28,8 @@
 //!
 use serde_json::value::RawValue;
 
-use super::format::{ArgsDialect, BodyKind, CallIds, ParamTags, ToolFormat};
+use super::dialect::{Extent, ValueScan};
+use super::format::{BodyKind, CallIds, ToolFormat};
 use super::{CalledFunction, ToolCall};
 
 /// One delta of a streamed assistant turn.
@@ -524,7 +525,7 @@ impl StreamParser {
                 Some(Ok(found)) => {
                     if self.incremental {
                         let index = self.announce(found.0.clone(), ev);
-                        let fragments = fmt.dialect == ArgsDialect::Json;
+                        let fragments = fmt.dialect.syntax().streams_as_written();
                         call.streamed = Some(Streamed { index, args: None, inner: None, fragments });
                     }
                     call.name = Some(found);
@@ -535,17 +536,16 @@ impl StreamParser {
             Some(v0) => v0,
             None => {
                 let from = call.name.as_ref().map_or(0, |(_, after)| *after);
-                let v0 = if fmt.dialect == ArgsDialect::XmlParameters {
-                    from // parameters are read with their own whitespace
-                } else {
+                let v0 = if let Some(open) = fmt.dialect.syntax().opener() {
                     let v0 = from + leading_ws(&call.body[from..]);
-                    let open = if fmt.dialect == ArgsDialect::Python { b'(' } else { b'{' };
                     match call.body.as_bytes().get(v0) {
                         None => return CallStep::More,
                         Some(&c) if c == open => {}
                         Some(_) => return self.break_at(fmt, call, v0, ev),
                     }
                     v0
+                } else {
+                    from // the dialect reads its own whitespace
                 };
                 call.value_start = Some(v0);
                 if let Some(st) = call.streamed.as_mut() {
@@ -569,24 +569,15 @@ impl StreamParser {
                 }
             }
         }
-        let v_end = if fmt.dialect == ArgsDialect::XmlParameters {
-            match xml_params(&call.body[v0..], &fmt.param_tags(), false) {
-                None => return CallStep::More,
-                Some(Err(at)) => return self.break_at(fmt, call, v0 + at, ev),
-                Some(Ok((len, _))) => v0 + len,
-            }
-        } else {
-            if call.scan.end.is_none() {
-                call.scan.gemma = fmt.dialect == ArgsDialect::Gemma4;
-                call.scan.python = fmt.dialect == ArgsDialect::Python;
-                call.scan.feed(&call.body[v0 + call.scan.consumed..]);
-            }
-            self.stream(call, ev);
-            if let (Some(at), None) = (call.scan.stray, &call.streamed) {
-                return self.break_at(fmt, call, v0 + at, ev);
-            }
-            let Some(len) = call.scan.end else { return CallStep::More };
-            v0 + len
+        let extent = fmt.dialect.syntax().extent(&call.body[v0..], fmt, &mut call.scan);
+        self.stream(call, ev);
+        let v_end = match extent {
+            Extent::More => return CallStep::More,
+            Extent::End(len) => v0 + len,
+            Extent::Broken(at) => return self.break_at(fmt, call, v0 + at, ev),
+            // Announced (constrained): whatever precedes its end marker is dropped.
+            Extent::Stray(_) if call.streamed.is_some() => return CallStep::More,
+            Extent::Stray(at) => return self.break_at(fmt, call, v0 + at, ev),
         };
         let used = if fmt.call_end.is_empty() {
             v_end
@@ -628,17 +619,12 @@ impl StreamParser {
             return CallStep::Done(used); // its JSON arguments went out as they were generated
         }
         let value = &call.body[v0..v_end];
-        let parsed = match (&call.name, fmt.dialect) {
-            (None, _) => parse_body(fmt, value),
-            (Some((name, _)), ArgsDialect::Json) => {
-                serde_json::from_str::<serde::de::IgnoredAny>(value).ok().map(|_| (name.clone(), value.to_string()))
+        let parsed = match &call.name {
+            None => parse_body(fmt, value),
+            Some((name, _)) => {
+                let args = fmt.dialect.syntax().to_json(value, fmt, self.string_params.get(name));
+                args.map(|args| (name.clone(), args))
             }
-            (Some((name, _)), ArgsDialect::Gemma4) => gemma_to_json(value).map(|args| (name.clone(), args)),
-            (Some((name, _)), ArgsDialect::Python) => python_kwargs_to_json(value).map(|args| (name.clone(), args)),
-            (Some((name, _)), ArgsDialect::XmlParameters) => match xml_params(value, &fmt.param_tags(), true) {
-                Some(Ok((_, params))) => Some((name.clone(), xml_to_json(&params, self.string_params.get(name)))),
-                _ => None,
-            },
         };
         match (call.streamed.as_ref().map(|st| st.index), parsed) {
             (Some(index), Some((_, args))) => {
@@ -875,71 +861,6 @@ fn read_name(fmt: &ToolFormat, body: &str) -> Option<Result<(String, usize), ()>
     })
 }
 
-/// Tagged parameters at the start of `s`, spelled by `tags` (Qwen3-Coder's
-/// `<parameter=KEY>VALUE</parameter>` … `</function>` by default), whitespace
-/// between. With an empty `tags.end` the parameters end where no further key starts
-/// (before the whitespace there); `whole` says `s` is all there is (so its end ends
-/// them). `None` while undecided; `Err(offset)` where the text stops being that;
-/// `Ok((length through the end, [(key, raw value)]))`.
-#[allow(clippy::type_complexity)]
-pub(crate) fn xml_params(
-    s: &str,
-    tags: &ParamTags,
-    whole: bool,
-) -> Option<Result<(usize, Vec<(String, String)>), usize>> {
-    let (open, close, end) = (tags.key_start.as_str(), tags.value_end.as_str(), tags.end.as_str());
-    let mut i = 0;
-    let mut params = Vec::new();
-    loop {
-        let before_ws = i;
-        i += leading_ws(&s[i..]);
-        let rest = &s[i..];
-        if !end.is_empty() && rest.starts_with(end) {
-            return Some(Ok((i + end.len(), params)));
-        }
-        if !rest.starts_with(open) {
-            let undecided = open.starts_with(rest) || (!end.is_empty() && end.starts_with(rest));
-            if undecided && !(whole && end.is_empty()) {
-                return None;
-            }
-            return if end.is_empty() { Some(Ok((before_ws, params))) } else { Some(Err(i)) };
-        }
-        let k0 = i + open.len();
-        // The key runs to the first key end (either spelling).
-        let ends = [tags.key_end.as_str(), tags.key_end_json()];
-        let Some((gt, ke)) = ends.iter().filter_map(|e| s[k0..].find(e).map(|at| (at, e.len()))).min() else {
-            return (s.len() - k0 > MAX_NAME).then_some(Err(i));
-        };
-        let key = &s[k0..k0 + gt];
-        if key.is_empty() || key.len() > MAX_NAME || key.contains(char::is_whitespace) {
-            return Some(Err(i));
-        }
-        let v0 = k0 + gt + ke;
-        let close_at = s[v0..].find(close)?;
-        params.push((key.to_string(), s[v0..v0 + close_at].to_string()));
-        i = v0 + close_at + close.len();
-    }
-}
-
-/// XML-style parameters as a JSON object: a value loses one leading and one trailing
-/// newline (the layout around it); parameters in `strings` (declared as strings) stay
-/// text, others are JSON when they parse as JSON (numbers, booleans, objects) and text
-/// otherwise.
-pub(crate) fn xml_to_json(params: &[(String, String)], strings: Option<&std::collections::HashSet<String>>) -> String {
-    let mut map = serde_json::Map::new();
-    for (key, raw) in params {
-        let v = raw.strip_prefix('\n').unwrap_or(raw);
-        let v = v.strip_suffix('\n').unwrap_or(v);
-        let value = if strings.is_some_and(|s| s.contains(key)) {
-            serde_json::Value::String(v.to_string())
-        } else {
-            serde_json::from_str(v).unwrap_or_else(|_| serde_json::Value::String(v.to_string()))
-        };
-        map.insert(key.clone(), value);
-    }
-    serde_json::Value::Object(map).to_string()
-}
-
 /// Length of the longest proper suffix of `s` that is a prefix of `marker`, on a char
 /// boundary.
 fn partial_suffix(s: &str, marker: &str) -> usize {
@@ -1024,115 +945,6 @@ fn json_string_len(s: &str) -> Option<usize> {
     None
 }
 
-/// Gemma 4's string quote (a special token).
-const GEMMA_QUOTE: &str = "<|\"|>";
-
-/// Tracks where a value (object, array or scalar) ends, byte by byte: JSON, or Gemma
-/// 4's syntax (strings between [`GEMMA_QUOTE`]s, without escapes).
-#[derive(Debug, Clone, Default)]
-struct ValueScan {
-    /// Bytes examined.
-    consumed: usize,
-    /// Bytes known to belong to the value.
-    complete: usize,
-    /// The value's length, once it has ended.
-    end: Option<usize>,
-    /// A `<` outside any string (not part of a value: the start of a marker), where.
-    stray: Option<usize>,
-    depth: usize,
-    in_string: bool,
-    escaped: bool,
-    scalar: bool,
-    gemma: bool,
-    /// Python literals: `(…)` brackets too, strings in `"` or `'`.
-    python: bool,
-    /// The quote that opened the current Python string.
-    quote: u8,
-}
-
-impl ValueScan {
-    /// Examine `s`, the text after the bytes already consumed.
-    fn feed(&mut self, s: &str) {
-        let b = s.as_bytes();
-        let mut i = 0;
-        while i < b.len() {
-            if self.end.is_some() || self.stray.is_some() {
-                return;
-            }
-            let c = b[i];
-            let at = self.consumed;
-            if self.gemma && c == b'<' && !self.scalar {
-                let rest = &s[i..];
-                if rest.starts_with(GEMMA_QUOTE) {
-                    self.in_string = !self.in_string;
-                    i += GEMMA_QUOTE.len();
-                    self.consumed += GEMMA_QUOTE.len();
-                    self.complete = self.consumed;
-                    continue;
-                }
-                if GEMMA_QUOTE.starts_with(rest) {
-                    return; // A quote split across pieces: wait for the rest.
-                }
-            }
-            i += 1;
-            self.consumed += 1;
-            if self.consumed == 1 && !matches!(c, b'{' | b'[') && !(self.python && c == b'(') {
-                self.scalar = true;
-            }
-            if self.scalar {
-                if matches!(c, b' ' | b'\t' | b'\n' | b'\r' | b',' | b'}' | b']') {
-                    self.end = Some(at);
-                    return;
-                }
-                self.complete = self.consumed;
-                continue;
-            }
-            if self.in_string {
-                if !self.gemma {
-                    let close = if self.python { self.quote } else { b'"' };
-                    match (self.escaped, c) {
-                        (true, _) => self.escaped = false,
-                        (false, b'\\') => self.escaped = true,
-                        (false, q) if q == close => self.in_string = false,
-                        _ => {}
-                    }
-                }
-            } else {
-                match c {
-                    b'"' if !self.gemma => {
-                        self.in_string = true;
-                        self.quote = c;
-                    }
-                    b'\'' if self.python => {
-                        self.in_string = true;
-                        self.quote = c;
-                    }
-                    b'{' | b'[' => self.depth += 1,
-                    b'(' if self.python => self.depth += 1,
-                    b')' if self.python => {
-                        self.depth = self.depth.saturating_sub(1);
-                        if self.depth == 0 {
-                            self.end = Some(self.consumed);
-                        }
-                    }
-                    b'}' | b']' => {
-                        self.depth = self.depth.saturating_sub(1);
-                        if self.depth == 0 {
-                            self.end = Some(self.consumed);
-                        }
-                    }
-                    b'<' => {
-                        self.stray = Some(at);
-                        return;
-                    }
-                    _ => {}
-                }
-            }
-            self.complete = self.consumed;
-        }
-    }
-}
-
 /// Parse a whole JSON call body: `(name, arguments)`; arguments are the value's own
 /// text (or the decoded string if the model wrote them as a JSON string), `{}` if
 /// absent. Other keys (an `id`) are ignored.
@@ -1145,230 +957,4 @@ pub(crate) fn parse_body(f: &ToolFormat, body: &str) -> Option<(String, String)>
         None => "{}".into(),
     };
     Some((name, args))
-}
-
-/// Gemma 4's native value syntax (`{city:<|"|>Paris<|"|>,n:[1,2]}`) as compact JSON,
-/// or `None` if `s` is not one value in that syntax.
-///
-/// ```
-/// # use toolgate::tools::stream::gemma_to_json;
-/// assert_eq!(gemma_to_json(r#"{city:<|"|>Paris<|"|>,n:[1,true]}"#).as_deref(), Some(r#"{"city":"Paris","n":[1,true]}"#));
-/// assert_eq!(gemma_to_json("{city:Paris}"), None);
-/// ```
-pub fn gemma_to_json(s: &str) -> Option<String> {
-    let mut r = LiteralReader::new(s, Literals::Gemma);
-    let v = r.value()?;
-    r.ws();
-    (r.i == s.len()).then(|| serde_json::to_string(&v).ok()).flatten()
-}
-
-/// Python keyword arguments (`(city="Paris", n=2, ok=True, tags=['a'])`) as a compact
-/// JSON object, or `None` if `s` is not that.
-///
-/// ```
-/// # use toolgate::tools::stream::python_kwargs_to_json;
-/// assert_eq!(
-///     python_kwargs_to_json(r#"(city="Paris", n=-2.5, ok=True, x=None, t=['a', {"k": False}])"#).as_deref(),
-///     Some(r#"{"city":"Paris","n":-2.5,"ok":true,"x":null,"t":["a",{"k":false}]}"#)
-/// );
-/// assert_eq!(python_kwargs_to_json("(city=Paris)"), None);
-/// ```
-pub fn python_kwargs_to_json(s: &str) -> Option<String> {
-    let mut r = LiteralReader::new(s, Literals::Python);
-    let mut map = serde_json::Map::new();
-    if !r.eat("(") {
-        return None;
-    }
-    if !r.eat(")") {
-        loop {
-            r.ws();
-            let rest = &r.s[r.i..];
-            let n = rest.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(rest.len());
-            if n == 0 {
-                return None;
-            }
-            let key = rest[..n].to_string();
-            r.i += n;
-            if !r.eat("=") {
-                return None;
-            }
-            map.insert(key, r.value()?);
-            if r.eat(")") {
-                break;
-            }
-            if !r.eat(",") {
-                return None;
-            }
-        }
-    }
-    r.ws();
-    (r.i == s.len()).then(|| serde_json::Value::Object(map).to_string())
-}
-
-/// The literal syntaxes models write arguments in besides JSON.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Literals {
-    /// Gemma 4: strings between [`GEMMA_QUOTE`]s (no escapes), bare or quoted keys,
-    /// JSON's `true`/`false`/`null` and numbers.
-    Gemma,
-    /// Python: strings in `"` or `'` with the common escapes, quoted dict keys,
-    /// `True`/`False`/`None`, numbers.
-    Python,
-}
-
-/// A recursive-descent reader of one literal syntax into JSON values; nesting is
-/// bounded (128 levels).
-struct LiteralReader<'a> {
-    s: &'a str,
-    i: usize,
-    depth: usize,
-    syntax: Literals,
-}
-
-impl<'a> LiteralReader<'a> {
-    fn new(s: &'a str, syntax: Literals) -> Self {
-        Self { s, i: 0, depth: 0, syntax }
-    }
-
-    fn ws(&mut self) {
-        self.i += leading_ws(&self.s[self.i..]);
-    }
-
-    fn eat(&mut self, t: &str) -> bool {
-        self.ws();
-        let hit = self.s[self.i..].starts_with(t);
-        if hit {
-            self.i += t.len();
-        }
-        hit
-    }
-
-    fn at_string(&self) -> bool {
-        let rest = &self.s[self.i..];
-        match self.syntax {
-            Literals::Gemma => rest.starts_with(GEMMA_QUOTE),
-            Literals::Python => rest.starts_with('"') || rest.starts_with('\''),
-        }
-    }
-
-    /// The string at the cursor (see [`Self::at_string`]).
-    fn string(&mut self) -> Option<String> {
-        if self.syntax == Literals::Gemma {
-            self.i += GEMMA_QUOTE.len();
-            let len = self.s[self.i..].find(GEMMA_QUOTE)?;
-            let text = self.s[self.i..self.i + len].to_string();
-            self.i += len + GEMMA_QUOTE.len();
-            return Some(text);
-        }
-        let quote = self.s[self.i..].chars().next()?;
-        let mut out = String::new();
-        let mut chars = self.s[self.i + 1..].char_indices();
-        while let Some((j, c)) = chars.next() {
-            match c {
-                c if c == quote => {
-                    self.i += 1 + j + 1;
-                    return Some(out);
-                }
-                '\\' => {
-                    let (_, e) = chars.next()?;
-                    match e {
-                        'n' => out.push('\n'),
-                        't' => out.push('\t'),
-                        'r' => out.push('\r'),
-                        '0' => out.push('\0'),
-                        'u' => {
-                            let hex: String = (0..4).filter_map(|_| chars.next().map(|(_, h)| h)).collect();
-                            out.push(char::from_u32(u32::from_str_radix(&hex, 16).ok()?)?);
-                        }
-                        other => out.push(other), // \\ \' \" and anything else literally
-                    }
-                }
-                c => out.push(c),
-            }
-        }
-        None
-    }
-
-    /// A dict key: a string, or (Gemma) a bare name.
-    fn key(&mut self) -> Option<String> {
-        self.ws();
-        if self.at_string() {
-            return self.string();
-        }
-        if self.syntax != Literals::Gemma {
-            return None;
-        }
-        let k = &self.s[self.i..];
-        let n = k.find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-')).unwrap_or(k.len());
-        if n == 0 {
-            return None;
-        }
-        self.i += n;
-        Some(k[..n].to_string())
-    }
-
-    fn value(&mut self) -> Option<serde_json::Value> {
-        use serde_json::Value;
-        self.depth += 1;
-        if self.depth > 128 {
-            return None;
-        }
-        self.ws();
-        let v = if self.at_string() {
-            Value::String(self.string()?)
-        } else if self.eat("{") {
-            let mut map = serde_json::Map::new();
-            if !self.eat("}") {
-                loop {
-                    let key = self.key()?;
-                    if !self.eat(":") {
-                        return None;
-                    }
-                    map.insert(key, self.value()?);
-                    if self.eat("}") {
-                        break;
-                    }
-                    if !self.eat(",") {
-                        return None;
-                    }
-                }
-            }
-            Value::Object(map)
-        } else if self.eat("[") {
-            let mut items = Vec::new();
-            if !self.eat("]") {
-                loop {
-                    items.push(self.value()?);
-                    if self.eat("]") {
-                        break;
-                    }
-                    if !self.eat(",") {
-                        return None;
-                    }
-                }
-            }
-            Value::Array(items)
-        } else {
-            let rest = &self.s[self.i..];
-            let n = rest
-                .find(|c: char| matches!(c, ',' | ')' | ']' | '}' | ':') || c.is_whitespace())
-                .unwrap_or(rest.len());
-            let v = match (self.syntax, &rest[..n]) {
-                (Literals::Python, "True") => Value::Bool(true),
-                (Literals::Python, "False") => Value::Bool(false),
-                (Literals::Python, "None") => Value::Null,
-                (Literals::Gemma, "true") => Value::Bool(true),
-                (Literals::Gemma, "false") => Value::Bool(false),
-                (Literals::Gemma, "null") => Value::Null,
-                (_, num) => match serde_json::from_str::<Value>(num).ok()? {
-                    n @ Value::Number(_) => n,
-                    _ => return None,
-                },
-            };
-            self.i += n;
-            v
-        };
-        self.depth -= 1;
-        Some(v)
-    }
 }

@@ -330,3 +330,155 @@ fn command_r7b_calls_lead_with_their_index_in_a_pretty_printed_list() {
     assert!(g.matches(text.as_bytes()));
     assert!(!g.matches(text.replace("\"tool_call_id\": \"0\"", "\"tool_call_id\": \"x\"").as_bytes()));
 }
+
+/// A Kimi-K3-style template, written for this test: tag attributes carry the tool name,
+/// a 1-based call index and each argument's JSON type (`type="string"` for bare
+/// text, `type="number"`, `"boolean"`, … for JSON).
+const TYPED_ATTRIBUTES_STYLE: &str = r#"{%- macro jtype(v) -%}
+{%- if v is boolean -%}boolean{%- elif v is none -%}null{%- elif v is number -%}number
+{%- elif v is string -%}string{%- elif v is mapping -%}object{%- else -%}array{%- endif -%}
+{%- endmacro -%}
+{%- for m in messages -%}
+<|open|>message role="{{ m.role }}"<|sep|>
+{%- if m.role == 'assistant' -%}
+<|open|>response<|sep|>{{ m.content or '' }}<|close|>response<|sep|>
+{%- if m.tool_calls -%}<|open|>tools<|sep|>
+{%- for c in m.tool_calls -%}
+<|open|>call tool="{{ c.function.name }}" index="{{ loop.index }}"<|sep|>
+{%- for k, v in c.function.arguments.items() -%}
+<|open|>argument key="{{ k }}" type="{{ jtype(v) }}"<|sep|>{{ v if v is string else v | tojson }}<|close|>argument<|sep|>
+{%- endfor -%}
+<|close|>call<|sep|>
+{%- endfor -%}
+<|close|>tools<|sep|>
+{%- endif -%}
+{%- else -%}{{ m.content }}{%- endif -%}
+<|close|>message<|sep|>
+{%- endfor -%}
+{%- if tools -%}<|open|>tools<|sep|>{{ tools | tojson }}<|close|>tools<|sep|>{%- endif -%}
+{%- if add_generation_prompt -%}<|open|>message role="assistant"<|sep|>{%- endif -%}"#;
+
+/// An LFM2.5-style template, written for this test: pythonic calls whose strings are
+/// in single quotes (`city='Oslo'`), other values as JSON.
+const SINGLE_QUOTED_PYTHONIC_STYLE: &str = r#"{%- macro arg(v) -%}
+{%- if v is string -%}{{ "'" + v + "'" }}{%- else -%}{{ v | tojson }}{%- endif -%}
+{%- endmacro -%}
+{%- if tools -%}<|im_start|>system
+List of tools: {{ tools | tojson }}<|im_end|>
+{% endif -%}
+{%- for m in messages -%}
+<|im_start|>{{ m.role }}
+{% if m.content %}{{ m.content }}{% endif -%}
+{%- if m.tool_calls -%}<|tool_call_start|>[
+{%- for c in m.tool_calls -%}
+{{ c.function.name }}(
+{%- for k, v in c.function.arguments.items() -%}{{ k }}={{ arg(v) }}{{ ", " if not loop.last }}{%- endfor -%}
+){{ ", " if not loop.last }}
+{%- endfor -%}
+]<|tool_call_end|>
+{%- endif -%}<|im_end|>
+{% endfor -%}
+{%- if add_generation_prompt -%}<|im_start|>assistant
+{% endif -%}"#;
+
+/// An Apriel-1.5-style template, written for this test: JSON calls whose arguments
+/// are printed with `|string`, which writes an object as a Python dict
+/// (`{'city': 'Oslo'}`) and a JSON string as itself.
+const ARGUMENTS_THROUGH_STRING_STYLE: &str = r#"{%- for m in messages -%}
+<|{{ m.role }}|>
+{{ m.content or '' }}
+{%- if m.tool_calls -%}
+<tool_calls>[
+{%- for c in m.tool_calls -%}
+{"name": "{{ c.function.name }}", "arguments": {{ c.function.arguments | string }}}{{ ", " if not loop.last }}
+{%- endfor -%}
+]</tool_calls>
+{%- endif %}
+<|end|>
+{% endfor -%}
+{%- if tools -%}<|system|>
+{% for t in tools %}{{ t | tojson }}
+{% endfor %}<|end|>
+{% endif -%}
+{%- if add_generation_prompt -%}<|assistant|>
+{% endif -%}"#;
+
+#[test]
+fn typed_attribute_single_quoted_and_string_argument_layouts_are_derived() {
+    let tools = weather_tool();
+    let setup = |name: &str, source: &str| {
+        let templates = GgufTemplates { default: Some(source.to_string()), tool_use: None };
+        let setup = inspect(&templates, None, None).unwrap();
+        assert_eq!(setup.layout.round_trip.split(',').next(), Some("passed"), "{name}: {:?}", setup.layout);
+        assert!(setup.layout.parallel, "{name}");
+        setup
+    };
+
+    // Typed attributes: the index after the name is the call's, and every JSON type
+    // gets its own key end, in the grammar and in the parser.
+    let typed = setup("typed", TYPED_ATTRIBUTES_STYLE);
+    let f = typed.layout.format.as_ref().unwrap();
+    assert_eq!(f.name_index_separator, "\" index=\"");
+    let tags = f.params.as_ref().unwrap();
+    assert_eq!(tags.key_end_json.as_deref(), Some("\" type=\"{type}\"<|sep|>"));
+    let call = |i: usize, city: &str, days: &str, metric: &str| {
+        format!(
+            "<|open|>call tool=\"get_weather\" index=\"{i}\"<|sep|>\
+             <|open|>argument key=\"city\" type=\"string\"<|sep|>{city}<|close|>argument<|sep|>\
+             <|open|>argument key=\"days\" type=\"number\"<|sep|>{days}<|close|>argument<|sep|>\
+             <|open|>argument key=\"metric\" type=\"boolean\"<|sep|>{metric}<|close|>argument<|sep|><|close|>call<|sep|>"
+        )
+    };
+    let text = format!(
+        "<|close|>response<|sep|><|open|>tools<|sep|>{}{}<|close|>tools",
+        call(1, "4711", "3", "true"),
+        call(2, "a <b> & c", "1", "false")
+    );
+    assert_eq!(
+        read_every_way(f, &tools, &text),
+        vec![
+            ("get_weather".into(), json!({"city": "4711", "days": 3, "metric": true})),
+            ("get_weather".into(), json!({"city": "a <b> & c", "days": 1, "metric": false}))
+        ]
+    );
+    let g = calls_regex_plain(f, &tools, &ToolChoice::Required, true).unwrap().compile().unwrap();
+    let plain = text.replace("a <b> & c", "Oslo");
+    assert!(g.matches(plain.as_bytes()));
+    // A boolean may not claim to be a number, nor a number a string.
+    assert!(!g.matches(plain.replace("\"metric\" type=\"boolean\"", "\"metric\" type=\"number\"").as_bytes()));
+    assert!(!g.matches(plain.replace("\"days\" type=\"number\"", "\"days\" type=\"string\"").as_bytes()));
+
+    // Single-quoted Python strings: read, and written by the grammar, with `'` quotes.
+    let pythonic = setup("pythonic", SINGLE_QUOTED_PYTHONIC_STYLE);
+    let f = pythonic.layout.format.as_ref().unwrap();
+    assert!(f.single_quotes);
+    let text = r"<|tool_call_start|>[get_weather(city='Bergen \'sentrum\'', days=2, metric=True)]<|tool_call_end|>";
+    assert_eq!(
+        read_every_way(f, &tools, text),
+        vec![("get_weather".into(), json!({"city": "Bergen 'sentrum'", "days": 2, "metric": true}))]
+    );
+    let g = calls_regex_plain(f, &tools, &ToolChoice::Required, true).unwrap().compile().unwrap();
+    assert!(g.matches(text.as_bytes()));
+    assert!(!g.matches(text.replace("city='Bergen \\'sentrum\\''", "city=\"Bergen\"").as_bytes()));
+
+    // Objects through `|string` are Python dicts: the calls are read with arguments
+    // passed as JSON strings, which the template prints as the JSON it asks for.
+    let strings = setup("through-string", ARGUMENTS_THROUGH_STRING_STYLE);
+    assert!(strings.layout.string_arguments, "{:?}", strings.layout);
+    assert!(strings.layout.round_trip.contains("with arguments passed as JSON strings"));
+    let f = strings.layout.format.as_ref().unwrap();
+    let text = r#"<tool_calls>[{"name": "get_weather", "arguments": {"city": "Oslo", "days": 2}}]</tool_calls>"#;
+    assert_eq!(read_every_way(f, &tools, text), vec![("get_weather".into(), json!({"city": "Oslo", "days": 2}))]);
+    // The next turn shows earlier calls to the template the same way.
+    let gguf = toolgate::gguf::GgufFile::open(crate::common::model(crate::common::SMOLLM2)).unwrap();
+    let tok = toolgate::tokenizer::Tokenizer::from_gguf(&gguf).unwrap();
+    let history = vec![
+        json!({"role": "user", "content": "Weather in Oslo?"}),
+        json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city\":\"Oslo\",\"days\":2}"}}]}),
+        json!({"role": "tool", "tool_call_id": "call_1", "content": "sunny"}),
+    ];
+    let (prompt, _) =
+        toolgate::engine::chat::encode_chat_within(&strings, &tok, history, None, Default::default(), 4096).unwrap();
+    assert!(prompt.contains(r#"{"name": "get_weather", "arguments": {"city":"Oslo","days":2}}"#), "{prompt}");
+}

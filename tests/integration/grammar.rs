@@ -699,7 +699,7 @@ fn real_world_keywords_follow_json_schema() {
     check(filters.clone(), &[r#"{"a":1}"#, r#"{"b":"x"}"#, r#"{"a":1,"b":"x"}"#], &["{}"]);
     let node = toolgate::grammar::schema::compile(&filters, Mode::Strict).unwrap();
     let xml =
-        Grammar::from_regex(&toolgate::grammar::regex::xml_parameters(&node, &mut Rules::none(), &Default::default()))
+        Grammar::from_regex(&toolgate::tools::dialect::tagged::grammar(&node, &mut Rules::none(), &Default::default()))
             .unwrap();
     assert!(xml.matches(b"<parameter=a>1</parameter></function>"));
     assert!(!xml.matches(b"</function>"));

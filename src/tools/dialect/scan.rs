@@ -1,0 +1,135 @@
+//! Where a value ends in streamed text: one scanner for the bracketed dialects.
+
+use super::gemma4::QUOTE as GEMMA_QUOTE;
+
+/// The literal syntax a [`ValueScan`] follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Brackets {
+    /// JSON: strings in `"` with backslash escapes.
+    #[default]
+    Json,
+    /// Gemma 4: strings between [`GEMMA_QUOTE`]s, without escapes.
+    Gemma,
+    /// Python: `(…)` brackets too, strings in `"` or `'` with backslash escapes.
+    Python,
+}
+
+/// A call's reader state: tracks where a value (object, array, call arguments or
+/// scalar) ends, byte by byte, resuming where it stopped as more text arrives.
+#[derive(Debug, Clone, Default)]
+pub struct ValueScan {
+    /// Bytes examined.
+    pub(crate) consumed: usize,
+    /// Bytes known to belong to the value.
+    pub(crate) complete: usize,
+    /// The value's length, once it has ended.
+    pub(crate) end: Option<usize>,
+    /// A `<` outside any string (not part of a value: the start of a marker), where.
+    pub(crate) stray: Option<usize>,
+    syntax: Brackets,
+    depth: usize,
+    in_string: bool,
+    escaped: bool,
+    scalar: bool,
+    /// The quote that opened the current Python string.
+    quote: u8,
+}
+
+impl ValueScan {
+    /// Scan `text` (the value from its start, as read so far) in `syntax`, and say
+    /// where the value ends.
+    pub(crate) fn extent(&mut self, text: &str, syntax: Brackets) -> super::Extent {
+        if self.end.is_none() && self.stray.is_none() {
+            self.syntax = syntax;
+            self.feed(&text[self.consumed..]);
+        }
+        match (self.end, self.stray) {
+            (Some(len), _) => super::Extent::End(len),
+            (None, Some(at)) => super::Extent::Stray(at),
+            (None, None) => super::Extent::More,
+        }
+    }
+
+    /// Examine `s`, the text after the bytes already consumed.
+    pub(crate) fn feed(&mut self, s: &str) {
+        let gemma = self.syntax == Brackets::Gemma;
+        let python = self.syntax == Brackets::Python;
+        let b = s.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            if self.end.is_some() || self.stray.is_some() {
+                return;
+            }
+            let c = b[i];
+            let at = self.consumed;
+            if gemma && c == b'<' && !self.scalar {
+                let rest = &s[i..];
+                if rest.starts_with(GEMMA_QUOTE) {
+                    self.in_string = !self.in_string;
+                    i += GEMMA_QUOTE.len();
+                    self.consumed += GEMMA_QUOTE.len();
+                    self.complete = self.consumed;
+                    continue;
+                }
+                if GEMMA_QUOTE.starts_with(rest) {
+                    return; // A quote split across pieces: wait for the rest.
+                }
+            }
+            i += 1;
+            self.consumed += 1;
+            if self.consumed == 1 && !matches!(c, b'{' | b'[') && !(python && c == b'(') {
+                self.scalar = true;
+            }
+            if self.scalar {
+                if matches!(c, b' ' | b'\t' | b'\n' | b'\r' | b',' | b'}' | b']') {
+                    self.end = Some(at);
+                    return;
+                }
+                self.complete = self.consumed;
+                continue;
+            }
+            if self.in_string {
+                if !gemma {
+                    let close = if python { self.quote } else { b'"' };
+                    match (self.escaped, c) {
+                        (true, _) => self.escaped = false,
+                        (false, b'\\') => self.escaped = true,
+                        (false, q) if q == close => self.in_string = false,
+                        _ => {}
+                    }
+                }
+            } else {
+                match c {
+                    b'"' if !gemma => {
+                        self.in_string = true;
+                        self.quote = c;
+                    }
+                    b'\'' if python => {
+                        self.in_string = true;
+                        self.quote = c;
+                    }
+                    b'{' | b'[' => self.depth += 1,
+                    b'(' if python => self.depth += 1,
+                    b')' if python => {
+                        self.depth = self.depth.saturating_sub(1);
+                        if self.depth == 0 {
+                            self.end = Some(self.consumed);
+                        }
+                    }
+                    b'}' | b']' => {
+                        self.depth = self.depth.saturating_sub(1);
+                        if self.depth == 0 {
+                            self.end = Some(self.consumed);
+                        }
+                    }
+                    b'<' => {
+                        self.stray = Some(at);
+                        return;
+                    }
+                    _ => {}
+                }
+            }
+            self.complete = self.consumed;
+        }
+    }
+}

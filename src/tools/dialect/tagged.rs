@@ -1,0 +1,323 @@
+//! Tagged parameters: each argument between tags, strings as bare text, other values
+//! as JSON — Qwen3-Coder's `<parameter=city>\nOslo\n</parameter>` … `</function>`,
+//! GLM's `<arg_key>city</arg_key><arg_value>Oslo</arg_value>`, MiniMax's
+//! `<parameter name="city">Oslo</parameter>`, DeepSeek DSML's typed
+//! `<｜DSML｜parameter name="city" string="true">Oslo</｜DSML｜parameter>`.
+//!
+//! Values are typed by the tool's schema when converted to JSON: a parameter
+//! declared as a string stays a string even when it reads as a number.
+
+use std::collections::HashSet;
+
+use regex_syntax::escape;
+use serde_json::Value;
+
+use super::{ArgsSyntax, Extent, ValueScan};
+use crate::grammar::ir::Node;
+use crate::grammar::regex::{key_except, members, to_rules, without_literal, Dialect, Json, XmlText};
+use crate::grammar::rules::{alt, Rules};
+use crate::tools::format::ToolFormat;
+
+/// Longest tool or parameter name read.
+const MAX_NAME: usize = 256;
+
+fn leading_ws(s: &str) -> usize {
+    s.len() - s.trim_start().len()
+}
+
+/// Tagged parameters ([`crate::tools::format::ArgsDialect::XmlParameters`]), spelled
+/// by the layout's [`ToolFormat::param_tags`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Tagged;
+
+impl ArgsSyntax for Tagged {
+    fn grammar(&self, node: &Node, f: &ToolFormat, rules: &mut Rules) -> String {
+        grammar(node, rules, &f.param_tags())
+    }
+    fn opener(&self) -> Option<u8> {
+        None
+    }
+    fn extent(&self, text: &str, f: &ToolFormat, _: &mut ValueScan) -> Extent {
+        match read(text, &f.param_tags(), false) {
+            None => Extent::More,
+            Some(Err(at)) => Extent::Broken(at),
+            Some(Ok((len, _))) => Extent::End(len),
+        }
+    }
+    fn to_json(&self, text: &str, f: &ToolFormat, strings: Option<&HashSet<String>>) -> Option<String> {
+        match read(text, &f.param_tags(), true) {
+            Some(Ok((_, params))) => Some(params_to_json(&params, strings)),
+            _ => None,
+        }
+    }
+}
+
+/// How a tagged-parameters layout spells one parameter: `key_start KEY key_end VALUE
+/// value_end`, repeated, then `end`. Qwen3-Coder's `<parameter=KEY>VALUE</parameter>`
+/// … `</function>` is the default; GLM's `<arg_key>KEY</arg_key><arg_value>VALUE
+/// </arg_value>` (no `end`: the arguments end where no further key starts), MiniMax's
+/// `<parameter name="KEY">VALUE</parameter>`, and layouts that mark a value's type in
+/// the key's tag (DeepSeek DSML's `string="true"` / `string="false"`: a different
+/// `key_end_json` for values written as JSON) are others.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ParamTags {
+    /// Text before a parameter's name.
+    pub key_start: String,
+    /// Text between the name and a string value (bare text).
+    pub key_end: String,
+    /// Text between the name and a value written as JSON (`None`: `key_end`). Where it
+    /// holds [`TYPE_SLOT`], the value's JSON type goes there (`number` for integers
+    /// too, `boolean`, `null`, `object`, `array`): Kimi K3's `" type="{type}"<|sep|>`
+    /// beside `" type="string"<|sep|>` for bare text.
+    #[serde(default)]
+    pub key_end_json: Option<String>,
+    /// Text after a value; its first character appears nowhere else in it.
+    pub value_end: String,
+    /// Text after the last parameter (`""`: none).
+    #[serde(default)]
+    pub end: String,
+}
+
+impl Default for ParamTags {
+    fn default() -> Self {
+        Self {
+            key_start: "<parameter=".into(),
+            key_end: ">".into(),
+            key_end_json: None,
+            value_end: "</parameter>".into(),
+            end: "</function>".into(),
+        }
+    }
+}
+
+/// Where a [`ParamTags::key_end_json`] names the value's JSON type.
+pub const TYPE_SLOT: &str = "{type}";
+
+/// The JSON types a typed key end names for values written as JSON.
+const JSON_TYPES: [&str; 5] = ["number", "boolean", "null", "object", "array"];
+
+impl ParamTags {
+    /// The text between a name and a value written as JSON (with [`TYPE_SLOT`] if typed).
+    pub fn key_end_json(&self) -> &str {
+        self.key_end_json.as_deref().unwrap_or(&self.key_end)
+    }
+
+    /// Every text that may end a key: `key_end`, then `key_end_json` (once per JSON
+    /// type where it is typed), each with whether it introduces bare text.
+    pub fn key_ends(&self) -> Vec<(String, bool)> {
+        let mut out = vec![(self.key_end.clone(), true)];
+        let json = self.key_end_json();
+        match json.split_once(TYPE_SLOT) {
+            Some((a, b)) => out.extend(JSON_TYPES.iter().map(|t| (format!("{a}{t}{b}"), false))),
+            None if json != self.key_end => out.push((json.to_string(), false)),
+            None => out[0].1 = false,
+        }
+        out
+    }
+
+    /// The regex of the key end before a value of kind `kind`.
+    fn key_end_regex(&self, kind: Kind) -> String {
+        let Kind::Json(t) = kind else { return escape(&self.key_end) };
+        match self.key_end_json().split_once(TYPE_SLOT) {
+            Some((a, b)) if t == ANY_TYPE => format!("{}(?:{}){}", escape(a), JSON_TYPES.join("|"), escape(b)),
+            Some((a, b)) => format!("{}{t}{}", escape(a), escape(b)),
+            None => escape(self.key_end_json()),
+        }
+    }
+}
+
+/// How a value alternative is written: bare text, or JSON of a type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Text,
+    Json(&'static str),
+}
+
+/// A JSON value of a type the grammar does not single out.
+const ANY_TYPE: &str = "any";
+
+/// The JSON type name a typed key end gives a non-string value grammar.
+fn json_type(n: &Node) -> &'static str {
+    match n {
+        Node::Integer { .. } | Node::Number { .. } => "number",
+        Node::Boolean => "boolean",
+        Node::Null => "null",
+        Node::Object { .. } => "object",
+        Node::Array { .. } => "array",
+        _ => ANY_TYPE,
+    }
+}
+
+fn literal_type(v: &Value) -> &'static str {
+    match v {
+        Value::Number(_) => "number",
+        Value::Bool(_) => "boolean",
+        Value::Null => "null",
+        Value::Object(_) => "object",
+        Value::Array(_) => "array",
+        Value::String(_) => ANY_TYPE,
+    }
+}
+
+/// Tagged parameters for an arguments schema, spelled by `tags` (Qwen3-Coder's
+/// `<parameter=NAME>\n?VALUE\n?</parameter>\n?` by default): each declared property
+/// in schema order (optional ones skippable), extra properties if the schema allows
+/// them, then `tags.end`. String values are bare text without `tags.value_end`; other
+/// values are JSON. Large parts go into `rules` as [`to_rules`] puts them
+/// ([`Rules::none`] for one plain regex).
+///
+/// Cost: linear in the schema's size, as [`to_rules`].
+pub fn grammar(node: &Node, rules: &mut Rules, tags: &ParamTags) -> String {
+    let close = tags.value_end.as_str();
+    // `(kind, regex)` alternatives of a value: bare text and JSON values (of each
+    // type, where the layout names it) take different key ends when the layout types
+    // its values.
+    fn value(n: &Node, rules: &mut Rules, close: &str) -> Vec<(Kind, String)> {
+        match n {
+            Node::String { min_len: 0, max_len: None, pattern: None, format: None } => {
+                vec![(Kind::Text, without_literal(close))]
+            }
+            Node::String { .. } | Node::Machine { .. } => vec![(Kind::Text, to_rules(n, &XmlText, rules))],
+            Node::Literals(vs) => {
+                let mut groups: Vec<(Kind, Vec<Value>)> = Vec::new();
+                for v in vs {
+                    let kind = if v.is_string() { Kind::Text } else { Kind::Json(literal_type(v)) };
+                    match groups.iter_mut().find(|g| g.0 == kind) {
+                        Some(g) => g.1.push(v.clone()),
+                        None => groups.push((kind, vec![v.clone()])),
+                    }
+                }
+                let spell = |k: Kind| if k == Kind::Text { &XmlText as &dyn Dialect } else { &Json };
+                groups.into_iter().map(|(k, vs)| (k, to_rules(&Node::Literals(vs), spell(k), rules))).collect()
+            }
+            Node::AnyOf(ns) => ns.iter().flat_map(|n| value(n, rules, close)).collect(),
+            // A string is bare text here, the other values JSON.
+            Node::AnyValue { .. } => {
+                vec![(Kind::Text, without_literal(close)), (Kind::Json(ANY_TYPE), to_rules(n, &Json, rules))]
+            }
+            other => vec![(Kind::Json(json_type(other)), to_rules(other, &Json, rules))],
+        }
+    }
+    let param = |key: &str, alts: Vec<(Kind, String)>| {
+        // Alternatives grouped by the key end they take, in order.
+        let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+        for (kind, v) in alts {
+            let ke = tags.key_end_regex(kind);
+            match groups.iter_mut().find(|g| g.0 == ke) {
+                Some(g) => g.1.push(v),
+                None => groups.push((ke, vec![v])),
+            }
+        }
+        let out: Vec<String> = groups.into_iter().map(|(ke, vs)| format!("{ke}\\n?{}", alt(vs))).collect();
+        format!("{}{key}(?:{})\\n?{}\\n?", escape(&tags.key_start), out.join("|"), escape(close))
+    };
+    let body = match node {
+        // (`patternProperties` names are not generated in this layout.)
+        Node::Object { properties, additional, non_empty, extra_keys, .. } => {
+            let names: Vec<&str> = properties.iter().map(|(n, _, _)| n.as_str()).collect();
+            let key = key_except("[A-Za-z_]", "[A-Za-z0-9_.-]", &names);
+            // Extras that must avoid a pattern are not generated in this layout either.
+            let additional = additional.as_ref().filter(|_| extra_keys.is_none());
+            let extra = additional.map(|extra| param(&key, value(extra, rules, close)));
+            if *non_empty {
+                // At least one parameter: the JSON objects' layout, without separators.
+                let elems: Vec<(String, bool)> = properties
+                    .iter()
+                    .filter(|p| p.1 != Node::Never)
+                    .map(|(name, n, required)| (param(&escape(name), value(n, rules, close)), *required))
+                    .collect();
+                members(&elems, extra.as_deref(), "", true, rules)
+            } else {
+                let mut out = String::new();
+                for (name, n, required) in properties.iter().filter(|p| p.1 != Node::Never) {
+                    let p = param(&escape(name), value(n, rules, close));
+                    out.push_str(&if *required { p } else { format!("(?:{p})?") });
+                }
+                if let Some(x) = extra {
+                    out.push_str(&format!("(?:{x})*"));
+                }
+                out
+            }
+        }
+        other => format!("(?:{})*", param("[A-Za-z_][A-Za-z0-9_.-]*", value(other, rules, close))),
+    };
+    format!("\\n?{body}{}", escape(&tags.end))
+}
+
+/// Tagged parameters at the start of `s`, spelled by `tags` (Qwen3-Coder's
+/// `<parameter=KEY>VALUE</parameter>` … `</function>` by default), whitespace
+/// between. With an empty `tags.end` the parameters end where no further key starts
+/// (before the whitespace there); `whole` says `s` is all there is (so its end ends
+/// them). `None` while undecided; `Err(offset)` where the text stops being that;
+/// `Ok((length through the end, parameters))`.
+///
+/// Cost: linear in `s` times the number of key ends (six for a typed layout).
+pub fn read(s: &str, tags: &ParamTags, whole: bool) -> Option<Result<(usize, Vec<Param>), usize>> {
+    let ends = tags.key_ends();
+    let (open, close, end) = (tags.key_start.as_str(), tags.value_end.as_str(), tags.end.as_str());
+    let mut i = 0;
+    let mut params = Vec::new();
+    loop {
+        let before_ws = i;
+        i += leading_ws(&s[i..]);
+        let rest = &s[i..];
+        if !end.is_empty() && rest.starts_with(end) {
+            return Some(Ok((i + end.len(), params)));
+        }
+        if !rest.starts_with(open) {
+            let undecided = open.starts_with(rest) || (!end.is_empty() && end.starts_with(rest));
+            if undecided && !(whole && end.is_empty()) {
+                return None;
+            }
+            return if end.is_empty() { Some(Ok((before_ws, params))) } else { Some(Err(i)) };
+        }
+        let k0 = i + open.len();
+        // The key runs to the first key end (any spelling).
+        let found = ends.iter().filter_map(|(e, text)| s[k0..].find(e.as_str()).map(|at| (at, e.len(), *text)));
+        let Some((gt, ke, text)) = found.min() else {
+            return (s.len() - k0 > MAX_NAME).then_some(Err(i));
+        };
+        let key = &s[k0..k0 + gt];
+        if key.is_empty() || key.len() > MAX_NAME || key.contains(char::is_whitespace) {
+            return Some(Err(i));
+        }
+        let v0 = k0 + gt + ke;
+        let close_at = s[v0..].find(close)?;
+        params.push(Param { key: key.to_string(), raw: s[v0..v0 + close_at].to_string(), text });
+        i = v0 + close_at + close.len();
+    }
+}
+
+/// One tagged parameter as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Param {
+    /// Its name.
+    pub key: String,
+    /// Its value's text, between the key end and the value end.
+    pub raw: String,
+    /// The key end says the value is bare text (a layout that types its values:
+    /// DSML's `string="true"`, Kimi K3's `type="string"`).
+    pub text: bool,
+}
+
+/// Tagged parameters as a JSON object: a value loses one leading and one trailing
+/// newline (the layout around it); parameters in `strings` (declared as strings) and
+/// values the layout's key end marks as text stay text, others are JSON when they
+/// parse as JSON (numbers, booleans, objects) and text otherwise.
+///
+/// Cost: linear in the parameters' text.
+pub fn params_to_json(params: &[Param], strings: Option<&HashSet<String>>) -> String {
+    let mut map = serde_json::Map::new();
+    for Param { key, raw, text } in params {
+        let v = raw.strip_prefix('\n').unwrap_or(raw);
+        let v = v.strip_suffix('\n').unwrap_or(v);
+        let value = if *text || strings.is_some_and(|s| s.contains(key)) {
+            serde_json::Value::String(v.to_string())
+        } else {
+            serde_json::from_str(v).unwrap_or_else(|_| serde_json::Value::String(v.to_string()))
+        };
+        map.insert(key.clone(), value);
+    }
+    serde_json::Value::Object(map).to_string()
+}
