@@ -300,7 +300,7 @@ fn find_call(out: &str, from: usize, i: usize, ids: &[&str; 2]) -> Result<Found,
     }
     if let Some((tags, at, len)) = tagged(rest, i) {
         let strings: std::collections::HashSet<String> = ["xa_q".to_string()].into();
-        if let Some(Ok((read, params))) = tagged::read(&rest[at..], &tags, true) {
+        if let Some(Ok((read, params))) = tagged::read(&rest[at..], &tags, "", true) {
             if read == len && same(Some(tagged::params_to_json(&params, Some(&strings)))) {
                 let mut found = name_then(out, n, after, after + at, after + at + len, ArgsDialect::XmlParameters);
                 found.tags = Some(tags);
@@ -693,7 +693,7 @@ fn as_generated(f: &ToolFormat, text: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(text.len());
     let mut rest = text;
     while let Some((at, token)) = tokens.iter().filter_map(|t| rest.find(t).map(|at| (at, *t))).min() {
-        out.extend_from_slice(rest[..at].as_bytes());
+        out.extend_from_slice(&rest.as_bytes()[..at]);
         out.push(crate::tokenizer::SPECIAL_PREFIX);
         out.extend_from_slice(token.as_bytes());
         rest = &rest[at + token.len()..];

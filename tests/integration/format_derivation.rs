@@ -432,17 +432,21 @@ fn typed_attribute_single_quoted_and_string_argument_layouts_are_derived() {
     let text = format!(
         "<|close|>response<|sep|><|open|>tools<|sep|>{}{}<|close|>tools",
         call(1, "4711", "3", "true"),
-        call(2, "a <b> & c", "1", "false")
+        call(2, "a <b> & c <|close|>argument, the tag's text", "1", "false")
     );
     assert_eq!(
         read_every_way(f, &tools, &text),
         vec![
             ("get_weather".into(), json!({"city": "4711", "days": 3, "metric": true})),
-            ("get_weather".into(), json!({"city": "a <b> & c", "days": 1, "metric": false}))
+            // A value holding its closing tag's text is read whole.
+            (
+                "get_weather".into(),
+                json!({"city": "a <b> & c <|close|>argument, the tag's text", "days": 1, "metric": false})
+            )
         ]
     );
     let g = calls_regex_plain(f, &tools, &ToolChoice::Required, true).unwrap().compile().unwrap();
-    let plain = text.replace("a <b> & c", "Oslo");
+    let plain = text.replace("a <b> & c <|close|>argument, the tag's text", "Oslo");
     assert!(g.matches(plain.as_bytes()));
     // A boolean may not claim to be a number, nor a number a string.
     assert!(!g.matches(plain.replace("\"metric\" type=\"boolean\"", "\"metric\" type=\"number\"").as_bytes()));

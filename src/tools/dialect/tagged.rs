@@ -38,14 +38,14 @@ impl ArgsSyntax for Tagged {
         None
     }
     fn extent(&self, text: &str, f: &ToolFormat, _: &mut ValueScan) -> Extent {
-        match read(text, &f.param_tags(), false) {
+        match read(text, &f.param_tags(), f.call_end.trim(), false) {
             None => Extent::More,
             Some(Err(at)) => Extent::Broken(at),
             Some(Ok((len, _))) => Extent::End(len),
         }
     }
     fn to_json(&self, text: &str, f: &ToolFormat, strings: Option<&HashSet<String>>) -> Option<String> {
-        match read(text, &f.param_tags(), true) {
+        match read(text, &f.param_tags(), f.call_end.trim(), true) {
             Some(Ok((_, params))) => Some(params_to_json(&params, strings)),
             _ => None,
         }
@@ -248,12 +248,14 @@ pub fn grammar(node: &Node, rules: &mut Rules, tags: &ParamTags) -> String {
 /// Tagged parameters at the start of `s`, spelled by `tags` (Qwen3-Coder's
 /// `<parameter=KEY>VALUE</parameter>` … `</function>` by default), whitespace
 /// between. With an empty `tags.end` the parameters end where no further key starts
-/// (before the whitespace there); `whole` says `s` is all there is (so its end ends
-/// them). `None` while undecided; `Err(offset)` where the text stops being that;
+/// (before the whitespace there); `then` is the text that follows them there (the
+/// call's end marker; `""`: unknown), and `whole` says `s` is all there is (so its end
+/// ends them). A value may hold the text of its own closing tag: see [`value_len`].
+/// `None` while undecided; `Err(offset)` where the text stops being that;
 /// `Ok((length through the end, parameters))`.
 ///
 /// Cost: linear in `s` times the number of key ends (six for a typed layout).
-pub fn read(s: &str, tags: &ParamTags, whole: bool) -> Option<Result<(usize, Vec<Param>), usize>> {
+pub fn read(s: &str, tags: &ParamTags, then: &str, whole: bool) -> Option<Result<(usize, Vec<Param>), usize>> {
     let ends = tags.key_ends();
     let (open, close, end) = (tags.key_start.as_str(), tags.value_end.as_str(), tags.end.as_str());
     let mut i = 0;
@@ -283,7 +285,7 @@ pub fn read(s: &str, tags: &ParamTags, whole: bool) -> Option<Result<(usize, Vec
             return Some(Err(i));
         }
         let v0 = k0 + gt + ke;
-        let close_at = s[v0..].find(close)?;
+        let close_at = value_len(&s[v0..], tags, then, whole)?;
         params.push(Param { key: key.to_string(), raw: s[v0..v0 + close_at].to_string(), text });
         i = v0 + close_at + close.len();
     }
@@ -320,4 +322,44 @@ pub fn params_to_json(params: &[Param], strings: Option<&HashSet<String>>) -> St
         map.insert(key.clone(), value);
     }
     serde_json::Value::Object(map).to_string()
+}
+
+/// The length of the value at the start of `s`: up to the first closing tag
+/// (`tags.value_end`) after which the parameters can go on (another key, their end, or
+/// `then`, the text after them), so a value that holds the closing tag's text (code,
+/// markup) is read whole, not cut there. With nothing known to follow the parameters,
+/// the first closing tag ends the value. `None` while undecided.
+///
+/// ```
+/// use toolgate::tools::dialect::tagged::{value_len, ParamTags};
+/// let tags = ParamTags::default(); // <parameter=K>V</parameter> … </function>
+/// let s = "a</parameter> b</parameter>\n</function>";
+/// assert_eq!(value_len(s, &tags, "", true), Some(s.find(" b").unwrap() + 2));
+/// assert_eq!(value_len("a</parameter>", &tags, "", false), None); // what follows decides
+/// ```
+///
+/// Cost: linear in `s`.
+pub fn value_len(s: &str, tags: &ParamTags, then: &str, whole: bool) -> Option<usize> {
+    let (open, close, end) = (tags.key_start.as_str(), tags.value_end.as_str(), tags.end.as_str());
+    let first = s.find(close)?;
+    let followers: Vec<&str> = [open, end, then].into_iter().filter(|f| !f.is_empty()).collect();
+    if end.is_empty() && then.is_empty() {
+        return Some(first);
+    }
+    let mut at = first;
+    loop {
+        let rest = s[at + close.len()..].trim_start();
+        if followers.iter().any(|f| rest.starts_with(f)) {
+            return Some(at);
+        }
+        if followers.iter().any(|f| f.starts_with(rest)) {
+            // Not decided by the text so far (an empty rest included).
+            return if whole { Some(at) } else { None };
+        }
+        match s[at + close.len()..].find(close) {
+            Some(next) => at += close.len() + next,
+            None if whole => return Some(first),
+            None => return None,
+        }
+    }
 }
