@@ -180,6 +180,8 @@ pub struct PreparedTurn {
     constraint: TurnConstraint,
     parser: RecoveringParser,
     calls_possible: bool,
+    /// Stop strings the template declares, added to the request's.
+    stops: Vec<String>,
     /// Tokens of the shortest output the constraint allows, when it applies from the
     /// first token; measured on the first [`PreparedTurn::check_budget`] that needs it.
     shortest: std::cell::OnceCell<Option<usize>>,
@@ -350,7 +352,8 @@ fn prepare_tools(
     let recovery = (setup.call_recovery && calls_possible && *choice == ToolChoice::Auto)
         .then(|| Recovery::new(tools, mode == ToolMode::Constrained));
     let parser = RecoveringParser::new(parser, recovery);
-    Ok(PreparedTurn { prompt, constraint, parser, calls_possible, shortest: Default::default() })
+    let stops = setup.stop_strings.clone();
+    Ok(PreparedTurn { prompt, constraint, parser, calls_possible, stops, shortest: Default::default() })
 }
 
 /// Tokens the shortest output a constraint from the first token accepts takes (the
@@ -389,7 +392,8 @@ pub fn prepare_text_turn(
         None => TurnConstraint::Free,
     };
     let parser = RecoveringParser::new(with_reasoning(StreamParser::new(None, false, 0), setup, &text), None);
-    Ok(PreparedTurn { prompt, constraint, parser, calls_possible: false, shortest: Default::default() })
+    let stops = setup.stop_strings.clone();
+    Ok(PreparedTurn { prompt, constraint, parser, calls_possible: false, stops, shortest: Default::default() })
 }
 
 impl PreparedTurn {
@@ -465,8 +469,10 @@ impl PreparedTurn {
         mut on_logprob: impl FnMut(&TokenLogprob),
     ) -> Result<ChatTurn> {
         self.check_budget(params.max_tokens)?;
-        let PreparedTurn { prompt, constraint, mut parser, calls_possible, .. } = self;
-        let params = GenerateParams { keep_special_text: calls_possible, ..params.clone() };
+        let PreparedTurn { prompt, constraint, mut parser, calls_possible, stops, .. } = self;
+        let mut stop = params.stop.clone();
+        stop.extend(stops.into_iter().filter(|s| !params.stop.contains(s)));
+        let params = GenerateParams { keep_special_text: calls_possible, stop, ..params.clone() };
         let mut feed = |text: &str| parser.push(text).into_iter().for_each(&mut on_event);
         let gen: Generation = match constraint {
             TurnConstraint::Free => {

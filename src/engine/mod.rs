@@ -123,7 +123,7 @@ impl Constraint<'_> {
                 if !Recovery::name_complete(&seen[at..]) {
                     break; // wait for the name
                 }
-                if !lazy.in_reasoning(seen, at) {
+                if !lazy.in_reasoning(seen, at) && !Recovery::inside_function_member(&seen[..at]) {
                     if let Ok(m) = grammar.matcher_with_prefix(lazy.vocab.clone(), &seen[at..]) {
                         *slot = Some(Box::new(m));
                         seen.clear();

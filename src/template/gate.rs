@@ -61,6 +61,9 @@ pub struct ChatSetup {
     /// Read near-miss calls in `auto` (a bare or fenced JSON call of a declared tool:
     /// [`crate::tools::recovery`]); on by default, `--call-recovery off` turns it off.
     pub call_recovery: bool,
+    /// Extra stop strings the template declares (its `stop_strings` metadata:
+    /// [`super::metadata`]), added to every turn's.
+    pub stop_strings: Vec<String>,
 }
 
 impl ChatSetup {
@@ -120,7 +123,15 @@ fn setup(template: ChatTemplate, source: TemplateSource, arch: Option<&str>, nat
     let policy = transform::policy(report.caps.supports_system_role, signals, arch, has_template);
     let marker_family =
         if source == TemplateSource::GenericFallback { "generic" } else { super::family::detect(&template) };
-    let layout = resolve(&template, report.caps.supports_object_arguments, marker_family);
+    let object_arguments = report.caps.supports_object_arguments;
+    // A template's own metadata names its call layout; otherwise it is derived.
+    let metadata = super::metadata::read(&template);
+    let layout = match metadata.as_ref().map(|m| m.format()) {
+        Ok(Some(format)) => crate::tools::derive::from_metadata(&template, object_arguments, format),
+        Ok(None) => resolve(&template, object_arguments, marker_family),
+        Err(e) => CallLayout::unusable(format!("failed: {e}")),
+    };
+    let stop_strings = metadata.map(|m| m.stop_strings).unwrap_or_default();
     let reasoning = super::family::reasoning_markers(template.source());
     ChatSetup {
         template,
@@ -132,6 +143,7 @@ fn setup(template: ChatTemplate, source: TemplateSource, arch: Option<&str>, nat
         reasoning,
         native_report: native,
         call_recovery: true,
+        stop_strings,
     }
 }
 

@@ -8,6 +8,7 @@ pub mod caps;
 pub mod env;
 pub mod family;
 pub mod gate;
+pub mod metadata;
 pub mod render;
 pub mod source;
 pub mod transform;

@@ -759,6 +759,9 @@ pub enum Origin {
     Override,
     /// `--tool-format`: the user's choice, not checked against the template.
     Flag,
+    /// The template's own metadata (`tool_start`, `tool_end`:
+    /// [`crate::template::metadata`]), which wins over derivation.
+    Metadata,
     /// No layout: requests with tools are refused with the reason.
     None,
 }
@@ -815,10 +818,47 @@ impl CallLayout {
         })
     }
 
+    /// No layout, for `reason`: requests with tools are refused with it.
+    pub(crate) fn unusable(reason: String) -> Self {
+        Self {
+            format: None,
+            family: "unknown".into(),
+            origin: Origin::None,
+            round_trip: reason,
+            parallel: false,
+            sample: None,
+            string_arguments: false,
+        }
+    }
+
     fn with(format: ToolFormat, origin: Origin, round_trip: String, parallel: bool, sample: Option<String>) -> Self {
         let family = format.family.clone();
         Self { family, format: Some(format), origin, round_trip, parallel, sample, string_arguments: false }
     }
+}
+
+/// The layout a template's metadata names (`format`, from
+/// [`crate::template::metadata`]), checked against the calls the template renders for
+/// the probe tools: the round trip is reported, and the metadata wins either way (it is
+/// the template author's word, as `--tool-format` is the user's).
+///
+/// Cost: the renders of [`derive`] and one [`conformance`] check.
+pub fn from_metadata(template: &ChatTemplate, object_arguments: bool, format: ToolFormat) -> CallLayout {
+    let (round_trip, parallel, sample) = match renders(template, object_arguments) {
+        Ok(r) => {
+            let one = without_reasoning(output_part(&r.one, &r.text), r.reasoning);
+            let two = r.two.as_deref().map(|t| without_reasoning(output_part(t, &r.text), r.reasoning));
+            let (sample, parallel) = match two {
+                Some(two) => (two.trim().to_string(), true),
+                None => (one.trim().to_string(), false),
+            };
+            let check =
+                conformance(&format, &sample, parallel).map_or_else(|e| format!("failed: {e}"), |()| "passed".into());
+            (check, parallel, Some(sample))
+        }
+        Err(e) => (format!("not checked: {e}"), true, None),
+    };
+    CallLayout::with(format, Origin::Metadata, round_trip, parallel, sample)
 }
 
 /// Choose the call layout for `template`: derive it ([`derive`]); a `grammars/` file

@@ -147,6 +147,12 @@ pub struct ToolFormat {
     /// The shape of the call ids toolgate returns.
     #[serde(default)]
     pub call_ids: CallIds,
+    /// A JSON body holds the name and arguments in a `function` object, as OpenAI's
+    /// `tool_calls` items do: `{"id": …, "type": "function", "function": {"name": …,
+    /// "arguments": {…}}}` (templates with TabbyAPI-style metadata). The parser reads
+    /// such a body, and a flat one, for every JSON-body layout.
+    #[serde(default)]
+    pub nested_function: bool,
     /// The [`ArgsDialect::Python`] dialect writes strings in single quotes, as Python's
     /// `repr` does (`city='Oslo'`: LFM2.5), not double quotes (`city="Oslo"`).
     #[serde(default)]
@@ -198,6 +204,7 @@ impl ToolFormat {
             id_first: false,
             call_ids: CallIds::Openai,
             single_quotes: false,
+            nested_function: false,
             params: None,
         }
     }
@@ -260,6 +267,9 @@ impl ToolFormat {
             && self.body != BodyKind::NameThenArguments
         {
             return Err("this dialect needs a name_then_arguments body".into());
+        }
+        if self.nested_function && self.body != BodyKind::JsonNameArguments {
+            return Err("`nested_function` belongs to a json_name_arguments body".into());
         }
         if self.single_quotes && self.dialect != ArgsDialect::Python {
             return Err("`single_quotes` belongs to the python dialect".into());

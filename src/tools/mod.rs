@@ -349,12 +349,17 @@ fn calls_into(
                     (false, true) => (format!("{member}, ?"), String::new()),
                     (false, false) => (String::new(), format!("(?:, ?{member})?")),
                 };
-                bodies.push(format!(
-                    r#"\{{{lead}"{}": ?{}, ?"{}": ?{args}{id}\}}"#,
+                let inner = format!(
+                    r#""{}": ?{}, ?"{}": ?{args}"#,
                     regex_syntax::escape(&f.name_key),
                     regex_syntax::escape(&serde_json::to_string(name).unwrap_or_default()),
                     regex_syntax::escape(&f.arguments_key),
-                ))
+                );
+                bodies.push(if f.nested_function {
+                    format!(r#"\{{{lead}"type": ?"function", ?"function": ?\{{{inner}\}}{id}\}}"#)
+                } else {
+                    format!(r#"\{{{lead}{inner}{id}\}}"#)
+                })
             }
             BodyKind::NameThenArguments => {
                 let index = if f.name_index_separator.is_empty() {

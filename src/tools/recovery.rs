@@ -4,7 +4,9 @@
 //! Asked in `auto` mode, a small model often answers a question that needs a tool
 //! with the call's JSON as plain text instead of its family's markers: a bare
 //! `{"name": "get_weather", "arguments": {…}}`, the same inside a ```` ```json ````
-//! fence, a list of such objects, or with Llama's `"parameters"` key. A client then
+//! fence, a list of such objects, with Llama's `"parameters"` key, or in OpenAI's own
+//! shape (`{"id": …, "type": "function", "function": {"name": …, "arguments": …}}`,
+//! as templates with TabbyAPI-style metadata show earlier calls). A client then
 //! sees that JSON as the answer and its agent loop ends. Recovery reads such text as
 //! calls:
 //!
@@ -94,7 +96,16 @@ pub fn recover(content: &str, tools: &[Tool], validate: bool) -> Recovered {
 /// `item` as a call of a declared tool: `{"name": N, "arguments"|"parameters": {…}}`
 /// (arguments given as a JSON string are read too), nothing else in it but an `id`.
 fn as_call(item: &Value, tools: &[Tool], validate: bool) -> Option<(String, String)> {
-    let obj = item.as_object()?;
+    let mut obj = item.as_object()?;
+    // OpenAI's own shape, as templates show earlier calls: `{"id": …, "type":
+    // "function", "function": {"name": …, "arguments": …}}`.
+    if let Some(Value::Object(inner)) = obj.get("function") {
+        let wrapper = |k: &String| matches!(k.as_str(), "id" | "type" | "function");
+        if !obj.keys().all(wrapper) || obj.get("type").is_some_and(|t| t != "function") {
+            return None;
+        }
+        obj = inner;
+    }
     let name = obj.get("name")?.as_str()?;
     let tool = tools.iter().find(|t| t.function.name == name)?;
     let key = ARGUMENT_KEYS.iter().find(|k| obj.contains_key(**k));
@@ -161,6 +172,15 @@ impl Recovery {
 
     /// The text that opens a recovered compact call.
     pub const TRIGGER: &'static str = "{\"name\"";
+
+    /// Whether an opener at the end of `before` is the value of a `"function"` member:
+    /// the inner object of an OpenAI-shaped call (`{"id": …, "type": "function",
+    /// "function": {"name": …`), which is read whole, with its wrapper, when the turn
+    /// ends; constraining it alone would leave the wrapper's text in the content.
+    pub fn inside_function_member(before: &[u8]) -> bool {
+        let t = before.trim_ascii_end();
+        t.strip_suffix(b":").is_some_and(|t| t.trim_ascii_end().ends_with(b"\"function\""))
+    }
 
     /// Whether `text` (from the trigger on) holds a complete name string: only then can
     /// the engine tell a declared tool's call from other JSON.

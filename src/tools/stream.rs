@@ -949,7 +949,13 @@ fn json_string_len(s: &str) -> Option<usize> {
 /// text (or the decoded string if the model wrote them as a JSON string), `{}` if
 /// absent. Other keys (an `id`) are ignored.
 pub(crate) fn parse_body(f: &ToolFormat, body: &str) -> Option<(String, String)> {
-    let map: std::collections::HashMap<String, &RawValue> = serde_json::from_str(body).ok()?;
+    let mut map: std::collections::HashMap<String, &RawValue> = serde_json::from_str(body).ok()?;
+    // OpenAI's shape: the name and arguments inside a `function` object.
+    if !map.contains_key(&f.name_key) {
+        if let Some(inner) = map.get("function").filter(|v| v.get().starts_with('{')) {
+            map = serde_json::from_str(inner.get()).ok()?;
+        }
+    }
     let name: String = serde_json::from_str(map.get(&f.name_key)?.get()).ok()?;
     let args = match map.get(&f.arguments_key) {
         Some(raw) if raw.get().starts_with('"') => serde_json::from_str::<String>(raw.get()).ok()?,

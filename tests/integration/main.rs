@@ -28,6 +28,7 @@ mod server;
 mod stream_parser;
 mod template_caps;
 mod template_gate;
+mod template_metadata;
 mod template_render;
 mod tiny_models;
 mod tokenizer_fixtures;

@@ -23,6 +23,8 @@ fn near_miss_forms_of_declared_calls_are_calls() {
         r#"{"name": "get_weather", "parameters": {"city": "Oslo"}}"#,
         r#"[{"name": "get_weather", "arguments": {"city": "Oslo"}}]"#,
         r#"{"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}"#,
+        // OpenAI's own shape, as templates with TabbyAPI-style metadata show calls.
+        "```json\n{\"id\": \"call_1\", \"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}}\n```",
     ] {
         let r = recover(text, &t, true);
         assert_eq!((r.calls.clone(), r.content.as_str()), (vec![call.clone()], ""), "{text}");
@@ -42,9 +44,10 @@ fn near_miss_forms_of_declared_calls_are_calls() {
 fn other_json_stays_text() {
     let t = tools();
     for text in [
-        r#"{"name": "Bob", "age": 3}"#,                         // not a declared tool
+        r#"{"name": "Bob", "age": 3}"#, // not a declared tool
+        r#"{"id": "x", "kind": "f", "function": {"name": "get_weather", "arguments": {}}}"#, // no call's wrapper
         r#"{"name": "get_weather", "arguments": {"city": 5}}"#, // breaks the schema
-        r#"{"name": "get_weather", "arguments": [1]}"#,         // arguments not an object
+        r#"{"name": "get_weather", "arguments": [1]}"#, // arguments not an object
         r#"{"name": "get_weather", "arguments": {"city": "Oslo"}, "why": "test"}"#, // other members
         r#"The call would be {"name": "get_weather", "arguments": {"city": "Oslo"}}"#, // mid-line: prose
         "plain text",

@@ -7,7 +7,7 @@ use std::process::Command;
 use crate::common::server::start;
 
 /// The virtualenv's Python (`TOOLGATE_PYENV` overrides where it lives).
-fn python() -> PathBuf {
+pub(crate) fn python() -> PathBuf {
     let env = std::env::var("TOOLGATE_PYENV").map(PathBuf::from).unwrap_or_else(|_| {
         std::env::var("XDG_CACHE_HOME")
             .map(PathBuf::from)
