@@ -40,6 +40,7 @@ impl AnthropicError {
         let kind = match self.0.status {
             StatusCode::BAD_REQUEST => "invalid_request_error",
             StatusCode::NOT_FOUND => "not_found_error",
+            StatusCode::METHOD_NOT_ALLOWED => "invalid_request_error",
             StatusCode::PAYLOAD_TOO_LARGE => "request_too_large",
             StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
             _ => "api_error",

@@ -16,6 +16,7 @@ pub mod anthropic;
 mod listen;
 pub mod metrics;
 pub mod openai;
+pub mod responses;
 mod validate;
 
 pub use listen::ConnLimits;
@@ -332,9 +333,33 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/props", get(props))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/responses", post(responses::responses))
         .route("/metrics", get(metrics_text))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), count_requests))
+        .fallback(|req: Request| async move { route_error(&req, StatusCode::NOT_FOUND) })
+        .method_not_allowed_fallback(|req: Request| async move { route_error(&req, StatusCode::METHOD_NOT_ALLOWED) })
         .with_state(state)
+}
+
+/// An unknown route or method: a JSON error in the API's shape (Anthropic's under
+/// `/v1/messages`, OpenAI's elsewhere), never an empty body an SDK can only call
+/// "Error code: 404".
+fn route_error(req: &Request, status: StatusCode) -> Response {
+    let (method, path) = (req.method(), req.uri().path());
+    let message = if status == StatusCode::NOT_FOUND {
+        format!(
+            "no route {method} {path}: toolgate serves POST /v1/chat/completions, /v1/responses and /v1/messages, \
+             GET /v1/models, /props, /health and /metrics"
+        )
+    } else {
+        format!("{method} is not allowed on {path}")
+    };
+    let e = ApiError { status, kind: "invalid_request_error", message, param: None };
+    if path.starts_with("/v1/messages") {
+        anthropic::AnthropicError::from(e).into_response()
+    } else {
+        e.into_response()
+    }
 }
 
 async fn count_requests(State(s): State<Arc<AppState>>, req: Request, next: axum::middleware::Next) -> Response {

@@ -29,15 +29,15 @@ pub(crate) struct ChatRequest {
     choice: ToolChoice,
     parallel: bool,
     schema: Option<(Value, Mode)>,
-    params: GenerateParams,
-    stream: bool,
+    pub(super) params: GenerateParams,
+    pub(super) stream: bool,
     include_usage: bool,
     /// `logprobs: true`: report each token's log-probability (and `top_logprobs`).
     logprobs: bool,
 }
 
 impl ChatRequest {
-    fn parse(s: &AppState, body: &[u8]) -> Result<Self, ApiError> {
+    pub(super) fn parse(s: &AppState, body: &[u8]) -> Result<Self, ApiError> {
         let req: Value =
             serde_json::from_slice(body).map_err(|e| ApiError::bad(format!("malformed JSON body: {e}"), None))?;
         let obj = req.as_object().ok_or_else(|| ApiError::bad("the body must be a JSON object", None))?;
@@ -156,7 +156,7 @@ impl ChatRequest {
 
     /// Render, tokenize and compile: every request error surfaces here, before a
     /// stream starts.
-    fn prepare(self, engine: &mut Engine, s: &AppState) -> crate::Result<PreparedTurn> {
+    pub(super) fn prepare(self, engine: &mut Engine, s: &AppState) -> crate::Result<PreparedTurn> {
         let answer = self.schema.as_ref().map(|(v, m)| (v, *m));
         if !self.tools.is_empty() && self.choice != ToolChoice::None {
             match (answer, &self.choice) {

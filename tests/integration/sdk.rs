@@ -34,6 +34,13 @@ fn openai_python_sdk() {
     run_script("openai_sdk.py");
 }
 
+/// The Responses API (`/v1/responses`) through `client.responses.create` / `.stream`, and
+/// the openai-agents Runner, whose default model uses it.
+#[test]
+fn openai_python_sdk_responses_api() {
+    run_script("responses_sdk.py");
+}
+
 #[test]
 fn anthropic_python_sdk() {
     run_script("anthropic_sdk.py");

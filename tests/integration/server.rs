@@ -460,3 +460,34 @@ fn each_conversation_returns_to_the_slot_holding_its_history() {
     assert!(a2_cached >= a1, "A's second turn reused {a2_cached} tokens; its first prompt had {a1}");
     assert!(b2_cached >= b1, "B's second turn reused {b2_cached} tokens; its first prompt had {b1}");
 }
+
+#[test]
+fn unknown_routes_and_methods_answer_json_errors_in_the_apis_shape() {
+    let s = start(&["--tool-fallback", "generic"]);
+    let call = |method: &str, path: &str| {
+        let url = format!("{}{path}", s.base);
+        let mut r = match method {
+            "GET" => agent().get(&url).call().unwrap(),
+            "DELETE" => agent().delete(&url).call().unwrap(),
+            _ => agent().post(&url).header("content-type", "application/json").send("{}").unwrap(),
+        };
+        let status = r.status().as_u16();
+        (status, serde_json::from_str::<Value>(&r.body_mut().read_to_string().unwrap()).unwrap())
+    };
+    // OpenAI's shape: an SDK shows the message, not just "Error code: 404".
+    let (status, v) = call("POST", "/v1/embeddings");
+    assert_eq!(status, 404);
+    assert!(v["error"]["message"].as_str().unwrap().contains("no route POST /v1/embeddings"), "{v}");
+    let (status, v) = call("GET", "/v1/chat/completions");
+    assert_eq!((status, v["error"]["type"].as_str()), (405, Some("invalid_request_error")), "{v}");
+    let (status, v) = call("GET", "/v1/responses");
+    assert_eq!(status, 405, "{v}");
+    // Anthropic's shape under /v1/messages.
+    let (status, v) = call("DELETE", "/v1/messages");
+    assert_eq!(
+        (status, v["type"].as_str(), v["error"]["type"].as_str()),
+        (405, Some("error"), Some("invalid_request_error"))
+    );
+    let (status, v) = call("POST", "/v1/messages/batches");
+    assert_eq!((status, v["error"]["type"].as_str()), (404, Some("not_found_error")), "{v}");
+}
