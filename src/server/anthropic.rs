@@ -20,7 +20,7 @@ use futures_util::{stream, StreamExt};
 use serde_json::{json, Map, Value};
 
 use super::{read_body, validate, ApiError, AppState, Msg, Running};
-use crate::engine::chat::{prepare_turn, ChatTurn};
+use crate::engine::chat::{encode_chat, prepare_turn, ChatTurn};
 use crate::engine::GenerateParams;
 use crate::sampling::SamplingParams;
 use crate::tools::stream::StreamEvent;
@@ -239,11 +239,8 @@ impl BlockWriter {
     }
 }
 
-/// The handler.
-pub(crate) async fn messages(State(s): State<Arc<AppState>>, req: Request) -> Result<Response, AnthropicError> {
-    let body = read_body(&s, req).await?;
-    let req: Value = serde_json::from_slice(&body).map_err(|e| bad(format!("malformed JSON body: {e}")))?;
-    let obj: &Map<String, Value> = req.as_object().ok_or_else(|| bad("the body must be a JSON object"))?;
+/// The model a request names must be the one served (or `default`).
+fn check_model(obj: &Map<String, Value>, s: &AppState) -> Result<(), AnthropicError> {
     if let Some(m) = validate::opt_str(obj, "model")? {
         if m != s.model_id && m != "default" {
             return Err(AnthropicError(ApiError {
@@ -254,18 +251,12 @@ pub(crate) async fn messages(State(s): State<Arc<AppState>>, req: Request) -> Re
             }));
         }
     }
-    let max_tokens = validate::opt_int(obj, "max_tokens", 1, i64::MAX)?
-        .ok_or_else(|| bad("max_tokens: a positive integer is required"))?;
-    let max_tokens = usize::try_from(max_tokens).unwrap_or(usize::MAX);
-    let stream = validate::opt_bool(obj, "stream")?.unwrap_or(false);
-    let raw_messages = obj
-        .get("messages")
-        .and_then(Value::as_array)
-        .filter(|m| !m.is_empty())
-        .ok_or_else(|| bad("messages: a non-empty array is required"))?;
-    let messages = to_chat_messages(obj.get("system"), raw_messages)?;
-    let tools: Vec<Tool> = obj
-        .get("tools")
+    Ok(())
+}
+
+/// The request's custom tools as function tools.
+fn parse_tools(obj: &Map<String, Value>) -> Result<Vec<Tool>, AnthropicError> {
+    obj.get("tools")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -292,7 +283,55 @@ pub(crate) async fn messages(State(s): State<Arc<AppState>>, req: Request) -> Re
                 },
             })
         })
-        .collect::<Result<_, AnthropicError>>()?;
+        .collect::<Result<_, AnthropicError>>()
+}
+
+/// `POST /v1/messages/count_tokens`: the prompt's token count for a Messages request
+/// (`system`, `messages`, `tools`, `tool_choice`), rendered exactly as
+/// `/v1/messages` renders it, so it equals that turn's `usage.input_tokens`.
+pub(crate) async fn count_tokens(State(s): State<Arc<AppState>>, req: Request) -> Result<Response, AnthropicError> {
+    let body = read_body(&s, req).await?;
+    let req: Value = serde_json::from_slice(&body).map_err(|e| bad(format!("malformed JSON body: {e}")))?;
+    let obj: &Map<String, Value> = req.as_object().ok_or_else(|| bad("the body must be a JSON object"))?;
+    check_model(obj, &s)?;
+    let raw_messages = obj
+        .get("messages")
+        .and_then(Value::as_array)
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| bad("messages: a non-empty array is required"))?;
+    let messages = to_chat_messages(obj.get("system"), raw_messages)?;
+    let tools = parse_tools(obj)?;
+    validate::tools(&tools, "tools")?;
+    let none = obj.get("tool_choice").and_then(|c| c.get("type")).and_then(Value::as_str) == Some("none");
+    let tool_json: Option<Vec<Value>> = (!tools.is_empty() && !none)
+        .then(|| tools.iter().map(|t| serde_json::to_value(t).unwrap_or(Value::Null)).collect());
+    let state = s.clone();
+    let counted = tokio::task::spawn_blocking(move || {
+        encode_chat(&state.setup, &state.tokenizer, messages, tool_json, Default::default()).map(|(_, ids)| ids.len())
+    })
+    .await
+    .map_err(|_| AnthropicError(super::internal("the token count task failed")))?
+    .map_err(|e| AnthropicError(e.into()))?;
+    Ok(Json(json!({"input_tokens": counted})).into_response())
+}
+
+/// The handler.
+pub(crate) async fn messages(State(s): State<Arc<AppState>>, req: Request) -> Result<Response, AnthropicError> {
+    let body = read_body(&s, req).await?;
+    let req: Value = serde_json::from_slice(&body).map_err(|e| bad(format!("malformed JSON body: {e}")))?;
+    let obj: &Map<String, Value> = req.as_object().ok_or_else(|| bad("the body must be a JSON object"))?;
+    check_model(obj, &s)?;
+    let max_tokens = validate::opt_int(obj, "max_tokens", 1, i64::MAX)?
+        .ok_or_else(|| bad("max_tokens: a positive integer is required"))?;
+    let max_tokens = usize::try_from(max_tokens).unwrap_or(usize::MAX);
+    let stream = validate::opt_bool(obj, "stream")?.unwrap_or(false);
+    let raw_messages = obj
+        .get("messages")
+        .and_then(Value::as_array)
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| bad("messages: a non-empty array is required"))?;
+    let messages = to_chat_messages(obj.get("system"), raw_messages)?;
+    let tools = parse_tools(obj)?;
     validate::tools(&tools, "tools")?;
     let tc = obj.get("tool_choice");
     let choice = match tc.and_then(|c| c.get("type")).and_then(Value::as_str) {

@@ -51,6 +51,8 @@ pub struct AppState {
     /// The generation threads' queue: turns start in arrival order.
     jobs: Mutex<std::sync::mpsc::Sender<Job>>,
     pub(crate) setup: ChatSetup,
+    /// The model's tokenizer, for requests that only count tokens (no engine needed).
+    pub(crate) tokenizer: Arc<crate::tokenizer::Tokenizer>,
     pub(crate) model_id: String,
     pub(crate) tool_mode: ToolMode,
     max_queue: usize,
@@ -154,7 +156,8 @@ impl AppState {
     /// Serve `engine` (which passed the gate with `setup`) as `model_id`, one request
     /// at a time, with at most [`DEFAULT_MAX_QUEUE`] requests queued.
     pub fn new(engine: Engine, setup: ChatSetup, model_id: String, tool_mode: ToolMode) -> Self {
-        Self::with_engines(vec![engine], None, setup, model_id, tool_mode)
+        let tokenizer = Arc::new(engine.tokenizer().clone());
+        Self::with_engines(vec![engine], tokenizer, None, setup, model_id, tool_mode)
     }
 
     /// Serve `engine` with up to `parallel` requests generating at once, on one copy of
@@ -179,12 +182,14 @@ impl AppState {
         if parallel <= 1 {
             return Ok(Self::new(engine, setup, model_id, tool_mode));
         }
+        let tokenizer = Arc::new(engine.tokenizer().clone());
         let (engines, stats) = engine.into_batched(parallel)?;
-        Ok(Self::with_engines(engines, Some(stats), setup, model_id, tool_mode))
+        Ok(Self::with_engines(engines, tokenizer, Some(stats), setup, model_id, tool_mode))
     }
 
     fn with_engines(
         engines: Vec<Engine>,
+        tokenizer: Arc<crate::tokenizer::Tokenizer>,
         batch: Option<BatchStats>,
         setup: ChatSetup,
         model_id: String,
@@ -196,6 +201,7 @@ impl AppState {
             engine_free: Condvar::new(),
             jobs: Mutex::new(spawn_workers(n)),
             setup,
+            tokenizer,
             model_id,
             tool_mode,
             max_queue: DEFAULT_MAX_QUEUE,
@@ -333,6 +339,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/props", get(props))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/responses", post(responses::responses))
         .route("/metrics", get(metrics_text))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), count_requests))

@@ -31,6 +31,14 @@ assert isinstance(uses[0].input["city"], str) and isinstance(uses[0].input["days
 assert m.usage.input_tokens > 0 and m.usage.output_tokens > 0
 print("ok messages:", uses[0].input)
 
+# count_tokens renders the request as messages does: the same count as its usage.
+counted = client.messages.count_tokens(model=model, messages=Q, tools=TOOLS,
+                                       tool_choice={"type": "any", "disable_parallel_tool_use": True})
+assert counted.input_tokens == m.usage.input_tokens, (counted, m.usage)
+plain = client.messages.count_tokens(model=model, messages=Q)
+assert 0 < plain.input_tokens < counted.input_tokens, (plain, counted)
+print("ok count_tokens:", counted.input_tokens, "with tools,", plain.input_tokens, "without")
+
 # Streaming: the SDK accumulates input_json_delta into the same tool_use input.
 deltas = 0
 with client.messages.stream(model=model, max_tokens=60, messages=Q, tools=TOOLS, extra_body=T0,

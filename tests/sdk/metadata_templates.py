@@ -5,44 +5,14 @@ and not, each valid for its tool's schema.
 
 usage: python metadata_templates.py BASE_URL MODEL_ID forced|auto
 """
-import json
 import sys
 
 from openai import OpenAI
 
+from weather_tools import TOOLS, valid
+
 base, model, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 client = OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=300)
-
-TOOLS = [{
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather for a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-            "required": ["city", "unit"],
-        },
-    },
-}, {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": "Add two integers",
-        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                       "required": ["a", "b"]},
-    },
-}]
-
-
-def valid(name, arguments):
-    args = json.loads(arguments)
-    if name == "get_weather":
-        return isinstance(args["city"], str) and args["unit"] in ("celsius", "fahrenheit") and set(args) == {"city", "unit"}
-    if name == "add":
-        return isinstance(args["a"], int) and isinstance(args["b"], int) and set(args) == {"a", "b"}
-    return False
-
 
 def ask(messages, choice, stream):
     """The calls of one turn, as the SDK gives them: [(name, arguments)], finish reason."""

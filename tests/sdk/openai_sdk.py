@@ -8,39 +8,16 @@ import sys
 
 from openai import OpenAI
 
+from weather_tools import TOOLS, valid as valid_call
+
 base, model = sys.argv[1], sys.argv[2]
 client = OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=300)
 
-TOOLS = [{
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather for a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-            "required": ["city", "unit"],
-        },
-    },
-}, {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": "Add two integers",
-        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                       "required": ["a", "b"]},
-    },
-}]
 Q = [{"role": "user", "content": "What is the weather in Paris, in celsius?"}]
 
 
 def valid(call):
-    args = json.loads(call.function.arguments)
-    if call.function.name == "get_weather":
-        return isinstance(args["city"], str) and args["unit"] in ("celsius", "fahrenheit") and set(args) == {"city", "unit"}
-    if call.function.name == "add":
-        return isinstance(args["a"], int) and isinstance(args["b"], int) and set(args) == {"a", "b"}
-    return False
+    return valid_call(call.function.name, call.function.arguments)
 
 
 # Non-streaming, tool_choice required and named.

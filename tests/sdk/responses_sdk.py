@@ -10,26 +10,10 @@ import sys
 import openai
 from openai import OpenAI
 
+from weather_tools import FLAT_TOOLS as TOOLS, valid
+
 base, model = sys.argv[1], sys.argv[2]
 client = OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=300)
-
-TOOLS = [{
-    "type": "function", "name": "get_weather", "description": "Current weather for a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"},
-                   "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, "required": ["city", "unit"]},
-}, {
-    "type": "function", "name": "add", "description": "Add two integers",
-    "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                   "required": ["a", "b"]},
-}]
-
-
-def valid(name, arguments):
-    args = json.loads(arguments)
-    if name == "get_weather":
-        return isinstance(args["city"], str) and args["unit"] in ("celsius", "fahrenheit") and set(args) == {"city", "unit"}
-    return name == "add" and isinstance(args["a"], int) and isinstance(args["b"], int) and set(args) == {"a", "b"}
-
 
 Q = "What is the weather in Paris, in celsius?"
 
