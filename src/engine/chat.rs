@@ -128,6 +128,10 @@ pub struct ChatTurn {
     /// `"tool_calls"`, `"stop"`, `"length"` (also when `max_tokens` cut a call: the
     /// last call's arguments are then incomplete, as OpenAI does) or `"cancelled"`.
     pub finish_reason: &'static str,
+    /// The stop string that ended the turn, if one did (the request's or the
+    /// template's `stop_strings`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop_sequence: Option<String>,
     /// Call blocks that did not parse (native mode only; always 0 when constrained).
     pub parse_failures: usize,
     /// Calls read from a near-miss form in `auto` ([`crate::tools::recovery`]).
@@ -507,6 +511,7 @@ impl PreparedTurn {
             content: out.content,
             tool_calls: out.calls,
             finish_reason,
+            stop_sequence: gen.stop_sequence,
             parse_failures: out.failures,
             recovered_calls,
             prompt_tokens: gen.prompt_tokens,

@@ -246,6 +246,8 @@ pub struct Generation {
     pub completion_tokens: usize,
     /// Why it stopped.
     pub finish_reason: FinishReason,
+    /// The stop string of [`GenerateParams::stop`] that ended it, if one did.
+    pub stop_sequence: Option<String>,
     /// Wall time of prefill (prompt processing up to the first sampled token).
     pub prompt_time: Duration,
     /// Wall time of decoding the remaining tokens.
@@ -722,6 +724,7 @@ impl Engine {
             prompt_tokens: prompt.len(),
             cached_tokens: reuse,
             finish_reason: finish,
+            stop_sequence: stops.matched().map(str::to_string),
             prompt_time,
             decode_time,
             mask_time,

@@ -10,6 +10,8 @@ pub struct StopMatcher {
     text: String,
     released: usize,
     stopped: bool,
+    /// Which stop string ended the text.
+    matched: Option<usize>,
 }
 
 impl StopMatcher {
@@ -20,6 +22,7 @@ impl StopMatcher {
             text: String::new(),
             released: 0,
             stopped: false,
+            matched: None,
         }
     }
 
@@ -43,13 +46,15 @@ impl StopMatcher {
         let hit = self
             .stops
             .iter()
-            .filter_map(|s| {
+            .enumerate()
+            .filter_map(|(k, s)| {
                 self.text[floor_char(&self.text, search_from.saturating_sub(s.len()))..]
                     .find(s.as_str())
-                    .map(|i| i + floor_char(&self.text, search_from.saturating_sub(s.len())))
+                    .map(|i| (i + floor_char(&self.text, search_from.saturating_sub(s.len())), k))
             })
             .min();
-        if let Some(at) = hit {
+        if let Some((at, k)) = hit {
+            self.matched = Some(k);
             self.text.truncate(at);
             self.stopped = true;
             let out = self.text[self.released.min(at)..].to_string();
@@ -80,6 +85,18 @@ impl StopMatcher {
         let out = self.text[self.released..].to_string();
         self.released = self.text.len();
         out
+    }
+
+    /// The stop string that ended the text, once one did (the earliest in the text).
+    ///
+    /// ```
+    /// use toolgate::engine::stop::StopMatcher;
+    /// let mut m = StopMatcher::new(&["END".to_string(), "\n\n".to_string()]);
+    /// m.push("a\n\nb END");
+    /// assert_eq!(m.matched(), Some("\n\n"));
+    /// ```
+    pub fn matched(&self) -> Option<&str> {
+        self.matched.map(|k| self.stops[k].as_str())
     }
 
     /// All text accepted so far (cut at the stop string, if one was found).

@@ -152,11 +152,17 @@ fn to_chat_messages(system: Option<&Value>, messages: &[Value]) -> Result<Vec<Va
     Ok(out)
 }
 
-fn stop_reason(turn: &ChatTurn) -> &'static str {
+/// Anthropic's `stop_reason` and `stop_sequence`: `stop_sequence` when one of the
+/// request's `stop_sequences` ended the turn (a stop string of the template's own is
+/// the end of the turn).
+fn stop_reason(turn: &ChatTurn, stops: &[String]) -> (&'static str, Option<String>) {
     match turn.finish_reason {
-        "tool_calls" => "tool_use",
-        "length" => "max_tokens",
-        _ => "end_turn",
+        "tool_calls" => ("tool_use", None),
+        "length" => ("max_tokens", None),
+        _ => match turn.stop_sequence.as_ref().filter(|s| stops.contains(s)) {
+            Some(s) => ("stop_sequence", Some(s.clone())),
+            None => ("end_turn", None),
+        },
     }
 }
 
@@ -356,6 +362,7 @@ pub(crate) async fn messages(State(s): State<Arc<AppState>>, req: Request) -> Re
     };
     sampling.validate().map_err(|e| AnthropicError(e.into()))?;
     let stop = validate::stop_strings(obj, "stop_sequences", false)?;
+    let stops = stop.clone();
     let params = GenerateParams { max_tokens, sampling, stop, ..GenerateParams::default() };
     let prepare = move |e: &mut crate::engine::Engine, st: &AppState| {
         prepare_turn(e, &st.setup, messages, &tools, &choice, parallel, st.tool_mode)
@@ -365,9 +372,10 @@ pub(crate) async fn messages(State(s): State<Arc<AppState>>, req: Request) -> Re
     let model = s.model_id.clone();
     if !stream {
         let turn = running.finish().await?;
+        let (stop_reason, stop_sequence) = stop_reason(&turn, &stops);
         return Ok(Json(json!({
             "id": id, "type": "message", "role": "assistant", "model": model,
-            "content": content_blocks(&turn), "stop_reason": stop_reason(&turn), "stop_sequence": null,
+            "content": content_blocks(&turn), "stop_reason": stop_reason, "stop_sequence": stop_sequence,
             "usage": {"input_tokens": turn.prompt_tokens, "output_tokens": turn.completion_tokens,
                 "cache_read_input_tokens": turn.cached_tokens},
         }))
@@ -380,7 +388,9 @@ pub(crate) async fn messages(State(s): State<Arc<AppState>>, req: Request) -> Re
             "usage": {"input_tokens": running.prompt_tokens, "output_tokens": 0}}}),
     );
     let writer = BlockWriter { open: None, next: 0 };
-    let events = stream::unfold(Some((running, writer)), |st| async move {
+    let events = stream::unfold(Some((running, writer)), move |st| {
+        let stops = stops.clone();
+        async move {
         let (mut running, mut w) = st?;
         let mut batch = Vec::new();
         let go_on = match running.next().await {
@@ -390,9 +400,10 @@ pub(crate) async fn messages(State(s): State<Arc<AppState>>, req: Request) -> Re
             }
             Some(Msg::Done(turn)) => {
                 w.close(&mut batch);
+                let (stop_reason, stop_sequence) = stop_reason(&turn, &stops);
                 batch.push(sse(
                     "message_delta",
-                    json!({"type": "message_delta", "delta": {"stop_reason": stop_reason(&turn), "stop_sequence": null},
+                    json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
                         "usage": {"output_tokens": turn.completion_tokens}}),
                 ));
                 batch.push(sse("message_stop", json!({"type": "message_stop"})));
@@ -408,6 +419,7 @@ pub(crate) async fn messages(State(s): State<Arc<AppState>>, req: Request) -> Re
         };
         let next = go_on.then_some((running, w));
         Some((stream::iter(batch.into_iter().map(Ok::<Event, Infallible>)), next))
+        }
     })
     .flatten();
     Ok(Sse::new(stream::iter([Ok(start)]).chain(events)).into_response())

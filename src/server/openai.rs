@@ -247,6 +247,9 @@ pub(crate) async fn chat_completions(State(s): State<Arc<AppState>>, req: Reques
     let body = read_body(&s, req).await?;
     let mut r = ChatRequest::parse(&s, &body)?;
     let (stream, include_usage, asked) = (r.stream, r.include_usage, r.logprobs);
+    // A turn that must call starts with `content: null`, as OpenAI's does; a turn that
+    // may answer in text starts with `""`.
+    let must_call = !r.tools.is_empty() && matches!(r.choice, ToolChoice::Required | ToolChoice::Named(_));
     let params = std::mem::take(&mut r.params);
     let running = Running::start(&s, move |e, st| r.prepare(e, st), params, stream).await?;
     let id = format!("chatcmpl-{:016x}", rand::random::<u64>());
@@ -262,7 +265,8 @@ pub(crate) async fn chat_completions(State(s): State<Arc<AppState>>, req: Reques
         .into_response());
     }
     let head = json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model});
-    let first = chunk(&head, json!({"role": "assistant", "content": ""}), None, logprobs_field(asked, vec![]));
+    let content = if must_call { Value::Null } else { json!("") };
+    let first = chunk(&head, json!({"role": "assistant", "content": content}), None, logprobs_field(asked, vec![]));
     // Log-probabilities wait for the next chunk: the one carrying their token's text
     // (or the finishing chunk, for tokens whose text produced no delta).
     let events = stream::unfold(Some((running, head, Vec::new())), move |st| async move {

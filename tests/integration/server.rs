@@ -86,6 +86,11 @@ fn streams_tool_calls_as_incremental_deltas_equal_to_the_non_streamed_answer() {
         body["stream_options"] = json!({"include_usage": true});
         let events = post_stream(&s, &body);
         let (content, calls, finish, usage) = accumulate(&events);
+        // As OpenAI: a turn that must call opens with `content: null`, one that may
+        // answer in text with `""`.
+        let first: Value = serde_json::from_str(&events[0]).unwrap();
+        let opened = &first["choices"][0]["delta"]["content"];
+        assert_eq!(opened, &if choice == "auto" { json!("") } else { Value::Null }, "{choice}");
         let msg = &whole["choices"][0]["message"];
         assert_eq!(content, msg["content"].as_str().unwrap_or(""), "{choice}");
         assert_eq!(finish, whole["choices"][0]["finish_reason"].as_str().unwrap());

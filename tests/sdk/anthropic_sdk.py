@@ -37,6 +37,16 @@ counted = client.messages.count_tokens(model=model, messages=Q, tools=TOOLS,
 assert counted.input_tokens == m.usage.input_tokens, (counted, m.usage)
 plain = client.messages.count_tokens(model=model, messages=Q)
 assert 0 < plain.input_tokens < counted.input_tokens, (plain, counted)
+# A stop sequence that ends the turn is named, streamed and not.
+kw = dict(model=model, max_tokens=40, extra_body=T0, stop_sequences=["zzz-never", " "],
+          messages=[{"role": "user", "content": "Describe the sea in one sentence."}])
+r = client.messages.create(**kw)
+assert (r.stop_reason, r.stop_sequence) == ("stop_sequence", " "), r
+with client.messages.stream(**kw) as s:
+    final = s.get_final_message()
+assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", " "), final
+assert client.messages.create(model=model, max_tokens=3, extra_body=T0, messages=Q).stop_sequence is None
+print("ok stop_sequence:", repr(r.content[0].text))
 print("ok count_tokens:", counted.input_tokens, "with tools,", plain.input_tokens, "without")
 
 # Streaming: the SDK accumulates input_json_delta into the same tool_use input.
