@@ -853,6 +853,18 @@ fn chat(args: ChatArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
+    if args.show_prompt {
+        // The prompt the turn renders: with the tools unless `--tool-choice none`.
+        let shown = tools.clone().filter(|_| args.tool_choice != "none");
+        let (text, ids) = toolgate::engine::chat::encode_chat(
+            &setup,
+            engine.tokenizer(),
+            messages.clone(),
+            shown,
+            Default::default(),
+        )?;
+        eprintln!("--- prompt ({} tokens, template: {}) ---\n{text}\n---", ids.len(), setup.source);
+    }
     if let Some(tools) = &tools {
         let tools: Vec<toolgate::tools::Tool> = serde_json::from_value(serde_json::Value::Array(tools.clone()))
             .context("tools must be OpenAI function tools")?;
@@ -872,11 +884,8 @@ fn chat(args: ChatArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&turn)?);
         return Ok(());
     }
-    let (prompt_text, ids) =
+    let (_, ids) =
         toolgate::engine::chat::encode_chat(&setup, engine.tokenizer(), messages, tools, Default::default())?;
-    if args.show_prompt {
-        eprintln!("--- prompt ({} tokens, template: {}) ---\n{prompt_text}\n---", ids.len(), setup.source);
-    }
     let params = GenerateParams {
         max_tokens: args.max_tokens,
         sampling: SamplingParams { temperature: args.temperature, seed: args.seed, ..SamplingParams::default() },

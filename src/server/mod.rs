@@ -342,6 +342,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/responses", post(responses::responses))
         .route("/metrics", get(metrics_text))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), count_requests))
         .fallback(|req: Request| async move { route_error(&req, StatusCode::NOT_FOUND) })
         .method_not_allowed_fallback(|req: Request| async move { route_error(&req, StatusCode::METHOD_NOT_ALLOWED) })
@@ -367,6 +369,60 @@ fn route_error(req: &Request, status: StatusCode) -> Response {
     } else {
         e.into_response()
     }
+}
+
+/// `POST /tokenize`, as llama.cpp's server has it: `{"content": TEXT, "add_special":
+/// false, "parse_special": false, "with_pieces": false}` → `{"tokens": [ids]}`, or
+/// `[{"id", "piece"}]` with `with_pieces` (a piece that is part of a UTF-8 character is
+/// its bytes as a list).
+async fn tokenize(State(s): State<Arc<AppState>>, req: Request) -> Result<Json<Value>, ApiError> {
+    let body = read_body(&s, req).await?;
+    let v: Value =
+        serde_json::from_slice(&body).map_err(|e| ApiError::bad(format!("malformed JSON body: {e}"), None))?;
+    let obj = v.as_object().ok_or_else(|| ApiError::bad("the body must be a JSON object", None))?;
+    let content = validate::opt_str(obj, "content")?
+        .ok_or_else(|| ApiError::bad("`content` (a string) is required", Some("content")))?;
+    let opts = crate::tokenizer::EncodeOptions {
+        add_bos: validate::opt_bool(obj, "add_special")?.unwrap_or(false),
+        parse_special: validate::opt_bool(obj, "parse_special")?.unwrap_or(false),
+    };
+    let with_pieces = validate::opt_bool(obj, "with_pieces")?.unwrap_or(false);
+    let ids = s.tokenizer.encode(content, opts).map_err(ApiError::from)?;
+    let tokens: Vec<Value> = if with_pieces {
+        ids.iter()
+            .map(|&id| {
+                let text = s.tokenizer.decode(&[id], false);
+                let piece = if text.contains('\u{FFFD}') {
+                    json!(s.tokenizer.token_bytes().get(id as usize).cloned().unwrap_or_default())
+                } else {
+                    json!(text)
+                };
+                json!({"id": id, "piece": piece})
+            })
+            .collect()
+    } else {
+        ids.iter().map(|&id| json!(id)).collect()
+    };
+    Ok(Json(json!({"tokens": tokens})))
+}
+
+/// `POST /detokenize`, as llama.cpp's server has it: `{"tokens": [ids]}` →
+/// `{"content": TEXT}` (control tokens spelled out). An id outside the vocabulary is
+/// a 400.
+async fn detokenize(State(s): State<Arc<AppState>>, req: Request) -> Result<Json<Value>, ApiError> {
+    let body = read_body(&s, req).await?;
+    let v: Value =
+        serde_json::from_slice(&body).map_err(|e| ApiError::bad(format!("malformed JSON body: {e}"), None))?;
+    let n = s.tokenizer.vocab_size();
+    let ids = v
+        .get("tokens")
+        .and_then(Value::as_array)
+        .ok_or_else(|| ApiError::bad("`tokens` (an array of token ids) is required", Some("tokens")))?
+        .iter()
+        .map(|t| t.as_u64().filter(|&id| (id as usize) < n).map(|id| id as u32))
+        .collect::<Option<Vec<u32>>>()
+        .ok_or_else(|| ApiError::bad(format!("`tokens` must be token ids below {n}"), Some("tokens")))?;
+    Ok(Json(json!({"content": s.tokenizer.decode(&ids, false)})))
 }
 
 async fn count_requests(State(s): State<Arc<AppState>>, req: Request, next: axum::middleware::Next) -> Response {

@@ -496,3 +496,58 @@ fn unknown_routes_and_methods_answer_json_errors_in_the_apis_shape() {
     let (status, v) = call("POST", "/v1/messages/batches");
     assert_eq!((status, v["error"]["type"].as_str()), (404, Some("not_found_error")), "{v}");
 }
+
+#[test]
+fn tokenize_and_detokenize_like_llama_cpp() {
+    let s = start(&["--tool-fallback", "generic"]);
+    let call = |path: &str, body: Value| {
+        let mut r = agent()
+            .post(format!("{}{path}", s.base))
+            .header("content-type", "application/json")
+            .send(body.to_string())
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, serde_json::from_str::<Value>(&r.body_mut().read_to_string().unwrap()).unwrap())
+    };
+    let (status, v) = call("/tokenize", json!({"content": "Hello world <|im_end|>"}));
+    assert_eq!(status, 200, "{v}");
+    let ids = v["tokens"].as_array().unwrap().clone();
+    assert!(ids.len() > 3, "{v}");
+    // User text spells control tokens as text unless `parse_special` asks otherwise.
+    let (_, special) = call("/tokenize", json!({"content": "Hello world <|im_end|>", "parse_special": true}));
+    assert!(special["tokens"].as_array().unwrap().len() < ids.len(), "{special}");
+    let (status, back) = call("/detokenize", json!({"tokens": ids}));
+    assert_eq!((status, back["content"].as_str()), (200, Some("Hello world <|im_end|>")), "{back}");
+    let (_, pieces) = call("/tokenize", json!({"content": "Hello world", "with_pieces": true}));
+    let joined: String = pieces["tokens"].as_array().unwrap().iter().map(|p| p["piece"].as_str().unwrap()).collect();
+    assert_eq!(joined, "Hello world", "{pieces}");
+    let (status, v) = call("/detokenize", json!({"tokens": [1, 99_999_999]}));
+    assert_eq!(status, 400, "{v}");
+    let (status, _) = call("/tokenize", json!({"text": "x"}));
+    assert_eq!(status, 400);
+}
+
+#[test]
+fn chat_show_prompt_prints_the_prompt_with_tools() {
+    let tools = std::env::temp_dir().join(format!("toolgate-show-prompt-{}.json", std::process::id()));
+    std::fs::write(
+        &tools,
+        json!([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+            "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])
+        .to_string(),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["chat", "--model"])
+        .arg(common::model(common::SMOLLM2))
+        .args(["--tool-fallback", "generic", "--show-prompt", "--tool-choice", "required", "--max-tokens", "24"])
+        .arg("--tools")
+        .arg(&tools)
+        .args(["--message", "Weather in Oslo?"])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&tools);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("--- prompt (") && stderr.contains("get_weather"), "{stderr}");
+}
