@@ -292,22 +292,32 @@ fn parse_tools(obj: &Map<String, Value>) -> Result<Vec<Tool>, AnthropicError> {
         .collect::<Result<_, AnthropicError>>()
 }
 
-/// `POST /v1/messages/count_tokens`: the prompt's token count for a Messages request
-/// (`system`, `messages`, `tools`, `tool_choice`), rendered exactly as
-/// `/v1/messages` renders it, so it equals that turn's `usage.input_tokens`.
-pub(crate) async fn count_tokens(State(s): State<Arc<AppState>>, req: Request) -> Result<Response, AnthropicError> {
-    let body = read_body(&s, req).await?;
+/// A Messages request's body: its fields, and its `system` + `messages` as chat
+/// messages and its tools as function tools (checked), once the model is the served one.
+async fn read_request(
+    s: &AppState,
+    req: Request,
+) -> Result<(Map<String, Value>, Vec<Value>, Vec<Tool>), AnthropicError> {
+    let body = read_body(s, req).await?;
     let req: Value = serde_json::from_slice(&body).map_err(|e| bad(format!("malformed JSON body: {e}")))?;
-    let obj: &Map<String, Value> = req.as_object().ok_or_else(|| bad("the body must be a JSON object"))?;
-    check_model(obj, &s)?;
+    let Value::Object(obj) = req else { return Err(bad("the body must be a JSON object")) };
+    check_model(&obj, s)?;
     let raw_messages = obj
         .get("messages")
         .and_then(Value::as_array)
         .filter(|m| !m.is_empty())
         .ok_or_else(|| bad("messages: a non-empty array is required"))?;
     let messages = to_chat_messages(obj.get("system"), raw_messages)?;
-    let tools = parse_tools(obj)?;
+    let tools = parse_tools(&obj)?;
     validate::tools(&tools, "tools")?;
+    Ok((obj, messages, tools))
+}
+
+/// `POST /v1/messages/count_tokens`: the prompt's token count for a Messages request
+/// (`system`, `messages`, `tools`, `tool_choice`), rendered exactly as
+/// `/v1/messages` renders it, so it equals that turn's `usage.input_tokens`.
+pub(crate) async fn count_tokens(State(s): State<Arc<AppState>>, req: Request) -> Result<Response, AnthropicError> {
+    let (obj, messages, tools) = read_request(&s, req).await?;
     let none = obj.get("tool_choice").and_then(|c| c.get("type")).and_then(Value::as_str) == Some("none");
     let tool_json: Option<Vec<Value>> = (!tools.is_empty() && !none)
         .then(|| tools.iter().map(|t| serde_json::to_value(t).unwrap_or(Value::Null)).collect());
@@ -323,22 +333,12 @@ pub(crate) async fn count_tokens(State(s): State<Arc<AppState>>, req: Request) -
 
 /// The handler.
 pub(crate) async fn messages(State(s): State<Arc<AppState>>, req: Request) -> Result<Response, AnthropicError> {
-    let body = read_body(&s, req).await?;
-    let req: Value = serde_json::from_slice(&body).map_err(|e| bad(format!("malformed JSON body: {e}")))?;
-    let obj: &Map<String, Value> = req.as_object().ok_or_else(|| bad("the body must be a JSON object"))?;
-    check_model(obj, &s)?;
+    let (obj, messages, tools) = read_request(&s, req).await?;
+    let obj = &obj;
     let max_tokens = validate::opt_int(obj, "max_tokens", 1, i64::MAX)?
         .ok_or_else(|| bad("max_tokens: a positive integer is required"))?;
     let max_tokens = usize::try_from(max_tokens).unwrap_or(usize::MAX);
     let stream = validate::opt_bool(obj, "stream")?.unwrap_or(false);
-    let raw_messages = obj
-        .get("messages")
-        .and_then(Value::as_array)
-        .filter(|m| !m.is_empty())
-        .ok_or_else(|| bad("messages: a non-empty array is required"))?;
-    let messages = to_chat_messages(obj.get("system"), raw_messages)?;
-    let tools = parse_tools(obj)?;
-    validate::tools(&tools, "tools")?;
     let tc = obj.get("tool_choice");
     let choice = match tc.and_then(|c| c.get("type")).and_then(Value::as_str) {
         None | Some("auto") => ToolChoice::Auto,

@@ -183,13 +183,7 @@ fn the_early_context_refusal_never_refuses_a_prompt_that_fits() {
 
 /// POST `body` to `path`: the status and the error message.
 fn refusal(s: &Server, path: &str, body: &Value) -> (u16, String) {
-    let mut r = agent()
-        .post(format!("{}{path}", s.base))
-        .header("content-type", "application/json")
-        .send(body.to_string())
-        .unwrap();
-    let status = r.status().as_u16();
-    let v: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap_or_default();
+    let (status, v) = crate::common::server::post_json(s, path, body);
     (status, v["error"]["message"].as_str().unwrap_or_default().to_string())
 }
 

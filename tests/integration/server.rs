@@ -500,15 +500,7 @@ fn unknown_routes_and_methods_answer_json_errors_in_the_apis_shape() {
 #[test]
 fn tokenize_and_detokenize_like_llama_cpp() {
     let s = start(&["--tool-fallback", "generic"]);
-    let call = |path: &str, body: Value| {
-        let mut r = agent()
-            .post(format!("{}{path}", s.base))
-            .header("content-type", "application/json")
-            .send(body.to_string())
-            .unwrap();
-        let status = r.status().as_u16();
-        (status, serde_json::from_str::<Value>(&r.body_mut().read_to_string().unwrap()).unwrap())
-    };
+    let call = |path: &str, body: Value| crate::common::server::post_json(&s, path, &body);
     let (status, v) = call("/tokenize", json!({"content": "Hello world <|im_end|>"}));
     assert_eq!(status, 200, "{v}");
     let ids = v["tokens"].as_array().unwrap().clone();
