@@ -394,6 +394,12 @@ impl Engine {
         &self.tokenizer
     }
 
+    /// The tokenizer, shared (no copy): for work beside the engine, such as counting
+    /// a request's tokens while it generates.
+    pub fn shared_tokenizer(&self) -> Arc<Tokenizer> {
+        self.tokenizer.clone()
+    }
+
     /// The GGUF file (metadata such as the chat template).
     pub fn gguf(&self) -> &GgufFile {
         &self.gguf

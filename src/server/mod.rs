@@ -156,7 +156,7 @@ impl AppState {
     /// Serve `engine` (which passed the gate with `setup`) as `model_id`, one request
     /// at a time, with at most [`DEFAULT_MAX_QUEUE`] requests queued.
     pub fn new(engine: Engine, setup: ChatSetup, model_id: String, tool_mode: ToolMode) -> Self {
-        let tokenizer = Arc::new(engine.tokenizer().clone());
+        let tokenizer = engine.shared_tokenizer();
         Self::with_engines(vec![engine], tokenizer, None, setup, model_id, tool_mode)
     }
 
@@ -182,7 +182,7 @@ impl AppState {
         if parallel <= 1 {
             return Ok(Self::new(engine, setup, model_id, tool_mode));
         }
-        let tokenizer = Arc::new(engine.tokenizer().clone());
+        let tokenizer = engine.shared_tokenizer();
         let (engines, stats) = engine.into_batched(parallel)?;
         Ok(Self::with_engines(engines, tokenizer, Some(stats), setup, model_id, tool_mode))
     }

@@ -129,13 +129,13 @@ fn top_level_sets(source: &str) -> String {
     let mut out = String::new();
     let mut depth = 0usize;
     let mut rest = source;
-    while let Some(open) = rest.find("{%").or_else(|| rest.find("{#")) {
+    loop {
         // Whichever comes first: a comment or a statement.
         let (at, comment) = match (rest.find("{%"), rest.find("{#")) {
             (Some(s), Some(c)) if c < s => (c, true),
             (Some(s), _) => (s, false),
             (None, Some(c)) => (c, true),
-            (None, None) => (open, false),
+            (None, None) => break,
         };
         if comment {
             let Some(end) = rest[at..].find("#}") else { break };
