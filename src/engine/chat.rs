@@ -34,6 +34,48 @@ fn wrap_if_special(v: &mut Value, tok: &Tokenizer) {
     }
 }
 
+/// What one turn renders: the conversation, and the template variables the request
+/// sets (`enable_thinking`, `reasoning_effort`, a client's `chat_template_kwargs`).
+/// A `Vec` of messages converts into one with no variables.
+#[derive(Debug, Clone, Default)]
+pub struct TurnPrompt {
+    /// OpenAI-shaped messages. A final assistant message with text and no calls is a
+    /// prefill: the turn continues it ([`encode_chat`]).
+    pub messages: Vec<Value>,
+    /// Extra template variables, set beside `messages` and `tools`.
+    pub vars: serde_json::Map<String, Value>,
+}
+
+impl From<Vec<Value>> for TurnPrompt {
+    fn from(messages: Vec<Value>) -> Self {
+        Self { messages, vars: Default::default() }
+    }
+}
+
+/// The text of a final assistant message the turn continues (an assistant prefill):
+/// one with text content (a string or text parts) and no tool calls.
+///
+/// ```
+/// use serde_json::json;
+/// use toolgate::engine::chat::prefill_text;
+/// let user = json!({"role": "user", "content": "Name a colour"});
+/// assert_eq!(prefill_text(&[user.clone(), json!({"role": "assistant", "content": "The colour is"})]), Some("The colour is".into()));
+/// assert_eq!(prefill_text(&[user.clone()]), None);
+/// assert_eq!(prefill_text(&[user, json!({"role": "assistant", "content": ""})]), None);
+/// ```
+pub fn prefill_text(messages: &[Value]) -> Option<String> {
+    let last = messages.last().filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))?;
+    if last.get("tool_calls").and_then(Value::as_array).is_some_and(|c| !c.is_empty()) {
+        return None;
+    }
+    let text = match last.get("content")? {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect(),
+        _ => return None,
+    };
+    (!text.is_empty()).then_some(text)
+}
+
 /// Render `messages` (and `tools`) with the model's chat setup and tokenize.
 ///
 /// The conversation is first adapted to the template ([`transform::shape_fields`],
@@ -41,6 +83,11 @@ fn wrap_if_special(v: &mut Value, tok: &Tokenizer) {
 /// message string that spells a control token is marked before rendering and
 /// tokenized as plain text afterwards, so `<|im_end|>` typed by a user stays text;
 /// everything the template itself writes is tokenized with special tokens.
+///
+/// A conversation that ends with an assistant message of text ([`prefill_text`]) is
+/// continued, as llama.cpp's server and Anthropic's API do: the messages before it are
+/// rendered with the generation prompt and its text follows, tokenized as text, so the
+/// model's output picks up where it stops.
 ///
 /// # Errors
 /// [`crate::Error::Template`] if the template raises; tokenizer errors.
@@ -70,6 +117,11 @@ pub fn encode_chat_within(
     extra: serde_json::Map<String, Value>,
     context: usize,
 ) -> Result<(String, Vec<u32>)> {
+    let mut messages = messages;
+    let prefill = prefill_text(&messages);
+    if prefill.is_some() {
+        messages.pop();
+    }
     let caps = setup.report.caps;
     let object_arguments = caps.supports_object_arguments && !setup.layout.string_arguments;
     let messages = transform::shape_fields(messages, object_arguments, caps.supports_typed_content);
@@ -101,6 +153,10 @@ pub fn encode_chat_within(
     }
     ids.extend(tok.encode(rest, EncodeOptions::TEMPLATE)?);
     plain.push_str(rest);
+    if let Some(text) = prefill {
+        ids.extend(tok.encode(&text, EncodeOptions::TEXT)?);
+        plain.push_str(&text);
+    }
     Ok((plain, ids))
 }
 
@@ -206,7 +262,7 @@ fn with_reasoning(parser: StreamParser, setup: &ChatSetup, prompt_text: &str) ->
     }
 }
 
-fn check_context(engine: &Engine, prompt: &[u32]) -> Result<()> {
+pub(super) fn check_context(engine: &Engine, prompt: &[u32]) -> Result<()> {
     let ctx = engine.context_length();
     if prompt.len() >= ctx {
         return Err(Error::ContextOverflow { prompt_tokens: prompt.len(), context_length: ctx });
@@ -228,19 +284,19 @@ fn id_seed(prompt: &[u32]) -> u64 {
 /// automaton compile per tool (sub-millisecond for typical schemas).
 ///
 /// # Errors
-/// [`Error::InvalidParameter`] when the family has no format file or the named tool
-/// does not exist; [`Error::Schema`] for a tool schema that cannot be compiled;
+/// [`Error::InvalidParameter`] when the family has no format file, the named tool
+/// does not exist, or a forced call follows an assistant prefill; [`Error::Schema`] for a tool schema that cannot be compiled;
 /// [`Error::ContextOverflow`]; template and tokenizer errors.
 pub fn prepare_turn(
     engine: &mut Engine,
     setup: &ChatSetup,
-    messages: Vec<Value>,
+    prompt: impl Into<TurnPrompt>,
     tools: &[Tool],
     choice: &ToolChoice,
     parallel: bool,
     mode: ToolMode,
 ) -> Result<PreparedTurn> {
-    prepare_tools(engine, setup, messages, ToolTurn { tools, choice, parallel, mode }, None)
+    prepare_tools(engine, setup, prompt.into(), ToolTurn { tools, choice, parallel, mode }, None)
 }
 
 /// [`prepare_turn`] for `tool_choice: auto` with a response format
@@ -259,14 +315,14 @@ pub fn prepare_turn(
 pub fn prepare_turn_answering(
     engine: &mut Engine,
     setup: &ChatSetup,
-    messages: Vec<Value>,
+    prompt: impl Into<TurnPrompt>,
     tools: &[Tool],
     parallel: bool,
     mode: ToolMode,
     answer: (&Value, SchemaMode),
 ) -> Result<PreparedTurn> {
     let turn = ToolTurn { tools, choice: &ToolChoice::Auto, parallel, mode };
-    prepare_tools(engine, setup, messages, turn, Some(answer))
+    prepare_tools(engine, setup, prompt.into(), turn, Some(answer))
 }
 
 /// What a turn with tools may call, and how calls are read.
@@ -282,7 +338,7 @@ struct ToolTurn<'a> {
 fn prepare_tools(
     engine: &mut Engine,
     setup: &ChatSetup,
-    messages: Vec<Value>,
+    prompt: TurnPrompt,
     turn: ToolTurn<'_>,
     answer: Option<(&Value, SchemaMode)>,
 ) -> Result<PreparedTurn> {
@@ -309,8 +365,9 @@ fn prepare_tools(
     // every request's time to first token on SmolLM2's 49k vocabulary.
     let engine: &Engine = engine;
     let tok = engine.tokenizer();
+    let prefilled = prefill_text(&prompt.messages).is_some();
     let (text, prompt) =
-        encode_chat_within(setup, tok, messages, tool_json, Default::default(), engine.context_length())?;
+        encode_chat_within(setup, tok, prompt.messages, tool_json, prompt.vars, engine.context_length())?;
     check_context(engine, &prompt)?;
     if let (Some(fmt), ToolMode::Constrained) = (&fmt, mode) {
         tools::check_vocabulary(fmt, tok)?;
@@ -337,6 +394,7 @@ fn prepare_tools(
                 }),
             })
         }
+        (Some(_), ToolMode::Constrained, _, _) if prefilled => return Err(prefill_conflict()),
         (Some(fmt), ToolMode::Constrained, _, answer) => {
             let mut calls = match answer {
                 Some(answer) => tools::calls_or_answer(fmt, tools, parallel, setup.call_recovery, answer, tok)?,
@@ -360,6 +418,18 @@ fn prepare_tools(
     Ok(PreparedTurn { prompt, constraint, parser, calls_possible, stops, shortest: Default::default() })
 }
 
+/// An assistant prefill under a constraint from the first token: the constrained
+/// output would have to start after text it cannot see as its own.
+fn prefill_conflict() -> Error {
+    Error::InvalidParameter {
+        name: "messages",
+        reason: "a final assistant message (a prefill) cannot be continued when the turn must call a tool or \
+                 answer in a response format: remove the prefill, or let the model choose (tool_choice auto, no \
+                 response format)"
+            .into(),
+    }
+}
+
 /// Tokens the shortest output a constraint from the first token accepts takes (the
 /// shortest call for `required` or a named tool), spelled with the longest vocabulary
 /// tokens; `None` for free text, a lazy constraint, or a completion the search bound
@@ -377,23 +447,34 @@ fn shortest_output(constraint: &TurnConstraint) -> Option<usize> {
 /// (`response_format: json_schema`), or free text for `schema: None`.
 ///
 /// # Errors
-/// [`Error::Schema`] for a schema that cannot be compiled; [`Error::ContextOverflow`];
+/// [`Error::Schema`] for a schema that cannot be compiled; [`Error::InvalidParameter`]
+/// for an assistant prefill ([`prefill_text`]) with a schema; [`Error::ContextOverflow`];
 /// template and tokenizer errors.
 pub fn prepare_text_turn(
     engine: &mut Engine,
     setup: &ChatSetup,
-    messages: Vec<Value>,
+    prompt: impl Into<TurnPrompt>,
     schema: Option<(&Value, SchemaMode)>,
 ) -> Result<PreparedTurn> {
     let engine: &Engine = engine;
-    let (text, prompt) =
-        encode_chat_within(setup, engine.tokenizer(), messages, None, Default::default(), engine.context_length())?;
+    let TurnPrompt { messages, vars } = prompt.into();
+    if schema.is_some() && prefill_text(&messages).is_some() {
+        return Err(prefill_conflict());
+    }
+    let tok = engine.tokenizer();
+    let (text, prompt) = encode_chat_within(setup, tok, messages, None, vars, engine.context_length())?;
     check_context(engine, &prompt)?;
-    let constraint = match schema {
-        Some((schema, mode)) => {
+    // A prompt that opened a reasoning block: the model finishes it, then answers.
+    let opened = setup.reasoning.filter(|(start, _)| text.trim_end().ends_with(start));
+    let constraint = match (schema, opened) {
+        (Some(answer), Some((_, end))) => {
+            let r = tools::after_reasoning(end, tools::answer_regex(answer)?, tok);
+            TurnConstraint::Full(engine.grammar(&r.regex, &r.rules)?, engine.token_vocab())
+        }
+        (Some((schema, mode)), None) => {
             TurnConstraint::Full(Arc::new(Grammar::from_schema(schema, mode, &JsonDialect)?), engine.token_vocab())
         }
-        None => TurnConstraint::Free,
+        (None, _) => TurnConstraint::Free,
     };
     let parser = RecoveringParser::new(with_reasoning(StreamParser::new(None, false, 0), setup, &text), None);
     let stops = setup.stop_strings.clone();
@@ -401,6 +482,21 @@ pub fn prepare_text_turn(
 }
 
 impl PreparedTurn {
+    /// A turn of free text after `prompt` (token ids), read as text whatever it
+    /// spells: no calls, no reasoning block, no template stop strings. For raw
+    /// completion ([`super::completion`]).
+    pub(super) fn free_text(prompt: Vec<u32>) -> Self {
+        let parser = RecoveringParser::new(StreamParser::new(None, false, 0).verbatim(), None);
+        Self {
+            prompt,
+            constraint: TurnConstraint::Free,
+            parser,
+            calls_possible: false,
+            stops: Vec::new(),
+            shortest: Default::default(),
+        }
+    }
+
     /// Whether `max_tokens` can hold the shortest output this turn must produce: a
     /// turn that must call (`tool_choice` required or a named tool, Anthropic `any`) or
     /// answer in a schema, given fewer tokens than its shortest call or instance takes,

@@ -9,6 +9,7 @@
 
 pub mod batch;
 pub mod chat;
+pub mod completion;
 pub mod conversation;
 pub mod stop;
 

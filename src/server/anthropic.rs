@@ -7,6 +7,11 @@
 //! (`message_start`, `content_block_start`, `content_block_delta` with `text_delta` or
 //! `input_json_delta`, `content_block_stop`, `message_delta`, `message_stop`). Errors
 //! are Anthropic error objects (`{"type":"error","error":{…}}`).
+//!
+//! Also: `thinking` (the template's reasoning block as `thinking` content blocks and
+//! `thinking_delta` events when enabled; `enable_thinking` passed to the template),
+//! `output_config.format` (structured output: the text is one JSON value of the
+//! schema), and an assistant prefill (a final assistant message is continued).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -20,8 +25,9 @@ use futures_util::{stream, StreamExt};
 use serde_json::{json, Map, Value};
 
 use super::{read_body, validate, ApiError, AppState, Msg, Running};
-use crate::engine::chat::{encode_chat, prepare_turn, ChatTurn};
+use crate::engine::chat::{encode_chat, ChatTurn, TurnPrompt};
 use crate::engine::GenerateParams;
+use crate::grammar::schema::Mode;
 use crate::sampling::SamplingParams;
 use crate::tools::stream::StreamEvent;
 use crate::tools::{FunctionDef, Tool, ToolChoice};
@@ -111,11 +117,19 @@ fn to_chat_messages(system: Option<&Value>, messages: &[Value]) -> Result<Vec<Va
         };
         let mut text = Vec::new();
         let mut calls = Vec::new();
+        let mut thinking = Vec::new();
         for (j, b) in blocks.iter().enumerate() {
             let at = format!("messages.{i}.content.{j}");
             match (role, b.get("type").and_then(Value::as_str)) {
                 (_, Some("text")) => text.push(block_text(b, &at)?),
                 (_, Some(kind)) if MEDIA_BLOCKS.contains(&kind) => return Err(bad(validate::text_only(&at, kind))),
+                // Earlier reasoning goes back to the template as `reasoning_content`
+                // (templates that keep it render it; the others drop it).
+                ("assistant", Some("thinking")) => match b.get("thinking") {
+                    Some(Value::String(t)) => thinking.push(t.clone()),
+                    _ => return Err(bad(format!("{at}: a thinking block's `thinking` must be a string"))),
+                },
+                ("assistant", Some("redacted_thinking")) => {}
                 ("assistant", Some("tool_use")) => {
                     let (Some(id), Some(name)) =
                         (b.get("id").and_then(Value::as_str), b.get("name").and_then(Value::as_str))
@@ -141,6 +155,9 @@ fn to_chat_messages(system: Option<&Value>, messages: &[Value]) -> Result<Vec<Va
         }
         if role == "assistant" {
             let mut msg = json!({"role": "assistant", "content": text.join("\n")});
+            if !thinking.is_empty() {
+                msg["reasoning_content"] = json!(thinking.join("\n"));
+            }
             if !calls.is_empty() {
                 msg["tool_calls"] = Value::Array(calls);
             }
@@ -166,10 +183,89 @@ fn stop_reason(turn: &ChatTurn, stops: &[String]) -> (&'static str, Option<Strin
     }
 }
 
-/// `content` blocks of a finished turn. A call cut by `max_tokens` whose arguments
-/// are not complete JSON gets `input: {}` (its text is in the streamed deltas).
-fn content_blocks(turn: &ChatTurn) -> Vec<Value> {
+/// What a request asked of the model's reasoning (`thinking`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Thinking {
+    /// Not asked: the template's default; reasoning is not returned.
+    Unset,
+    /// `disabled`: `enable_thinking: false` for the template.
+    Disabled,
+    /// `enabled` or `adaptive`: `enable_thinking: true`, reasoning returned as
+    /// `thinking` blocks (empty with `display: "omitted"`).
+    Shown { omitted: bool },
+}
+
+impl Thinking {
+    fn parse(obj: &Map<String, Value>) -> Result<Self, AnthropicError> {
+        let Some(cfg) = obj.get("thinking").filter(|v| !v.is_null()) else { return Ok(Self::Unset) };
+        let omitted = cfg.get("display").and_then(Value::as_str) == Some("omitted");
+        match cfg.get("type").and_then(Value::as_str) {
+            Some("disabled") => Ok(Self::Disabled),
+            Some("enabled") => match cfg.get("budget_tokens") {
+                Some(n) if n.as_u64().is_some() => Ok(Self::Shown { omitted }),
+                _ => Err(bad("thinking.budget_tokens: a non-negative integer is required for type \"enabled\"")),
+            },
+            Some("adaptive") => Ok(Self::Shown { omitted }),
+            t => Err(bad(format!("thinking.type must be \"enabled\", \"adaptive\" or \"disabled\", not {t:?}"))),
+        }
+    }
+
+    /// The template variables it sets.
+    fn vars(self) -> Map<String, Value> {
+        let mut vars = Map::new();
+        match self {
+            Self::Unset => {}
+            Self::Disabled => _ = vars.insert("enable_thinking".into(), json!(false)),
+            Self::Shown { .. } => _ = vars.insert("enable_thinking".into(), json!(true)),
+        }
+        vars
+    }
+
+    fn shown(self) -> bool {
+        matches!(self, Self::Shown { .. })
+    }
+
+    /// The text a `thinking` block carries for `reasoning`.
+    fn text(self, reasoning: &str) -> &str {
+        match self {
+            Self::Shown { omitted: false } => reasoning,
+            _ => "",
+        }
+    }
+}
+
+/// The `signature` of a thinking block: opaque to clients, who send it back with the
+/// block. toolgate does not verify it (the reasoning is re-rendered by the template,
+/// which keeps or drops it); it is a digest of the reasoning text.
+fn signature(reasoning: &str) -> String {
+    let h = reasoning.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    format!("toolgate-{h:016x}")
+}
+
+/// The structured output a request asks for: `output_config.format` (or the beta's
+/// top-level `output_format`) of type `json_schema`, strict as Anthropic's is.
+fn output_format(obj: &Map<String, Value>) -> Result<Option<Value>, AnthropicError> {
+    let format = match obj.get("output_config").filter(|v| !v.is_null()) {
+        Some(Value::Object(cfg)) => cfg.get("format"),
+        Some(_) => return Err(bad("output_config must be an object")),
+        None => obj.get("output_format"),
+    };
+    let Some(format) = format.filter(|v| !v.is_null()) else { return Ok(None) };
+    match (format.get("type").and_then(Value::as_str), format.get("schema")) {
+        (Some("json_schema"), Some(schema)) if schema.is_object() => Ok(Some(schema.clone())),
+        (Some("json_schema"), _) => Err(bad("output_config.format.schema: a JSON Schema object is required")),
+        (t, _) => Err(bad(format!("output_config.format.type must be \"json_schema\", not {t:?}"))),
+    }
+}
+
+/// `content` blocks of a finished turn: the reasoning (when shown), the text, the
+/// calls. A call cut by `max_tokens` whose arguments are not complete JSON gets
+/// `input: {}` (its text is in the streamed deltas).
+fn content_blocks(turn: &ChatTurn, thinking: Thinking) -> Vec<Value> {
     let mut blocks = Vec::new();
+    if let Some(r) = turn.reasoning_content.as_deref().filter(|_| thinking.shown()) {
+        blocks.push(json!({"type": "thinking", "thinking": thinking.text(r), "signature": signature(r)}));
+    }
     if !turn.content.is_empty() {
         blocks.push(json!({"type": "text", "text": turn.content}));
     }
@@ -184,11 +280,22 @@ fn tool_use_id(call_id: &str) -> String {
     format!("toolu_{}", call_id.trim_start_matches("call_"))
 }
 
+/// The kind of the content block being streamed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Block {
+    Thinking,
+    Text,
+    ToolUse,
+}
+
 /// Turns stream events into Messages streaming events, opening and closing content
 /// blocks as the kind of delta changes.
 struct BlockWriter {
-    open: Option<(usize, bool)>, // (block index, is text)
+    open: Option<(usize, Block)>,
     next: usize,
+    thinking: Thinking,
+    /// The reasoning streamed so far (its signature closes the block).
+    reasoning: String,
 }
 
 fn sse(kind: &str, data: Value) -> Event {
@@ -196,17 +303,28 @@ fn sse(kind: &str, data: Value) -> Event {
 }
 
 impl BlockWriter {
+    fn new(thinking: Thinking) -> Self {
+        Self { open: None, next: 0, thinking, reasoning: String::new() }
+    }
+
     fn close(&mut self, out: &mut Vec<Event>) {
-        if let Some((index, _)) = self.open.take() {
+        if let Some((index, kind)) = self.open.take() {
+            if kind == Block::Thinking {
+                out.push(sse(
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": index,
+                        "delta": {"type": "signature_delta", "signature": signature(&self.reasoning)}}),
+                ));
+            }
             out.push(sse("content_block_stop", json!({"type": "content_block_stop", "index": index})));
         }
     }
 
-    fn open(&mut self, block: Value, text: bool, out: &mut Vec<Event>) -> usize {
+    fn open(&mut self, block: Value, kind: Block, out: &mut Vec<Event>) -> usize {
         self.close(out);
         let index = self.next;
         self.next += 1;
-        self.open = Some((index, text));
+        self.open = Some((index, kind));
         out.push(sse(
             "content_block_start",
             json!({"type": "content_block_start", "index": index, "content_block": block}),
@@ -218,8 +336,8 @@ impl BlockWriter {
         match e {
             StreamEvent::Content(t) => {
                 let index = match self.open {
-                    Some((i, true)) => i,
-                    _ => self.open(json!({"type": "text", "text": ""}), true, out),
+                    Some((i, Block::Text)) => i,
+                    _ => self.open(json!({"type": "text", "text": ""}), Block::Text, out),
                 };
                 out.push(sse(
                     "content_block_delta",
@@ -227,10 +345,14 @@ impl BlockWriter {
                 ));
             }
             StreamEvent::CallStart { id, name, .. } => {
-                self.open(json!({"type": "tool_use", "id": tool_use_id(id), "name": name, "input": {}}), false, out);
+                self.open(
+                    json!({"type": "tool_use", "id": tool_use_id(id), "name": name, "input": {}}),
+                    Block::ToolUse,
+                    out,
+                );
             }
             StreamEvent::Arguments { fragment, .. } => {
-                if let Some((index, false)) = self.open {
+                if let Some((index, Block::ToolUse)) = self.open {
                     out.push(sse(
                         "content_block_delta",
                         json!({"type": "content_block_delta", "index": index,
@@ -238,9 +360,23 @@ impl BlockWriter {
                     ));
                 }
             }
-            // Reasoning is not sent as `thinking` blocks yet (they carry signatures
-            // Anthropic's clients verify); it stays out of the text either way.
-            StreamEvent::Reasoning(_) => {}
+            // Reasoning the request did not ask to see stays out of the answer.
+            StreamEvent::Reasoning(_) if !self.thinking.shown() => {}
+            StreamEvent::Reasoning(t) => {
+                let index = match self.open {
+                    Some((i, Block::Thinking)) => i,
+                    _ => self.open(json!({"type": "thinking", "thinking": "", "signature": ""}), Block::Thinking, out),
+                };
+                self.reasoning.push_str(t);
+                let shown = self.thinking.text(t);
+                if !shown.is_empty() {
+                    out.push(sse(
+                        "content_block_delta",
+                        json!({"type": "content_block_delta", "index": index,
+                            "delta": {"type": "thinking_delta", "thinking": shown}}),
+                    ));
+                }
+            }
         }
     }
 }
@@ -292,12 +428,13 @@ fn parse_tools(obj: &Map<String, Value>) -> Result<Vec<Tool>, AnthropicError> {
         .collect::<Result<_, AnthropicError>>()
 }
 
-/// A Messages request's body: its fields, and its `system` + `messages` as chat
-/// messages and its tools as function tools (checked), once the model is the served one.
+/// A Messages request's body: its fields, its `system` + `messages` as chat messages
+/// with the template variables its `thinking` sets, and its tools as function tools
+/// (checked), once the model is the served one.
 async fn read_request(
     s: &AppState,
     req: Request,
-) -> Result<(Map<String, Value>, Vec<Value>, Vec<Tool>), AnthropicError> {
+) -> Result<(Map<String, Value>, TurnPrompt, Vec<Tool>), AnthropicError> {
     let body = read_body(s, req).await?;
     let req: Value = serde_json::from_slice(&body).map_err(|e| bad(format!("malformed JSON body: {e}")))?;
     let Value::Object(obj) = req else { return Err(bad("the body must be a JSON object")) };
@@ -310,20 +447,21 @@ async fn read_request(
     let messages = to_chat_messages(obj.get("system"), raw_messages)?;
     let tools = parse_tools(&obj)?;
     validate::tools(&tools, "tools")?;
-    Ok((obj, messages, tools))
+    let vars = Thinking::parse(&obj)?.vars();
+    Ok((obj, TurnPrompt { messages, vars }, tools))
 }
 
 /// `POST /v1/messages/count_tokens`: the prompt's token count for a Messages request
 /// (`system`, `messages`, `tools`, `tool_choice`), rendered exactly as
 /// `/v1/messages` renders it, so it equals that turn's `usage.input_tokens`.
 pub(crate) async fn count_tokens(State(s): State<Arc<AppState>>, req: Request) -> Result<Response, AnthropicError> {
-    let (obj, messages, tools) = read_request(&s, req).await?;
+    let (obj, prompt, tools) = read_request(&s, req).await?;
     let none = obj.get("tool_choice").and_then(|c| c.get("type")).and_then(Value::as_str) == Some("none");
     let tool_json: Option<Vec<Value>> = (!tools.is_empty() && !none)
         .then(|| tools.iter().map(|t| serde_json::to_value(t).unwrap_or(Value::Null)).collect());
     let state = s.clone();
     let counted = tokio::task::spawn_blocking(move || {
-        encode_chat(&state.setup, &state.tokenizer, messages, tool_json, Default::default()).map(|(_, ids)| ids.len())
+        encode_chat(&state.setup, &state.tokenizer, prompt.messages, tool_json, prompt.vars).map(|(_, ids)| ids.len())
     })
     .await
     .map_err(|_| AnthropicError(super::internal("the token count task failed")))?
@@ -333,8 +471,10 @@ pub(crate) async fn count_tokens(State(s): State<Arc<AppState>>, req: Request) -
 
 /// The handler.
 pub(crate) async fn messages(State(s): State<Arc<AppState>>, req: Request) -> Result<Response, AnthropicError> {
-    let (obj, messages, tools) = read_request(&s, req).await?;
+    let (obj, prompt, tools) = read_request(&s, req).await?;
     let obj = &obj;
+    let thinking = Thinking::parse(obj)?;
+    let schema = output_format(obj)?;
     let max_tokens = validate::opt_int(obj, "max_tokens", 1, i64::MAX)?
         .ok_or_else(|| bad("max_tokens: a positive integer is required"))?;
     let max_tokens = usize::try_from(max_tokens).unwrap_or(usize::MAX);
@@ -365,7 +505,8 @@ pub(crate) async fn messages(State(s): State<Arc<AppState>>, req: Request) -> Re
     let stops = stop.clone();
     let params = GenerateParams { max_tokens, sampling, stop, ..GenerateParams::default() };
     let prepare = move |e: &mut crate::engine::Engine, st: &AppState| {
-        prepare_turn(e, &st.setup, messages, &tools, &choice, parallel, st.tool_mode)
+        let answer = schema.as_ref().map(|s| (s, Mode::Strict));
+        super::openai::prepare_chat(e, st, prompt, (&tools, &choice, parallel), answer)
     };
     let running = Running::start(&s, prepare, params, stream).await?;
     let id = format!("msg_{:024x}", rand::random::<u128>() >> 32);
@@ -375,7 +516,7 @@ pub(crate) async fn messages(State(s): State<Arc<AppState>>, req: Request) -> Re
         let (stop_reason, stop_sequence) = stop_reason(&turn, &stops);
         return Ok(Json(json!({
             "id": id, "type": "message", "role": "assistant", "model": model,
-            "content": content_blocks(&turn), "stop_reason": stop_reason, "stop_sequence": stop_sequence,
+            "content": content_blocks(&turn, thinking), "stop_reason": stop_reason, "stop_sequence": stop_sequence,
             "usage": {"input_tokens": turn.prompt_tokens, "output_tokens": turn.completion_tokens,
                 "cache_read_input_tokens": turn.cached_tokens},
         }))
@@ -387,7 +528,7 @@ pub(crate) async fn messages(State(s): State<Arc<AppState>>, req: Request) -> Re
             "content": [], "stop_reason": null, "stop_sequence": null,
             "usage": {"input_tokens": running.prompt_tokens, "output_tokens": 0}}}),
     );
-    let writer = BlockWriter { open: None, next: 0 };
+    let writer = BlockWriter::new(thinking);
     let events = stream::unfold(Some((running, writer)), move |st| {
         let stops = stops.clone();
         async move {

@@ -13,6 +13,7 @@
 //! right status. `GET /metrics` exposes Prometheus metrics ([`metrics`]).
 
 pub mod anthropic;
+mod completions;
 mod listen;
 pub mod metrics;
 pub mod openai;
@@ -338,6 +339,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models", get(models))
         .route("/props", get(props))
         .route("/v1/chat/completions", post(openai::chat_completions))
+        .route("/v1/completions", post(completions::completions))
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/responses", post(responses::responses))
@@ -357,7 +359,7 @@ fn route_error(req: &Request, status: StatusCode) -> Response {
     let (method, path) = (req.method(), req.uri().path());
     let message = if status == StatusCode::NOT_FOUND {
         format!(
-            "no route {method} {path}: toolgate serves POST /v1/chat/completions, /v1/responses and /v1/messages, \
+            "no route {method} {path}: toolgate serves POST /v1/chat/completions, /v1/completions, /v1/responses and /v1/messages, \
              GET /v1/models, /props, /health and /metrics"
         )
     } else {
@@ -383,7 +385,8 @@ async fn tokenize(State(s): State<Arc<AppState>>, req: Request) -> Result<Json<V
     let content = validate::opt_str(obj, "content")?
         .ok_or_else(|| ApiError::bad("`content` (a string) is required", Some("content")))?;
     let opts = crate::tokenizer::EncodeOptions {
-        add_bos: validate::opt_bool(obj, "add_special")?.unwrap_or(false),
+        // As llama.cpp: `add_special` adds BOS only where the GGUF asks for it.
+        add_bos: validate::opt_bool(obj, "add_special")?.unwrap_or(false) && s.tokenizer.add_bos(),
         parse_special: validate::opt_bool(obj, "parse_special")?.unwrap_or(false),
     };
     let with_pieces = validate::opt_bool(obj, "with_pieces")?.unwrap_or(false);

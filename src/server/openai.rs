@@ -14,7 +14,9 @@ use futures_util::{stream, StreamExt};
 use serde_json::{json, Value};
 
 use super::{now, read_body, validate, ApiError, AppState, Msg, Running};
-use crate::engine::chat::{prepare_text_turn, prepare_turn, prepare_turn_answering, ChatTurn, PreparedTurn};
+use crate::engine::chat::{
+    prepare_text_turn, prepare_turn, prepare_turn_answering, ChatTurn, PreparedTurn, TurnPrompt,
+};
 use crate::engine::{Engine, GenerateParams};
 use crate::grammar::schema::Mode;
 use crate::grammar::TokenVocab;
@@ -24,7 +26,7 @@ use crate::tools::{Tool, ToolChoice};
 
 /// A validated `/v1/chat/completions` request.
 pub(crate) struct ChatRequest {
-    messages: Vec<Value>,
+    prompt: TurnPrompt,
     tools: Vec<Tool>,
     choice: ToolChoice,
     parallel: bool,
@@ -41,27 +43,9 @@ impl ChatRequest {
         let req: Value =
             serde_json::from_slice(body).map_err(|e| ApiError::bad(format!("malformed JSON body: {e}"), None))?;
         let obj = req.as_object().ok_or_else(|| ApiError::bad("the body must be a JSON object", None))?;
-        if let Some(m) = validate::opt_str(obj, "model")? {
-            if m != s.model_id && m != "default" {
-                return Err(ApiError {
-                    status: StatusCode::NOT_FOUND,
-                    kind: "invalid_request_error",
-                    message: format!("model `{m}` not found (this server serves `{}`)", s.model_id),
-                    param: Some("model".into()),
-                });
-            }
-        }
+        check_model(obj, s)?;
         let stream = validate::opt_bool(obj, "stream")?.unwrap_or(false);
-        let include_usage = match obj.get("stream_options") {
-            None | Some(Value::Null) => false,
-            Some(Value::Object(o)) => validate::opt_bool(o, "include_usage")?.unwrap_or(false),
-            Some(v) => {
-                return Err(ApiError::bad(
-                    format!("`stream_options` must be an object, not {v}"),
-                    Some("stream_options"),
-                ))
-            }
-        };
+        let include_usage = include_usage(obj)?;
         if validate::opt_int(obj, "n", 1, 1).is_err() {
             return Err(ApiError::bad("only n=1 is supported", Some("n")));
         }
@@ -72,6 +56,7 @@ impl ChatRequest {
             .ok_or_else(|| ApiError::bad("`messages` must be a non-empty array", Some("messages")))?
             .clone();
         validate::openai_messages(&messages)?;
+        let prompt = TurnPrompt { messages, vars: template_vars(obj)? };
         let tools: Vec<Tool> = match obj.get("tools") {
             None | Some(Value::Null) => Vec::new(),
             Some(t) => serde_json::from_value(t.clone())
@@ -88,18 +73,7 @@ impl ChatRequest {
             None => validate::opt_int(obj, "max_tokens", 1, i64::MAX)?,
         };
         let max_tokens = max_tokens.map_or(512, |n| usize::try_from(n).unwrap_or(usize::MAX));
-        let number = |name, min, max, default: f64| -> Result<f32, ApiError> {
-            Ok(validate::opt_number(obj, name, min, max)?.unwrap_or(default) as f32)
-        };
-        let sampling = SamplingParams {
-            temperature: number("temperature", 0.0, 2.0, 1.0)?,
-            top_p: number("top_p", 0.0, 1.0, 1.0)?,
-            presence_penalty: number("presence_penalty", -2.0, 2.0, 0.0)?,
-            frequency_penalty: number("frequency_penalty", -2.0, 2.0, 0.0)?,
-            seed: validate::opt_int(obj, "seed", i64::MIN, i64::MAX)?.map_or_else(now, |n| n as u64),
-            ..SamplingParams::greedy()
-        };
-        sampling.validate().map_err(ApiError::from)?;
+        let sampling = sampling(obj)?;
         let stop = validate::stop_strings(obj, "stop", true)?;
         let schema = match obj.get("response_format") {
             None | Some(Value::Null) => None,
@@ -151,32 +125,96 @@ impl ChatRequest {
             reuse_prefix: validate::opt_bool(obj, "cache_prompt")?.unwrap_or(true),
             ..GenerateParams::default()
         };
-        Ok(Self { messages, tools, choice, parallel, schema, params, stream, include_usage, logprobs })
+        Ok(Self { prompt, tools, choice, parallel, schema, params, stream, include_usage, logprobs })
     }
 
     /// Render, tokenize and compile: every request error surfaces here, before a
     /// stream starts.
     pub(super) fn prepare(self, engine: &mut Engine, s: &AppState) -> crate::Result<PreparedTurn> {
         let answer = self.schema.as_ref().map(|(v, m)| (v, *m));
-        if !self.tools.is_empty() && self.choice != ToolChoice::None {
-            match (answer, &self.choice) {
-                // A text answer in the response format, or a call.
-                (Some(answer), ToolChoice::Auto) => prepare_turn_answering(
-                    engine,
-                    &s.setup,
-                    self.messages,
-                    &self.tools,
-                    self.parallel,
-                    s.tool_mode,
-                    answer,
-                ),
-                _ => {
-                    prepare_turn(engine, &s.setup, self.messages, &self.tools, &self.choice, self.parallel, s.tool_mode)
-                }
-            }
-        } else {
-            prepare_text_turn(engine, &s.setup, self.messages, answer)
+        prepare_chat(engine, s, self.prompt, (&self.tools, &self.choice, self.parallel), answer)
+    }
+}
+
+/// The model a request names must be the one served (or `default`): a 404 otherwise.
+pub(super) fn check_model(obj: &serde_json::Map<String, Value>, s: &AppState) -> Result<(), ApiError> {
+    match validate::opt_str(obj, "model")? {
+        Some(m) if m != s.model_id && m != "default" => Err(ApiError {
+            status: StatusCode::NOT_FOUND,
+            kind: "invalid_request_error",
+            message: format!("model `{m}` not found (this server serves `{}`)", s.model_id),
+            param: Some("model".into()),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// `stream_options.include_usage`: a final chunk with the usage.
+pub(super) fn include_usage(obj: &serde_json::Map<String, Value>) -> Result<bool, ApiError> {
+    match obj.get("stream_options") {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Object(o)) => Ok(validate::opt_bool(o, "include_usage")?.unwrap_or(false)),
+        Some(v) => Err(ApiError::bad(format!("`stream_options` must be an object, not {v}"), Some("stream_options"))),
+    }
+}
+
+/// The sampling parameters of an OpenAI request (`temperature`, `top_p`,
+/// `presence_penalty`, `frequency_penalty`, `seed`), range-checked.
+pub(super) fn sampling(obj: &serde_json::Map<String, Value>) -> Result<SamplingParams, ApiError> {
+    let number = |name, min, max, default: f64| -> Result<f32, ApiError> {
+        Ok(validate::opt_number(obj, name, min, max)?.unwrap_or(default) as f32)
+    };
+    let sampling = SamplingParams {
+        temperature: number("temperature", 0.0, 2.0, 1.0)?,
+        top_p: number("top_p", 0.0, 1.0, 1.0)?,
+        presence_penalty: number("presence_penalty", -2.0, 2.0, 0.0)?,
+        frequency_penalty: number("frequency_penalty", -2.0, 2.0, 0.0)?,
+        seed: validate::opt_int(obj, "seed", i64::MIN, i64::MAX)?.map_or_else(now, |n| n as u64),
+        ..SamplingParams::greedy()
+    };
+    sampling.validate().map_err(ApiError::from)?;
+    Ok(sampling)
+}
+
+/// The template variables a Chat Completions request sets: its `chat_template_kwargs`
+/// (as llama.cpp's server and vLLM read them: `enable_thinking`, …) and its
+/// `reasoning_effort` (read by templates that take one, gpt-oss's).
+fn template_vars(obj: &serde_json::Map<String, Value>) -> Result<serde_json::Map<String, Value>, ApiError> {
+    let mut vars = match obj.get("chat_template_kwargs") {
+        None | Some(Value::Null) => serde_json::Map::new(),
+        Some(Value::Object(o)) => o.clone(),
+        Some(v) => {
+            return Err(ApiError::bad(
+                format!("`chat_template_kwargs` must be an object, not {v}"),
+                Some("chat_template_kwargs"),
+            ))
         }
+    };
+    if let Some(effort) = validate::opt_str(obj, "reasoning_effort")? {
+        vars.insert("reasoning_effort".into(), json!(effort));
+    }
+    Ok(vars)
+}
+
+/// Render, tokenize and compile one chat turn of any API: calls of `tools` as
+/// `choice` says (with `answer`, a text answer in that schema or a call, for `auto`),
+/// or a text turn (in `answer`'s schema when given).
+pub(super) fn prepare_chat(
+    engine: &mut Engine,
+    s: &AppState,
+    prompt: TurnPrompt,
+    (tools, choice, parallel): (&[Tool], &ToolChoice, bool),
+    answer: Option<(&Value, Mode)>,
+) -> crate::Result<PreparedTurn> {
+    if tools.is_empty() || *choice == ToolChoice::None {
+        return prepare_text_turn(engine, &s.setup, prompt, answer);
+    }
+    match (answer, choice) {
+        // A text answer in the response format, or a call.
+        (Some(answer), ToolChoice::Auto) => {
+            prepare_turn_answering(engine, &s.setup, prompt, tools, parallel, s.tool_mode, answer)
+        }
+        _ => prepare_turn(engine, &s.setup, prompt, tools, choice, parallel, s.tool_mode),
     }
 }
 

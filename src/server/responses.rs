@@ -71,6 +71,9 @@ fn to_chat(body: &[u8]) -> Result<(Value, Map<String, Value>), ApiError> {
             chat.insert(to.into(), v.clone());
         }
     }
+    if let Some(effort) = obj.get("reasoning").and_then(|r| r.get("effort")).filter(|v| !v.is_null()) {
+        chat.insert("reasoning_effort".into(), effort.clone());
+    }
     if let Some(tools) = obj.get("tools").and_then(Value::as_array) {
         let tools = tools
             .iter()

@@ -132,6 +132,7 @@ pub struct Tokenizer {
     bos: Option<u32>,
     eos: Option<u32>,
     eog: Vec<u32>,
+    fim: Option<FimTokens>,
     add_bos: bool,
     add_space_prefix: bool,
 }
@@ -164,7 +165,38 @@ const EOG_NAMES: &[&str] = &[
     "<|return|>",
     "<|call|>",
     "</s>",
+    // Fill-in-the-middle padding and file separators (Qwen 2.5 Coder): llama.cpp ends
+    // an infill at them.
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
 ];
+
+/// Fill-in-the-middle tokens by text, `(prefix, suffix, middle)`, for vocabularies
+/// whose GGUF has no `tokenizer.ggml.fim_{pre,suf,mid}_token_id`: Qwen 2.5 Coder,
+/// StarCoder / SantaCoder, CodeLlama, DeepSeek Coder, CodeGemma. One row per family.
+const FIM_NAMES: &[(&str, &str, &str)] = &[
+    ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),
+    ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),
+    ("<fim-prefix>", "<fim-suffix>", "<fim-middle>"),
+    ("\u{2581}<PRE>", "\u{2581}<SUF>", "\u{2581}<MID>"),
+    ("<PRE>", "<SUF>", "<MID>"),
+    ("<\u{ff5c}fim\u{2581}begin\u{ff5c}>", "<\u{ff5c}fim\u{2581}hole\u{ff5c}>", "<\u{ff5c}fim\u{2581}end\u{ff5c}>"),
+    ("<|fim_begin|>", "<|fim_hole|>", "<|fim_end|>"),
+];
+
+/// A vocabulary's fill-in-the-middle tokens: a prompt
+/// `prefix_token PREFIX suffix_token SUFFIX middle_token` asks for the text between
+/// `PREFIX` and `SUFFIX` ([`Tokenizer::fim`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FimTokens {
+    /// Opens the text before the hole.
+    pub prefix: u32,
+    /// Opens the text after the hole.
+    pub suffix: u32,
+    /// Asks for the middle.
+    pub middle: u32,
+}
 
 impl Tokenizer {
     /// Build the tokenizer described by a GGUF file's `tokenizer.ggml.*` metadata.
@@ -267,7 +299,15 @@ impl Tokenizer {
             }
         }
 
-        Ok(Self { hf, kind, tokens, kinds, bytes, by_text, partition, bos, eos, eog, add_bos, add_space_prefix })
+        let keyed_fim = ["pre", "suf", "mid"].map(|k| id_of(&format!("tokenizer.ggml.fim_{k}_token_id")));
+        let fim = match keyed_fim {
+            [Ok(Some(prefix)), Ok(Some(suffix)), Ok(Some(middle))] => Some(FimTokens { prefix, suffix, middle }),
+            _ => FIM_NAMES.iter().find_map(|(p, s, m)| {
+                let id = |t: &str| find_by_text(&by_text, &tokens, t);
+                Some(FimTokens { prefix: id(p)?, suffix: id(s)?, middle: id(m)? })
+            }),
+        };
+        Ok(Self { hf, kind, tokens, kinds, bytes, by_text, partition, bos, eos, eog, fim, add_bos, add_space_prefix })
     }
 
     /// Encode a string.
@@ -495,6 +535,13 @@ impl Tokenizer {
     /// End-of-generation tokens: EOS, EOT/EOM and the known end-of-turn control tokens.
     pub fn eog_tokens(&self) -> &[u32] {
         &self.eog
+    }
+
+    /// The fill-in-the-middle tokens, when the vocabulary has them (from the GGUF's
+    /// `tokenizer.ggml.fim_*_token_id`, else by their text in a known family's
+    /// spelling); `None` for a model not trained to fill in.
+    pub fn fim(&self) -> Option<FimTokens> {
+        self.fim
     }
 
     /// The text of BOS/EOS, for chat templates.

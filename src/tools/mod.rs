@@ -287,17 +287,40 @@ pub fn calls_or_answer(
         let bare = Recovery::grammar_format();
         alternatives.push(calls_into(&bare, tools, &ToolChoice::Auto, parallel, &marker, &mut rules)?);
     }
-    let in_format = |e| match e {
+    alternatives.push(answer_into(schema, &mut rules)?);
+    let regex = alternatives.iter().map(|a| format!("(?:{a})")).collect::<Vec<_>>().join("|");
+    check_grammar_size(regex.len() + rules.total_len()).map_err(in_format)?;
+    Ok(CallsRegex { regex, rules })
+}
+
+/// The regex of one JSON value of a response format's `schema` (a text answer), in
+/// the shape of [`calls_regex`]'s, so [`after_reasoning`] can put it after an open
+/// reasoning block.
+///
+/// # Errors
+/// [`Error::Schema`] (its pointer under `response_format.json_schema.schema`) for a
+/// schema that cannot be compiled, admits no value or is too large.
+pub fn answer_regex(schema: (&Value, Mode)) -> Result<CallsRegex> {
+    let mut rules = Rules::new();
+    let regex = answer_into(schema, &mut rules)?;
+    check_grammar_size(regex.len() + rules.total_len()).map_err(in_format)?;
+    Ok(CallsRegex { regex, rules })
+}
+
+/// A response format's schema as a regex, its shared parts written into `rules`.
+fn answer_into(schema: (&Value, Mode), rules: &mut Rules) -> Result<String> {
+    let node = compile_shared(schema.0, schema.1, Objects::Closed).map_err(in_format)?;
+    Ok(crate::grammar::regex::to_rules(&node, &crate::grammar::regex::Json, rules))
+}
+
+/// A schema error of a response format, pointed at where the request holds it.
+fn in_format(e: Error) -> Error {
+    match e {
         Error::Schema { pointer, reason } => {
             Error::Schema { pointer: format!("response_format.json_schema.schema{}", &pointer[1..]), reason }
         }
         e => e,
-    };
-    let node = compile_shared(schema.0, schema.1, Objects::Closed).map_err(in_format)?;
-    alternatives.push(crate::grammar::regex::to_rules(&node, &crate::grammar::regex::Json, &mut rules));
-    let regex = alternatives.iter().map(|a| format!("(?:{a})")).collect::<Vec<_>>().join("|");
-    check_grammar_size(regex.len() + rules.total_len()).map_err(in_format)?;
-    Ok(CallsRegex { regex, rules })
+    }
 }
 
 /// The calls' regex, its shared parts written into `rules`.

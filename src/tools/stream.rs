@@ -110,6 +110,8 @@ pub struct StreamParser {
     at: Place,
     started: bool,
     held_ws: String,
+    /// Content kept exactly as generated (no trimming): raw completion.
+    verbatim: bool,
     out: ParsedOutput,
     finished: bool,
     reasoning: Option<super::reasoning::ReasoningSplitter>,
@@ -202,12 +204,20 @@ impl StreamParser {
             at: Place::Text,
             started: false,
             held_ws: String::new(),
+            verbatim: false,
             out: ParsedOutput::default(),
             finished: false,
             reasoning: None,
             harmony: None,
             string_params: Default::default(),
         }
+    }
+
+    /// Keep the content exactly as generated, leading and trailing whitespace included
+    /// (a raw completion continues its prompt; a chat turn's content is trimmed).
+    pub fn verbatim(mut self) -> Self {
+        self.verbatim = true;
+        self
     }
 
     /// Read arguments with the declared tools' parameter types: an XML-style dialect
@@ -754,14 +764,14 @@ impl StreamParser {
         }
     }
 
-    /// Append content, trimming at both ends of the whole turn.
+    /// Append content, trimming at both ends of the whole turn (unless verbatim).
     fn content(&mut self, text: &str, ev: &mut Vec<StreamEvent>) {
-        let text = if self.started { text } else { text.trim_start() };
+        let text = if self.started || self.verbatim { text } else { text.trim_start() };
         if text.is_empty() {
             return;
         }
         self.started = true;
-        let body = text.trim_end();
+        let body = if self.verbatim { text } else { text.trim_end() };
         let tail = &text[body.len()..];
         if body.is_empty() {
             self.held_ws.push_str(tail);

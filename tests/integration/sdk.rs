@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use crate::common::server::start;
+use crate::common::server::{start, Server};
 
 /// The virtualenv's Python (`TOOLGATE_PYENV` overrides where it lives).
 pub(crate) fn python() -> PathBuf {
@@ -20,13 +20,31 @@ pub(crate) fn python() -> PathBuf {
 }
 
 fn run_script(script: &str) {
-    let s = start(&["--tool-fallback", "generic"]);
+    run_script_on(script, &["--tool-fallback", "generic"]);
+}
+
+/// Run `script` against SmolLM2 served with `serve_args`.
+fn run_script_on(script: &str, serve_args: &[&str]) {
+    drive(script, &start(serve_args), "SmolLM2-135M-Instruct.Q4_1");
+}
+
+/// Run `script` against the server `s` serving `model`; it must print `ok errors`
+/// last.
+fn drive(script: &str, s: &Server, model: &str) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk").join(script);
-    let out = Command::new(python()).arg(&path).arg(&s.base).arg("SmolLM2-135M-Instruct.Q4_1").output().unwrap();
+    let out = Command::new(python()).arg(&path).arg(&s.base).arg(model).output().unwrap();
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     println!("{stdout}");
     assert!(out.status.success(), "{script} failed:\n{stdout}\n{stderr}");
     assert!(stdout.contains("ok errors"), "{script} did not run to the end:\n{stdout}");
+}
+
+/// Serve Qwen2.5-Coder-0.5B (its own template); the server and the model id.
+fn serve_qwen_coder() -> (Server, &'static str) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolgate"));
+    cmd.arg("serve").arg("--model").arg(crate::common::model(crate::common::QWEN_CODER));
+    let s = crate::common::server::spawn_on_any_port(cmd).expect("server did not come up");
+    (s, crate::common::QWEN_CODER.trim_end_matches(".gguf"))
 }
 
 #[test]
@@ -46,21 +64,30 @@ fn anthropic_python_sdk() {
     run_script("anthropic_sdk.py");
 }
 
+/// A template that reasons (Qwen 3.5's opens `<think>` in the generation prompt):
+/// Anthropic `thinking` blocks and events, `thinking: disabled` and OpenAI
+/// `chat_template_kwargs` reaching the template, structured output after reasoning.
+#[test]
+fn sdks_on_a_reasoning_template() {
+    let template = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/templates/Qwen3.5-4B.jinja");
+    run_script_on("reasoning_template.py", &["--chat-template", template.to_str().unwrap()]);
+}
+
+/// `/v1/completions` through `client.completions.create` on Qwen2.5-Coder-0.5B, whose
+/// vocabulary has fill-in-the-middle tokens (`suffix` → FIM).
+#[test]
+fn openai_python_sdk_completions_with_fim() {
+    let (s, model) = serve_qwen_coder();
+    drive("completions_sdk.py", &s, model);
+}
+
 /// The OpenAI SDK's agent loop in `tool_choice: "auto"` on Qwen2.5-Coder-0.5B, a real
 /// model whose own (Hermes) template declares tools and which answers with a bare
 /// JSON call instead of `<tool_call>`: call recovery turns it into a call.
 #[test]
 fn openai_python_sdk_agent_loop_in_auto_on_a_real_tool_model() {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolgate"));
-    cmd.arg("serve").arg("--model").arg(crate::common::model(crate::common::QWEN_CODER));
-    let s = crate::common::server::spawn_on_any_port(cmd).expect("server did not come up");
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/agent_loop.py");
-    let model = crate::common::QWEN_CODER.trim_end_matches(".gguf");
-    let out = Command::new(python()).arg(&path).arg(&s.base).arg(model).output().unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    println!("{stdout}");
-    assert!(out.status.success(), "agent_loop.py failed:\n{stdout}\n{stderr}");
-    assert!(stdout.contains("ok errors"), "agent_loop.py did not run to the end:\n{stdout}");
+    let (s, model) = serve_qwen_coder();
+    drive("agent_loop.py", &s, model);
     let mut r = crate::common::server::agent().get(format!("{}/metrics", s.base)).call().unwrap();
     let metrics = r.body_mut().read_to_string().unwrap();
     let recovered = metrics

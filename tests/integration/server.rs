@@ -543,3 +543,29 @@ fn chat_show_prompt_prints_the_prompt_with_tools() {
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("--- prompt (") && stderr.contains("get_weather"), "{stderr}");
 }
+
+/// `/v1/completions` continues a raw prompt exactly as `toolgate run` does (the same
+/// greedy text, control tokens in the prompt read as tokens), and refuses `suffix` on
+/// a vocabulary without fill-in-the-middle tokens.
+#[test]
+fn completions_continue_the_prompt_as_run_does() {
+    let prompt = "<|im_start|>user\nName three fruits.<|im_end|>\n<|im_start|>assistant\n";
+    let run = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["run", "--special", "-n", "20", "--model"])
+        .arg(common::model(common::SMOLLM2))
+        .args(["--prompt", prompt])
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let s = start(&["--tool-fallback", "generic"]);
+    let call = |body: Value| crate::common::server::post_json(&s, "/v1/completions", &body);
+    let (status, v) = call(json!({"prompt": prompt, "max_tokens": 20, "temperature": 0}));
+    assert_eq!(status, 200, "{v}");
+    let text = v["choices"][0]["text"].as_str().unwrap();
+    assert!(!text.trim().is_empty(), "{v}");
+    assert_eq!(text, String::from_utf8_lossy(&run.stdout).trim_end_matches('\n'), "{v}");
+    let (status, v) = call(json!({"prompt": "def f(", "suffix": "):\n", "max_tokens": 4}));
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("fill-in-the-middle"), "{v}");
+    assert_eq!(v["error"]["param"], "suffix", "{v}");
+}

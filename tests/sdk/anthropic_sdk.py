@@ -4,8 +4,10 @@ usage: python anthropic_sdk.py BASE_URL MODEL_ID
 """
 import json
 import sys
+import urllib.request
 
 import anthropic
+import pydantic
 
 base, model = sys.argv[1], sys.argv[2]
 client = anthropic.Anthropic(base_url=base, api_key="unused", max_retries=0, timeout=300)
@@ -80,6 +82,42 @@ plain = client.messages.create(model=model, max_tokens=12, extra_body=T0, messag
 with client.messages.stream(model=model, max_tokens=12, extra_body=T0, messages=[{"role": "user", "content": "Say hello"}]) as s:
     text = "".join(s.text_stream)
 assert text == plain.content[0].text, (text, plain)
+
+# Structured output: messages.parse sends output_config.format; the text is one JSON
+# value of the schema, which the SDK parses into the model (streamed too).
+class Forecast(pydantic.BaseModel):
+    city: str
+    days: int
+
+
+kw = dict(model=model, max_tokens=60, extra_body=T0, output_format=Forecast, messages=Q)
+parsed = client.messages.parse(**kw)
+assert isinstance(parsed.parsed_output, Forecast) and parsed.stop_reason == "end_turn", parsed
+with client.messages.stream(**kw) as s:
+    streamed = s.get_final_message()
+assert streamed.parsed_output == parsed.parsed_output, (streamed, parsed)
+print("ok messages.parse:", parsed.parsed_output)
+
+# An assistant prefill is continued: its text ends the prompt (its tokens exactly,
+# no end of turn and no new assistant header), and the reply holds only what follows.
+COLOUR = [{"role": "user", "content": "Name a colour."}]
+PREFILL = "My favourite colour is"
+cont = client.messages.create(model=model, max_tokens=8, extra_body=T0,
+                              messages=COLOUR + [{"role": "assistant", "content": PREFILL}])
+base_count = client.messages.count_tokens(model=model, messages=COLOUR).input_tokens
+req = urllib.request.Request(f"{base}/tokenize", data=json.dumps({"content": PREFILL}).encode(),
+                             headers={"content-type": "application/json"})
+prefill_tokens = len(json.load(urllib.request.urlopen(req))["tokens"])
+assert cont.usage.input_tokens == base_count + prefill_tokens, (cont.usage, base_count, prefill_tokens)
+assert cont.content and not cont.content[0].text.startswith(PREFILL), cont
+# A prefill cannot precede a forced call (the call would start inside the text).
+try:
+    client.messages.create(model=model, max_tokens=60, tools=TOOLS, tool_choice={"type": "any"},
+                           messages=Q + [{"role": "assistant", "content": "Sure:"}])
+    raise AssertionError("expected BadRequestError")
+except anthropic.BadRequestError as e:
+    assert "prefill" in str(e), e
+print("ok prefill:", repr(PREFILL + cont.content[0].text))
 
 try:
     client.messages.create(model="nope", max_tokens=5, messages=Q)
