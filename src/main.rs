@@ -8,6 +8,7 @@ use clap::{Args, CommandFactory, Parser, Subcommand};
 use toolgate::engine::chat::{tool_turn, ToolMode};
 use toolgate::engine::{Engine, GenerateParams};
 use toolgate::gguf::GgufFile;
+use toolgate::grammar::ir::Objects;
 use toolgate::grammar::regex::Json;
 use toolgate::grammar::schema::Mode;
 use toolgate::grammar::Grammar;
@@ -111,9 +112,39 @@ struct GrammarCheckArgs {
     /// Unsupported schema keywords: `strict` refuses them, `lenient` ignores them.
     #[arg(long, default_value = "strict", value_parser = ["strict", "lenient"])]
     schema_mode: String,
+    /// Undeclared object properties: `closed` refuses them where `additionalProperties`
+    /// is absent (as tool calls and `response_format` are constrained); `open` allows
+    /// them, as JSON Schema reads the schema.
+    #[arg(long, value_enum, default_value = "closed")]
+    objects: ObjectsArg,
     /// JSON instance files.
     #[arg(required = true)]
     instances: Vec<PathBuf>,
+}
+
+/// `--objects`: what an object schema admits besides its declared properties.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum ObjectsArg {
+    Closed,
+    Open,
+}
+
+impl From<ObjectsArg> for Objects {
+    fn from(o: ObjectsArg) -> Self {
+        match o {
+            ObjectsArg::Closed => Objects::Closed,
+            ObjectsArg::Open => Objects::Open,
+        }
+    }
+}
+
+/// The grammar of a JSON Schema file, as `--schema-mode` and `--objects` say.
+fn schema_grammar(path: &Path, schema_mode: &str, objects: ObjectsArg) -> anyhow::Result<Grammar> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let schema: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
+    let mode = if schema_mode == "lenient" { Mode::Lenient } else { Mode::Strict };
+    Ok(Grammar::from_schema_with(&schema, mode, objects.into(), &Json)?)
 }
 
 #[derive(Debug, Subcommand)]
@@ -391,6 +422,11 @@ struct RunArgs {
     /// Unsupported schema keywords: `strict` refuses them, `lenient` ignores them.
     #[arg(long, default_value = "strict", value_parser = ["strict", "lenient"])]
     schema_mode: String,
+    /// Undeclared object properties: `closed` refuses them where `additionalProperties`
+    /// is absent (as tool calls and `response_format` are constrained); `open` allows
+    /// them, as JSON Schema reads the schema.
+    #[arg(long, value_enum, default_value = "closed")]
+    objects: ObjectsArg,
 }
 
 fn main() {
@@ -483,11 +519,7 @@ fn grammar_check(args: GrammarCheckArgs) -> anyhow::Result<()> {
     let gguf = GgufFile::open(&args.model)?;
     let tokenizer = toolgate::tokenizer::Tokenizer::from_gguf(&gguf)?;
     let vocab = std::sync::Arc::new(toolgate::grammar::TokenVocab::from_tokenizer(&tokenizer));
-    let text = std::fs::read_to_string(&args.schema).with_context(|| format!("reading {}", args.schema.display()))?;
-    let schema: serde_json::Value =
-        serde_json::from_str(&text).with_context(|| format!("{}: not JSON", args.schema.display()))?;
-    let mode = if args.schema_mode == "lenient" { Mode::Lenient } else { Mode::Strict };
-    let grammar = std::sync::Arc::new(Grammar::from_schema(&schema, mode, &Json)?);
+    let grammar = std::sync::Arc::new(schema_grammar(&args.schema, &args.schema_mode, args.objects)?);
     let mut rejected = 0;
     for path in &args.instances {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -786,11 +818,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let gen = match &args.json_schema {
         Some(path) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-            let schema: serde_json::Value =
-                serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
-            let mode = if args.schema_mode == "lenient" { Mode::Lenient } else { Mode::Strict };
-            let grammar = std::sync::Arc::new(Grammar::from_schema(&schema, mode, &Json)?);
+            let grammar = std::sync::Arc::new(schema_grammar(path, &args.schema_mode, args.objects)?);
             let vocab = engine.token_vocab();
             let mut matcher = grammar.matcher(vocab);
             engine.generate_constrained(&prompt, &params, &mut matcher, &mut emit)?

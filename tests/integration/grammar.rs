@@ -1058,9 +1058,9 @@ fn grammar_check_cli_accepts_valid_and_rejects_invalid_instances_token_by_token(
         write("bad_order.json", json!({"unit": "celsius", "city": "Paris"})),
     ];
     for model in [common::SMOLLM2, common::GEMMA3] {
-        let run = |files: &[std::path::PathBuf]| {
+        let run_with = |objects: &str, files: &[std::path::PathBuf]| {
             let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
-                .args(["grammar", "check", "--model"])
+                .args(["grammar", "check", "--objects", objects, "--model"])
                 .arg(common::model(model))
                 .arg("--schema")
                 .arg(&schema)
@@ -1069,12 +1069,22 @@ fn grammar_check_cli_accepts_valid_and_rejects_invalid_instances_token_by_token(
                 .unwrap();
             (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
         };
+        let run = |files: &[std::path::PathBuf]| run_with("closed", files);
         let (code, out) = run(&good);
         assert_eq!(code, Some(0), "{model}: {out}");
         assert_eq!(out.lines().filter(|l| l.starts_with("accepted")).count(), 2, "{model}: {out}");
         let (code, out) = run(&bad);
         assert_eq!(code, Some(1), "{model}: {out}");
         assert_eq!(out.lines().filter(|l| l.starts_with("rejected")).count(), 4, "{model}: {out}");
+        // As JSON Schema reads it (`--objects open`): an undeclared property and the
+        // declared ones in another order are valid; broken keywords still are not.
+        let extra = write("extra.json", json!({"city": "Paris", "note": [1, {"x": null}]}));
+        let (code, out) = run(std::slice::from_ref(&extra));
+        assert_eq!(code, Some(1), "{model}: closed objects refuse the extra property: {out}");
+        let (code, out) = run_with("open", &[extra, bad[3].clone(), good[1].clone()]);
+        assert_eq!(code, Some(0), "{model}: {out}");
+        let (code, out) = run_with("open", &bad[..3]);
+        assert_eq!((code, out.lines().filter(|l| l.starts_with("rejected")).count()), (Some(1), 3), "{model}: {out}");
     }
 }
 
