@@ -4,11 +4,10 @@
 //! Python's `str()` when a value is printed.
 //!
 //! Templates are untrusted: every render is bounded by fuel (instructions), a
-//! recursion limit and an output size ([`MAX_OUTPUT_BYTES`], checked before a value is
-//! printed), so a looping, deeply recursive or output-flooding template fails with an
-//! error. Not bounded: strings a template builds in variables without printing them
-//! (minijinja caps one `*` repetition at 100 MB but has no hook on `~`); see the
-//! README's security section.
+//! recursion limit, an output size ([`MAX_OUTPUT_BYTES`], checked before a value is
+//! printed) and the bytes its operators, filters and string methods may build
+//! ([`super::bounds`]), so a looping, deeply recursive, output-flooding or
+//! string-doubling template fails with an error.
 
 use std::sync::Arc;
 
@@ -20,6 +19,8 @@ pub const FUEL: u64 = 20_000_000;
 /// The most a render may write: 16 MiB, four times the largest request body (a
 /// prompt longer than that cannot fit any context window toolgate serves).
 pub const MAX_OUTPUT_BYTES: usize = 16 << 20;
+/// The longest `tojson` indent (Python accepts any; a real template uses 2 or 4).
+const MAX_INDENT: usize = 64;
 /// Maximum nesting of macro calls / includes.
 pub const RECURSION_LIMIT: usize = 64;
 
@@ -42,21 +43,29 @@ impl Clock {
     }
 }
 
+/// The syntax chat templates are written in: `transformers`' `trim_blocks` and
+/// `lstrip_blocks`, no trailing newline kept.
+pub fn syntax() -> minijinja::syntax::SyntaxConfig {
+    let mut syntax = minijinja::syntax::SyntaxConfig::builder();
+    syntax.trim_blocks(true).lstrip_blocks(true).keep_trailing_newline(false);
+    syntax.build().expect("static syntax config is valid")
+}
+
 /// Build the environment. Cost: microseconds; build once and reuse.
 pub fn environment(clock: Clock) -> Environment<'static> {
     let mut env = Environment::new();
-    let mut syntax = minijinja::syntax::SyntaxConfig::builder();
-    syntax.trim_blocks(true).lstrip_blocks(true).keep_trailing_newline(false);
-    env.set_syntax(syntax.build().expect("static syntax config is valid"));
+    env.set_syntax(syntax());
     env.set_fuel(Some(FUEL));
     env.set_recursion_limit(RECURSION_LIMIT);
-    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    super::bounds::install(&mut env);
     env.set_formatter(|out, _state, value| {
-        // A huge string is refused before it is copied for printing.
+        // A huge string is refused before it is copied for printing; every printed
+        // value counts towards what the render builds (captured blocks included).
         if value.as_str().is_some_and(|s| s.len() > MAX_OUTPUT_BYTES) {
             return Err(JinjaError::new(ErrorKind::InvalidOperation, "a printed value passed the output limit"));
         }
         let s = python_str(value);
+        super::bounds::charge(s.len())?;
         out.write_str(&s).map_err(|_| JinjaError::new(ErrorKind::WriteFailure, "write failed"))
     });
     env.add_filter("tojson", tojson);
@@ -194,9 +203,15 @@ fn tojson(_state: &State, value: Value, kwargs: Kwargs) -> Result<Value, JinjaEr
         Some(v) if v.is_none() => None,
         Some(v) => match v.as_str() {
             Some(s) => Some(s.to_string()),
-            None => Some(" ".repeat(usize::try_from(v).unwrap_or(0))),
+            None => Some(" ".repeat(usize::try_from(v).unwrap_or(0).min(MAX_INDENT + 1))),
         },
     };
+    if indent.as_ref().is_some_and(|i| i.len() > MAX_INDENT) {
+        return Err(JinjaError::new(
+            ErrorKind::InvalidOperation,
+            format!("tojson: an indent over {MAX_INDENT} characters"),
+        ));
+    }
     let (item_sep, key_sep) = match separators {
         Some(v) if !v.is_none() => {
             let a = v.get_item(&Value::from(0))?.as_str().unwrap_or(",").to_string();
@@ -208,6 +223,7 @@ fn tojson(_state: &State, value: Value, kwargs: Kwargs) -> Result<Value, JinjaEr
     let mut out = String::new();
     let opts = JsonOpts { indent, item_sep, key_sep, sort_keys: sort_keys.unwrap_or(false) };
     write_json(&mut out, &value, &opts, 0)?;
+    super::bounds::charge(out.len())?;
     // transformers' tojson returns a plain `str` (so `|e` escapes it).
     Ok(Value::from(out))
 }
@@ -222,6 +238,9 @@ struct JsonOpts {
 fn write_json(out: &mut String, v: &Value, o: &JsonOpts, depth: usize) -> Result<(), JinjaError> {
     if depth > 128 {
         return Err(JinjaError::new(ErrorKind::InvalidOperation, "tojson: value nested too deeply"));
+    }
+    if out.len() > super::bounds::MAX_VALUE_BYTES {
+        return Err(JinjaError::new(ErrorKind::InvalidOperation, "tojson: the output passed the limit on one value"));
     }
     let newline = |out: &mut String, d: usize| {
         if let Some(ind) = &o.indent {

@@ -4,6 +4,7 @@
 //! The gate judges the template that will actually be used; see [`caps`] for how
 //! capabilities are read off a template by running it.
 
+pub mod bounds;
 pub mod caps;
 pub mod env;
 pub mod family;

@@ -205,8 +205,47 @@ fn hostile_templates_fail_cleanly() {
     ];
     for src in floods {
         let err = ChatTemplate::new("flood", src).unwrap().render(&req).unwrap_err().to_string();
-        assert!(err.contains("passed 16 MiB") || err.contains("output limit"), "{src}: {err}");
+        assert!(err.contains("passed 16 MiB") || err.contains("limit"), "{src}: {err}");
     }
+    // Builds huge strings without printing them (issue 29 item 7): doubling with `~`
+    // or `+`, a list doubled, one `*` of 100 MB, and the filters and string methods
+    // whose output outgrows their input. Each fails at a limit, in well under a second
+    // and without the memory: no value over 16 MiB, 256 MiB built per render.
+    let ns = "{% set ns = namespace(s='x' * 1000, l=[1, 2]) %}";
+    let builders = [
+        format!("{ns}{{% for i in range(64) %}}{{% set ns.s = ns.s ~ ns.s %}}{{% endfor %}}{{{{ ns.s|length }}}}"),
+        format!("{ns}{{% for i in range(64) %}}{{% set ns.s = ns.s + ns.s %}}{{% endfor %}}{{{{ ns.s|length }}}}"),
+        format!("{ns}{{% for i in range(64) %}}{{% set ns.l = ns.l + ns.l %}}{{% endfor %}}{{{{ ns.l|length }}}}"),
+        "{% set s = 'x' * 100000000 %}{{ s|length }}".into(),
+        "{% set s = 'x' ~ 'y' * 100000000 %}{{ s|length }}".into(),
+        format!("{ns}{{% for i in range(100000) %}}{{% set ns.l = ns.l + [ns.s ~ i] %}}{{% endfor %}}{{{{ ns.l|length }}}}"),
+        format!("{ns}{{{{ (ns.s * 10)|replace('x', ns.s * 10)|length }}}}"),
+        format!("{ns}{{{{ (ns.s * 10).replace('x', ns.s * 10)|length }}}}"),
+        format!("{ns}{{{{ range(90000)|join(ns.s)|length }}}}"),
+        format!("{ns}{{{{ (ns.s * 10).join(range(90000))|length }}}}"),
+        "{{ '%999999999d'|format(1)|length }}".into(),
+        "{{ 'a\nb'|indent(999999999)|length }}".into(),
+        "{{ messages|tojson(indent=999999999)|length }}".into(),
+        format!("{ns}{{% set t %}}{{% for i in range(100000) %}}{{{{ ns.s * 10 }}}}{{% endfor %}}{{% endset %}}{{{{ t|length }}}}"),
+    ];
+    for src in &builders {
+        let t = ChatTemplate::new("builder", src.as_str()).unwrap();
+        let started = std::time::Instant::now();
+        let err = t.render(&req).unwrap_err().to_string();
+        assert!(err.contains("limit") || err.contains("MiB") || err.contains("indent"), "{src}: {err}");
+        assert!(started.elapsed().as_secs_f64() < 5.0, "{src}: {:?}", started.elapsed());
+    }
+    // Expressions nested past any real template are refused when the template is read.
+    let deep = format!("{{{{ {}1{} }}}}", "(".repeat(400), ")".repeat(400));
+    assert!(matches!(ChatTemplate::new("deep", deep), Err(Error::Template { .. })));
+    // The checked operators keep minijinja's meaning.
+    let t = ChatTemplate::new(
+        "ops",
+        "{{ 'a' ~ 1 ~ none }}|{{ 1 + 2 }}|{{ 1.5 * 2 }}|{{ 'ab' * 3 }}|{{ ([1] + [2, 3])|length }}|{{ [0] * 3 }}|\
+         {{ 'x' + 'y' }}|{{ (2 * (3 + 4)) ~ '!' }}|{{ 'a\nb'|indent(2, first=true) }}|{{ '%05d'|format(42) }}",
+    )
+    .unwrap();
+    assert_eq!(t.render(&req).unwrap(), "a1None|3|3.0|ababab|3|[0, 0, 0]|xy|14!|  a\n  b|00042");
     // The prober survives all of them.
     for src in ["{{ raise_exception('x') }}", "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", floods[0]] {
         let t = ChatTemplate::new("p", src).unwrap();
