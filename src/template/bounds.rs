@@ -6,18 +6,19 @@
 //! larger than its operands is checked before it builds:
 //!
 //! - The operators `~`, `+` and `*` are rewritten, in the template's syntax tree, into
-//!   calls of checked functions ([`rewrite_operators`]; `a ~ b` → `__concat(a, b)`).
+//!   calls of checked functions ([`rewrite`]; `a ~ b` → `__concat(a, b)`).
 //!   Strings are joined or repeated by them (as minijinja does); other operands go to
 //!   minijinja's own operator.
 //! - The filters and Python string methods whose output can outgrow their input
 //!   (`replace`, `join`, `indent`, `format`) estimate their output first.
-//! - Every value printed, into the output or into a captured block, is counted.
+//! - Every value printed, into the output or into a captured block, is counted; the
+//!   literal text of a captured block (`{% set x %}…{% endset %}`, a macro's body,
+//!   `{% filter %}`) is printed as a value for that (the output itself is bounded by
+//!   its writer).
 //!
 //! Each such value is at most [`MAX_VALUE_BYTES`], and all of them together in one
 //! render at most [`MAX_BUILT_BYTES`]; past either the render fails with a template
-//! error. Not counted: text a template writes literally inside a captured block (`{%
-//! set x %}…{% endset %}`, a macro's body) in a loop — bounded by the instruction
-//! budget times the text's length, as the README's security section says.
+//! error.
 
 use std::borrow::Cow;
 use std::cell::Cell;
@@ -250,19 +251,32 @@ pub(crate) fn install(env: &mut Environment<'static>) {
     });
 }
 
-/// Where a checked operator is in the source: the whole expression, its operands and
-/// the function that replaces it.
+/// What is rewritten at a [`Site`].
+enum Rewrite {
+    /// A checked operator: the function that replaces it.
+    Operator(&'static str),
+    /// Literal text in a captured block: printed from `__literals` (by its index), so
+    /// it is counted as a printed value.
+    Literal(usize),
+}
+
+/// Where something is rewritten in the source: the whole expression or text, and an
+/// operator's operands.
 struct Site {
     whole: (usize, usize),
     left: (usize, usize),
     right: (usize, usize),
-    func: &'static str,
+    rewrite: Rewrite,
 }
 
 /// Collects [`Site`]s from the syntax tree, computing each expression's extent in the
 /// source (a node's own span can be narrower: a filter's starts at its name).
-struct Sites {
+struct Sites<'s> {
+    source: &'s str,
     sites: Vec<Site>,
+    literals: Vec<String>,
+    /// Inside a block whose output is captured (`{% set x %}`, a macro, `{% filter %}`).
+    captured: usize,
 }
 
 type Extent = (usize, usize);
@@ -275,7 +289,38 @@ fn union(a: Extent, b: Extent) -> Extent {
     (a.0.min(b.0), a.1.max(b.1))
 }
 
-impl Sites {
+impl Sites<'_> {
+    /// Literal text inside a captured block: the text between the tags around it
+    /// (the whitespace the lexer trimmed included, so rewriting it trims nothing
+    /// else), unless it is the body of a `{% raw %}` block.
+    fn literal(&mut self, raw: &ast::Spanned<ast::EmitRaw<'_>>) {
+        let (start, end) = span(raw.span());
+        let before = self.source[..start].trim_end();
+        let after = self.source[end..].trim_start();
+        let (gap_start, gap_end) = (before.len(), self.source.len() - after.len());
+        let opened_by_tag = before.is_empty() || before.ends_with('}');
+        let closed_by_tag = after.is_empty() || after.starts_with('{');
+        let raw_block = before.rfind("{%").is_some_and(|t| {
+            before[t + 2..before.len().saturating_sub(2)]
+                .trim_matches(|c: char| c == '-' || c == '+' || c.is_whitespace())
+                == "raw"
+        });
+        if opened_by_tag && closed_by_tag && !raw_block {
+            let index = self.literals.len();
+            self.literals.push(raw.raw.to_string());
+            let whole = (gap_start, gap_end);
+            self.sites.push(Site { whole, left: whole, right: whole, rewrite: Rewrite::Literal(index) });
+        }
+    }
+
+    /// The statements of a block whose output is captured.
+    fn captured(&mut self, stmts: &[ast::Stmt<'_>], depth: usize) -> Result<(), String> {
+        self.captured += 1;
+        let r = self.stmts(stmts, depth);
+        self.captured -= 1;
+        r
+    }
+
     fn stmts(&mut self, stmts: &[ast::Stmt<'_>], depth: usize) -> Result<(), String> {
         stmts.iter().try_for_each(|s| self.stmt(s, depth))
     }
@@ -289,7 +334,13 @@ impl Sites {
         match s {
             Stmt::Template(t) => self.stmts(&t.children, d),
             Stmt::EmitExpr(e) => self.expr(&e.expr, d).map(drop),
-            Stmt::EmitRaw(_) | Stmt::Continue(_) | Stmt::Break(_) => Ok(()),
+            Stmt::EmitRaw(r) => {
+                if self.captured > 0 {
+                    self.literal(r);
+                }
+                Ok(())
+            }
+            Stmt::Continue(_) | Stmt::Break(_) => Ok(()),
             Stmt::ForLoop(f) => {
                 self.expr(&f.target, d)?;
                 self.expr(&f.iter, d)?;
@@ -320,7 +371,7 @@ impl Sites {
                 if let Some(f) = &x.filter {
                     self.expr(f, d)?;
                 }
-                self.stmts(&x.body, d)
+                self.captured(&x.body, d)
             }
             Stmt::AutoEscape(a) => {
                 self.expr(&a.enabled, d)?;
@@ -328,7 +379,7 @@ impl Sites {
             }
             Stmt::FilterBlock(f) => {
                 self.expr(&f.filter, d)?;
-                self.stmts(&f.body, d)
+                self.captured(&f.body, d)
             }
             Stmt::Block(b) => self.stmts(&b.body, d),
             Stmt::Import(i) => {
@@ -360,7 +411,7 @@ impl Sites {
         for e in m.args.iter().chain(&m.defaults) {
             self.expr(e, depth)?;
         }
-        self.stmts(&m.body, depth)
+        self.captured(&m.body, depth)
     }
 
     fn call(&mut self, c: &ast::Spanned<ast::Call<'_>>, depth: usize) -> Result<Extent, String> {
@@ -416,7 +467,7 @@ impl Sites {
                     _ => None,
                 };
                 if let Some(func) = func {
-                    self.sites.push(Site { whole, left, right, func });
+                    self.sites.push(Site { whole, left, right, rewrite: Rewrite::Operator(func) });
                 }
                 whole
             }
@@ -450,24 +501,45 @@ impl Sites {
     }
 }
 
-/// Rewrite every `~`, `+` and `*` of `source` into a call of its checked function
-/// (`a ~ b` → `__concat(a, b)`), keeping line breaks where they were. A source that
-/// does not parse comes back as it is (its parse error is reported where it is
-/// compiled).
+/// A template source with its building checked: what [`rewrite`] gives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checked {
+    /// The rewritten source.
+    pub source: String,
+    /// The literal texts of captured blocks, printed as `__literals[i]` (a template
+    /// global of this list).
+    pub literals: Vec<String>,
+}
+
+/// Rewrite `source` so what it builds is counted: every `~`, `+` and `*` becomes a
+/// call of its checked function (`a ~ b` → `__concat(a, b)`, line breaks kept where
+/// they were), and the literal text inside captured blocks (`{% set x %}`, a macro,
+/// `{% filter %}`) is printed as a value (`{{ __literals[0] }}`). A source that does
+/// not parse comes back as it is (its parse error is reported where it is compiled).
+///
+/// ```
+/// use toolgate::template::{bounds::rewrite, env::syntax};
+/// let c = rewrite("{{ a ~ b|upper }}{% macro m() %}x{% endmacro %}", syntax()).unwrap();
+/// assert_eq!(c.source, "{{ __concat(a, b|upper) }}{% macro m() %}{{ __literals[0] }}{% endmacro %}");
+/// assert_eq!(c.literals, ["x"]);
+/// ```
+///
+/// Cost: one parse and one pass over the syntax tree.
 ///
 /// # Errors
 /// An expression or block that nests deeper than [`MAX_EXPR_DEPTH`].
-pub fn rewrite_operators(source: &str, syntax: minijinja::syntax::SyntaxConfig) -> Result<String, String> {
+pub fn rewrite(source: &str, syntax: minijinja::syntax::SyntaxConfig) -> Result<Checked, String> {
+    let unchanged = || Checked { source: source.to_string(), literals: Vec::new() };
     let Ok(tree) = minijinja::machinery::parse(source, "<template>", syntax) else {
-        return Ok(source.to_string());
+        return Ok(unchanged());
     };
-    let mut found = Sites { sites: Vec::new() };
+    let mut found = Sites { source, sites: Vec::new(), literals: Vec::new(), captured: 0 };
     found.stmt(&tree, 0)?;
-    let mut sites = found.sites;
+    let (mut sites, literals) = (found.sites, found.literals);
     if sites.is_empty() {
-        return Ok(source.to_string());
+        return Ok(unchanged());
     }
-    for s in &mut sites {
+    for s in sites.iter_mut().filter(|s| matches!(s.rewrite, Rewrite::Operator(_))) {
         s.left = balanced(source, s.left);
         s.right = balanced(source, s.right);
         s.whole = balanced(source, s.whole);
@@ -476,7 +548,7 @@ pub fn rewrite_operators(source: &str, syntax: minijinja::syntax::SyntaxConfig) 
     sites.sort_by(|a, b| a.whole.0.cmp(&b.whole.0).then(b.whole.1.cmp(&a.whole.1)));
     let mut out = String::with_capacity(source.len() + sites.len() * 16);
     emit(source, (0, source.len()), &sites, &mut out);
-    Ok(out)
+    Ok(Checked { source: out, literals })
 }
 
 /// `ext` without the parentheses it does not close or open: a parenthesized
@@ -525,7 +597,15 @@ fn emit(source: &str, range: Extent, sites: &[Site], out: &mut String) {
             continue; // inside a site already written
         }
         out.push_str(&source[pos..s.whole.0]);
-        out.push_str(s.func);
+        pos = s.whole.1;
+        let func = match s.rewrite {
+            Rewrite::Literal(i) => {
+                out.push_str(&format!("{{{{ __literals[{i}] }}}}"));
+                continue;
+            }
+            Rewrite::Operator(func) => func,
+        };
+        out.push_str(func);
         out.push('(');
         out.push_str(&line_breaks(&source[s.whole.0..s.left.0]));
         emit(source, s.left, sites, out);
@@ -534,7 +614,6 @@ fn emit(source: &str, range: Extent, sites: &[Site], out: &mut String) {
         emit(source, s.right, sites, out);
         out.push(')');
         out.push_str(&line_breaks(&source[s.right.1..s.whole.1]));
-        pos = s.whole.1;
     }
     out.push_str(&source[pos..range.1]);
 }

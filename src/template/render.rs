@@ -53,8 +53,8 @@ impl RenderRequest {
 pub struct ChatTemplate {
     name: String,
     source: String,
-    /// Holds `source` with its operators checked
-    /// ([`super::bounds::rewrite_operators`]), compiled, as [`CHECKED`].
+    /// Holds `source` with what it builds checked ([`super::bounds::rewrite`]),
+    /// compiled, as [`CHECKED`].
     env: Environment<'static>,
 }
 
@@ -224,9 +224,10 @@ impl ChatTemplate {
         let mut env = environment(clock);
         // Compiled once, here: a render only evaluates it. (Never the unchecked source:
         // compiling folds constants, and `'x' * 100000000` is a constant.)
-        let checked = super::bounds::rewrite_operators(&source, super::env::syntax())
+        let checked = super::bounds::rewrite(&source, super::env::syntax())
             .map_err(|reason| Error::Template { template: name.clone(), reason })?;
-        env.add_template_owned(CHECKED, checked)
+        env.add_global("__literals", Value::from(checked.literals));
+        env.add_template_owned(CHECKED, checked.source)
             .map_err(|e| Error::Template { template: name.clone(), reason: describe(&e) })?;
         Ok(Self { name, source, env })
     }

@@ -227,6 +227,9 @@ fn hostile_templates_fail_cleanly() {
         "{{ 'a\nb'|indent(999999999)|length }}".into(),
         "{{ messages|tojson(indent=999999999)|length }}".into(),
         format!("{ns}{{% set t %}}{{% for i in range(100000) %}}{{{{ ns.s * 10 }}}}{{% endfor %}}{{% endset %}}{{{{ t|length }}}}"),
+        // Literal text captured in a loop: a block set, a macro body.
+        format!("{{% set t %}}{{% for i in range(100000) %}}{{% for j in range(100) %}}{}{{% endfor %}}{{% endfor %}}{{% endset %}}{{{{ t|length }}}}", "L".repeat(1000)),
+        format!("{{% macro m() %}}{{% for i in range(100000) %}}{{% for j in range(100) %}}\n  {} \n{{% endfor %}}{{% endfor %}}{{% endmacro %}}{{{{ m()|length }}}}", "M".repeat(1000)),
     ];
     for src in &builders {
         let t = ChatTemplate::new("builder", src.as_str()).unwrap();
@@ -235,6 +238,15 @@ fn hostile_templates_fail_cleanly() {
         assert!(err.contains("limit") || err.contains("MiB") || err.contains("indent"), "{src}: {err}");
         assert!(started.elapsed().as_secs_f64() < 5.0, "{src}: {:?}", started.elapsed());
     }
+    // Literal text in captured blocks keeps its whitespace handling once it is counted.
+    let t = ChatTemplate::new(
+        "literals",
+        "{% macro m(x) %}\n  <{{ x }}>\n  {%- if x %} yes {% endif %}\n{% endmacro %}{% set s %}\n  a {{ 1 }}\n  b\n{% endset %}\
+         [{{ m(1) }}|{{ s }}]{% raw %}{{ x }}{% endraw %}",
+    )
+    .unwrap();
+    // What Python's jinja2 renders (trim_blocks, lstrip_blocks).
+    assert_eq!(t.render(&req).unwrap(), "[  <1> yes |  a 1\n  b\n]{{ x }}");
     // Expressions nested past any real template are refused when the template is read.
     let deep = format!("{{{{ {}1{} }}}}", "(".repeat(400), ")".repeat(400));
     assert!(matches!(ChatTemplate::new("deep", deep), Err(Error::Template { .. })));
