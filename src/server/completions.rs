@@ -14,7 +14,7 @@ use axum::Json;
 use futures_util::{stream, StreamExt};
 use serde_json::{json, Map, Value};
 
-use super::openai::{check_model, include_usage, sampling};
+use super::openai::{check_model, include_usage, sampling, stream_end, stream_error};
 use super::{now, read_body, validate, ApiError, AppState, Msg, Running};
 use crate::engine::chat::ChatTurn;
 use crate::engine::completion::{prepare_completion, CompletionPrompt};
@@ -192,19 +192,10 @@ pub(crate) async fn completions(State(s): State<Arc<AppState>>, req: Request) ->
             }
             Some(Msg::Done(turn)) => {
                 let lp = (!pending.is_empty()).then(|| logprobs(&pending, at)).flatten();
-                let mut b = vec![chunk(&head, "", Some(finish_reason(&turn)), lp)];
-                if include_usage {
-                    let mut v = head.clone();
-                    v["choices"] = json!([]);
-                    v["usage"] = usage_json(&turn);
-                    b.push(Event::default().data(v.to_string()));
-                }
-                b.push(Event::default().data("[DONE]"));
-                (b, false)
+                let last = chunk(&head, "", Some(finish_reason(&turn)), lp);
+                (stream_end(&head, last, include_usage.then(|| usage_json(&turn))), false)
             }
-            Some(Msg::Failed(e)) => {
-                (vec![Event::default().data(e.body().to_string()), Event::default().data("[DONE]")], false)
-            }
+            Some(Msg::Failed(e)) => (stream_error(&e), false),
             // A completion has no calls or reasoning: nothing else is sent.
             Some(Msg::Started(_) | Msg::Event(_)) => (vec![], true),
             None => (vec![], false),

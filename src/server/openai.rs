@@ -136,6 +136,25 @@ impl ChatRequest {
     }
 }
 
+/// The events that end an OpenAI stream: the finishing chunk, a chunk with the usage
+/// when asked for (`stream_options.include_usage`), and `data: [DONE]`.
+pub(super) fn stream_end(head: &Value, finishing: Event, usage: Option<Value>) -> Vec<Event> {
+    let mut events = vec![finishing];
+    if let Some(usage) = usage {
+        let mut v = head.clone();
+        v["choices"] = json!([]);
+        v["usage"] = usage;
+        events.push(Event::default().data(v.to_string()));
+    }
+    events.push(Event::default().data("[DONE]"));
+    events
+}
+
+/// An error in the middle of an OpenAI stream, then `data: [DONE]`.
+pub(super) fn stream_error(e: &ApiError) -> Vec<Event> {
+    vec![Event::default().data(e.body().to_string()), Event::default().data("[DONE]")]
+}
+
 /// The model a request names must be the one served (or `default`): a 404 otherwise.
 pub(super) fn check_model(obj: &serde_json::Map<String, Value>, s: &AppState) -> Result<(), ApiError> {
     match validate::opt_str(obj, "model")? {
@@ -319,19 +338,10 @@ pub(crate) async fn chat_completions(State(s): State<Arc<AppState>>, req: Reques
             }
             Some(Msg::Done(turn)) => {
                 let lp = logprobs_field(asked, std::mem::take(&mut pending));
-                let mut b = vec![chunk(&head, json!({}), Some(turn.finish_reason), lp)];
-                if include_usage {
-                    let mut v = head.clone();
-                    v["choices"] = json!([]);
-                    v["usage"] = usage_json(&turn);
-                    b.push(Event::default().data(v.to_string()));
-                }
-                b.push(Event::default().data("[DONE]"));
-                (b, false)
+                let last = chunk(&head, json!({}), Some(turn.finish_reason), lp);
+                (stream_end(&head, last, include_usage.then(|| usage_json(&turn))), false)
             }
-            Some(Msg::Failed(e)) => {
-                (vec![Event::default().data(e.body().to_string()), Event::default().data("[DONE]")], false)
-            }
+            Some(Msg::Failed(e)) => (stream_error(&e), false),
             Some(Msg::Started(_)) => (vec![], true),
             None => (vec![], false),
         };
