@@ -25,6 +25,24 @@ pub enum Error {
         /// What was wrong.
         reason: String,
     },
+    /// A valid GGUF file whose tensors include a type toolgate does not read (IQ4_NL,
+    /// IQ4_XS, MXFP4, …): the model needs another quantization.
+    #[error(
+        "{path}: tensor `{tensor}` is {name} (ggml type {ggml_type}), which toolgate does not read (it reads \
+         {readable}); pick another quantization of the model, or requantize this file (llama.cpp: `llama-quantize \
+         --allow-requantize IN OUT Q4_K_M`)",
+        readable = crate::gguf::READABLE_TYPES
+    )]
+    UnsupportedTensorType {
+        /// The file.
+        path: PathBuf,
+        /// The first tensor of that type.
+        tensor: String,
+        /// ggml's id of the type.
+        ggml_type: u32,
+        /// ggml's name of the type.
+        name: String,
+    },
     /// A metadata key the loader needs is missing or has the wrong type.
     #[error("{path}: GGUF metadata `{key}`: {reason}")]
     Metadata {

@@ -663,8 +663,10 @@ fn load(args: &ModelArgs, gate: Option<&GateArgs>) -> anyhow::Result<(Engine, Mo
     match Engine::load_with(&source.path, &opts) {
         Ok(engine) => Ok((engine, source)),
         Err(e) => {
-            // A pulled file that does not load is moved out of the cache, with the reason.
-            if let Some((repo, file)) = &source.hub {
+            // A pulled file that does not load is moved out of the cache, with the reason
+            // (not one that is sound but of a weight type toolgate does not read).
+            let unreadable = matches!(e, toolgate::Error::UnsupportedTensorType { .. });
+            if let (Some((repo, file)), false) = (&source.hub, unreadable) {
                 if let Ok(q) = hub_client(&args.hub).cache().quarantine(repo, file, &source.path, &e.to_string()) {
                     eprintln!("quarantined {} ({e})", q.display());
                 }

@@ -65,17 +65,143 @@ pub fn read_header<R: Read + Seek>(reader: &mut R, name: &Path) -> Result<gguf_f
         });
     }
     reader.rewind().map_err(|e| Error::Io { path: name.to_path_buf(), source: e })?;
-    gguf_file::Content::read(reader)
-        .map_err(|e| Error::InvalidGguf { path: name.to_path_buf(), reason: header_reason(e) })
+    gguf_file::Content::read(reader).map_err(|e| {
+        // The message only: candle appends a backtrace when RUST_BACKTRACE is set.
+        let message = e.to_string().lines().next().unwrap_or_default().to_string();
+        match message.strip_prefix("unknown dtype for tensor ").and_then(|t| t.trim().parse::<u32>().ok()) {
+            Some(ggml_type) => {
+                let tensor = reader.rewind().ok().and_then(|()| first_tensor_of_type(reader, ggml_type));
+                Error::UnsupportedTensorType {
+                    path: name.to_path_buf(),
+                    tensor: tensor.unwrap_or_else(|| "?".into()),
+                    ggml_type,
+                    name: ggml_type_name(ggml_type),
+                }
+            }
+            None => Error::InvalidGguf { path: name.to_path_buf(), reason: header_reason(&message) },
+        }
+    })
 }
 
-fn header_reason(e: candle_core::Error) -> String {
-    let s = e.to_string();
-    if s.contains("failed to fill whole buffer") || s.contains("UnexpectedEof") {
+fn header_reason(message: &str) -> String {
+    if message.contains("failed to fill whole buffer") || message.contains("UnexpectedEof") {
         "header is truncated (file ends inside the metadata)".into()
     } else {
-        s
+        message.to_string()
     }
+}
+
+/// ggml's tensor types by id (`enum ggml_type` in ggml.h), to name one toolgate does
+/// not read.
+const GGML_TYPES: &[(u32, &str)] = &[
+    (0, "F32"),
+    (1, "F16"),
+    (2, "Q4_0"),
+    (3, "Q4_1"),
+    (6, "Q5_0"),
+    (7, "Q5_1"),
+    (8, "Q8_0"),
+    (9, "Q8_1"),
+    (10, "Q2_K"),
+    (11, "Q3_K"),
+    (12, "Q4_K"),
+    (13, "Q5_K"),
+    (14, "Q6_K"),
+    (15, "Q8_K"),
+    (16, "IQ2_XXS"),
+    (17, "IQ2_XS"),
+    (18, "IQ3_XXS"),
+    (19, "IQ1_S"),
+    (20, "IQ4_NL"),
+    (21, "IQ3_S"),
+    (22, "IQ2_S"),
+    (23, "IQ4_XS"),
+    (24, "I8"),
+    (25, "I16"),
+    (26, "I32"),
+    (27, "I64"),
+    (28, "F64"),
+    (29, "IQ1_M"),
+    (30, "BF16"),
+    (34, "TQ1_0"),
+    (35, "TQ2_0"),
+    (39, "MXFP4"),
+];
+
+/// The name of ggml tensor type `id` (`"type 99"` for one ggml does not define).
+pub fn ggml_type_name(id: u32) -> String {
+    GGML_TYPES.iter().find(|(i, _)| *i == id).map_or_else(|| format!("type {id}"), |(_, n)| (*n).to_string())
+}
+
+/// The tensor types toolgate reads, as ggml names them.
+pub const READABLE_TYPES: &str = "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K";
+
+/// The name of the first tensor of ggml type `want` in a GGUF (v2/v3) header, read
+/// past the metadata without keeping it; `None` when the header does not read.
+fn first_tensor_of_type<R: Read>(r: &mut R, want: u32) -> Option<String> {
+    fn u32_of<R: Read>(r: &mut R) -> Option<u32> {
+        let mut b = [0u8; 4];
+        r.read_exact(&mut b).ok().map(|()| u32::from_le_bytes(b))
+    }
+    fn u64_of<R: Read>(r: &mut R) -> Option<u64> {
+        let mut b = [0u8; 8];
+        r.read_exact(&mut b).ok().map(|()| u64::from_le_bytes(b))
+    }
+    fn skip<R: Read>(r: &mut R, n: u64) -> Option<()> {
+        (std::io::copy(&mut r.take(n), &mut std::io::sink()).ok()? == n).then_some(())
+    }
+    fn string<R: Read>(r: &mut R) -> Option<String> {
+        let n = u64_of(r).filter(|&n| n <= 1 << 20)?;
+        let mut b = vec![0u8; n as usize];
+        r.read_exact(&mut b).ok()?;
+        Some(String::from_utf8_lossy(&b).into_owned())
+    }
+    fn skip_value<R: Read>(r: &mut R, t: u32) -> Option<()> {
+        match t {
+            0 | 1 | 7 => skip(r, 1),
+            2 | 3 => skip(r, 2),
+            4..=6 => skip(r, 4),
+            10..=12 => skip(r, 8),
+            8 => {
+                let n = u64_of(r)?;
+                skip(r, n)
+            }
+            9 => {
+                let (item, count) = (u32_of(r)?, u64_of(r)?);
+                let size = match item {
+                    0 | 1 | 7 => 1,
+                    2 | 3 => 2,
+                    4..=6 => 4,
+                    10..=12 => 8,
+                    _ => return (0..count).try_for_each(|_| skip_value(r, item)),
+                };
+                skip(r, count.checked_mul(size)?)
+            }
+            _ => None,
+        }
+    }
+    let mut magic = [0u8; 4];
+    r.read_exact(&mut magic).ok()?;
+    let version = u32_of(r)?;
+    if version < 2 {
+        return None;
+    }
+    let (tensors, kvs) = (u64_of(r)?, u64_of(r)?);
+    for _ in 0..kvs {
+        string(r)?;
+        let t = u32_of(r)?;
+        skip_value(r, t)?;
+    }
+    for _ in 0..tensors {
+        let name = string(r)?;
+        let dims = u32_of(r)?;
+        skip(r, 8 * u64::from(dims))?;
+        if u32_of(r)? == want {
+            return Some(name);
+        }
+        skip(r, 8)?;
+    }
+    None
 }
 
 impl GgufFile {

@@ -659,6 +659,17 @@ impl Hub {
                     verdict,
                 })
             }
+            // A sound file of a weight type toolgate does not read: refused before
+            // anything is downloaded.
+            Err(e @ crate::Error::UnsupportedTensorType { .. }) => Ok(Precheck {
+                source: PrecheckSource::Header { bytes: reader.fetched(), requests: reader.requests },
+                verdict: Verdict {
+                    architecture: None,
+                    template_source: None,
+                    family: None,
+                    refusal: Some(e.to_string()),
+                },
+            }),
             Err(header_error) => {
                 let header_error = header_error.to_string();
                 let hint_url = format!("{}?expand%5B%5D=gguf", Self::api_url(repo, revision));

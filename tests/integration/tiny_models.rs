@@ -342,3 +342,29 @@ fn bad_files_are_clear_errors_not_panics() {
         let _ = Engine::load(&p, DeviceChoice::Cpu); // Ok or Err, never a panic.
     }
 }
+
+/// A valid GGUF whose tensors are of a type toolgate does not read (IQ4_NL, IQ4_XS:
+/// what llama.cpp's quantizer writes) is a clear error naming the type, the first
+/// such tensor and the types toolgate reads — not "not a valid GGUF file".
+#[test]
+fn an_unreadable_tensor_type_is_named_with_its_tensor() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_model(dir.path(), &spec("llama"));
+    let mut bytes = std::fs::read(&path).unwrap();
+    // The tensor directory entry: name, n_dims (u32), dims (u64 each), type (u32).
+    let name = b"blk.1.ffn_down.weight";
+    let at = bytes.windows(name.len()).position(|w| w == name).unwrap() + name.len();
+    let dims = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+    let type_at = at + 4 + 8 * dims;
+    for (ggml_type, type_name) in [(20u32, "IQ4_NL"), (23, "IQ4_XS"), (39, "MXFP4")] {
+        bytes[type_at..type_at + 4].copy_from_slice(&ggml_type.to_le_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        let err = Engine::load(&path, DeviceChoice::Cpu).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, Error::UnsupportedTensorType { .. }), "{text}");
+        for says in [type_name, "blk.1.ffn_down.weight", "Q4_K", "llama-quantize"] {
+            assert!(text.contains(says), "{type_name}: {text}");
+        }
+        assert!(!text.contains('\n'), "one line, no backtrace: {text}");
+    }
+}
