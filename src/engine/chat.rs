@@ -262,6 +262,12 @@ fn with_reasoning(parser: StreamParser, setup: &ChatSetup, prompt_text: &str) ->
     }
 }
 
+/// The template's reasoning markers when the rendered prompt opens the block itself
+/// (Qwen 3.5's `<think>\n`): the turn starts inside it.
+fn opened_reasoning(setup: &ChatSetup, prompt_text: &str) -> Option<(&'static str, &'static str)> {
+    setup.reasoning.filter(|(start, _)| prompt_text.trim_end().ends_with(start))
+}
+
 pub(super) fn check_context(engine: &Engine, prompt: &[u32]) -> Result<()> {
     let ctx = engine.context_length();
     if prompt.len() >= ctx {
@@ -372,8 +378,7 @@ fn prepare_tools(
     if let (Some(fmt), ToolMode::Constrained) = (&fmt, mode) {
         tools::check_vocabulary(fmt, tok)?;
     }
-    // A prompt that opens a reasoning block (Qwen 3.5's `<think>\n`).
-    let opened = setup.reasoning.filter(|(start, _)| text.trim_end().ends_with(start));
+    let opened = opened_reasoning(setup, &text);
     let constraint = match (&fmt, mode, choice, answer) {
         (None, ..) | (_, ToolMode::Native, ..) => TurnConstraint::Free,
         (Some(fmt), ToolMode::Constrained, ToolChoice::Auto, None) => {
@@ -465,7 +470,7 @@ pub fn prepare_text_turn(
     let (text, prompt) = encode_chat_within(setup, tok, messages, None, vars, engine.context_length())?;
     check_context(engine, &prompt)?;
     // A prompt that opened a reasoning block: the model finishes it, then answers.
-    let opened = setup.reasoning.filter(|(start, _)| text.trim_end().ends_with(start));
+    let opened = opened_reasoning(setup, &text);
     let constraint = match (schema, opened) {
         (Some(answer), Some((_, end))) => {
             let r = tools::after_reasoning(end, tools::answer_regex(answer)?, tok);

@@ -18,6 +18,13 @@ pub enum CompletionPrompt {
 }
 
 impl CompletionPrompt {
+    fn text(&self) -> Option<&str> {
+        match self {
+            Self::Text(t) => Some(t),
+            Self::Tokens(_) => None,
+        }
+    }
+
     /// The prompt's token ids. For fill-in-the-middle (`suffix` given):
     /// `prefix_token PROMPT suffix_token SUFFIX middle_token` (the
     /// prefix-suffix-middle order Qwen 2.5 Coder, StarCoder and CodeLlama are trained
@@ -27,7 +34,8 @@ impl CompletionPrompt {
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] (`suffix`) when the vocabulary has no FIM tokens, or
-    /// (`prompt`) for a token id outside the vocabulary; tokenizer errors.
+    /// (`prompt`) for a token id outside the vocabulary; [`Error::ContextOverflow`] for
+    /// text that certainly does not fit the window; tokenizer errors.
     pub fn token_ids(&self, engine: &Engine, suffix: Option<&str>) -> Result<Vec<u32>> {
         let tok = engine.tokenizer();
         let vocab = tok.vocab_size();
@@ -37,6 +45,14 @@ impl CompletionPrompt {
                     name: "prompt",
                     reason: format!("token id {bad} is outside the vocabulary ({vocab} tokens)"),
                 });
+            }
+        }
+        // Bounded by the window, not the body: text that certainly does not fit is
+        // refused before it is tokenized in full (as a chat prompt is).
+        let context = engine.context_length();
+        for text in [self.text(), suffix].into_iter().flatten() {
+            if let Some(at_least) = tok.certainly_exceeds(text, crate::tokenizer::EncodeOptions::TEMPLATE, context)? {
+                return Err(Error::ContextOverflow { prompt_tokens: at_least, context_length: context });
             }
         }
         let Some(suffix) = suffix else {

@@ -568,4 +568,8 @@ fn completions_continue_the_prompt_as_run_does() {
     assert_eq!(status, 400, "{v}");
     assert!(v["error"]["message"].as_str().unwrap().contains("fill-in-the-middle"), "{v}");
     assert_eq!(v["error"]["param"], "suffix", "{v}");
+    // A prompt far past the window is refused without being tokenized in full.
+    let (status, v) = call(json!({"prompt": "word ".repeat(600_000), "max_tokens": 4}));
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("context"), "{v}");
 }
