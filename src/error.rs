@@ -122,6 +122,15 @@ pub enum Error {
     /// The model's chat template cannot do tool calling; the model is refused at load.
     #[error("{0}")]
     NotToolCapable(String),
+    /// An OpenAI-compatible server (the bench's `--server`) could not be reached or
+    /// answered something that is not a chat completion.
+    #[error("server {url}: {reason}")]
+    Server {
+        /// The URL requested.
+        url: String,
+        /// What went wrong.
+        reason: String,
+    },
     /// Pulling a model from the Hugging Face Hub failed.
     #[error(transparent)]
     Hub(#[from] crate::hub::HubError),

@@ -197,6 +197,11 @@ struct BenchToolsArgs {
     /// Write the summary table as Markdown here.
     #[arg(long)]
     markdown: Option<PathBuf>,
+    /// Bench another OpenAI-compatible server at this URL (llama.cpp's llama-server,
+    /// vLLM, Ollama, `toolgate serve`) instead of loading the model: `--model` is then
+    /// only the name sent and reported, `--modes` is ignored.
+    #[arg(long)]
+    server: Option<String>,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -557,17 +562,6 @@ fn bench_tools(args: BenchToolsArgs) -> anyhow::Result<()> {
     }
     anyhow::ensure!(!all.is_empty(), "no tasks: give --categories or --tasks");
 
-    let (mut engine, source) = load(&args.model, Some(&args.gate))?;
-    let setup = gated_setup(&engine, &source, &args.gate)?;
-    let arch = engine.gguf().architecture().ok().map(str::to_string);
-    let name = model_id(&source.path);
-    // Prompt-only: toolgate's generic tool template, whatever the model's own is. When
-    // the model is already served with it, native is the same run.
-    let generic = toolgate::template::gate(&name, &Default::default(), arch.as_deref(), None, ToolFallback::Generic)?;
-    let same = setup.source == generic.source;
-    if same && modes.contains(&Mode::PromptOnly) {
-        eprintln!("prompt-only = native here: the model is served with the generic template; not run twice");
-    }
     let opts = BenchOptions {
         modes,
         choice: if args.tool_choice == "auto" { ChoicePolicy::Auto } else { ChoicePolicy::RequiredWhereExpected },
@@ -575,33 +569,63 @@ fn bench_tools(args: BenchToolsArgs) -> anyhow::Result<()> {
         temperature: args.temperature,
         seed: args.seed,
     };
-    let runs = opts.modes.iter().filter(|m| !(same && **m == Mode::PromptOnly)).count() * all.len();
-    eprintln!(
-        "{} tasks × {} mode(s) on {name} (template: {}, family {})",
-        all.len(),
-        runs / all.len().max(1),
-        setup.source,
-        setup.family()
-    );
-    let bar = indicatif::ProgressBar::new(runs as u64);
-    if let Ok(style) = indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} [{elapsed_precise} < {eta}] {msg}")
-    {
-        bar.set_style(style);
-    }
+    let progress = |runs: usize| {
+        let bar = indicatif::ProgressBar::new(runs as u64);
+        if let Ok(style) =
+            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} [{elapsed_precise} < {eta}] {msg}")
+        {
+            bar.set_style(style);
+        }
+        bar
+    };
     let t0 = std::time::Instant::now();
-    let results = bench::run(&mut engine, &setup, (!same).then_some(&generic), &all, &opts, |r| {
-        bar.set_message(format!("{} {}", r.mode, r.id));
-        bar.inc(1);
-    });
-    bar.finish_and_clear();
+    let (name, template, family, results) = if let Some(url) = &args.server {
+        let server = bench::remote::RemoteServer::new(url, Some(args.model.model.clone()));
+        eprintln!("{} tasks against {}", all.len(), server.url);
+        let bar = progress(all.len());
+        let results = bench::remote::run(&server, &all, &opts, |r| {
+            bar.set_message(r.id.clone());
+            bar.inc(1);
+        })?;
+        bar.finish_and_clear();
+        (args.model.model.clone(), server.url.clone(), "server".to_string(), results)
+    } else {
+        let (mut engine, source) = load(&args.model, Some(&args.gate))?;
+        let setup = gated_setup(&engine, &source, &args.gate)?;
+        let arch = engine.gguf().architecture().ok().map(str::to_string);
+        let name = model_id(&source.path);
+        // Prompt-only: toolgate's generic tool template, whatever the model's own is.
+        // When the model is already served with it, native is the same run.
+        let generic =
+            toolgate::template::gate(&name, &Default::default(), arch.as_deref(), None, ToolFallback::Generic)?;
+        let same = setup.source == generic.source;
+        if same && opts.modes.contains(&Mode::PromptOnly) {
+            eprintln!("prompt-only = native here: the model is served with the generic template; not run twice");
+        }
+        let runs = opts.modes.iter().filter(|m| !(same && **m == Mode::PromptOnly)).count() * all.len();
+        eprintln!(
+            "{} tasks × {} mode(s) on {name} (template: {}, family {})",
+            all.len(),
+            runs / all.len().max(1),
+            setup.source,
+            setup.family()
+        );
+        let bar = progress(runs);
+        let results = bench::run(&mut engine, &setup, (!same).then_some(&generic), &all, &opts, |r| {
+            bar.set_message(format!("{} {}", r.mode, r.id));
+            bar.inc(1);
+        });
+        bar.finish_and_clear();
+        (name, setup.source.to_string(), setup.family().to_string(), results)
+    };
     let summaries = bench::summarize(&results);
     println!("{}", bench::report::table(&summaries));
     eprintln!("{} runs in {:.0} s", results.len(), t0.elapsed().as_secs_f64());
     if let Some(p) = &args.json {
         let doc = serde_json::json!({
             "model": name,
-            "template_source": setup.source.to_string(),
-            "family": setup.family(),
+            "template_source": template,
+            "family": family,
             "options": opts,
             "summaries": summaries,
             "results": results,

@@ -6,6 +6,7 @@
 //! | [`Mode::Constrained`] | the model's (or the generic fallback) | calls forced valid by the constraint engine |
 //! | [`Mode::Native`] | the same | free, then the family's parser |
 //! | [`Mode::PromptOnly`] | toolgate's generic tool prompt | free, then the generic parser |
+//! | [`Mode::Server`] | another server's ([`remote`]) | its own, over HTTP |
 //!
 //! For a model served with `--tool-fallback generic`, native and prompt-only use the
 //! same template and parser, so prompt-only is only run when it differs.
@@ -28,6 +29,7 @@
 //! ```
 
 pub mod check;
+pub mod remote;
 pub mod report;
 pub mod tasks;
 
@@ -53,6 +55,8 @@ pub enum Mode {
     Native,
     /// Free generation with toolgate's generic tool prompt, then the generic parser.
     PromptOnly,
+    /// Another server, over HTTP ([`remote`]): what it does is its own.
+    Server,
 }
 
 impl Mode {
@@ -62,6 +66,7 @@ impl Mode {
             Self::Constrained => "constrained",
             Self::Native => "native",
             Self::PromptOnly => "prompt-only",
+            Self::Server => "server",
         }
     }
 }
@@ -159,6 +164,36 @@ pub struct TaskResult {
     pub content: String,
 }
 
+impl TaskResult {
+    /// A task that got no answer: `error` says why; nothing parsed, no call.
+    pub fn failed(task: &Task, mode: Mode, error: String) -> Self {
+        TaskResult {
+            id: task.id.clone(),
+            category: task.category.clone(),
+            mode,
+            expects_call: !task.expects_no_call(),
+            parsed: false,
+            judgement: Judgement { error: Some(error), ..Judgement::default() },
+            finish_reason: "error".into(),
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            ttft_s: 0.0,
+            decode_s: 0.0,
+            mask_s: 0.0,
+            calls: Vec::new(),
+            content: String::new(),
+        }
+    }
+}
+
+/// The `tool_choice` a task gets under `policy`.
+fn choice_for(task: &Task, policy: ChoicePolicy) -> ToolChoice {
+    match (policy, task.expects_no_call()) {
+        (ChoicePolicy::RequiredWhereExpected, false) => ToolChoice::Required,
+        _ => ToolChoice::Auto,
+    }
+}
+
 fn validators(task: &Task) -> HashMap<String, jsonschema::Validator> {
     task.tools
         .iter()
@@ -198,12 +233,10 @@ pub fn run(
                 Some(s) => (s, ToolMode::Native),
                 None => continue,
             },
+            Mode::Server => continue,
         };
         for (task, checks) in tasks.iter().zip(&checks) {
-            let choice = match (opts.choice, task.expects_no_call()) {
-                (ChoicePolicy::RequiredWhereExpected, false) => ToolChoice::Required,
-                _ => ToolChoice::Auto,
-            };
+            let choice = choice_for(task, opts.choice);
             let params = GenerateParams {
                 max_tokens: opts.max_tokens,
                 sampling: SamplingParams {
@@ -241,22 +274,7 @@ pub fn run(
                         content: turn.content.chars().take(200).collect(),
                     }
                 }
-                Err(e) => TaskResult {
-                    id: task.id.clone(),
-                    category: task.category.clone(),
-                    mode,
-                    expects_call: !task.expects_no_call(),
-                    parsed: false,
-                    judgement: Judgement { error: Some(e.to_string()), ..Judgement::default() },
-                    finish_reason: "error".into(),
-                    prompt_tokens: 0,
-                    completion_tokens: 0,
-                    ttft_s: 0.0,
-                    decode_s: 0.0,
-                    mask_s: 0.0,
-                    calls: Vec::new(),
-                    content: String::new(),
-                },
+                Err(e) => TaskResult::failed(task, mode, e.to_string()),
             };
             on_result(&r);
             out.push(r);

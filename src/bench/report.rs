@@ -63,6 +63,7 @@ fn color(mode: Mode) -> &'static str {
         Mode::Constrained => "#2b6cb0",
         Mode::Native => "#dd6b20",
         Mode::PromptOnly => "#718096",
+        Mode::Server => "#2f855a",
     }
 }
 

@@ -384,7 +384,9 @@ fn prepare_tools(
         (Some(fmt), ToolMode::Constrained, ToolChoice::Auto, None) => {
             let calls = tools::calls_regex(fmt, tools, choice, parallel, tok)?;
             let recovery = if setup.call_recovery && fmt.trigger() != Recovery::TRIGGER {
-                let r = tools::calls_regex(&Recovery::grammar_format(), tools, choice, parallel, tok)?;
+                // One call at a time: after it the model goes on freely (see
+                // `recover_again`), so JSON it writes next is not forced into a call.
+                let r = tools::calls_regex(&Recovery::grammar_format(), tools, choice, false, tok)?;
                 Some(engine.grammar(&r.regex, &r.rules)?)
             } else {
                 None
@@ -394,6 +396,7 @@ fn prepare_tools(
                 vocab: engine.token_vocab(),
                 trigger: tools::marker_bytes(fmt.trigger(), tok),
                 recovery,
+                recover_again: parallel,
                 reasoning: setup.reasoning.map(|(start, end)| {
                     (tools::marker_bytes(start, tok), tools::marker_bytes(end, tok), opened.is_some())
                 }),

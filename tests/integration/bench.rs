@@ -93,6 +93,54 @@ fn smoke_run_constrained_always_parses_and_validates() {
     assert!(svg.starts_with("<svg") && svg.contains("BFCL AST accuracy") && svg.contains("own_tasks"), "{svg}");
 }
 
+/// `bench tools --server`: the same tasks over HTTP to a running OpenAI-compatible
+/// server (here `toolgate serve` on SmolLM2), judged by the same rules; a wrong model
+/// name or an unreachable server stops the run with the reason.
+#[test]
+fn bench_against_a_server_judges_its_answers() {
+    let s = common::server::start(&["--tool-fallback", "generic"]);
+    let (status, models) = common::server::get_json(&s, "/v1/models");
+    assert_eq!(status, 200);
+    let id = models["data"][0]["id"].as_str().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("bench.json");
+    let bench = |server: &str, model: &str| {
+        Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .args(["bench", "tools", "--server", server, "--model", model])
+            .args(["--categories", "simple_python,irrelevance", "--per-category", "1", "--max-tokens", "96"])
+            .arg("--bfcl")
+            .arg(bfcl_dir())
+            .arg("--json")
+            .arg(&json)
+            .output()
+            .unwrap()
+    };
+    let out = bench(&format!("{}/v1", s.base), &id);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("server") && stdout.contains("AST"), "{stdout}");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let results = doc["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2, "{results:?}");
+    for r in results {
+        assert_eq!(r["mode"], "server", "{r}");
+        assert!(r["judgement"]["error"].is_null() || r["category"] == "irrelevance", "{r}");
+        assert!(r["prompt_tokens"].as_u64().unwrap() > 0 && r["finish_reason"] != "error", "{r}");
+    }
+    // Required where a call is expected, and the server constrains: a valid call.
+    let simple = results.iter().find(|r| r["category"] == "simple_python").unwrap();
+    assert_eq!(simple["judgement"]["calls"], 1, "{simple}");
+    assert_eq!(simple["judgement"]["schema_valid"], 1, "{simple}");
+
+    let out = bench(&s.base, "no-such-model");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("status 404") && stderr.contains("no-such-model"), "{stderr}");
+    drop(s);
+    let out = bench("http://127.0.0.1:9", &id);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("server http://127.0.0.1:9"), "{stderr}");
+}
+
 // ---- BFCL's checking rules on hand-made answers (no model) ----
 
 use serde_json::json;

@@ -6,9 +6,12 @@ usage: python agent_loop.py BASE_URL MODEL_ID
 Exits non-zero (with the failing assertion) if the first turn is not a valid call of
 the tool (streamed and not), or a later turn is neither valid calls nor text.
 Qwen2.5-Coder-0.5B, the model this runs on in the tests, calls the tool again after
-its result instead of answering (it does so in native mode without recovery too, and
-at temperature 0 every time): the loop prints whether a final text answer came and
-stops after four turns.
+its result instead of answering (it does so in native mode without recovery too, at
+temperature 0 every time, and llama.cpp's greedy continuation of the same prompt is
+the same call again, then `{"response": …}`): the loop prints whether a final text
+answer came and stops after four turns. Each later turn must hold only the calls the
+model wrote: the JSON it writes after a recovered call (`{"response": …}`) was once
+forced into three more calls, one with an empty city.
 """
 import json
 import sys
@@ -49,11 +52,14 @@ for step in range(4):
     print(f"step {step}: finish={r.choices[0].finish_reason} content={msg.content!r} calls={msg.tool_calls}")
     if msg.tool_calls:
         assert r.choices[0].finish_reason == "tool_calls", r
+        turn = [(c.function.name, c.function.arguments) for c in msg.tool_calls]
+        assert len(set(turn)) == len(turn), f"the same call twice in one turn: {turn}"
         messages.append(msg.model_dump(exclude_none=True))
         for c in msg.tool_calls:
             assert c.function.name == "get_weather", c
             args = json.loads(c.function.arguments)
             assert isinstance(args.get("city"), str) and set(args) <= {"city", "unit"}, args
+            assert args["city"].strip(), f"a call with an empty city: {turn}"
             calls.append(args)
             messages.append({"role": "tool", "tool_call_id": c.id, "content": json.dumps(get_weather(**args))})
         continue
