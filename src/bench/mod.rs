@@ -368,6 +368,78 @@ pub fn summarize(results: &[TaskResult]) -> Vec<Summary> {
     out
 }
 
+/// The bench's task list: `per_category` tasks (0: all) spread evenly over each BFCL
+/// category in `categories` (read from `dir`, as [`tasks::load_bfcl`]) and over each
+/// task file in `files` (toolgate's format, [`tasks::load_file`]), in that order.
+///
+/// Cost: reading and converting the files (BFCL's five default categories: ~1,240
+/// tasks, milliseconds).
+///
+/// # Errors
+/// Those of [`tasks::load_bfcl`] and [`tasks::load_file`] (a missing or malformed
+/// file, naming it).
+pub fn load_tasks(
+    dir: &std::path::Path,
+    categories: &[String],
+    files: &[std::path::PathBuf],
+    per_category: usize,
+) -> crate::Result<Vec<Task>> {
+    let mut all = Vec::new();
+    for cat in categories.iter().map(|c| c.trim()).filter(|c| !c.is_empty() && *c != "none") {
+        all.extend(sample(tasks::load_bfcl(dir, cat)?, per_category));
+    }
+    for f in files {
+        all.extend(sample(tasks::load_file(f)?, per_category));
+    }
+    Ok(all)
+}
+
+/// The setup [`Mode::PromptOnly`] runs with for a model named `name` of architecture
+/// `arch` served with `setup`: toolgate's generic tool template, or `None` when
+/// `setup` already is it (prompt-only would repeat native).
+///
+/// Cost: one template gate (a probe of the generic template), milliseconds.
+///
+/// # Errors
+/// Those of [`crate::template::gate`] on the generic template (none expected).
+pub fn prompt_only_setup(name: &str, setup: &ChatSetup, arch: Option<&str>) -> crate::Result<Option<ChatSetup>> {
+    use crate::template::ToolFallback;
+    let generic = crate::template::gate(name, &Default::default(), arch, None, ToolFallback::Generic)?;
+    Ok((generic.source != setup.source).then_some(generic))
+}
+
+/// A finished bench: what ran, the summaries and every result (the `--json` file of
+/// `toolgate bench tools`).
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchRun {
+    /// The model's name (its file name, or the name sent to a server).
+    pub model: String,
+    /// The template it ran with, or the server's URL.
+    pub template_source: String,
+    /// The call family, or `server`.
+    pub family: String,
+    /// The settings.
+    pub options: BenchOptions,
+    /// [`summarize`] of the results.
+    pub summaries: Vec<Summary>,
+    /// Every task in every mode.
+    pub results: Vec<TaskResult>,
+}
+
+impl BenchRun {
+    /// Summarize `results` and keep everything for the report.
+    pub fn new(
+        model: String,
+        template_source: String,
+        family: String,
+        options: BenchOptions,
+        results: Vec<TaskResult>,
+    ) -> Self {
+        let summaries = summarize(&results);
+        Self { model, template_source, family, options, summaries, results }
+    }
+}
+
 /// `n` tasks spread evenly over `tasks` (all of them when `n` is 0 or too large).
 pub fn sample(tasks: Vec<Task>, n: usize) -> Vec<Task> {
     if n == 0 || n >= tasks.len() {

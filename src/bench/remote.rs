@@ -179,28 +179,3 @@ pub fn run(
     }
     Ok(out)
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn calls_are_read_in_openai_and_ollama_shapes() {
-        let m = json!({"tool_calls": [
-            {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{\"x\":1}"}},
-            {"function": {"name": "g", "arguments": {"y": 2}}}
-        ]});
-        let calls = calls_of(&m);
-        assert_eq!(calls[0].function.arguments, "{\"x\":1}");
-        assert_eq!(calls[1].function.name, "g");
-        assert_eq!(calls[1].function.arguments, "{\"y\":2}");
-        assert!(calls_of(&json!({"content": "hi"})).is_empty());
-    }
-
-    #[test]
-    fn base_url_forms_are_one() {
-        for u in ["http://h:1", "http://h:1/", "http://h:1/v1", "http://h:1/v1/"] {
-            assert_eq!(RemoteServer::new(u, None).url, "http://h:1");
-        }
-    }
-}

@@ -302,6 +302,19 @@ impl Generation {
     pub fn decode_tps(&self) -> f64 {
         self.completion_tokens.saturating_sub(1) as f64 / self.decode_time.as_secs_f64().max(1e-9)
     }
+
+    /// `prompt N tokens, X tok/s | decode M tokens, Y tok/s | finish: REASON`, as the
+    /// CLI prints it.
+    pub fn speed_line(&self) -> String {
+        format!(
+            "prompt {} tokens, {:.1} tok/s | decode {} tokens, {:.1} tok/s | finish: {}",
+            self.prompt_tokens,
+            self.prompt_tps(),
+            self.completion_tokens,
+            self.decode_tps(),
+            self.finish_reason.as_str()
+        )
+    }
 }
 
 /// A loaded model with its tokenizer.

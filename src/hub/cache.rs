@@ -47,6 +47,47 @@ pub struct CachedFile {
     pub size: u64,
 }
 
+/// A cached model file and what its header says: a row of `toolgate list`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CachedModel {
+    /// The file.
+    #[serde(flatten)]
+    pub file: CachedFile,
+    /// The GGUF's quantization (`Q4_K_M`…), or `?` when its header does not read.
+    pub quantization: String,
+    /// `tools (FAMILY)`, `no tools (needs --tool-fallback generic)`, or why the header
+    /// or template could not be read.
+    pub caps: String,
+}
+
+impl CachedFile {
+    /// Read this file's header: its quantization and whether its chat template can do
+    /// tools.
+    ///
+    /// Cost: the GGUF header (not the weights) and one template probe, milliseconds.
+    /// Never fails: an unreadable file says so in [`CachedModel::caps`].
+    pub fn describe(&self) -> CachedModel {
+        let (quantization, caps) = match crate::gguf::GgufFile::open(&self.path) {
+            Ok(g) => {
+                let arch = g.architecture().ok().map(str::to_string);
+                let caps = crate::template::source::GgufTemplates::from_gguf(&g)
+                    .and_then(|t| crate::template::inspect(&t, arch.as_deref(), None))
+                    .map(|s| {
+                        if s.report.caps.tool_capable() {
+                            format!("tools ({})", s.family())
+                        } else {
+                            "no tools (needs --tool-fallback generic)".to_string()
+                        }
+                    })
+                    .unwrap_or_else(|e| format!("unreadable template: {e}"));
+                (g.quantization(), caps)
+            }
+            Err(e) => ("?".to_string(), format!("unreadable: {e}")),
+        };
+        CachedModel { file: self.clone(), quantization, caps }
+    }
+}
+
 /// Check a repository id: `NAME` or `ORG/NAME`, each part of letters, digits, `-`,
 /// `_` and `.`, not starting with `.`.
 ///

@@ -38,7 +38,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-pub use cache::{Cache, CachedFile};
+pub use cache::{Cache, CachedFile, CachedModel};
 pub use download::sha256_file;
 pub use http::redirect_target;
 
@@ -512,6 +512,20 @@ impl Hub {
     /// The cache.
     pub fn cache(&self) -> &Cache {
         &self.config.cache
+    }
+
+    /// After `file` of `repo`, pulled to `path`, failed to load with `err`: move it out
+    /// of the cache with the reason ([`Cache::quarantine`]), so the next pull downloads
+    /// it again instead of loading the same broken file. A file that is sound but holds
+    /// a weight type toolgate does not read ([`crate::Error::UnsupportedTensorType`])
+    /// stays. Returns where it went.
+    ///
+    /// Cost: a rename within the cache.
+    pub fn quarantine_unloadable(&self, repo: &str, file: &str, path: &Path, err: &crate::Error) -> Option<PathBuf> {
+        if matches!(err, crate::Error::UnsupportedTensorType { .. }) {
+            return None;
+        }
+        self.cache().quarantine(repo, file, path, &err.to_string()).ok()
     }
 
     /// The Hub API path (relative to the endpoint) of `repo`'s metadata at `revision`;

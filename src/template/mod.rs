@@ -10,6 +10,7 @@ pub mod env;
 pub mod family;
 pub mod gate;
 pub mod metadata;
+pub mod probe;
 pub mod render;
 pub mod source;
 pub mod transform;

@@ -71,6 +71,23 @@ pub enum ToolChoice {
 }
 
 impl ToolChoice {
+    /// From a command line's `--tool-choice`: `auto`, `none`, `required`, or a
+    /// function name.
+    ///
+    /// ```
+    /// use toolgate::tools::ToolChoice;
+    /// assert_eq!(ToolChoice::from_cli("required"), ToolChoice::Required);
+    /// assert_eq!(ToolChoice::from_cli("get_weather"), ToolChoice::Named("get_weather".into()));
+    /// ```
+    pub fn from_cli(s: &str) -> Self {
+        match s {
+            "none" => Self::None,
+            "auto" => Self::Auto,
+            "required" => Self::Required,
+            name => Self::Named(name.to_string()),
+        }
+    }
+
     /// From the OpenAI JSON (`"auto"`, `"none"`, `"required"`,
     /// `{"type":"function","function":{"name":…}}`).
     ///

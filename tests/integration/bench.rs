@@ -141,6 +141,82 @@ fn bench_against_a_server_judges_its_answers() {
     assert!(!out.status.success() && stderr.contains("server http://127.0.0.1:9"), "{stderr}");
 }
 
+/// A server that answers every request with `body` (HTTP/1.1, then closes).
+fn canned_server(body: Value) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let mut conn = conn;
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            // Read the head, then as many body bytes as content-length says.
+            while let Ok(n) = conn.read(&mut chunk) {
+                if n == 0 {
+                    break;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+                let text = String::from_utf8_lossy(&buf).to_lowercase();
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let len = text
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse::<usize>().ok())
+                        .unwrap_or(0);
+                    if buf.len() >= end + 4 + len {
+                        break;
+                    }
+                }
+            }
+            let text = body.to_string();
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
+                text.len()
+            );
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// Servers differ in how they send a call: OpenAI's arguments are a JSON string,
+/// Ollama's an object, some leave out `id` and `type`. All are judged alike.
+#[test]
+fn bench_against_a_server_reads_calls_in_each_servers_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = dir.path().join("tasks.jsonl");
+    std::fs::write(
+        &tasks,
+        json!({"id": "w", "category": "simple", "messages": [{"role": "user", "content": "Weather in Paris?"}],
+            "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+                "properties": {"city": {"type": "string"}}, "required": ["city"]}}}],
+            "expected": [{"get_weather": {"city": ["Paris"]}}]})
+        .to_string(),
+    )
+    .unwrap();
+    for arguments in [json!("{\"city\": \"Paris\"}"), json!({"city": "Paris"})] {
+        let url = canned_server(json!({"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": null,
+            "tool_calls": [{"function": {"name": "get_weather", "arguments": arguments}}]}}],
+            "usage": {"prompt_tokens": 12, "completion_tokens": 9}}));
+        let json_out = dir.path().join("out.json");
+        let out = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .args(["bench", "tools", "--server", &url, "--model", "any", "--categories", "none", "--tasks"])
+            .arg(&tasks)
+            .arg("--json")
+            .arg(&json_out)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json_out).unwrap()).unwrap();
+        let r = &doc["results"][0];
+        assert_eq!(r["judgement"]["correct"], true, "{arguments}: {r}");
+        assert_eq!((r["prompt_tokens"].as_u64(), r["parsed"].as_bool()), (Some(12), Some(true)), "{r}");
+        assert_eq!(doc["family"], "server");
+    }
+}
+
 // ---- BFCL's checking rules on hand-made answers (no model) ----
 
 use serde_json::json;
