@@ -9,6 +9,7 @@
 
 pub mod batch;
 pub mod chat;
+pub mod closer;
 pub mod completion;
 pub mod conversation;
 pub mod stop;
@@ -23,6 +24,7 @@ use crate::sampling::{log_probs, Sampler, SamplingParams, TokenLogprob, MAX_TOP_
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
 
+use closer::{Closer, Step};
 use stop::StopMatcher;
 
 /// Return the allocator's free pages to the system (glibc's `malloc_trim`): loading
@@ -135,8 +137,11 @@ impl Constraint<'_> {
         let Constraint::Lazy(LazyState { lazy, matcher: slot @ None, recovered, seen, scan_from }) = self else {
             return Ok(());
         };
+        // Only where the new token's bytes can complete the trigger is searched: the
+        // text before was searched when it came.
+        let from = seen.len().saturating_sub(lazy.trigger.len().saturating_sub(1));
         seen.extend_from_slice(lazy.vocab.token_bytes(token));
-        if let Some(at) = find(seen, &lazy.trigger) {
+        if let Some(at) = find(&seen[from..], &lazy.trigger).map(|at| from + at) {
             // If the text after the trigger cannot start a call, stay free.
             if let Ok(m) = lazy.grammar.matcher_with_prefix(lazy.vocab.clone(), &seen[at..]) {
                 *slot = Some(Box::new(m));
@@ -182,17 +187,7 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 /// Prompt tokens processed per forward pass during prefill.
 pub const PREFILL_CHUNK: usize = 256;
 
-/// With this many tokens or fewer left in the budget, a constrained generation checks
-/// each step how many tokens the shortest completion needs
-/// ([`crate::grammar::Matcher::completion_plan`]).
-pub const CLOSE_LOOKAHEAD: usize = 96;
-
-/// Closing starts when the shortest completion plus this margin no longer fits the
-/// remaining budget (one token can open several structures at once).
-pub const CLOSE_MARGIN: usize = 8;
-
-/// Longest completion searched for, in bytes.
-pub const CLOSE_MAX_BYTES: usize = 512;
+pub use closer::{CLOSE_LOOKAHEAD, CLOSE_MARGIN, CLOSE_MAX_BYTES};
 
 /// Parameters of one generation.
 #[derive(Debug, Clone)]
@@ -650,9 +645,7 @@ impl Engine {
         let mut mask_time = Duration::ZERO;
         let mut finish = FinishReason::Length;
         let mut stop_hit = false;
-        let mut closing = false;
-        let (mut last_accept, mut span): (Option<usize>, usize) = (None, 0);
-        let mut active_since: Option<usize> = None;
+        let mut closer = Closer::default();
         let mut decode_started = Instant::now();
         let mut mask = crate::sampling::TokenMask::new(self.tokenizer.vocab_size());
         let (mut logprobs, mut step_logprobs) = (Vec::new(), Vec::new());
@@ -666,59 +659,31 @@ impl Engine {
             let top = params.logprobs.map(|k| log_probs(&logits, k, &mut step_logprobs));
             if constraint.release_recovered_call() {
                 // Free again: the budget bookkeeping starts over with the next call.
-                (closing, last_accept, span, active_since) = (false, None, 0, None);
+                closer = Closer::default();
             }
             let next = match constraint.active() {
                 Some(m) => {
-                    if m.is_finished() {
-                        finish = FinishReason::Stop;
-                        break;
-                    }
                     let t = Instant::now();
-                    // Near the end of the budget, the shortest way to close the
-                    // constrained region.
-                    let plan =
-                        if closing || remaining <= CLOSE_LOOKAHEAD { m.completion_plan(CLOSE_MAX_BYTES) } else { None };
-                    // A closing point: complete, or one token from it (the `]` of a list
-                    // of calls). With less budget left than the longest stretch between
-                    // two closing points took (one more call), close here rather than
-                    // start something the budget would cut.
-                    let since = *active_since.get_or_insert(tokens.len());
-                    let closing_point = match &plan {
-                        Some(p) => p.len() <= 1,
-                        None => m.is_accepting(),
-                    };
-                    if closing_point {
-                        let j = last_accept.unwrap_or(since);
-                        if tokens.len() > j + 1 {
-                            span = span.max(tokens.len() - j);
-                        }
-                        last_accept = Some(tokens.len());
-                        if span > 0 && remaining < span + CLOSE_MARGIN {
-                            closing = true;
-                        }
-                    }
-                    let mut closing_token = None;
-                    match plan {
-                        _ if closing && m.is_accepting() => {
-                            mask_time += t.elapsed();
-                            break; // closed; the budget is spent
-                        }
-                        Some(plan) if !plan.is_empty() && (closing || plan.len() + CLOSE_MARGIN >= remaining) => {
-                            closing = true;
-                            closing_token = Some(plan[0]);
-                        }
-                        _ => {}
-                    }
-                    match closing_token.or_else(|| m.forced_token()) {
-                        Some(tok) => {
-                            mask_time += t.elapsed();
-                            tok
-                        }
-                        None => {
+                    let step = closer.step(m, tokens.len(), remaining);
+                    let next = match step {
+                        Step::Finished | Step::Closed => None,
+                        Step::Force(tok) => Some(tok),
+                        Step::Sample => {
                             m.fill_mask(&mut mask)?;
                             mask_time += t.elapsed();
-                            sampler.sample(&mut logits, Some(&mask))?
+                            Some(sampler.sample(&mut logits, Some(&mask))?)
+                        }
+                    };
+                    if step != Step::Sample {
+                        mask_time += t.elapsed();
+                    }
+                    match next {
+                        Some(tok) => tok,
+                        None => {
+                            if step == Step::Finished {
+                                finish = FinishReason::Stop;
+                            }
+                            break;
                         }
                     }
                 }
