@@ -151,7 +151,9 @@ pub fn run(
             let message = &choice["message"];
             let calls = calls_of(message);
             let finish_reason = choice["finish_reason"].as_str().unwrap_or("").to_string();
+            // Every call's arguments are JSON, and no call was cut by the token budget.
             let args_json = calls.iter().all(|c| serde_json::from_str::<Value>(&c.function.arguments).is_ok());
+            let cut = finish_reason == "length" && !calls.is_empty();
             let timings = &body["timings"];
             let (ttft_s, decode_s) = match (timings["prompt_ms"].as_f64(), timings["predicted_ms"].as_f64()) {
                 (Some(p), Some(d)) => (p / 1000.0, d / 1000.0),
@@ -162,7 +164,7 @@ pub fn run(
                 category: task.category.clone(),
                 mode: Mode::Server,
                 expects_call: !task.expects_no_call(),
-                parsed: args_json && !(finish_reason == "length" && !calls.is_empty()),
+                parsed: args_json && !cut,
                 judgement: check::judge(task, &calls, &checks),
                 finish_reason,
                 prompt_tokens: body["usage"]["prompt_tokens"].as_u64().unwrap_or(0) as usize,

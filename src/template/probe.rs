@@ -92,7 +92,7 @@ pub fn model_info(target: &Path, chat_template: Option<&Path>) -> Result<ModelIn
         tool_format: setup.layout.clone(),
         has_tool_use_template: templates.tool_use.is_some(),
         template_source: setup.source.to_string(),
-        conversation_policy: setup.policy.clone(),
+        conversation_policy: setup.policy,
         template_signals: setup.signals,
         probe_ms: t0.elapsed().as_secs_f64() * 1000.0,
     })
