@@ -194,6 +194,11 @@ fn choice_for(task: &Task, policy: ChoicePolicy) -> ToolChoice {
     }
 }
 
+/// Whether a task's request allows several calls: where BFCL expects other than one.
+fn parallel_for(task: &Task) -> bool {
+    task.expected.len() != 1
+}
+
 fn validators(task: &Task) -> HashMap<String, jsonschema::Validator> {
     task.tools
         .iter()
@@ -246,7 +251,7 @@ pub fn run(
                 },
                 ..GenerateParams::default()
             };
-            let parallel = task.expected.len() != 1;
+            let parallel = parallel_for(task);
             let turn =
                 tool_turn(engine, setup, task.messages.clone(), &task.tools, &choice, parallel, tool_mode, &params);
             let r = match turn {

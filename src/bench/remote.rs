@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::{check, choice_for, tasks::Task, validators, BenchOptions, Mode, TaskResult};
+use super::{check, choice_for, parallel_for, tasks::Task, validators, BenchOptions, Mode, TaskResult};
 use crate::tools::{CalledFunction, ToolCall, ToolChoice};
 use crate::{Error, Result};
 
@@ -58,7 +58,7 @@ fn request(task: &Task, server: &RemoteServer, opts: &BenchOptions) -> Value {
         "messages": task.messages,
         "tools": task.tools,
         "tool_choice": choice,
-        "parallel_tool_calls": task.expected.len() != 1,
+        "parallel_tool_calls": parallel_for(task),
         "max_tokens": opts.max_tokens,
         "temperature": opts.temperature,
         "seed": opts.seed,

@@ -665,26 +665,18 @@ impl Engine {
                 Some(m) => {
                     let t = Instant::now();
                     let step = closer.step(m, tokens.len(), remaining);
-                    let next = match step {
-                        Step::Finished | Step::Closed => None,
-                        Step::Force(tok) => Some(tok),
-                        Step::Sample => {
-                            m.fill_mask(&mut mask)?;
-                            mask_time += t.elapsed();
-                            Some(sampler.sample(&mut logits, Some(&mask))?)
-                        }
-                    };
-                    if step != Step::Sample {
-                        mask_time += t.elapsed();
+                    if step == Step::Sample {
+                        m.fill_mask(&mut mask)?;
                     }
-                    match next {
-                        Some(tok) => tok,
-                        None => {
-                            if step == Step::Finished {
-                                finish = FinishReason::Stop;
-                            }
+                    mask_time += t.elapsed();
+                    match step {
+                        Step::Force(tok) => tok,
+                        Step::Sample => sampler.sample(&mut logits, Some(&mask))?,
+                        Step::Finished => {
+                            finish = FinishReason::Stop;
                             break;
                         }
+                        Step::Closed => break,
                     }
                 }
                 None => sampler.sample(&mut logits, None)?,

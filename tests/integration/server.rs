@@ -232,8 +232,7 @@ fn answers_tool_calls_and_errors_like_openai() {
             String::from_utf8_lossy(&resp[..n])
         );
     }
-    let mut r = agent().get(format!("{}/props", s.base)).call().unwrap();
-    let props: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+    let (_, props) = common::server::get_json(&s, "/props");
     assert_eq!(props["chat_format"], "generic");
     assert_eq!(props["caps"]["supports_tools"], true);
 }
@@ -409,10 +408,7 @@ fn parallel_requests_are_batched_and_answer_as_they_would_alone() {
             answer(&v)
         })
         .collect();
-    let (status, props) = {
-        let mut r = agent().get(format!("{}/props", s.base)).call().unwrap();
-        (r.status().as_u16(), serde_json::from_str::<Value>(&r.body_mut().read_to_string().unwrap()).unwrap())
-    };
+    let (status, props) = common::server::get_json(&s, "/props");
     assert_eq!((status, props["parallel"].as_u64()), (200, Some(3)), "{props}");
     // All three at once, twice over.
     for _ in 0..2 {
