@@ -5,7 +5,9 @@
 //! `m = 1` (decode) and `m = 128` (prefill) activation rows through
 //! `toolgate::kernels::QWeight::matmul` and through candle's `QMatMul::forward`. Prints
 //! the best of several runs as GMAC/s and the ratio, one JSON line per case and a
-//! Markdown table. Threads: `RAYON_NUM_THREADS`.
+//! Markdown table. Threads: `RAYON_NUM_THREADS`. IQ4_NL, IQ4_XS and MXFP4, which
+//! candle has no type for, run on random blocks (codes random, scales fixed) with no
+//! candle column; compare them with llama.cpp end to end (`scripts/bench-compare`).
 //!
 //! `KERNELS_SHAPE=n,k` picks another shape (types whose block does not divide `k` are
 //! skipped). Under `cargo test --all-targets` it runs one tiny case as a smoke test.
@@ -15,6 +17,27 @@ use std::time::Instant;
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
 use toolgate::kernels::{QWeight, WeightType};
+
+/// `(n, k)` weights of a type candle cannot quantize: random codes, a fixed scale of
+/// about 0.01 per block.
+fn random_blocks(ty: WeightType, n: usize, k: usize) -> QWeight {
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut bytes: Vec<u8> = (0..n * k / ty.block_len() * ty.block_bytes())
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect();
+    for b in bytes.chunks_exact_mut(ty.block_bytes()) {
+        match ty {
+            WeightType::MXFP4 => b[0] = 120, // 2^-8
+            _ => b[..2].copy_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes()),
+        }
+    }
+    QWeight::new(ty, bytes, n, k).unwrap()
+}
 
 fn best_of(runs: usize, mut f: impl FnMut()) -> f64 {
     f();
@@ -45,10 +68,14 @@ fn main() {
     println!("| type | m | toolgate GMAC/s | candle GMAC/s | ratio |");
     println!("|---|---|---|---|---|");
     for ty in types {
-        let w = Tensor::randn(0f32, 0.1, (n, k), &dev).unwrap();
-        let qt = QTensor::quantize(&w, ty.to_ggml()).unwrap();
-        let ours = QWeight::from_qtensor(&qt).unwrap().unwrap();
-        let theirs = QMatMul::from_qtensor(qt).unwrap();
+        let (ours, theirs) = match ty.to_candle() {
+            Some(dtype) => {
+                let w = Tensor::randn(0f32, 0.1, (n, k), &dev).unwrap();
+                let qt = QTensor::quantize(&w, dtype).unwrap();
+                (QWeight::from_qtensor(&qt).unwrap().unwrap(), Some(QMatMul::from_qtensor(qt).unwrap()))
+            }
+            None => (random_blocks(ty, n, k), None),
+        };
         for &m in ms {
             let x = Tensor::randn(0f32, 1.0, (m, k), &dev).unwrap();
             let xs: Vec<f32> = x.flatten_all().unwrap().to_vec1().unwrap();
@@ -61,9 +88,12 @@ fn main() {
                 5
             };
             let t_ours = best_of(runs, || ours.matmul(&xs, &mut y).unwrap());
-            let t_theirs = best_of(runs, || {
-                theirs.forward(&x).unwrap();
-            });
+            let t_theirs = match &theirs {
+                Some(theirs) => best_of(runs, || {
+                    theirs.forward(&x).unwrap();
+                }),
+                None => f64::NAN,
+            };
             let gmac = |t: f64| (m * n * k) as f64 / t / 1e9;
             println!(
                 "| {} | {m} | {:.1} | {:.1} | {:.2}x |",

@@ -13,7 +13,9 @@
 //!   (a 1 GiB buffer summed in parallel, best of 3), and `decode_bound_tps` =
 //!   bandwidth ÷ bytes per token, the speed a decoder limited only by memory would reach.
 //!
-//! Environment: `TOOLGATE_MODELS` (model cache), `RAYON_NUM_THREADS` (threads).
+//! Environment: `TOOLGATE_MODELS` (model cache), `RAYON_NUM_THREADS` (threads),
+//! `BENCH_MODELS` (comma-separated GGUF file names in the cache, instead of the two
+//! test models: e.g. requantized copies of one model, one per weight type).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -44,7 +46,12 @@ fn main() {
     let smoke = !std::env::args().any(|a| a == "--bench");
     let (prompt_tokens, decode_tokens, runs) = if smoke { (16, 4, 1) } else { (PROMPT_TOKENS, DECODE_TOKENS, RUNS) };
     let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
-    for file in ["SmolLM2-135M-Instruct.Q4_1.gguf", "gemma-3-270m-q4_k_m.gguf"] {
+    let files: Vec<String> = match std::env::var("BENCH_MODELS") {
+        Ok(list) => list.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+        Err(_) => vec!["SmolLM2-135M-Instruct.Q4_1.gguf".into(), "gemma-3-270m-q4_k_m.gguf".into()],
+    };
+    for file in &files {
+        let file = file.as_str();
         if !filter.is_empty() && !filter.iter().any(|f| file.contains(f.as_str())) {
             continue;
         }

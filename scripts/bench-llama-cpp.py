@@ -5,6 +5,9 @@ prefill is the best run, decode is one over the median decode step.
 
     /tmp/oracle/bin/python scripts/bench-llama-cpp.py [MODELS_DIR] [THREADS] [MODEL_FILTER]
 
+`BENCH_MODELS` (comma-separated file names) replaces the two test models, as for
+benches/speed.rs.
+
 Prints one JSON line per model, with `rss_mib`: the process's peak resident memory
 minus what it held before loading the model (the Python interpreter and numpy), so
 that only llama.cpp's own memory is counted. Dev-time only.
@@ -18,7 +21,7 @@ import time
 from llama_cpp import Llama
 
 TEXT = "The quick brown fox jumps over the lazy dog. "
-MODELS = ["SmolLM2-135M-Instruct.Q4_1.gguf", "gemma-3-270m-q4_k_m.gguf"]
+MODELS = [m for m in os.environ.get("BENCH_MODELS", "SmolLM2-135M-Instruct.Q4_1.gguf,gemma-3-270m-q4_k_m.gguf").split(",") if m]
 PROMPT_TOKENS, DECODE_TOKENS, RUNS = 128, 64, 5
 
 

@@ -25,8 +25,8 @@ pub enum Error {
         /// What was wrong.
         reason: String,
     },
-    /// A valid GGUF file whose tensors include a type toolgate does not read (IQ4_NL,
-    /// IQ4_XS, MXFP4, …): the model needs another quantization.
+    /// A valid GGUF file whose tensors include a type toolgate does not read (the
+    /// 1–3-bit i-quants, TQ1_0/TQ2_0, NVFP4, …): the model needs another quantization.
     #[error(
         "{path}: tensor `{tensor}` is {name} (ggml type {ggml_type}), which toolgate does not read (it reads \
          {readable}); pick another quantization of the model, or requantize this file (llama.cpp: `llama-quantize \

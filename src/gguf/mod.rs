@@ -1,9 +1,12 @@
 //! Read-only view of a GGUF file: typed metadata access and tensor loading.
 //!
-//! One reader for the whole crate, built on candle's [`gguf_file`] parser. Opening a
-//! file reads only the header (metadata and the tensor directory); tensor data is read
-//! on demand by [`GgufFile::tensor`]. Every error names the file and what was wrong;
-//! truncated, non-GGUF or corrupt files never panic.
+//! The header (metadata and the tensor directory) is parsed by toolgate's own reader
+//! ([`header`]), which knows every tensor type ggml defines. The file is
+//! memory-mapped: a weight that toolgate's kernels run is a window of the mapping
+//! ([`GgufFile::tensor_data`]), so loading copies nothing and the model's memory is
+//! the file's pages (shared with the page cache, and with other processes serving the
+//! same file). Every error names the file and what was wrong; truncated, non-GGUF or
+//! corrupt files never panic.
 //!
 //! ```no_run
 //! let gguf = toolgate::gguf::GgufFile::open("SmolLM2-135M-Instruct.Q4_1.gguf")?;
@@ -12,211 +15,62 @@
 //! # Ok::<(), toolgate::Error>(())
 //! ```
 
+pub mod header;
+
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufReader, Read, Seek};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::Arc;
 
-use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
+use candle_core::quantized::QTensor;
 use candle_core::Device;
 
-pub use candle_core::quantized::gguf_file::Value;
+pub use header::{ggml_type_name, read_header, GgmlType, Header, TensorInfo, Value, GGML_TYPES, READABLE_TYPES};
 
+use crate::kernels::WeightBytes;
 use crate::{Error, Result};
 
-/// An open GGUF file: its parsed header plus a handle to read tensors.
+/// An open GGUF file: its parsed header plus the memory-mapped file.
 ///
-/// Cost: [`GgufFile::open`] reads the header only (for a 135M model a few MB of
-/// vocabulary); tensors are read when asked for.
+/// Cost: [`GgufFile::open`] maps the file and reads the header (for a 135M model a
+/// few MB of vocabulary); tensor data is paged in from disk when first touched.
 pub struct GgufFile {
     path: PathBuf,
-    content: gguf_file::Content,
-    reader: Mutex<BufReader<File>>,
-    file_size: u64,
+    header: Header,
+    map: Arc<memmap2::Mmap>,
 }
 
 impl std::fmt::Debug for GgufFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GgufFile")
             .field("path", &self.path)
-            .field("metadata_keys", &self.content.metadata.len())
-            .field("tensors", &self.content.tensor_infos.len())
+            .field("metadata_keys", &self.header.metadata.len())
+            .field("tensors", &self.header.tensors.len())
             .finish()
     }
 }
 
-/// Parse a GGUF header from any seekable reader (a file, or bytes fetched by range
-/// requests). `name` is used in error messages.
-///
-/// # Errors
-/// [`Error::InvalidGguf`] when the magic, version or header structure is invalid or
-/// the data ends early.
-pub fn read_header<R: Read + Seek>(reader: &mut R, name: &Path) -> Result<gguf_file::Content> {
-    let mut magic = [0u8; 4];
-    reader.read_exact(&mut magic).map_err(|_| Error::InvalidGguf {
-        path: name.to_path_buf(),
-        reason: "file is shorter than the 4-byte magic".into(),
-    })?;
-    if &magic != b"GGUF" {
-        return Err(Error::InvalidGguf {
-            path: name.to_path_buf(),
-            reason: format!("bad magic {magic:02x?}, expected \"GGUF\""),
-        });
-    }
-    reader.rewind().map_err(|e| Error::Io { path: name.to_path_buf(), source: e })?;
-    gguf_file::Content::read(reader).map_err(|e| {
-        // The message only: candle appends a backtrace when RUST_BACKTRACE is set.
-        let message = e.to_string().lines().next().unwrap_or_default().to_string();
-        match message.strip_prefix("unknown dtype for tensor ").and_then(|t| t.trim().parse::<u32>().ok()) {
-            Some(ggml_type) => {
-                let tensor = reader.rewind().ok().and_then(|()| first_tensor_of_type(reader, ggml_type));
-                Error::UnsupportedTensorType {
-                    path: name.to_path_buf(),
-                    tensor: tensor.unwrap_or_else(|| "?".into()),
-                    ggml_type,
-                    name: ggml_type_name(ggml_type),
-                }
-            }
-            None => Error::InvalidGguf { path: name.to_path_buf(), reason: header_reason(&message) },
-        }
-    })
-}
-
-fn header_reason(message: &str) -> String {
-    if message.contains("failed to fill whole buffer") || message.contains("UnexpectedEof") {
-        "header is truncated (file ends inside the metadata)".into()
-    } else {
-        message.to_string()
-    }
-}
-
-/// ggml's tensor types by id (`enum ggml_type` in ggml.h), to name one toolgate does
-/// not read.
-const GGML_TYPES: &[(u32, &str)] = &[
-    (0, "F32"),
-    (1, "F16"),
-    (2, "Q4_0"),
-    (3, "Q4_1"),
-    (6, "Q5_0"),
-    (7, "Q5_1"),
-    (8, "Q8_0"),
-    (9, "Q8_1"),
-    (10, "Q2_K"),
-    (11, "Q3_K"),
-    (12, "Q4_K"),
-    (13, "Q5_K"),
-    (14, "Q6_K"),
-    (15, "Q8_K"),
-    (16, "IQ2_XXS"),
-    (17, "IQ2_XS"),
-    (18, "IQ3_XXS"),
-    (19, "IQ1_S"),
-    (20, "IQ4_NL"),
-    (21, "IQ3_S"),
-    (22, "IQ2_S"),
-    (23, "IQ4_XS"),
-    (24, "I8"),
-    (25, "I16"),
-    (26, "I32"),
-    (27, "I64"),
-    (28, "F64"),
-    (29, "IQ1_M"),
-    (30, "BF16"),
-    (34, "TQ1_0"),
-    (35, "TQ2_0"),
-    (39, "MXFP4"),
-];
-
-/// The name of ggml tensor type `id` (`"type 99"` for one ggml does not define).
-pub fn ggml_type_name(id: u32) -> String {
-    GGML_TYPES.iter().find(|(i, _)| *i == id).map_or_else(|| format!("type {id}"), |(_, n)| (*n).to_string())
-}
-
-/// The tensor types toolgate reads, as ggml names them.
-pub const READABLE_TYPES: &str = "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K";
-
-/// The name of the first tensor of ggml type `want` in a GGUF (v2/v3) header, read
-/// past the metadata without keeping it; `None` when the header does not read.
-fn first_tensor_of_type<R: Read>(r: &mut R, want: u32) -> Option<String> {
-    fn u32_of<R: Read>(r: &mut R) -> Option<u32> {
-        let mut b = [0u8; 4];
-        r.read_exact(&mut b).ok().map(|()| u32::from_le_bytes(b))
-    }
-    fn u64_of<R: Read>(r: &mut R) -> Option<u64> {
-        let mut b = [0u8; 8];
-        r.read_exact(&mut b).ok().map(|()| u64::from_le_bytes(b))
-    }
-    fn skip<R: Read>(r: &mut R, n: u64) -> Option<()> {
-        (std::io::copy(&mut r.take(n), &mut std::io::sink()).ok()? == n).then_some(())
-    }
-    fn string<R: Read>(r: &mut R) -> Option<String> {
-        let n = u64_of(r).filter(|&n| n <= 1 << 20)?;
-        let mut b = vec![0u8; n as usize];
-        r.read_exact(&mut b).ok()?;
-        Some(String::from_utf8_lossy(&b).into_owned())
-    }
-    fn skip_value<R: Read>(r: &mut R, t: u32) -> Option<()> {
-        match t {
-            0 | 1 | 7 => skip(r, 1),
-            2 | 3 => skip(r, 2),
-            4..=6 => skip(r, 4),
-            10..=12 => skip(r, 8),
-            8 => {
-                let n = u64_of(r)?;
-                skip(r, n)
-            }
-            9 => {
-                let (item, count) = (u32_of(r)?, u64_of(r)?);
-                let size = match item {
-                    0 | 1 | 7 => 1,
-                    2 | 3 => 2,
-                    4..=6 => 4,
-                    10..=12 => 8,
-                    _ => return (0..count).try_for_each(|_| skip_value(r, item)),
-                };
-                skip(r, count.checked_mul(size)?)
-            }
-            _ => None,
-        }
-    }
-    let mut magic = [0u8; 4];
-    r.read_exact(&mut magic).ok()?;
-    let version = u32_of(r)?;
-    if version < 2 {
-        return None;
-    }
-    let (tensors, kvs) = (u64_of(r)?, u64_of(r)?);
-    for _ in 0..kvs {
-        string(r)?;
-        let t = u32_of(r)?;
-        skip_value(r, t)?;
-    }
-    for _ in 0..tensors {
-        let name = string(r)?;
-        let dims = u32_of(r)?;
-        skip(r, 8 * u64::from(dims))?;
-        if u32_of(r)? == want {
-            return Some(name);
-        }
-        skip(r, 8)?;
-    }
-    None
-}
-
 impl GgufFile {
-    /// Open a GGUF file and parse its header.
+    /// Open a GGUF file: map it and parse its header.
+    ///
+    /// The file must not be changed in place while it is open (toolgate's own
+    /// downloads are written beside it and renamed, never rewritten).
     ///
     /// # Errors
-    /// [`Error::Io`] if the file cannot be opened; [`Error::InvalidGguf`] if it is not
-    /// GGUF, is truncated, or a tensor's data would lie past the end of the file.
+    /// [`Error::Io`] if the file cannot be opened or mapped; [`Error::InvalidGguf`] if
+    /// it is not GGUF, is truncated, or a tensor's data would lie past the end of the
+    /// file; [`Error::UnsupportedTensorType`] if a tensor is of a type toolgate cannot
+    /// run.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        let file = File::open(&path).map_err(|e| Error::Io { path: path.clone(), source: e })?;
-        let file_size = file.metadata().map_err(|e| Error::Io { path: path.clone(), source: e })?.len();
-        let mut reader = BufReader::new(file);
-        let content = read_header(&mut reader, &path)?;
-        let this = Self { path, content, reader: Mutex::new(reader), file_size };
+        let io = |e| Error::Io { path: path.clone(), source: e };
+        let file = File::open(&path).map_err(io)?;
+        // SAFETY: the mapping is read-only and private to this process; it is sound as
+        // long as no one truncates or rewrites the file while it is mapped, which the
+        // docs above require (as llama.cpp, candle and safetensors users do).
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        let header = read_header(&mut std::io::Cursor::new(&map[..]), &path)?;
+        let this = Self { path, header, map: Arc::new(map) };
         this.check_tensor_extents()?;
         Ok(this)
     }
@@ -224,25 +78,13 @@ impl GgufFile {
     /// Every tensor must lie inside the file: a truncated download is caught at open,
     /// not in the middle of loading.
     fn check_tensor_extents(&self) -> Result<()> {
-        for (name, info) in &self.content.tensor_infos {
-            let elems = info.shape.elem_count();
-            let bs = info.ggml_dtype.block_size();
-            if elems % bs != 0 {
-                return Err(Error::Tensor {
-                    path: self.path.clone(),
-                    name: name.clone(),
-                    reason: format!("{elems} elements is not a multiple of the block size {bs}"),
-                });
-            }
-            let bytes = (elems / bs) as u64 * info.ggml_dtype.type_size() as u64;
-            let end = self.content.tensor_data_offset.saturating_add(info.offset).saturating_add(bytes);
-            if end > self.file_size {
+        let file_size = self.map.len() as u64;
+        for (name, info) in &self.header.tensors {
+            let end = self.header.data_offset.saturating_add(info.offset).saturating_add(info.byte_len());
+            if end > file_size {
                 return Err(Error::InvalidGguf {
                     path: self.path.clone(),
-                    reason: format!(
-                        "truncated: tensor `{name}` ends at byte {end} but the file has {} bytes",
-                        self.file_size
-                    ),
+                    reason: format!("truncated: tensor `{name}` ends at byte {end} but the file has {file_size} bytes"),
                 });
             }
         }
@@ -287,17 +129,18 @@ impl GgufFile {
             (32, "BF16"),
             (36, "TQ1_0"),
             (37, "TQ2_0"),
+            (38, "MXFP4_MOE"),
         ];
         if let Ok(Some(t)) = self.opt_u32("general.file_type") {
             if let Some((_, name)) = FTYPES.iter().find(|(id, _)| *id == t) {
                 return (*name).to_string();
             }
         }
-        let mut counts: HashMap<String, usize> = HashMap::new();
-        for info in self.content.tensor_infos.values() {
-            *counts.entry(format!("{:?}", info.ggml_dtype).to_uppercase()).or_default() += 1;
+        let mut counts: HashMap<&str, usize> = HashMap::new();
+        for info in self.header.tensors.values() {
+            *counts.entry(info.ty.name).or_default() += 1;
         }
-        counts.into_iter().max_by_key(|(k, n)| (*n, k.clone())).map(|(k, _)| k).unwrap_or_else(|| "?".into())
+        counts.into_iter().max_by_key(|(k, n)| (*n, *k)).map(|(k, _)| k.to_string()).unwrap_or_else(|| "?".into())
     }
 
     /// The path this file was opened from.
@@ -307,12 +150,12 @@ impl GgufFile {
 
     /// All metadata, keyed by name.
     pub fn metadata(&self) -> &HashMap<String, Value> {
-        &self.content.metadata
+        &self.header.metadata
     }
 
     /// The raw value of one metadata key, if present.
     pub fn get(&self, key: &str) -> Option<&Value> {
-        self.content.metadata.get(key)
+        self.header.metadata.get(key)
     }
 
     fn meta_err(&self, key: &str, reason: impl Into<String>) -> Error {
@@ -433,7 +276,7 @@ impl GgufFile {
     /// has every other key but not these.
     pub fn release_vocabulary(&mut self) {
         for key in ["tokens", "scores", "token_type", "merges"] {
-            self.content.metadata.remove(&format!("tokenizer.ggml.{key}"));
+            self.header.metadata.remove(&format!("tokenizer.ggml.{key}"));
         }
     }
 
@@ -491,91 +334,81 @@ impl GgufFile {
 
     /// Whether a tensor with this name exists.
     pub fn has_tensor(&self, name: &str) -> bool {
-        self.content.tensor_infos.contains_key(name)
+        self.header.tensors.contains_key(name)
+    }
+
+    /// A tensor's directory entry (shape, type, offset), if it exists.
+    pub fn tensor_info(&self, name: &str) -> Option<&TensorInfo> {
+        self.header.tensors.get(name)
     }
 
     /// The shape (in GGUF's order reversed to row-major, as candle reports it) of a tensor.
     pub fn tensor_dims(&self, name: &str) -> Option<&[usize]> {
-        self.content.tensor_infos.get(name).map(|i| i.shape.dims())
+        self.header.tensors.get(name).map(|i| i.dims.as_slice())
     }
 
-    /// The stored (GGML) type of a tensor.
-    pub fn tensor_ggml_dtype(&self, name: &str) -> Option<GgmlDType> {
-        self.content.tensor_infos.get(name).map(|i| i.ggml_dtype)
+    /// The stored (ggml) type of a tensor.
+    pub fn tensor_type(&self, name: &str) -> Option<GgmlType> {
+        self.header.tensors.get(name).map(|i| i.ty)
     }
 
     /// Total number of weights (elements over all tensors), from the header only.
     pub fn n_params(&self) -> u64 {
-        self.content.tensor_infos.values().map(|i| i.shape.elem_count() as u64).sum()
+        self.header.tensors.values().map(TensorInfo::elem_count).sum()
     }
 
     /// Bytes of all tensor data in their stored types, from the header only (for a
     /// model with tied embeddings, about what one decode step reads from memory).
     pub fn tensor_bytes(&self) -> u64 {
-        self.content.tensor_infos.values().map(|i| stored_size(i) as u64).sum()
+        self.header.tensors.values().map(TensorInfo::byte_len).sum()
     }
 
     /// Names of all tensors, unordered.
     pub fn tensor_names(&self) -> impl Iterator<Item = &str> {
-        self.content.tensor_infos.keys().map(|s| s.as_str())
+        self.header.tensors.keys().map(|s| s.as_str())
     }
 
-    /// The stored bytes of one tensor (type: [`Self::tensor_ggml_dtype`], shape:
-    /// [`Self::tensor_dims`]): what a consumer that keeps the encoding as it is on disk
-    /// (toolgate's kernels) needs, without candle's decoded copy in between — loading
-    /// a weight this way peaks at its size once, not two or three times.
+    /// The stored bytes of one tensor (type: [`Self::tensor_type`], shape:
+    /// [`Self::tensor_dims`]) as a window of the mapped file: what a consumer that
+    /// keeps the encoding as it is on disk (toolgate's kernels) needs. Nothing is
+    /// copied; pages are read from disk when first touched.
     ///
-    /// Cost: one seek and one read of exactly the tensor's bytes.
+    /// Cost: O(1).
     ///
     /// # Errors
-    /// [`Error::Tensor`] if the tensor is absent, its extent runs past the end of the
-    /// file, or the read fails.
-    pub fn tensor_bytes_of(&self, name: &str) -> Result<Vec<u8>> {
-        use std::io::{Read as _, Seek as _, SeekFrom};
-        let bad = |reason: String| Error::Tensor { path: self.path.clone(), name: name.into(), reason };
-        let info = self.content.tensor_infos.get(name).ok_or_else(|| bad("missing".into()))?;
-        let (dt, elems) = (info.ggml_dtype, info.shape.elem_count());
-        if elems % dt.block_size() != 0 {
-            return Err(bad(format!("{elems} elements are not whole {dt:?} blocks")));
-        }
-        let size = stored_size(info);
-        let start = self.content.tensor_data_offset.saturating_add(info.offset);
-        let mut reader = self.reader.lock().unwrap_or_else(|p| p.into_inner());
-        let file_size = reader.seek(SeekFrom::End(0)).map_err(|e| bad(e.to_string()))?;
-        if start.saturating_add(size as u64) > file_size {
-            return Err(bad(format!(
-                "{size} bytes at offset {start} run past the end of the file ({file_size} bytes)"
-            )));
-        }
-        reader.seek(SeekFrom::Start(start)).map_err(|e| bad(e.to_string()))?;
-        let mut bytes = vec![0u8; size];
-        reader.read_exact(&mut bytes).map_err(|e| bad(e.to_string()))?;
-        Ok(bytes)
+    /// [`Error::Tensor`] if the tensor is absent.
+    pub fn tensor_data(&self, name: &str) -> Result<WeightBytes> {
+        let info = self.header.tensors.get(name).ok_or_else(|| self.tensor_err(name, "missing"))?;
+        // Extents were checked against the file size at open.
+        let start = (self.header.data_offset + info.offset) as usize;
+        let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = self.map.clone();
+        WeightBytes::window(owner, start..start + info.byte_len() as usize).map_err(|e| self.tensor_err(name, e))
     }
 
-    /// Read one tensor onto `device`, keeping its quantized type.
+    fn tensor_err(&self, name: &str, reason: impl std::fmt::Display) -> Error {
+        Error::Tensor { path: self.path.clone(), name: name.into(), reason: reason.to_string() }
+    }
+
+    /// Read one tensor onto `device` as a candle [`QTensor`], keeping its quantized
+    /// type (for the types candle reads; see [`GgmlType::candle`]).
     ///
-    /// Cost: reads the tensor's bytes from disk (one seek + one read).
+    /// Cost: one copy of the tensor's bytes (two onto a GPU).
     ///
     /// # Errors
-    /// [`Error::Tensor`] if the tensor is absent or its data cannot be read.
+    /// [`Error::Tensor`] if the tensor is absent, is of a type only toolgate's CPU
+    /// kernels read (IQ4_NL, IQ4_XS, MXFP4), or candle rejects it.
     pub fn tensor(&self, name: &str, device: &Device) -> Result<QTensor> {
-        if !self.has_tensor(name) {
-            return Err(Error::Tensor { path: self.path.clone(), name: name.into(), reason: "missing".into() });
-        }
-        let mut reader = self.reader.lock().unwrap_or_else(|p| p.into_inner());
-        self.content.tensor(&mut *reader, name, device).map_err(|e| Error::Tensor {
-            path: self.path.clone(),
-            name: name.into(),
-            reason: e.to_string(),
-        })
+        let info = self.header.tensors.get(name).ok_or_else(|| self.tensor_err(name, "missing"))?;
+        let Some(dtype) = info.ty.candle() else {
+            return Err(self.tensor_err(
+                name,
+                format!("{} weights run only on toolgate's CPU kernels, not on {device:?}", info.ty.name),
+            ));
+        };
+        let bytes = self.tensor_data(name)?;
+        candle_core::quantized::ggml_file::qtensor_from_ggml(dtype, bytes.as_slice(), info.dims.clone(), device)
+            .map_err(|e| self.tensor_err(name, e))
     }
-}
-
-/// Bytes of a tensor's data in its stored type.
-fn stored_size(info: &gguf_file::TensorInfo) -> usize {
-    let dt = info.ggml_dtype;
-    info.shape.elem_count() / dt.block_size() * dt.type_size()
 }
 
 fn value_to_u64(v: &Value) -> Option<u64> {

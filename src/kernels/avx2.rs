@@ -5,7 +5,8 @@
 //! weight block once for all `R` rows, so prefill reads a weight row once per group of
 //! four tokens. Integer products use `maddubs` (unsigned weight code × signed
 //! activation code, pairwise into i16, which cannot saturate for codes below 64 or with
-//! the sign trick for `Q8_0`), then `madd` into i32 and one FMA per block and row.
+//! the sign trick for the signed codes of `Q8_0` and the table types IQ4_NL, IQ4_XS and
+//! MXFP4, whose nibbles are looked up with `pshufb`), then `madd` into i32 and one FMA per block and row.
 //!
 //! # Safety
 //! Every function here requires the CPU to support `avx2`, `fma` and `f16c`; the
@@ -15,7 +16,7 @@
 use std::arch::x86_64::*;
 
 use super::activation::{Q8x256, Q8x32};
-use super::formats::{scale_min_k4, WeightType};
+use super::formats::{e8m0_half, iq4xs_scale, scale_min_k4, WeightType, FP4_VALUES, IQ4_VALUES};
 
 const T_Q4_0: u8 = 0;
 const T_Q4_1: u8 = 1;
@@ -23,6 +24,9 @@ const T_Q5_0: u8 = 2;
 const T_Q8_0: u8 = 3;
 const T_Q4K: u8 = 4;
 const T_Q5K: u8 = 5;
+const T_IQ4NL: u8 = 6;
+const T_MXFP4: u8 = 7;
+const T_Q5_1: u8 = 8;
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
@@ -49,6 +53,14 @@ unsafe fn nibbles32(p: *const u8) -> __m256i {
     _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4))
 }
 
+/// A 16-entry `i8` table in both 128-bit lanes, for `_mm256_shuffle_epi8` lookups of
+/// nibble codes (IQ4_NL, IQ4_XS, MXFP4).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn table16(values: &[i8; 16]) -> __m256i {
+    _mm256_broadcastsi128_si256(_mm_loadu_si128(values.as_ptr() as *const __m128i))
+}
+
 /// Bit `i` of `bits` → byte `i` set to `0xFF` (else 0).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
@@ -64,10 +76,18 @@ unsafe fn bits_to_bytes(bits: u32) -> __m256i {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot32<const TY: u8, const R: usize>(w: &[u8], xs: &[&[Q8x32]], out: &mut [f32]) {
     let bb = match TY {
-        T_Q4_0 => 18,
+        T_Q4_0 | T_IQ4NL => 18,
         T_Q4_1 => 20,
         T_Q5_0 => 22,
+        T_Q5_1 => 24,
+        T_MXFP4 => 17,
         _ => 34,
+    };
+    // Signed codes (Q8_0 and the table types) take the sign trick below.
+    let signed = matches!(TY, T_Q8_0 | T_IQ4NL | T_MXFP4);
+    let table = match TY {
+        T_MXFP4 => table16(&FP4_VALUES),
+        _ => table16(&IQ4_VALUES),
     };
     let nb = w.len() / bb;
     let ones = _mm256_set1_epi16(1);
@@ -82,8 +102,10 @@ unsafe fn dot32<const TY: u8, const R: usize>(w: &[u8], xs: &[&[Q8x32]], out: &m
     macro_rules! block {
         ($i:expr, $acc:ident, $corr:ident) => {{
             let b = w.as_ptr().add($i * bb);
-            let d = f16_at(b);
+            let d = if TY == T_MXFP4 { e8m0_half(*b) } else { f16_at(b) };
             let (codes, m) = match TY {
+                T_IQ4NL => (_mm256_shuffle_epi8(table, nibbles32(b.add(2))), 0.0),
+                T_MXFP4 => (_mm256_shuffle_epi8(table, nibbles32(b.add(1))), 0.0),
                 T_Q4_0 => (nibbles32(b.add(2)), -8.0 * d),
                 T_Q4_1 => (nibbles32(b.add(4)), f16_at(b.add(2))),
                 T_Q5_0 => {
@@ -91,16 +113,21 @@ unsafe fn dot32<const TY: u8, const R: usize>(w: &[u8], xs: &[&[Q8x32]], out: &m
                     let hb = _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10));
                     (_mm256_or_si256(nibbles32(b.add(6)), hb), -16.0 * d)
                 }
+                T_Q5_1 => {
+                    let qh = std::ptr::read_unaligned(b.add(4) as *const u32);
+                    let hb = _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10));
+                    (_mm256_or_si256(nibbles32(b.add(8)), hb), f16_at(b.add(2)))
+                }
                 _ => (_mm256_loadu_si256(b.add(2) as *const __m256i), 0.0),
             };
-            let abs = if TY == T_Q8_0 { _mm256_sign_epi8(codes, codes) } else { codes };
+            let abs = if signed { _mm256_sign_epi8(codes, codes) } else { codes };
             for r in 0..R {
                 let a = &*x[r].add($i);
                 let q = _mm256_loadu_si256(a.qs.as_ptr() as *const __m256i);
-                let q = if TY == T_Q8_0 { _mm256_sign_epi8(q, codes) } else { q };
+                let q = if signed { _mm256_sign_epi8(q, codes) } else { q };
                 let p = _mm256_madd_epi16(_mm256_maddubs_epi16(abs, q), ones);
                 $acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d), _mm256_cvtepi32_ps(p), $acc[r]);
-                if TY != T_Q8_0 {
+                if !signed {
                     $corr[r] += m * a.s;
                 }
             }
@@ -245,6 +272,43 @@ unsafe fn dot_q6k<const R: usize>(w: &[u8], xs: &[&[Q8x256]], out: &mut [f32]) {
     }
 }
 
+/// Dot products of an IQ4_XS row with `R` rows: per 32 weights, table lookup of the
+/// nibbles, the sign trick, and the sub-block's 6-bit scale in the `madd`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_iq4xs<const R: usize>(w: &[u8], xs: &[&[Q8x256]], out: &mut [f32]) {
+    let nb = w.len() / 136;
+    let table = table16(&IQ4_VALUES);
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut x = [std::ptr::null::<Q8x256>(); R];
+    for r in 0..R {
+        x[r] = xs.get_unchecked(r).as_ptr();
+    }
+    for i in 0..nb {
+        let b = w.as_ptr().add(i * 136);
+        let block = std::slice::from_raw_parts(b, 136);
+        let d = f16_at(b);
+        let mut sumi = [_mm256_setzero_si256(); R];
+        for ib in 0..8 {
+            let codes = _mm256_shuffle_epi8(table, nibbles32(b.add(8 + 16 * ib)));
+            let abs = _mm256_sign_epi8(codes, codes);
+            let s = _mm256_set1_epi16(iq4xs_scale(block, ib) as i16);
+            for r in 0..R {
+                let a = &*x[r].add(i);
+                let q = _mm256_loadu_si256(a.qs.as_ptr().add(32 * ib) as *const __m256i);
+                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(abs, _mm256_sign_epi8(q, codes)), s);
+                sumi[r] = _mm256_add_epi32(sumi[r], p);
+            }
+        }
+        for r in 0..R {
+            let a = &*x[r].add(i);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+        }
+    }
+    for r in 0..R {
+        *out.get_unchecked_mut(r) = hsum_ps(acc[r]);
+    }
+}
+
 macro_rules! by_rows {
     ($f:ident [$($p:ident),*] ($w:expr, $xs:expr, $out:expr)) => {
         match $xs.len() {
@@ -277,7 +341,10 @@ pub unsafe fn dot32_rows(ty: WeightType, w: &[u8], xs: &[&[Q8x32]], out: &mut [f
         WeightType::Q4_0 => by_rows!(dot32[T_Q4_0](w, xs, out)),
         WeightType::Q4_1 => by_rows!(dot32[T_Q4_1](w, xs, out)),
         WeightType::Q5_0 => by_rows!(dot32[T_Q5_0](w, xs, out)),
+        WeightType::Q5_1 => by_rows!(dot32[T_Q5_1](w, xs, out)),
         WeightType::Q8_0 => by_rows!(dot32[T_Q8_0](w, xs, out)),
+        WeightType::IQ4NL => by_rows!(dot32[T_IQ4NL](w, xs, out)),
+        WeightType::MXFP4 => by_rows!(dot32[T_MXFP4](w, xs, out)),
         _ => panic!("{} is not a 32-weight type", ty.name()),
     }
 }
@@ -295,6 +362,7 @@ pub unsafe fn dot256_rows(ty: WeightType, w: &[u8], xs: &[&[Q8x256]], out: &mut 
         WeightType::Q4K => by_rows!(dot_q45k[T_Q4K](w, xs, out)),
         WeightType::Q5K => by_rows!(dot_q45k[T_Q5K](w, xs, out)),
         WeightType::Q6K => by_rows!(dot_q6k [] (w, xs, out)),
+        WeightType::IQ4XS => by_rows!(dot_iq4xs [] (w, xs, out)),
         _ => panic!("{} is not a 256-weight type", ty.name()),
     }
 }

@@ -20,6 +20,9 @@ pub enum WeightType {
     Q4_1,
     /// 32 weights: `d: f16`, `qh: u32` (5th bits), 16 bytes of nibbles; `w = (q - 16)·d`.
     Q5_0,
+    /// 32 weights: `d: f16`, `m: f16`, `qh: u32` (5th bits), 16 bytes of nibbles;
+    /// `w = q·d + m`.
+    Q5_1,
     /// 32 weights: `d: f16`, 32 signed bytes; `w = q·d`.
     Q8_0,
     /// 256 weights: `d, dmin: f16`, 12 bytes of packed 6-bit scales/mins for 8
@@ -30,6 +33,38 @@ pub enum WeightType {
     /// 256 weights: 128 bytes of low nibbles, 64 bytes of 2-bit highs, 16 signed
     /// 8-bit scales (one per 16 weights), `d: f16`; `w = d·sc·(q - 32)`.
     Q6K,
+    /// 32 weights: `d: f16`, 16 bytes of nibbles indexing a fixed non-linear table
+    /// ([`IQ4_VALUES`]); `w = d·IQ4_VALUES[q]`.
+    IQ4NL,
+    /// 256 weights: `d: f16`, `scales_h: u16`, `scales_l: [u8; 4]` (a 6-bit scale
+    /// `ls` per 32 weights), 128 bytes of nibbles as IQ4_NL's; `w = d·(ls - 32)·IQ4_VALUES[q]`.
+    IQ4XS,
+    /// 32 weights (OCP microscaling FP4): `e: u8` (an E8M0 power of two), 16 bytes of
+    /// nibbles, each an E2M1 float ([`FP4_VALUES`], doubled); `w = 2^(e-128)·FP4_VALUES[q]`.
+    MXFP4,
+}
+
+/// IQ4_NL / IQ4_XS code values (ggml's `kvalues_iq4nl`).
+pub const IQ4_VALUES: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
+
+/// E2M1 (FP4) values times two (ggml's `kvalues_mxfp4`): the `½` is in the scale.
+pub const FP4_VALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+/// The scale of an MXFP4 block, halved to go with [`FP4_VALUES`]: `2^(e - 128)` as
+/// ggml computes it (exponents 0 and 1 give f32 subnormals).
+#[inline]
+pub fn e8m0_half(e: u8) -> f32 {
+    let bits = if e < 2 { 0x0020_0000u32 << e } else { u32::from(e - 1) << 23 };
+    f32::from_bits(bits)
+}
+
+/// The 6-bit scale of sub-block `ib` (0..8) of an IQ4_XS block `b`, minus 32.
+#[inline]
+pub(crate) fn iq4xs_scale(b: &[u8], ib: usize) -> i32 {
+    let scales_h = u16::from_le_bytes([b[2], b[3]]);
+    let lo = (b[4 + ib / 2] >> (4 * (ib % 2))) & 0xF;
+    let hi = ((scales_h >> (2 * ib)) & 3) as u8;
+    i32::from(lo | (hi << 4)) - 32
 }
 
 /// The activation format a weight type is multiplied with.
@@ -43,21 +78,31 @@ pub enum ActKind {
 
 impl WeightType {
     /// Every type, in GGML order.
-    pub const ALL: [WeightType; 7] = [
+    pub const ALL: [WeightType; 11] = [
         WeightType::Q4_0,
         WeightType::Q4_1,
         WeightType::Q5_0,
+        WeightType::Q5_1,
         WeightType::Q8_0,
         WeightType::Q4K,
         WeightType::Q5K,
         WeightType::Q6K,
+        WeightType::IQ4NL,
+        WeightType::IQ4XS,
+        WeightType::MXFP4,
     ];
 
     /// Weights per block.
     pub const fn block_len(self) -> usize {
         match self {
-            WeightType::Q4_0 | WeightType::Q4_1 | WeightType::Q5_0 | WeightType::Q8_0 => 32,
-            WeightType::Q4K | WeightType::Q5K | WeightType::Q6K => 256,
+            WeightType::Q4_0
+            | WeightType::Q4_1
+            | WeightType::Q5_0
+            | WeightType::Q5_1
+            | WeightType::Q8_0
+            | WeightType::IQ4NL
+            | WeightType::MXFP4 => 32,
+            WeightType::Q4K | WeightType::Q5K | WeightType::Q6K | WeightType::IQ4XS => 256,
         }
     }
 
@@ -67,10 +112,14 @@ impl WeightType {
             WeightType::Q4_0 => 18,
             WeightType::Q4_1 => 20,
             WeightType::Q5_0 => 22,
+            WeightType::Q5_1 => 24,
             WeightType::Q8_0 => 34,
             WeightType::Q4K => 144,
             WeightType::Q5K => 176,
             WeightType::Q6K => 210,
+            WeightType::IQ4NL => 18,
+            WeightType::IQ4XS => 136,
+            WeightType::MXFP4 => 17,
         }
     }
 
@@ -82,39 +131,40 @@ impl WeightType {
         }
     }
 
-    /// candle's enum for this type (always exists: every kernel type is a GGML type).
+    /// ggml's id of this type (`enum ggml_type`, the id in a GGUF tensor directory).
     ///
     /// ```
     /// use toolgate::kernels::WeightType;
-    /// let t = WeightType::Q4K;
-    /// assert_eq!(WeightType::from_ggml(t.to_ggml()), Some(t));
+    /// for t in WeightType::ALL {
+    ///     assert_eq!(WeightType::from_ggml_id(t.ggml_id()), Some(t));
+    /// }
+    /// assert_eq!(WeightType::IQ4XS.ggml_id(), 23);
     /// ```
-    pub const fn to_ggml(self) -> candle_core::quantized::GgmlDType {
-        use candle_core::quantized::GgmlDType as G;
+    pub const fn ggml_id(self) -> u32 {
         match self {
-            WeightType::Q4_0 => G::Q4_0,
-            WeightType::Q4_1 => G::Q4_1,
-            WeightType::Q5_0 => G::Q5_0,
-            WeightType::Q8_0 => G::Q8_0,
-            WeightType::Q4K => G::Q4K,
-            WeightType::Q5K => G::Q5K,
-            WeightType::Q6K => G::Q6K,
+            WeightType::Q4_0 => 2,
+            WeightType::Q4_1 => 3,
+            WeightType::Q5_0 => 6,
+            WeightType::Q5_1 => 7,
+            WeightType::Q8_0 => 8,
+            WeightType::Q4K => 12,
+            WeightType::Q5K => 13,
+            WeightType::Q6K => 14,
+            WeightType::IQ4NL => 20,
+            WeightType::IQ4XS => 23,
+            WeightType::MXFP4 => 39,
         }
     }
 
-    /// The type from candle's enum, `None` for types without a kernel here.
-    pub fn from_ggml(dtype: candle_core::quantized::GgmlDType) -> Option<Self> {
-        use candle_core::quantized::GgmlDType as G;
-        Some(match dtype {
-            G::Q4_0 => WeightType::Q4_0,
-            G::Q4_1 => WeightType::Q4_1,
-            G::Q5_0 => WeightType::Q5_0,
-            G::Q8_0 => WeightType::Q8_0,
-            G::Q4K => WeightType::Q4K,
-            G::Q5K => WeightType::Q5K,
-            G::Q6K => WeightType::Q6K,
-            _ => return None,
-        })
+    /// The type with ggml id `id`, `None` for types without a kernel here.
+    pub fn from_ggml_id(id: u32) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.ggml_id() == id)
+    }
+
+    /// candle's enum value for this type, for the types candle also reads (`None`
+    /// for IQ4_NL, IQ4_XS and MXFP4, which only these kernels read).
+    pub fn to_candle(self) -> Option<candle_core::quantized::GgmlDType> {
+        crate::gguf::GgmlType::from_id(self.ggml_id()).and_then(|g| g.candle())
     }
 
     /// The GGML name (`"q4_K"`, …).
@@ -123,10 +173,14 @@ impl WeightType {
             WeightType::Q4_0 => "q4_0",
             WeightType::Q4_1 => "q4_1",
             WeightType::Q5_0 => "q5_0",
+            WeightType::Q5_1 => "q5_1",
             WeightType::Q8_0 => "q8_0",
             WeightType::Q4K => "q4_K",
             WeightType::Q5K => "q5_K",
             WeightType::Q6K => "q6_K",
+            WeightType::IQ4NL => "iq4_nl",
+            WeightType::IQ4XS => "iq4_xs",
+            WeightType::MXFP4 => "mxfp4",
         }
     }
 }
@@ -173,6 +227,16 @@ pub fn dequantize_block(ty: WeightType, b: &[u8], out: &mut [f32]) {
                 out[j + 16] = (((b[6 + j] >> 4) as u32 | h1) as i32 - 16) as f32 * d;
             }
         }
+        WeightType::Q5_1 => {
+            let (d, m) = (f16_at(b, 0), f16_at(b, 2));
+            let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+            for j in 0..16 {
+                let h0 = ((qh >> j) & 1) << 4;
+                let h1 = ((qh >> (j + 16)) & 1) << 4;
+                out[j] = ((b[8 + j] & 0xF) as u32 | h0) as f32 * d + m;
+                out[j + 16] = ((b[8 + j] >> 4) as u32 | h1) as f32 * d + m;
+            }
+        }
         WeightType::Q8_0 => {
             let d = f16_at(b, 0);
             for j in 0..32 {
@@ -217,6 +281,28 @@ pub fn dequantize_block(ty: WeightType, b: &[u8], out: &mut [f32]) {
                     o[l + 32] = d * (sc[is + 2] as i8 as f32) * q2 as f32;
                     o[l + 64] = d * (sc[is + 4] as i8 as f32) * q3 as f32;
                     o[l + 96] = d * (sc[is + 6] as i8 as f32) * q4 as f32;
+                }
+            }
+        }
+        WeightType::IQ4NL | WeightType::MXFP4 => {
+            let (d, qs, values) = if ty == WeightType::IQ4NL {
+                (f16_at(b, 0), &b[2..18], &IQ4_VALUES)
+            } else {
+                (e8m0_half(b[0]), &b[1..17], &FP4_VALUES)
+            };
+            for j in 0..16 {
+                out[j] = d * values[(qs[j] & 0xF) as usize] as f32;
+                out[j + 16] = d * values[(qs[j] >> 4) as usize] as f32;
+            }
+        }
+        WeightType::IQ4XS => {
+            let d = f16_at(b, 0);
+            for ib in 0..8 {
+                let dl = d * iq4xs_scale(b, ib) as f32;
+                let qs = &b[8 + 16 * ib..8 + 16 * ib + 16];
+                for j in 0..16 {
+                    out[32 * ib + j] = dl * IQ4_VALUES[(qs[j] & 0xF) as usize] as f32;
+                    out[32 * ib + j + 16] = dl * IQ4_VALUES[(qs[j] >> 4) as usize] as f32;
                 }
             }
         }

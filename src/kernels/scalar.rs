@@ -4,7 +4,7 @@
 //! opinion on the SIMD ones.
 
 use super::activation::{Q8x256, Q8x32};
-use super::formats::{f16_at, scale_min_k4, WeightType};
+use super::formats::{e8m0_half, f16_at, iq4xs_scale, scale_min_k4, WeightType, FP4_VALUES, IQ4_VALUES};
 
 /// A 32-weight block as `w = d·code + m`.
 #[inline]
@@ -28,11 +28,31 @@ fn decode32(ty: WeightType, b: &[u8], codes: &mut [i32; 32]) -> (f32, f32) {
             let d = f16_at(b, 0);
             (d, -16.0 * d)
         }
+        WeightType::Q5_1 => {
+            let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+            for j in 0..16 {
+                codes[j] = ((b[8 + j] & 0xF) as u32 | (((qh >> j) & 1) << 4)) as i32;
+                codes[j + 16] = ((b[8 + j] >> 4) as u32 | (((qh >> (j + 16)) & 1) << 4)) as i32;
+            }
+            (f16_at(b, 0), f16_at(b, 2))
+        }
         WeightType::Q8_0 => {
             for j in 0..32 {
                 codes[j] = b[2 + j] as i8 as i32;
             }
             (f16_at(b, 0), 0.0)
+        }
+        WeightType::IQ4NL | WeightType::MXFP4 => {
+            let (d, qs, values) = if ty == WeightType::IQ4NL {
+                (f16_at(b, 0), &b[2..18], &IQ4_VALUES)
+            } else {
+                (e8m0_half(b[0]), &b[1..17], &FP4_VALUES)
+            };
+            for j in 0..16 {
+                codes[j] = values[(qs[j] & 0xF) as usize] as i32;
+                codes[j + 16] = values[(qs[j] >> 4) as usize] as i32;
+            }
+            (d, 0.0)
         }
         _ => unreachable!("not a 32-weight type"),
     }
@@ -81,6 +101,21 @@ fn decode256(ty: WeightType, b: &[u8], codes: &mut [i32; 256], sc: &mut [i32; 16
             }
             let d = f16_at(b, 208);
             (d, d)
+        }
+        WeightType::IQ4XS => {
+            for ib in 0..8 {
+                let qs = &b[8 + 16 * ib..8 + 16 * ib + 16];
+                for j in 0..16 {
+                    codes[32 * ib + j] = IQ4_VALUES[(qs[j] & 0xF) as usize] as i32;
+                    codes[32 * ib + j + 16] = IQ4_VALUES[(qs[j] >> 4) as usize] as i32;
+                }
+                let s = iq4xs_scale(b, ib);
+                sc[2 * ib] = s;
+                sc[2 * ib + 1] = s;
+                mn[2 * ib] = 0;
+                mn[2 * ib + 1] = 0;
+            }
+            (f16_at(b, 0), 0.0)
         }
         _ => unreachable!("not a 256-weight type"),
     }

@@ -141,17 +141,17 @@ impl Loader<'_> {
         self.weight(&format!("{name}.weight"), b)
     }
 
-    /// A projection: straight from the file's bytes into toolgate's kernels when they
-    /// run it (one copy of the weight, never two), else through candle's `QTensor`.
+    /// A projection: the file's mapped bytes run by toolgate's kernels when they run
+    /// it (no copy at all), else through candle's `QTensor`.
     fn weight(&self, name: &str, bias: Option<Tensor>) -> Result<QLinear> {
         let dims = self.gguf.tensor_dims(name).ok_or_else(|| self.bad(name, "missing"))?.to_vec();
-        let dtype = self.gguf.tensor_ggml_dtype(name);
-        let kernel_type = dtype.and_then(crate::kernels::WeightType::from_ggml);
+        let dtype = self.gguf.tensor_type(name);
+        let kernel_type = dtype.and_then(|t| crate::kernels::WeightType::from_ggml_id(t.id));
         if let (true, Some(ty), [out, inp]) =
             (self.device.is_cpu() && crate::kernels::enabled(), kernel_type, dims.as_slice())
         {
             if inp % ty.block_len() == 0 {
-                let bytes = self.gguf.tensor_bytes_of(name)?;
+                let bytes = self.gguf.tensor_data(name)?;
                 let w = crate::kernels::QWeight::new(ty, bytes, *out, *inp).map_err(|e| self.bad(name, e))?;
                 return Ok(QLinear::from_qweight(w, bias));
             }

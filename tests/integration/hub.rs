@@ -273,7 +273,7 @@ fn the_gate_refuses_before_download_and_quarantines_after_force() {
     );
 }
 
-/// A sound GGUF of a weight type toolgate does not read (IQ4_XS here) is refused on
+/// A sound GGUF of a weight type toolgate does not read (IQ2_XXS here) is refused on
 /// its header, naming the type and the tensor, before anything is downloaded.
 #[test]
 fn an_unreadable_weight_type_is_refused_before_download() {
@@ -281,12 +281,12 @@ fn an_unreadable_weight_type_is_refused_before_download() {
     let name = b"blk.1.ffn_down.weight";
     let at = bytes.windows(name.len()).position(|w| w == name).unwrap() + name.len();
     let dims = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
-    bytes[at + 4 + 8 * dims..at + 8 + 8 * dims].copy_from_slice(&23u32.to_le_bytes());
-    let fake = start(&[("test/iq4", public_repo(Arc::new(bytes)))]);
+    bytes[at + 4 + 8 * dims..at + 8 + 8 * dims].copy_from_slice(&16u32.to_le_bytes());
+    let fake = start(&[("test/iq2", public_repo(Arc::new(bytes)))]);
     let tmp = tempfile::tempdir().unwrap();
-    let err = hub(&fake, tmp.path(), None).pull("test/iq4", &generic(), &mut ()).unwrap_err();
+    let err = hub(&fake, tmp.path(), None).pull("test/iq2", &generic(), &mut ()).unwrap_err();
     let HubError::Refused { reason, .. } = &err else { panic!("{err}") };
-    assert!(reason.contains("IQ4_XS") && reason.contains("blk.1.ffn_down.weight"), "{reason}");
+    assert!(reason.contains("IQ2_XXS") && reason.contains("blk.1.ffn_down.weight"), "{reason}");
     assert_eq!(file_downloads(&fake), 0, "refused on the header alone");
     assert!(files_under(tmp.path()).is_empty());
 }

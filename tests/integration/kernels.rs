@@ -13,12 +13,19 @@
 //!    `0.006 · ‖w_j‖ · rms(x_r)` (rms; the largest of the ~2,500 outputs per type seen
 //!    here is 0.026); tolerance `0.06 · ‖w_j‖ · rms(x_r)`. (A wrong nibble order or
 //!    scale errs by the size of the output itself, ~1.)
+//!
+//! The types candle cannot quantize (IQ4_NL, IQ4_XS, MXFP4) take their reference from
+//! llama.cpp itself: `tests/fixtures/kernels.ggml.json` holds rows quantized by ggml's
+//! `ggml_quantize_chunk` and ggml's own dequantization of them
+//! (`scripts/make-kernel-fixtures.py`); toolgate's decoding must equal it bit for bit.
 
 use candle_core::quantized::QTensor;
 use candle_core::{Device, Tensor};
 use toolgate::kernels::activation::{quantize_256, quantize_32, Q8x256, Q8x32};
 use toolgate::kernels::formats::ActKind;
 use toolgate::kernels::{f32_path, Isa, QWeight, WeightType};
+
+use crate::common;
 
 /// `x` after the kernels' 8-bit round trip.
 fn requantized(ty: WeightType, x: &[f32]) -> Vec<f32> {
@@ -36,24 +43,66 @@ fn requantized(ty: WeightType, x: &[f32]) -> Vec<f32> {
     }
 }
 
+// 337 weight rows: several GEMM tiles and pool tasks, with a ragged last tile.
+const N: usize = 337;
+const K: usize = 512;
+
+/// A random `(N, K)` weight quantized by candle, and candle's dequantization of it.
 fn check_type(ty: WeightType) {
     let dev = Device::Cpu;
-    // 337 weight rows: several GEMM tiles and pool tasks, with a ragged last tile.
-    let (n, k) = (337, 512);
-    let w = (Tensor::randn(0f32, 1.0, (n, k), &dev).unwrap() * 0.1).unwrap();
-    let qt = QTensor::quantize(&w, ty.to_ggml()).unwrap();
+    let w = (Tensor::randn(0f32, 1.0, (N, K), &dev).unwrap() * 0.1).unwrap();
+    let qt = QTensor::quantize(&w, ty.to_candle().expect("candle quantizes this type")).unwrap();
     let deq: Vec<f32> = qt.dequantize(&dev).unwrap().flatten_all().unwrap().to_vec1().unwrap();
     let qw = QWeight::from_qtensor(&qt).unwrap().expect("type has a kernel");
     assert_eq!(qw.weight_type(), ty);
 
     // dequantize_row agrees with candle's dequantize.
-    let mut row = vec![0f32; k];
-    for j in [0, n / 2, n - 1] {
+    let mut row = vec![0f32; K];
+    for j in [0, N / 2, N - 1] {
         qw.dequantize_row(j, &mut row).unwrap();
-        for (a, b) in row.iter().zip(&deq[j * k..(j + 1) * k]) {
+        for (a, b) in row.iter().zip(&deq[j * K..(j + 1) * K]) {
             assert!((a - b).abs() <= 1e-6 * (1.0 + b.abs()), "{}: dequantized {a} vs candle {b}", ty.name());
         }
     }
+    check_matmul(&qw, &deq);
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+}
+
+/// Rows quantized by llama.cpp (ggml) and ggml's dequantization of them, repeated to
+/// `N` rows: toolgate's decoding equals ggml's exactly, and the matmul is checked as
+/// for the other types.
+fn check_ggml_fixture(ty: WeightType) {
+    let fx = common::fixture("kernels.ggml.json");
+    let (rows, k) = (fx["rows"].as_u64().unwrap() as usize, fx["k"].as_u64().unwrap() as usize);
+    assert_eq!(k, K);
+    let t = &fx["types"][ty.name().to_uppercase()];
+    assert_eq!(t["ggml_type"].as_u64(), Some(u64::from(ty.ggml_id())));
+    let bytes = unhex(t["bytes"].as_str().unwrap());
+    let ggml: Vec<f32> = unhex(t["dequantized"].as_str().unwrap())
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    let row_bytes = bytes.len() / rows;
+    let qw = QWeight::new(ty, bytes.clone(), rows, k).unwrap();
+    let mut row = vec![0f32; k];
+    for j in 0..rows {
+        qw.dequantize_row(j, &mut row).unwrap();
+        for (i, (a, b)) in row.iter().zip(&ggml[j * k..(j + 1) * k]).enumerate() {
+            assert_eq!(a.to_bits(), b.to_bits(), "{} row {j} weight {i}: {a} vs ggml {b}", ty.name());
+        }
+    }
+    let big: Vec<u8> = (0..N).flat_map(|j| bytes[(j % rows) * row_bytes..][..row_bytes].iter().copied()).collect();
+    let deq: Vec<f32> = (0..N).flat_map(|j| ggml[(j % rows) * k..][..k].iter().copied()).collect();
+    check_matmul(&QWeight::new(ty, big, N, K).unwrap(), &deq);
+}
+
+/// The kernels' matmul of `qw` (`N × K`, dequantized: `deq`) against the exact and the
+/// f32 references, for several activation row counts and both kernel sets.
+fn check_matmul(qw: &QWeight, deq: &[f32]) {
+    let (dev, ty, n, k) = (Device::Cpu, qw.weight_type(), N, K);
 
     for m in [1, 2, 3, 4, 5, 17, 33] {
         let x: Vec<f32> = Tensor::randn(0f32, 1.0, (m, k), &dev).unwrap().flatten_all().unwrap().to_vec1().unwrap();
@@ -110,6 +159,11 @@ fn q5_0() {
 }
 
 #[test]
+fn q5_1() {
+    check_type(WeightType::Q5_1);
+}
+
+#[test]
 fn q8_0() {
     check_type(WeightType::Q8_0);
 }
@@ -130,9 +184,44 @@ fn q6_k() {
 }
 
 #[test]
+fn iq4_nl_against_ggml() {
+    check_ggml_fixture(WeightType::IQ4NL);
+}
+
+#[test]
+fn iq4_xs_against_ggml() {
+    check_ggml_fixture(WeightType::IQ4XS);
+}
+
+#[test]
+fn mxfp4_against_ggml() {
+    check_ggml_fixture(WeightType::MXFP4);
+}
+
+#[test]
 fn every_type_is_tested() {
     // A new WeightType must get a test above: this list is the reminder.
-    assert_eq!(WeightType::ALL.len(), 7);
+    assert_eq!(WeightType::ALL.len(), 11);
+}
+
+/// Each kernel type's block layout is the one ggml's table (the GGUF reader's) and,
+/// where candle reads the type, candle's give.
+#[test]
+fn kernel_block_layouts_match_ggml_and_candle() {
+    use toolgate::gguf::GgmlType;
+    for t in WeightType::ALL {
+        let g = GgmlType::from_id(t.ggml_id()).unwrap();
+        assert_eq!((g.block_len, g.block_bytes), (t.block_len(), t.block_bytes()), "{}", t.name());
+        assert!(g.readable() && g.name.eq_ignore_ascii_case(t.name()), "{}", t.name());
+        if let Some(c) = t.to_candle() {
+            assert_eq!((c.block_size(), c.type_size()), (t.block_len(), t.block_bytes()), "{}", t.name());
+        }
+    }
+    for g in toolgate::gguf::GGML_TYPES {
+        if let Some(c) = g.candle() {
+            assert_eq!((c.block_size(), c.type_size()), (g.block_len, g.block_bytes), "{}", g.name);
+        }
+    }
 }
 
 #[test]

@@ -343,9 +343,10 @@ fn bad_files_are_clear_errors_not_panics() {
     }
 }
 
-/// A valid GGUF whose tensors are of a type toolgate does not read (IQ4_NL, IQ4_XS:
-/// what llama.cpp's quantizer writes) is a clear error naming the type, the first
-/// such tensor and the types toolgate reads — not "not a valid GGUF file".
+/// A valid GGUF whose tensors are of a type toolgate does not read (the 1–3-bit
+/// i-quants, ternary TQ1_0) is a clear error naming the type, the first such tensor
+/// and the types toolgate reads — not "not a valid GGUF file"; a type id ggml does not
+/// define is an invalid file naming the tensor.
 #[test]
 fn an_unreadable_tensor_type_is_named_with_its_tensor() {
     let dir = tempfile::tempdir().unwrap();
@@ -356,15 +357,20 @@ fn an_unreadable_tensor_type_is_named_with_its_tensor() {
     let at = bytes.windows(name.len()).position(|w| w == name).unwrap() + name.len();
     let dims = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
     let type_at = at + 4 + 8 * dims;
-    for (ggml_type, type_name) in [(20u32, "IQ4_NL"), (23, "IQ4_XS"), (39, "MXFP4")] {
+    for (ggml_type, type_name) in [(16u32, "IQ2_XXS"), (19, "IQ1_S"), (34, "TQ1_0")] {
         bytes[type_at..type_at + 4].copy_from_slice(&ggml_type.to_le_bytes());
         std::fs::write(&path, &bytes).unwrap();
         let err = Engine::load(&path, DeviceChoice::Cpu).unwrap_err();
         let text = err.to_string();
         assert!(matches!(err, Error::UnsupportedTensorType { .. }), "{text}");
-        for says in [type_name, "blk.1.ffn_down.weight", "Q4_K", "llama-quantize"] {
+        for says in [type_name, "blk.1.ffn_down.weight", "Q4_K", "IQ4_XS", "llama-quantize"] {
             assert!(text.contains(says), "{type_name}: {text}");
         }
         assert!(!text.contains('\n'), "one line, no backtrace: {text}");
     }
+    bytes[type_at..type_at + 4].copy_from_slice(&99u32.to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    let err = Engine::load(&path, DeviceChoice::Cpu).unwrap_err();
+    assert!(matches!(err, Error::InvalidGguf { .. }), "{err}");
+    assert!(err.to_string().contains("blk.1.ffn_down.weight") && err.to_string().contains("type id 99"), "{err}");
 }
