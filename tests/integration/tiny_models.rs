@@ -15,6 +15,8 @@ use toolgate::model::DeviceChoice;
 use toolgate::sampling::SamplingParams;
 use toolgate::Error;
 
+use crate::common;
+
 const VOCAB: usize = 300;
 const EMBD: usize = 64;
 const HEADS: usize = 4;
@@ -235,26 +237,100 @@ fn tiny_llama() {
     exercise(spec("llama"), 9);
 }
 
+fn qwen2_spec() -> Spec {
+    Spec { qkv_bias: true, ..spec("qwen2") }
+}
+
+fn qwen3_spec() -> Spec {
+    Spec { qk_norm: true, ..spec("qwen3") }
+}
+
+fn phi3_spec() -> Spec {
+    Spec { fused_qkv: true, fused_gate_up: true, ..spec("phi3") }
+}
+
+/// 6 layers: five windowed (window 4) and one global; a 20-token prompt crosses the
+/// window many times.
+fn gemma3_spec() -> Spec {
+    Spec { qk_norm: true, sandwich: true, sliding_window: Some(4), layers: 6, ..spec("gemma3") }
+}
+
 #[test]
 fn tiny_qwen2_with_qkv_bias() {
-    exercise(Spec { qkv_bias: true, ..spec("qwen2") }, 9);
+    exercise(qwen2_spec(), 9);
 }
 
 #[test]
 fn tiny_qwen3_with_qk_norm() {
-    exercise(Spec { qk_norm: true, ..spec("qwen3") }, 9);
+    exercise(qwen3_spec(), 9);
 }
 
 #[test]
 fn tiny_phi3_with_fused_qkv_and_gate_up() {
-    exercise(Spec { fused_qkv: true, fused_gate_up: true, ..spec("phi3") }, 9);
+    exercise(phi3_spec(), 9);
 }
 
 #[test]
 fn tiny_gemma3_sliding_window_prefill_equals_decode() {
-    // 6 layers: five windowed (window 4) and one global; a 20-token prompt crosses
-    // the window many times.
-    exercise(Spec { qk_norm: true, sandwich: true, sliding_window: Some(4), layers: 6, ..spec("gemma3") }, 20);
+    exercise(gemma3_spec(), 20);
+}
+
+fn prompt_of(len: usize) -> Vec<u32> {
+    (0..len as u32).map(|i| (i * 37 + 11) % 256).collect()
+}
+
+/// Every tiny architecture against llama.cpp, the reference: the logits of every
+/// position of a prompt equal those llama.cpp computes for the very same file
+/// (`tests/fixtures/tiny_models.llama_cpp.json`). The files are written by this test
+/// (same seed, same bytes every run); with `TOOLGATE_TINY_OUT=DIR` it also keeps them
+/// and their prompts in `DIR`, where `scripts/make-tiny-fixtures.py` (dev-time,
+/// llama-cpp-python) records llama.cpp's logits for them.
+///
+/// Tolerance: `1e-3 · max(1, max |logit|)` per position (F32 projections both sides;
+/// the Q8_0 embedding is dequantized exactly by both), and the same top token.
+#[test]
+fn tiny_models_match_llama_cpp() {
+    let fixture = common::fixture("tiny_models.llama_cpp.json");
+    let keep = std::env::var_os("TOOLGATE_TINY_OUT").map(PathBuf::from);
+    let cases = [
+        ("llama", spec("llama"), 9),
+        ("qwen2", qwen2_spec(), 9),
+        ("qwen3", qwen3_spec(), 9),
+        ("phi3", phi3_spec(), 9),
+        ("gemma3", gemma3_spec(), 20),
+    ];
+    for (name, s, len) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_model(dir.path(), &s);
+        let prompt = prompt_of(len);
+        if let Some(out) = &keep {
+            std::fs::create_dir_all(out).unwrap();
+            std::fs::copy(&path, out.join(format!("{name}.gguf"))).unwrap();
+            std::fs::write(out.join(format!("{name}.prompt.json")), serde_json::to_string(&prompt).unwrap()).unwrap();
+        }
+        let Some(want) = fixture[name]["logits"].as_array() else {
+            assert!(keep.is_some(), "{name}: no llama.cpp logits in the fixture (run scripts/make-tiny-fixtures.py)");
+            continue;
+        };
+        assert_eq!(fixture[name]["prompt"], serde_json::json!(prompt), "{name}: the fixture is for another prompt");
+        let mut engine = Engine::load(&path, DeviceChoice::Cpu).unwrap();
+        let rows = engine.model().forward_tail(&prompt, len).unwrap();
+        assert_eq!(rows.len(), want.len());
+        let mut worst = 0f32;
+        for (i, (got, want)) in rows.iter().zip(want).enumerate() {
+            let want: Vec<f32> = want.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
+            let scale = want.iter().fold(1f32, |a, v| a.max(v.abs()));
+            let d = max_abs_diff(got, &want);
+            assert!(d <= 1e-3 * scale, "{name} position {i}: logits differ from llama.cpp's by {d} (scale {scale})");
+            assert_eq!(
+                toolgate::sampling::argmax(got),
+                toolgate::sampling::argmax(&want),
+                "{name} position {i}: top token"
+            );
+            worst = worst.max(d / scale);
+        }
+        eprintln!("{name}: {len} positions, largest logit difference from llama.cpp {worst:.1e} of the logit scale");
+    }
 }
 
 #[test]
