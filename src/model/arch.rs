@@ -49,10 +49,12 @@ pub struct ArchSpec {
     pub sandwich_norms: bool,
     /// Interleaved local/global attention, if any.
     pub sliding_window: Option<SlidingWindow>,
+    /// Every `n`-th layer (1-based) applies no rotary embedding (SmolLM3's NoPE layers).
+    pub no_rope_every: Option<usize>,
 }
 
 /// Architectures toolgate can load, for error messages.
-pub const SUPPORTED: &[&str] = &["llama", "qwen2", "qwen3", "gemma3", "phi3"];
+pub const SUPPORTED: &[&str] = &["llama", "qwen2", "qwen3", "gemma3", "phi3", "granite", "smollm3"];
 
 /// The spec for a `general.architecture` value, or `None` if unsupported.
 ///
@@ -70,6 +72,7 @@ pub fn spec_for(arch: &str) -> Option<ArchSpec> {
         embed_scale: false,
         sandwich_norms: false,
         sliding_window: None,
+        no_rope_every: None,
     };
     Some(match arch {
         // Llama 2/3.x, Mistral, SmolLM: interleaved RoPE, SwiGLU.
@@ -89,6 +92,11 @@ pub fn spec_for(arch: &str) -> Option<ArchSpec> {
             sliding_window: Some(SlidingWindow { pattern: 6, local_rope_base: 10_000.0 }),
             ..base
         },
+        // Granite 3.x: llama's layout; its embedding, residual, attention and logit
+        // multipliers are metadata (`Hyperparams::scales`).
+        "granite" => ArchSpec { name: "granite", rope: RopeStyle::Interleaved, ..base },
+        // SmolLM3: llama's layout, every 4th layer without RoPE.
+        "smollm3" => ArchSpec { name: "smollm3", rope: RopeStyle::Interleaved, no_rope_every: Some(4), ..base },
         _ => return None,
     })
 }

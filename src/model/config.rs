@@ -31,6 +31,24 @@ pub struct Hyperparams {
     pub context_length: usize,
     /// Sliding attention window (`{arch}.attention.sliding_window`), if any.
     pub sliding_window: Option<usize>,
+    /// The multipliers some families train with (Granite), each read when present and
+    /// applied whatever the architecture, as llama.cpp does.
+    pub scales: Scales,
+}
+
+/// Optional multipliers of the residual stream, attention and logits.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Scales {
+    /// Token embeddings are multiplied by this (`{arch}.embedding_scale`).
+    pub embedding: Option<f32>,
+    /// Attention and FFN outputs are multiplied by this before each residual add
+    /// (`{arch}.residual_scale`).
+    pub residual: Option<f32>,
+    /// Attention scores are `q·k` times this instead of `1/√head_dim`
+    /// (`{arch}.attention.scale`).
+    pub attention: Option<f32>,
+    /// Logits are divided by this (`{arch}.logit_scale`).
+    pub logit_divisor: Option<f32>,
 }
 
 impl Hyperparams {
@@ -100,6 +118,17 @@ impl Hyperparams {
             rope_linear_scale,
             context_length: gguf.opt_u32(&k("context_length"))?.map(|x| x as usize).unwrap_or(2048),
             sliding_window: gguf.opt_u32(&k("attention.sliding_window"))?.map(|x| x as usize).filter(|&w| w > 0),
+            scales: Scales {
+                embedding: nonzero(gguf.opt_f32(&k("embedding_scale"))?),
+                residual: nonzero(gguf.opt_f32(&k("residual_scale"))?),
+                attention: nonzero(gguf.opt_f32(&k("attention.scale"))?),
+                logit_divisor: nonzero(gguf.opt_f32(&k("logit_scale"))?),
+            },
         })
     }
+}
+
+/// A multiplier of 0 means "not set" in llama.cpp's reading of these keys.
+fn nonzero(x: Option<f32>) -> Option<f32> {
+    x.filter(|&v| v != 0.0 && v.is_finite())
 }

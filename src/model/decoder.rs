@@ -57,8 +57,8 @@ struct Layer {
     post_ffn_norm: Option<Tensor>,
     /// Attend only to the last `window` positions.
     window: Option<usize>,
-    /// Index into `Decoder::rope_tables`.
-    rope: usize,
+    /// Index into `Decoder::rope_tables`; `None` for a layer without RoPE.
+    rope: Option<usize>,
     /// One cache per slot.
     caches: Vec<KvCache>,
 }
@@ -279,7 +279,10 @@ impl Decoder {
                 ffn,
                 post_ffn_norm,
                 window: if is_local { hp.sliding_window } else { None },
-                rope: if is_local { 1 } else { 0 },
+                rope: match spec.no_rope_every {
+                    Some(n) if (i + 1) % n == 0 => None,
+                    _ => Some(if is_local { 1 } else { 0 }),
+                },
                 caches: vec![KvCache::default()],
             });
         }
@@ -461,7 +464,11 @@ impl Decoder {
         }
         let ids = Tensor::new(tokens, &self.device)?;
         let x = self.embed.embedding(&ids)?.unsqueeze(0)?;
-        Ok(if self.spec.embed_scale { (x * (self.hp.n_embd as f64).sqrt())? } else { x })
+        let x = if self.spec.embed_scale { (x * (self.hp.n_embd as f64).sqrt())? } else { x };
+        Ok(match self.hp.scales.embedding {
+            Some(s) => (x * s as f64)?,
+            None => x,
+        })
     }
 
     fn layers_forward(&mut self, mut x: Tensor, rows: Rows<'_>, ropes: &[(Tensor, Tensor)]) -> Result<Tensor> {
@@ -474,7 +481,11 @@ impl Decoder {
     /// Final norm and output head: `(1, n, n_embd)` → logits `(n, vocab)`.
     fn head(&self, x: &Tensor) -> Result<Tensor> {
         let x = candle_nn::ops::rms_norm(x, &self.output_norm, self.hp.rms_eps)?;
-        Ok(self.output.forward(&x)?.squeeze(0)?)
+        let logits = self.output.forward(&x)?.squeeze(0)?;
+        Ok(match self.hp.scales.logit_divisor {
+            Some(s) => (logits / s as f64)?,
+            None => logits,
+        })
     }
 
     fn embed_rows(&self) -> usize {
@@ -508,9 +519,13 @@ impl Decoder {
             Some(w) => candle_nn::ops::rms_norm(&k, w, hp.rms_eps)?,
             None => k,
         };
-        let rope = &ropes[layer.rope];
-        let q = apply_rope(&q, rope, hp.rope_dim, self.spec.rope)?;
-        let k = apply_rope(&k, rope, hp.rope_dim, self.spec.rope)?;
+        let (q, k) = match layer.rope {
+            Some(r) => (
+                apply_rope(&q, &ropes[r], hp.rope_dim, self.spec.rope)?,
+                apply_rope(&k, &ropes[r], hp.rope_dim, self.spec.rope)?,
+            ),
+            None => (q, k),
+        };
 
         let o = match *rows {
             Rows::One { slot, pos } => layer_attention(layer, hp, slot, pos, &q, &k, &v)?, // (1, t, h * dv)
@@ -526,6 +541,9 @@ impl Decoder {
         let mut o = layer.attn_out.forward(&o)?;
         if let Some(w) = &layer.post_attn_norm {
             o = candle_nn::ops::rms_norm(&o, w, hp.rms_eps)?;
+        }
+        if let Some(s) = hp.scales.residual {
+            o = (o * s as f64)?;
         }
         let x = (x + o)?;
 
@@ -546,6 +564,9 @@ impl Decoder {
         };
         if let Some(w) = &layer.post_ffn_norm {
             f = candle_nn::ops::rms_norm(&f, w, hp.rms_eps)?;
+        }
+        if let Some(s) = hp.scales.residual {
+            f = (f * s as f64)?;
         }
         Ok((x + f)?)
     }
@@ -586,7 +607,7 @@ fn layer_attention(
         first_key,
         keys: total - first_key,
         window: layer.window,
-        scale: (1.0 / (hp.head_dim as f64).sqrt()) as f32,
+        scale: hp.scales.attention.unwrap_or((1.0 / (hp.head_dim as f64).sqrt()) as f32),
     };
     attend(q, &k_all, &v_all, shape)
 }

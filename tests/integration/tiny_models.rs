@@ -41,6 +41,8 @@ struct Spec {
     ctx: u32,
     /// `{arch}.KEY = VALUE` written over what the shape above says (hostile metadata).
     overrides: &'static [(&'static str, u32)],
+    /// `{arch}.KEY = VALUE` float metadata (multipliers).
+    floats: &'static [(&'static str, f32)],
 }
 
 fn spec(arch: &'static str) -> Spec {
@@ -55,6 +57,7 @@ fn spec(arch: &'static str) -> Spec {
         layers: 2,
         ctx: 256,
         overrides: &[],
+        floats: &[],
     }
 }
 
@@ -133,6 +136,9 @@ fn write_model(dir: &Path, s: &Spec) -> PathBuf {
         let key = format!("{a}.{key}");
         meta.retain(|(k, _)| *k != key);
         meta.push((key, Value::U32(*v)));
+    }
+    for (key, v) in s.floats {
+        meta.push((format!("{a}.{key}"), Value::F32(*v)));
     }
     let mut tensors: Vec<(String, QTensor)> = vec![
         ("token_embd.weight".into(), q(&rng.tensor(&[VOCAB, EMBD], 1.0), GgmlDType::Q8_0)),
@@ -255,6 +261,29 @@ fn gemma3_spec() -> Spec {
     Spec { qk_norm: true, sandwich: true, sliding_window: Some(4), layers: 6, ..spec("gemma3") }
 }
 
+/// Granite's four multipliers, none of them 1.
+fn granite_spec() -> Spec {
+    Spec {
+        floats: &[("embedding_scale", 3.0), ("residual_scale", 0.5), ("attention.scale", 0.09), ("logit_scale", 2.5)],
+        ..spec("granite")
+    }
+}
+
+/// 4 layers: the 4th has no RoPE.
+fn smollm3_spec() -> Spec {
+    Spec { layers: 4, ..spec("smollm3") }
+}
+
+#[test]
+fn tiny_granite_with_multipliers() {
+    exercise(granite_spec(), 9);
+}
+
+#[test]
+fn tiny_smollm3_with_a_nope_layer() {
+    exercise(smollm3_spec(), 9);
+}
+
 #[test]
 fn tiny_qwen2_with_qkv_bias() {
     exercise(qwen2_spec(), 9);
@@ -298,6 +327,8 @@ fn tiny_models_match_llama_cpp() {
         ("qwen3", qwen3_spec(), 9),
         ("phi3", phi3_spec(), 9),
         ("gemma3", gemma3_spec(), 20),
+        ("granite", granite_spec(), 9),
+        ("smollm3", smollm3_spec(), 9),
     ];
     for (name, s, len) in cases {
         let dir = tempfile::tempdir().unwrap();
