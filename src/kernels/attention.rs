@@ -2,7 +2,8 @@
 //! cache: no repeated K/V per query head, no materialised mask, no score tensor.
 //!
 //! For each query `i` (position `pos + i`) and head `h`, with K/V head
-//! `h / (n_head / n_kv_head)`: scores `s_j = scale · q·k_j` over the keys the query
+//! `h / (n_head / n_kv_head)`: scores `s_j = scale · q·k_j` (soft-capped to
+//! `c · tanh(s_j / c)` when `softcap` is `Some(c)`, Gemma 2) over the keys the query
 //! may see (key position `≤` query position, and within `window` positions of it when
 //! set), `p = softmax(s)`, output `Σ_j p_j v_j`. Work is split over (query, head)
 //! pairs on candle's barrier pool, the same threads the matmuls use.
@@ -12,7 +13,7 @@
 //! // One head, two keys, one query at position 1 seeing both.
 //! let shape = AttentionShape {
 //!     n_head: 1, n_kv_head: 1, head_dim: 2, v_head_dim: 2,
-//!     queries: 1, pos: 1, first_key: 0, keys: 2, window: None, scale: 1.0,
+//!     queries: 1, pos: 1, first_key: 0, keys: 2, window: None, scale: 1.0, softcap: None,
 //! };
 //! let q = [0.0f32, 0.0]; // equal scores: the output is the mean of the values
 //! let k = [1.0f32, 0.0, 0.0, 1.0];
@@ -54,6 +55,21 @@ pub struct AttentionShape {
     pub window: Option<usize>,
     /// Multiplier of `q·k`.
     pub scale: f32,
+    /// Soft cap of the scaled scores: `c · tanh(s / c)` (Gemma 2's
+    /// `attn_logit_softcapping`), `None` for none.
+    pub softcap: Option<f32>,
+}
+
+impl AttentionShape {
+    /// One score from `q·k`: scaled, then soft-capped if set.
+    #[inline]
+    pub fn score(&self, qk: f32) -> f32 {
+        let s = qk * self.scale;
+        match self.softcap {
+            Some(c) => c * (s / c).tanh(),
+            None => s,
+        }
+    }
 }
 
 /// A `(heads, rows, width)` f32 array whose rows are contiguous: element `(h, r, c)`
@@ -131,7 +147,7 @@ pub fn attention(shape: &AttentionShape, q: Strided, k: Strided, v: Strided, out
         scores.clear();
         let mut max = f32::NEG_INFINITY;
         for j in j0..j1 {
-            let sc = dot(qr, k.row(kvh, j, s.head_dim)) * s.scale;
+            let sc = s.score(dot(qr, k.row(kvh, j, s.head_dim)));
             max = max.max(sc);
             scores.push(sc);
         }

@@ -29,8 +29,9 @@ pub enum Activation {
 pub struct SlidingWindow {
     /// Every `pattern`-th layer (1-based) is global; the others attend to a window.
     pub pattern: usize,
-    /// RoPE base of the windowed (local) layers.
-    pub local_rope_base: f32,
+    /// RoPE base of the windowed (local) layers; `None`: `{arch}.rope.freq_base_swa`
+    /// when the file records it, else the global base.
+    pub local_rope_base: Option<f32>,
 }
 
 /// The per-architecture facts the generic decoder needs.
@@ -51,10 +52,15 @@ pub struct ArchSpec {
     pub sliding_window: Option<SlidingWindow>,
     /// Every `n`-th layer (1-based) applies no rotary embedding (SmolLM3's NoPE layers).
     pub no_rope_every: Option<usize>,
+    /// RMS-normalise each block's input before attention and before the FFN
+    /// (`attn_norm`, `ffn_norm`); OLMo 2 normalises only the outputs.
+    pub pre_norms: bool,
+    /// Apply the file's attention and final-logit soft caps (Gemma 2).
+    pub softcapping: bool,
 }
 
 /// Architectures toolgate can load, for error messages.
-pub const SUPPORTED: &[&str] = &["llama", "qwen2", "qwen3", "gemma3", "phi3", "granite", "smollm3"];
+pub const SUPPORTED: &[&str] = &["llama", "qwen2", "qwen3", "gemma3", "phi3", "granite", "smollm3", "gemma2", "olmo2"];
 
 /// The spec for a `general.architecture` value, or `None` if unsupported.
 ///
@@ -73,6 +79,8 @@ pub fn spec_for(arch: &str) -> Option<ArchSpec> {
         sandwich_norms: false,
         sliding_window: None,
         no_rope_every: None,
+        pre_norms: true,
+        softcapping: false,
     };
     Some(match arch {
         // Llama 2/3.x, Mistral, SmolLM: interleaved RoPE, SwiGLU.
@@ -89,7 +97,27 @@ pub fn spec_for(arch: &str) -> Option<ArchSpec> {
             activation: Activation::GeluTanh,
             embed_scale: true,
             sandwich_norms: true,
-            sliding_window: Some(SlidingWindow { pattern: 6, local_rope_base: 10_000.0 }),
+            sliding_window: Some(SlidingWindow { pattern: 6, local_rope_base: Some(10_000.0) }),
+            ..base
+        },
+        // Gemma 2: as Gemma 3 without Q/K norms, every other layer windowed, attention
+        // and final logits soft-capped.
+        "gemma2" => ArchSpec {
+            name: "gemma2",
+            activation: Activation::GeluTanh,
+            embed_scale: true,
+            sandwich_norms: true,
+            sliding_window: Some(SlidingWindow { pattern: 2, local_rope_base: None }),
+            softcapping: true,
+            ..base
+        },
+        // OLMo 2: norms after attention and FFN only, Q/K norms over the whole
+        // projection (detected); OLMo 3's files (same arch) window 3 layers of 4.
+        "olmo2" => ArchSpec {
+            name: "olmo2",
+            sandwich_norms: true,
+            pre_norms: false,
+            sliding_window: Some(SlidingWindow { pattern: 4, local_rope_base: None }),
             ..base
         },
         // Granite 3.x: llama's layout; its embedding, residual, attention and logit

@@ -74,6 +74,10 @@ fn with_candle_ops(q: &Tensor, k: &Tensor, v: &Tensor, s: AttentionShape) -> Res
     let k = repeat_kv(k, n_rep)?;
     let v = repeat_kv(v, n_rep)?;
     let scores = (q.matmul(&k.t()?)? * s.scale as f64)?; // (1, h, t, keys)
+    let scores = match s.softcap {
+        Some(c) => ((scores / c as f64)?.tanh()? * c as f64)?,
+        None => scores,
+    };
     let scores = if s.queries > 1 || s.window.is_some_and(|w| s.keys > w) {
         scores.broadcast_add(&mask(&s, q.device())?)?
     } else {

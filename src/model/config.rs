@@ -31,6 +31,8 @@ pub struct Hyperparams {
     pub context_length: usize,
     /// Sliding attention window (`{arch}.attention.sliding_window`), if any.
     pub sliding_window: Option<usize>,
+    /// RoPE base of the windowed layers (`{arch}.rope.freq_base_swa`), if recorded.
+    pub rope_base_swa: Option<f32>,
     /// The multipliers some families train with (Granite), each read when present and
     /// applied whatever the architecture, as llama.cpp does.
     pub scales: Scales,
@@ -49,6 +51,12 @@ pub struct Scales {
     pub attention: Option<f32>,
     /// Logits are divided by this (`{arch}.logit_scale`).
     pub logit_divisor: Option<f32>,
+    /// Attention scores are soft-capped to `c · tanh(s / c)`
+    /// (`{arch}.attn_logit_softcapping`; applied where the architecture does it,
+    /// [`super::arch::ArchSpec::softcapping`]).
+    pub attention_softcap: Option<f32>,
+    /// Logits are soft-capped likewise (`{arch}.final_logit_softcapping`).
+    pub final_softcap: Option<f32>,
 }
 
 impl Hyperparams {
@@ -105,6 +113,20 @@ impl Hyperparams {
             Some("linear") => gguf.opt_f32(&k("rope.scaling.factor"))?.unwrap_or(1.0),
             _ => 1.0,
         };
+        let mut scales = Scales {
+            embedding: nonzero(gguf.opt_f32(&k("embedding_scale"))?),
+            residual: nonzero(gguf.opt_f32(&k("residual_scale"))?),
+            attention: nonzero(gguf.opt_f32(&k("attention.scale"))?),
+            logit_divisor: nonzero(gguf.opt_f32(&k("logit_scale"))?),
+            attention_softcap: nonzero(gguf.opt_f32(&k("attn_logit_softcapping"))?),
+            final_softcap: nonzero(gguf.opt_f32(&k("final_logit_softcapping"))?),
+        };
+        // Gemma 2 27B (46 layers) scales queries by 1/√(n_embd / n_head), not
+        // 1/√head_dim (its `query_pre_attn_scalar` is 144, which GGUF does not record;
+        // llama.cpp decides it by the layer count as here).
+        if arch == "gemma2" && n_layer == 46 && scales.attention.is_none() {
+            scales.attention = Some(1.0 / ((n_embd / n_head) as f32).sqrt());
+        }
         Ok(Self {
             n_layer,
             n_embd,
@@ -118,12 +140,8 @@ impl Hyperparams {
             rope_linear_scale,
             context_length: gguf.opt_u32(&k("context_length"))?.map(|x| x as usize).unwrap_or(2048),
             sliding_window: gguf.opt_u32(&k("attention.sliding_window"))?.map(|x| x as usize).filter(|&w| w > 0),
-            scales: Scales {
-                embedding: nonzero(gguf.opt_f32(&k("embedding_scale"))?),
-                residual: nonzero(gguf.opt_f32(&k("residual_scale"))?),
-                attention: nonzero(gguf.opt_f32(&k("attention.scale"))?),
-                logit_divisor: nonzero(gguf.opt_f32(&k("logit_scale"))?),
-            },
+            rope_base_swa: gguf.opt_f32(&k("rope.freq_base_swa"))?,
+            scales,
         })
     }
 }

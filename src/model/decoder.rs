@@ -46,13 +46,16 @@ enum Ffn {
 
 #[derive(Debug)]
 struct Layer {
-    attn_norm: Tensor,
+    /// `None` where the architecture has no pre-norms (OLMo 2).
+    attn_norm: Option<Tensor>,
     qkv: Qkv,
     q_norm: Option<Tensor>,
     k_norm: Option<Tensor>,
+    /// The Q/K norms span the whole projection (OLMo 2), not each head.
+    qk_norm_full: bool,
     attn_out: QLinear,
     post_attn_norm: Option<Tensor>,
-    ffn_norm: Tensor,
+    ffn_norm: Option<Tensor>,
     ffn: Ffn,
     post_ffn_norm: Option<Tensor>,
     /// Attend only to the last `window` positions.
@@ -214,7 +217,7 @@ impl Decoder {
         let mut rope_tables = Vec::new();
         let max_context = max_context.min(hp.context_length).max(1);
         rope_tables.push(rope_table(&hp, hp.rope_base, hp.rope_linear_scale, freq_factors.as_ref())?);
-        let local_rope = spec.sliding_window.map(|sw| sw.local_rope_base);
+        let local_rope = spec.sliding_window.map(|sw| sw.local_rope_base.or(hp.rope_base_swa).unwrap_or(hp.rope_base));
         if let Some(base) = local_rope {
             rope_tables.push(rope_table(&hp, base, 1.0, None)?);
         }
@@ -255,10 +258,28 @@ impl Decoder {
                 }
                 Ffn::FusedGateUp { gate_up, down: ld.linear(&p("ffn_down"))? }
             };
-            let attn_norm = ld.f32(&p("attn_norm.weight"))?;
-            ld.expect_norm(&p("attn_norm.weight"), &attn_norm, hp.n_embd)?;
-            let ffn_norm = ld.f32(&p("ffn_norm.weight"))?;
-            ld.expect_norm(&p("ffn_norm.weight"), &ffn_norm, hp.n_embd)?;
+            let (attn_norm, ffn_norm) = if spec.pre_norms {
+                let attn_norm = ld.f32(&p("attn_norm.weight"))?;
+                ld.expect_norm(&p("attn_norm.weight"), &attn_norm, hp.n_embd)?;
+                let ffn_norm = ld.f32(&p("ffn_norm.weight"))?;
+                ld.expect_norm(&p("ffn_norm.weight"), &ffn_norm, hp.n_embd)?;
+                (Some(attn_norm), Some(ffn_norm))
+            } else {
+                (None, None)
+            };
+            let q_norm = ld.opt_f32(&p("attn_q_norm.weight"))?;
+            let k_norm = ld.opt_f32(&p("attn_k_norm.weight"))?;
+            // Per head (`head_dim` wide) or over the whole projection (OLMo 2).
+            let qk_norm_full = match (&q_norm, &k_norm) {
+                (Some(q), Some(k))
+                    if q.elem_count() == q_width && k.elem_count() == kv_width && q_width != hp.head_dim =>
+                {
+                    true
+                }
+                (Some(q), Some(k)) if q.elem_count() == hp.head_dim && k.elem_count() == hp.head_dim => false,
+                (None, None) => false,
+                _ => return Err(ld.bad(&p("attn_q_norm.weight"), "Q/K norms fit neither a head nor the projection")),
+            };
             let (post_attn_norm, post_ffn_norm) = if spec.sandwich_norms {
                 (Some(ld.f32(&p("post_attention_norm.weight"))?), Some(ld.f32(&p("post_ffw_norm.weight"))?))
             } else {
@@ -271,8 +292,9 @@ impl Decoder {
             layers.push(Layer {
                 attn_norm,
                 qkv,
-                q_norm: ld.opt_f32(&p("attn_q_norm.weight"))?,
-                k_norm: ld.opt_f32(&p("attn_k_norm.weight"))?,
+                q_norm,
+                k_norm,
+                qk_norm_full,
                 attn_out,
                 post_attn_norm,
                 ffn_norm,
@@ -482,8 +504,12 @@ impl Decoder {
     fn head(&self, x: &Tensor) -> Result<Tensor> {
         let x = candle_nn::ops::rms_norm(x, &self.output_norm, self.hp.rms_eps)?;
         let logits = self.output.forward(&x)?.squeeze(0)?;
-        Ok(match self.hp.scales.logit_divisor {
+        let logits = match self.hp.scales.logit_divisor {
             Some(s) => (logits / s as f64)?,
+            None => logits,
+        };
+        Ok(match self.hp.scales.final_softcap.filter(|_| self.spec.softcapping) {
+            Some(c) => ((logits / c as f64)?.tanh()? * c as f64)?,
             None => logits,
         })
     }
@@ -496,7 +522,10 @@ impl Decoder {
         let hp = &self.hp;
         let (_, t, _) = x.dims3()?;
         let layer = &mut self.layers[li];
-        let h = candle_nn::ops::rms_norm(x, &layer.attn_norm, hp.rms_eps)?;
+        let h = match &layer.attn_norm {
+            Some(w) => candle_nn::ops::rms_norm(x, w, hp.rms_eps)?,
+            None => x.clone(),
+        };
         let (q, k, v) = match &layer.qkv {
             Qkv::Separate { q, k, v } => (q.forward(&h)?, k.forward(&h)?, v.forward(&h)?),
             Qkv::Fused(w) => {
@@ -507,18 +536,18 @@ impl Decoder {
                 (qkv.narrow(2, 0, qw)?, qkv.narrow(2, qw, kw)?, qkv.narrow(2, qw + kw, vw)?)
             }
         };
+        let norm = |x: Tensor, w: &Option<Tensor>| -> Result<Tensor> {
+            Ok(match w {
+                Some(w) => candle_nn::ops::rms_norm(&x.contiguous()?, w, hp.rms_eps)?,
+                None => x,
+            })
+        };
+        let (q, k) = if layer.qk_norm_full { (norm(q, &layer.q_norm)?, norm(k, &layer.k_norm)?) } else { (q, k) };
         // (1, t, heads*d) -> (1, heads, t, d)
         let q = q.reshape((1, t, hp.n_head, hp.head_dim))?.transpose(1, 2)?.contiguous()?;
         let k = k.reshape((1, t, hp.n_head_kv, hp.head_dim))?.transpose(1, 2)?.contiguous()?;
         let v = v.reshape((1, t, hp.n_head_kv, hp.v_head_dim))?.transpose(1, 2)?.contiguous()?;
-        let q = match &layer.q_norm {
-            Some(w) => candle_nn::ops::rms_norm(&q, w, hp.rms_eps)?,
-            None => q,
-        };
-        let k = match &layer.k_norm {
-            Some(w) => candle_nn::ops::rms_norm(&k, w, hp.rms_eps)?,
-            None => k,
-        };
+        let (q, k) = if layer.qk_norm_full { (q, k) } else { (norm(q, &layer.q_norm)?, norm(k, &layer.k_norm)?) };
         let (q, k) = match layer.rope {
             Some(r) => (
                 apply_rope(&q, &ropes[r], hp.rope_dim, self.spec.rope)?,
@@ -527,13 +556,14 @@ impl Decoder {
             None => (q, k),
         };
 
+        let softcap = hp.scales.attention_softcap.filter(|_| self.spec.softcapping);
         let o = match *rows {
-            Rows::One { slot, pos } => layer_attention(layer, hp, slot, pos, &q, &k, &v)?, // (1, t, h * dv)
+            Rows::One { slot, pos } => layer_attention(layer, hp, softcap, slot, pos, &q, &k, &v)?, // (1, t, h * dv)
             Rows::Each(rows) => {
                 let mut out = Vec::with_capacity(rows.len());
                 for (i, &(slot, pos)) in rows.iter().enumerate() {
                     let (q, k, v) = (q.narrow(2, i, 1)?, k.narrow(2, i, 1)?, v.narrow(2, i, 1)?);
-                    out.push(layer_attention(layer, hp, slot, pos, &q, &k, &v)?);
+                    out.push(layer_attention(layer, hp, softcap, slot, pos, &q, &k, &v)?);
                 }
                 Tensor::cat(&out, 1)? // (1, b, h * dv)
             }
@@ -547,7 +577,10 @@ impl Decoder {
         }
         let x = (x + o)?;
 
-        let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, hp.rms_eps)?;
+        let h = match &layer.ffn_norm {
+            Some(w) => candle_nn::ops::rms_norm(&x, w, hp.rms_eps)?,
+            None => x.clone(),
+        };
         let act = |g: &Tensor| -> Result<Tensor> {
             Ok(match self.spec.activation {
                 Activation::Silu => candle_nn::ops::silu(g)?,
@@ -578,6 +611,7 @@ impl Decoder {
 fn layer_attention(
     layer: &mut Layer,
     hp: &Hyperparams,
+    softcap: Option<f32>,
     slot: usize,
     pos: usize,
     q: &Tensor,
@@ -608,6 +642,7 @@ fn layer_attention(
         keys: total - first_key,
         window: layer.window,
         scale: hp.scales.attention.unwrap_or((1.0 / (hp.head_dim as f64).sqrt()) as f32),
+        softcap,
     };
     attend(q, &k_all, &v_all, shape)
 }

@@ -66,7 +66,11 @@ fn reference(s: &AttentionShape, q: &Cache, k: &Cache, v: &Cache) -> Vec<f64> {
                 .iter()
                 .map(|&j| {
                     let d: f64 = q.at(h, i).iter().zip(k.at(kvh, j)).map(|(a, b)| *a as f64 * *b as f64).sum();
-                    d * s.scale as f64
+                    let d = d * s.scale as f64;
+                    match s.softcap {
+                        Some(c) => c as f64 * (d / c as f64).tanh(),
+                        None => d,
+                    }
                 })
                 .collect();
             let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -85,6 +89,20 @@ fn reference(s: &AttentionShape, q: &Cache, k: &Cache, v: &Cache) -> Vec<f64> {
 
 #[allow(clippy::too_many_arguments)]
 fn check(n_head: usize, n_kv_head: usize, d: usize, dv: usize, t: usize, pos: usize, window: Option<usize>) {
+    check_capped(n_head, n_kv_head, d, dv, t, pos, window, None)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check_capped(
+    n_head: usize,
+    n_kv_head: usize,
+    d: usize,
+    dv: usize,
+    t: usize,
+    pos: usize,
+    window: Option<usize>,
+    softcap: Option<f32>,
+) {
     let mut r = Rand(0x9E37_79B9_7F4A_7C15 ^ (n_head * 1000 + t * 10 + pos) as u64);
     let total = pos + t;
     // Keys before every query's window are dropped, as the decoder does.
@@ -104,6 +122,7 @@ fn check(n_head: usize, n_kv_head: usize, d: usize, dv: usize, t: usize, pos: us
         keys: total - first_key,
         window,
         scale: 1.0 / (d as f32).sqrt(),
+        softcap,
     };
     let q = Cache::new(&mut r, n_head, t, d, 0);
     let k = Cache::new(&mut r, n_kv_head, cap, d, first_key);
@@ -141,6 +160,13 @@ fn sliding_window_matches_reference() {
     }
 }
 
+/// Gemma 2's soft-capped scores (a cap small enough to bend them), decode and prefill.
+#[test]
+fn soft_capped_scores_match_reference() {
+    check_capped(4, 2, 32, 32, 1, 9, None, Some(0.7));
+    check_capped(8, 2, 64, 64, 40, 0, Some(16), Some(0.7));
+}
+
 #[test]
 fn bad_shapes_are_errors() {
     let s = AttentionShape {
@@ -154,6 +180,7 @@ fn bad_shapes_are_errors() {
         keys: 1,
         window: None,
         scale: 1.0,
+        softcap: None,
     };
     let z = [0f32; 64];
     let view = |n: usize| Strided { data: &z[..n], head_stride: 4, row_stride: 4 };

