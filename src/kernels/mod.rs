@@ -202,6 +202,22 @@ impl WeightBytes {
         Ok(Self { owner, range })
     }
 
+    /// Bytes `range` of these (relative to their start), sharing the owner: one
+    /// expert's matrix out of a stacked MoE tensor.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] if `range` lies outside these bytes.
+    pub fn slice(&self, range: std::ops::Range<usize>) -> Result<Self> {
+        if range.start > range.end || range.end > self.len() {
+            return Err(Error::InvalidParameter {
+                name: "range",
+                reason: format!("bytes {range:?} of {}", self.len()),
+            });
+        }
+        let start = self.range.start;
+        Ok(Self { owner: self.owner.clone(), range: start + range.start..start + range.end })
+    }
+
     /// The bytes.
     #[inline]
     pub fn as_slice(&self) -> &[u8] {

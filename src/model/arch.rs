@@ -57,10 +57,14 @@ pub struct ArchSpec {
     pub pre_norms: bool,
     /// Apply the file's attention and final-logit soft caps (Gemma 2).
     pub softcapping: bool,
+    /// In a mixture-of-experts FFN (detected: `ffn_gate_inp`), rescale the chosen
+    /// experts' softmax weights to sum to 1 (Qwen3-MoE's `norm_topk_prob`).
+    pub moe_norm_topk: bool,
 }
 
 /// Architectures toolgate can load, for error messages.
-pub const SUPPORTED: &[&str] = &["llama", "qwen2", "qwen3", "gemma3", "phi3", "granite", "smollm3", "gemma2", "olmo2"];
+pub const SUPPORTED: &[&str] =
+    &["llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "granite", "smollm3", "gemma2", "olmo2"];
 
 /// The spec for a `general.architecture` value, or `None` if unsupported.
 ///
@@ -81,6 +85,7 @@ pub fn spec_for(arch: &str) -> Option<ArchSpec> {
         no_rope_every: None,
         pre_norms: true,
         softcapping: false,
+        moe_norm_topk: false,
     };
     Some(match arch {
         // Llama 2/3.x, Mistral, SmolLM: interleaved RoPE, SwiGLU.
@@ -89,6 +94,9 @@ pub fn spec_for(arch: &str) -> Option<ArchSpec> {
         "qwen2" => ArchSpec { name: "qwen2", ..base },
         // Qwen 3: per-head Q/K RMS norms (detected), NeoX RoPE.
         "qwen3" => ArchSpec { name: "qwen3", ..base },
+        // Qwen 3 MoE (30B-A3B, Coder-30B-A3B): Qwen 3 with a mixture of experts (softmax
+        // router, top-k, weights renormalised).
+        "qwen3moe" => ArchSpec { name: "qwen3moe", moe_norm_topk: true, ..base },
         // Phi-3: fused QKV and fused gate+up (detected), NeoX RoPE.
         "phi3" => ArchSpec { name: "phi3", ..base },
         // Gemma 3: GeGLU, scaled embeddings, sandwich norms, Q/K norms, 5 local : 1 global.

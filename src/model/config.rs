@@ -33,9 +33,20 @@ pub struct Hyperparams {
     pub sliding_window: Option<usize>,
     /// RoPE base of the windowed layers (`{arch}.rope.freq_base_swa`), if recorded.
     pub rope_base_swa: Option<f32>,
+    /// Mixture of experts (`{arch}.expert_count` > 0), if any.
+    pub experts: Option<Experts>,
     /// The multipliers some families train with (Granite), each read when present and
     /// applied whatever the architecture, as llama.cpp does.
     pub scales: Scales,
+}
+
+/// The expert counts of a mixture-of-experts FFN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Experts {
+    /// Experts per layer (`{arch}.expert_count`).
+    pub count: usize,
+    /// Experts each token uses (`{arch}.expert_used_count`).
+    pub used: usize,
 }
 
 /// Optional multipliers of the residual stream, attention and logits.
@@ -127,6 +138,16 @@ impl Hyperparams {
         if arch == "gemma2" && n_layer == 46 && scales.attention.is_none() {
             scales.attention = Some(1.0 / ((n_embd / n_head) as f32).sqrt());
         }
+        let experts = match gguf.opt_u32(&k("expert_count"))? {
+            None | Some(0) => None,
+            Some(count) => {
+                let used = gguf.u32(&k("expert_used_count"))?;
+                if used == 0 || used > count {
+                    return Err(bad("expert_used_count", format!("{used} of {count} experts")));
+                }
+                Some(Experts { count: count as usize, used: used as usize })
+            }
+        };
         Ok(Self {
             n_layer,
             n_embd,
@@ -141,6 +162,7 @@ impl Hyperparams {
             context_length: gguf.opt_u32(&k("context_length"))?.map(|x| x as usize).unwrap_or(2048),
             sliding_window: gguf.opt_u32(&k("attention.sliding_window"))?.map(|x| x as usize).filter(|&w| w > 0),
             rope_base_swa: gguf.opt_f32(&k("rope.freq_base_swa"))?,
+            experts,
             scales,
         })
     }

@@ -42,6 +42,27 @@ enum Ffn {
         gate_up: QLinear,
         down: QLinear,
     },
+    /// Mixture of experts: a router picks `used` of `experts` per token.
+    Moe(Moe),
+}
+
+/// A mixture-of-experts FFN: `router` `(n_expert, n_embd)` scores the experts of each
+/// token; the `used` best (by softmax probability) run, and their outputs are summed
+/// weighted by those probabilities (renormalised to 1 when `norm_topk`). Each expert
+/// is a window of the stacked `ffn_{gate,up,down}_exps` tensors (no copy), so a decode
+/// step reads only the chosen experts' weights.
+#[derive(Debug)]
+struct Moe {
+    router: QLinear,
+    experts: Vec<Expert>,
+    used: usize,
+    norm_topk: bool,
+}
+
+#[derive(Debug)]
+struct Expert {
+    /// Gate and up stacked when they can be (one matmul), else separate.
+    gate_up: Ffn,
 }
 
 #[derive(Debug)]
@@ -162,6 +183,62 @@ impl Loader<'_> {
         QLinear::new(self.qtensor(name)?, bias).map_err(|e| self.bad(name, e))
     }
 
+    /// Matrix `e` of a stacked `(n, rows, cols)` expert tensor, as a projection: a window
+    /// of the mapped bytes on toolgate's kernels, else a candle tensor of that slice.
+    fn expert(&self, name: &str, e: usize, n: usize) -> Result<QLinear> {
+        let info = self.gguf.tensor_info(name).ok_or_else(|| self.bad(name, "missing"))?;
+        let [count, rows, cols] = info.dims[..] else {
+            return Err(self.bad(name, format!("shape {:?} is not (experts, rows, columns)", info.dims)));
+        };
+        if count != n {
+            return Err(self.bad(name, format!("{count} experts, the metadata says {n}")));
+        }
+        let per = info.byte_len() as usize / count;
+        let bytes = self.gguf.tensor_data(name)?.slice(e * per..(e + 1) * per).map_err(|err| self.bad(name, err))?;
+        let kernel_type = crate::kernels::WeightType::from_ggml_id(info.ty.id);
+        if let (true, Some(ty)) = (self.device.is_cpu() && crate::kernels::enabled(), kernel_type) {
+            if cols % ty.block_len() == 0 {
+                let w = crate::kernels::QWeight::new(ty, bytes, rows, cols).map_err(|err| self.bad(name, err))?;
+                return Ok(QLinear::from_qweight(w, None));
+            }
+        }
+        let dtype = info
+            .ty
+            .candle()
+            .ok_or_else(|| self.bad(name, format!("{} has no path on {:?}", info.ty.name, self.device)))?;
+        let t = candle_core::quantized::ggml_file::qtensor_from_ggml(
+            dtype,
+            bytes.as_slice(),
+            vec![rows, cols],
+            self.device,
+        )
+        .map_err(|err| self.bad(name, err))?;
+        QLinear::new(Arc::new(t), None).map_err(|err| self.bad(name, err))
+    }
+
+    fn moe(&self, i: usize, spec: &ArchSpec, hp: &Hyperparams) -> Result<Ffn> {
+        let p = |s: &str| format!("blk.{i}.{s}");
+        let Some(ex) = hp.experts else {
+            return Err(self.bad(&p("ffn_gate_inp.weight"), "a router but no `expert_count` in the metadata"));
+        };
+        let router = self.linear(&p("ffn_gate_inp"))?;
+        self.expect_width(&p("ffn_gate_inp.weight"), &router, hp.n_embd, ex.count)?;
+        let mut experts = Vec::with_capacity(ex.count);
+        for e in 0..ex.count {
+            let gate = self.expert(&p("ffn_gate_exps.weight"), e, ex.count)?;
+            let up = self.expert(&p("ffn_up_exps.weight"), e, ex.count)?;
+            let down = self.expert(&p("ffn_down_exps.weight"), e, ex.count)?;
+            self.expect_width(&p("ffn_gate_exps.weight"), &gate, hp.n_embd, up.out_features())?;
+            self.expect_width(&p("ffn_down_exps.weight"), &down, up.out_features(), hp.n_embd)?;
+            let gate_up = match QLinear::stack(&[&gate, &up])? {
+                Some(gate_up) => Ffn::FusedGateUp { gate_up, down },
+                None => Ffn::GateUp { gate, up, down },
+            };
+            experts.push(Expert { gate_up });
+        }
+        Ok(Ffn::Moe(Moe { router, experts, used: ex.used, norm_topk: spec.moe_norm_topk }))
+    }
+
     fn bad(&self, name: &str, e: impl std::fmt::Display) -> Error {
         Error::Tensor { path: self.gguf.path().to_path_buf(), name: name.to_string(), reason: e.to_string() }
     }
@@ -241,7 +318,9 @@ impl Decoder {
             };
             let attn_out = ld.linear(&p("attn_output"))?;
             ld.expect_width(&p("attn_output.weight"), &attn_out, hp.n_head * hp.v_head_dim, hp.n_embd)?;
-            let ffn = if gguf.has_tensor(&p("ffn_gate.weight")) {
+            let ffn = if gguf.has_tensor(&p("ffn_gate_inp.weight")) {
+                ld.moe(i, &spec, &hp)?
+            } else if gguf.has_tensor(&p("ffn_gate.weight")) {
                 let (gate, up, down) =
                     (ld.linear(&p("ffn_gate"))?, ld.linear(&p("ffn_up"))?, ld.linear(&p("ffn_down"))?);
                 if gate.out_features() != up.out_features() {
@@ -581,20 +660,7 @@ impl Decoder {
             Some(w) => candle_nn::ops::rms_norm(&x, w, hp.rms_eps)?,
             None => x.clone(),
         };
-        let act = |g: &Tensor| -> Result<Tensor> {
-            Ok(match self.spec.activation {
-                Activation::Silu => candle_nn::ops::silu(g)?,
-                Activation::GeluTanh => g.gelu()?,
-            })
-        };
-        let mut f = match &layer.ffn {
-            Ffn::GateUp { gate, up, down } => down.forward(&(act(&gate.forward(&h)?)? * up.forward(&h)?)?)?,
-            Ffn::FusedGateUp { gate_up, down } => {
-                let gu = gate_up.forward(&h)?;
-                let half = gu.dim(D::Minus1)? / 2;
-                down.forward(&(act(&gu.narrow(2, 0, half)?)? * gu.narrow(2, half, half)?)?)?
-            }
-        };
+        let mut f = ffn_forward(&layer.ffn, self.spec.activation, &h)?;
         if let Some(w) = &layer.post_ffn_norm {
             f = candle_nn::ops::rms_norm(&f, w, hp.rms_eps)?;
         }
@@ -603,6 +669,67 @@ impl Decoder {
         }
         Ok((x + f)?)
     }
+}
+
+/// A feed-forward block on `h` `(1, t, n_embd)` → `(1, t, n_embd)`.
+fn ffn_forward(ffn: &Ffn, activation: Activation, h: &Tensor) -> Result<Tensor> {
+    let act = |g: &Tensor| -> Result<Tensor> {
+        Ok(match activation {
+            Activation::Silu => candle_nn::ops::silu(g)?,
+            Activation::GeluTanh => g.gelu()?,
+        })
+    };
+    Ok(match ffn {
+        Ffn::GateUp { gate, up, down } => down.forward(&(act(&gate.forward(h)?)? * up.forward(h)?)?)?,
+        Ffn::FusedGateUp { gate_up, down } => {
+            let gu = gate_up.forward(h)?;
+            let half = gu.dim(D::Minus1)? / 2;
+            down.forward(&(act(&gu.narrow(2, 0, half)?)? * gu.narrow(2, half, half)?)?)?
+        }
+        Ffn::Moe(moe) => moe_forward(moe, activation, h)?,
+    })
+}
+
+/// Route each of the `t` rows of `h` `(1, t, n_embd)` to its experts and sum their
+/// weighted outputs. Rows are grouped by expert, so each chosen expert runs one
+/// matmul over all the rows that chose it (prefill), and a decode step touches only
+/// `used` experts.
+fn moe_forward(moe: &Moe, activation: Activation, h: &Tensor) -> Result<Tensor> {
+    let (_, t, width) = h.dims3()?;
+    let logits: Vec<Vec<f32>> = moe.router.forward(h)?.squeeze(0)?.to_dtype(DType::F32)?.to_vec2()?;
+    // rows_of[e] = the (row, weight) pairs routed to expert e.
+    let mut rows_of: Vec<Vec<(usize, f32)>> = vec![Vec::new(); moe.experts.len()];
+    for (r, l) in logits.iter().enumerate() {
+        let max = l.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+        let exp: Vec<f32> = l.iter().map(|x| (x - max).exp()).collect();
+        let sum: f32 = exp.iter().sum();
+        let mut order: Vec<usize> = (0..exp.len()).collect();
+        // Highest probability first; ties by index, as a stable sort gives.
+        order.sort_by(|&a, &b| exp[b].total_cmp(&exp[a]));
+        let chosen = &order[..moe.used.min(order.len())];
+        let total: f32 = chosen.iter().map(|&e| exp[e] / sum).sum();
+        for &e in chosen {
+            let p = exp[e] / sum;
+            rows_of[e].push((r, if moe.norm_topk { p / total } else { p }));
+        }
+    }
+    let mut out = vec![0f32; t * width];
+    for (expert, routed) in moe.experts.iter().zip(&rows_of) {
+        if routed.is_empty() {
+            continue;
+        }
+        let idx: Vec<u32> = routed.iter().map(|&(r, _)| r as u32).collect();
+        let idx = Tensor::new(idx.as_slice(), h.device())?;
+        let x = h.index_select(&idx, 1)?; // (1, m, n_embd)
+        let y: Vec<Vec<f32>> =
+            ffn_forward(&expert.gate_up, activation, &x)?.squeeze(0)?.to_dtype(DType::F32)?.to_vec2()?;
+        for (&(r, w), row) in routed.iter().zip(&y) {
+            for (o, v) in out[r * width..(r + 1) * width].iter_mut().zip(row) {
+                *o += w * v;
+            }
+        }
+    }
+    Ok(Tensor::from_vec(out, (1, t, width), h.device())?.to_dtype(h.dtype())?)
 }
 
 /// One sequence's attention in one layer: append `k`, `v` `(1, n_kv_head, t, d)` at

@@ -41,6 +41,8 @@ struct Spec {
     pre_norms: bool,
     /// No `output.weight`: the head is the embedding matrix (Gemma 2 always).
     tied_output: bool,
+    /// A mixture-of-experts FFN: (experts, used per token, expert width).
+    moe: Option<(usize, usize, usize)>,
     sandwich: bool,
     sliding_window: Option<u32>,
     layers: usize,
@@ -61,6 +63,7 @@ fn spec(arch: &'static str) -> Spec {
         full_qk_norm: false,
         pre_norms: true,
         tied_output: false,
+        moe: None,
         sandwich: false,
         sliding_window: None,
         layers: 2,
@@ -146,6 +149,11 @@ fn write_model(dir: &Path, s: &Spec) -> PathBuf {
         meta.retain(|(k, _)| *k != key);
         meta.push((key, Value::U32(*v)));
     }
+    if let Some((n, used, width)) = s.moe {
+        meta.push((format!("{a}.expert_count"), Value::U32(n as u32)));
+        meta.push((format!("{a}.expert_used_count"), Value::U32(used as u32)));
+        meta.push((format!("{a}.expert_feed_forward_length"), Value::U32(width as u32)));
+    }
     for (key, v) in s.floats {
         meta.push((format!("{a}.{key}"), Value::F32(*v)));
     }
@@ -192,6 +200,14 @@ fn write_model(dir: &Path, s: &Spec) -> PathBuf {
             tensors.push((p("post_ffw_norm.weight"), norm(&mut rng, EMBD)));
         }
         tensors.push((p("attn_output.weight"), q(&rng.tensor(&[EMBD, qw], 0.3), W)));
+        if let Some((n, _, width)) = s.moe {
+            // A router with clear preferences: the top-k choice is no near-tie.
+            tensors.push((p("ffn_gate_inp.weight"), q(&rng.tensor(&[n, EMBD], 3.0), GgmlDType::F32)));
+            tensors.push((p("ffn_gate_exps.weight"), q(&rng.tensor(&[n, width, EMBD], 0.3), W)));
+            tensors.push((p("ffn_up_exps.weight"), q(&rng.tensor(&[n, width, EMBD], 0.3), W)));
+            tensors.push((p("ffn_down_exps.weight"), q(&rng.tensor(&[n, EMBD, width], 0.3), W)));
+            continue;
+        }
         if s.fused_gate_up {
             tensors.push((p("ffn_up.weight"), q(&rng.tensor(&[2 * FF, EMBD], 0.3), W)));
         } else {
@@ -307,6 +323,16 @@ fn gemma2_spec() -> Spec {
     }
 }
 
+/// Qwen3-MoE: 4 experts of width 32, 2 per token.
+fn qwen3moe_spec() -> Spec {
+    Spec { qk_norm: true, moe: Some((4, 2, 32)), ..spec("qwen3moe") }
+}
+
+#[test]
+fn tiny_qwen3moe_experts() {
+    exercise(qwen3moe_spec(), 9);
+}
+
 /// No pre-norms; post-norms; Q/K norms over the whole projection.
 fn olmo2_spec() -> Spec {
     Spec { pre_norms: false, sandwich: true, qk_norm: true, full_qk_norm: true, ..spec("olmo2") }
@@ -379,6 +405,7 @@ fn tiny_models_match_llama_cpp() {
         ("smollm3", smollm3_spec(), 9),
         ("gemma2", gemma2_spec(), 12),
         ("olmo2", olmo2_spec(), 9),
+        ("qwen3moe", qwen3moe_spec(), 9),
     ];
     for (name, s, len) in cases {
         let dir = tempfile::tempdir().unwrap();
