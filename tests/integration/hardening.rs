@@ -82,8 +82,30 @@ fn stalled_clients_time_out_and_never_hold_up_shutdown() {
 fn connections_past_the_cap_are_closed_at_accept_and_counted() {
     // Default timeouts: the held connections stay however slow this machine is.
     let s = start(&["--tool-fallback", "generic", "--max-connections", "8"]);
-    let held: Vec<TcpStream> = (0..8).map(|_| TcpStream::connect(addr(&s)).unwrap()).collect();
-    std::thread::sleep(Duration::from_millis(300));
+    // Each held connection is proven served (a keep-alive /health answered on it), so
+    // all 8 slots are ours: the start-up probe's connection may still hold a slot for a
+    // moment after it closes, and a held connection refused in that moment is replaced.
+    let mut held: Vec<TcpStream> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while held.len() < 8 {
+        assert!(Instant::now() < deadline, "could not hold 8 connections");
+        let mut c = TcpStream::connect(addr(&s)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = c.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n");
+        let mut got = Vec::new();
+        let mut buf = [0u8; 512];
+        while !got.ends_with(b"{\"status\":\"ok\"}") {
+            match c.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+        if got.ends_with(b"{\"status\":\"ok\"}") {
+            held.push(c);
+        } else {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
     let mut extra = TcpStream::connect(addr(&s)).unwrap();
     let _ = extra.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n");
     let (said, _) = read_to_close(&mut extra, Instant::now());
