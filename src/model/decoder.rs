@@ -65,6 +65,28 @@ struct Expert {
     gate_up: Ffn,
 }
 
+impl Expert {
+    /// `(gate_up, down)` when both run on toolgate's kernels (gate and up stacked).
+    fn kernels(&self) -> Option<(&crate::kernels::QWeight, &crate::kernels::QWeight)> {
+        match &self.gate_up {
+            Ffn::FusedGateUp { gate_up, down } => Some((gate_up.kernel_weight()?, down.kernel_weight()?)),
+            _ => None,
+        }
+    }
+}
+
+/// The FFN activation of one value, as candle's `silu` and `gelu` (tanh form) compute it.
+#[inline]
+fn activate(activation: Activation, x: f32) -> f32 {
+    match activation {
+        Activation::Silu => x / (1.0 + (-x).exp()),
+        Activation::GeluTanh => {
+            let c = (2.0f32 / std::f32::consts::PI).sqrt();
+            0.5 * x * (1.0 + (c * (x + 0.044_715 * x * x * x)).tanh())
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Layer {
     /// `None` where the architecture has no pre-norms (OLMo 2).
@@ -714,8 +736,42 @@ fn moe_forward(moe: &Moe, activation: Activation, h: &Tensor) -> Result<Tensor> 
         }
     }
     let mut out = vec![0f32; t * width];
+    // The rows as plain f32, for experts that run on toolgate's kernels: no candle op
+    // (gather, narrow, activation, product) per expert, which at decode is most of an
+    // expert's cost.
+    let mut h_rows: Option<Vec<f32>> = None;
     for (expert, routed) in moe.experts.iter().zip(&rows_of) {
         if routed.is_empty() {
+            continue;
+        }
+        if let Some((gate_up, down)) = expert.kernels() {
+            let h_rows = match &mut h_rows {
+                Some(rows) => rows,
+                None => h_rows.insert(h.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?),
+            };
+            let m = routed.len();
+            let mut x = Vec::with_capacity(m * width);
+            for &(r, _) in routed {
+                x.extend_from_slice(&h_rows[r * width..(r + 1) * width]);
+            }
+            let ff2 = gate_up.out_features();
+            let ff = ff2 / 2;
+            let mut gu = vec![0f32; m * ff2];
+            gate_up.matmul(&x, &mut gu)?;
+            let mut a = vec![0f32; m * ff];
+            for (arow, gurow) in a.chunks_exact_mut(ff).zip(gu.chunks_exact(ff2)) {
+                let (g, u) = gurow.split_at(ff);
+                for ((a, &g), &u) in arow.iter_mut().zip(g).zip(u) {
+                    *a = activate(activation, g) * u;
+                }
+            }
+            let mut y = vec![0f32; m * width];
+            down.matmul(&a, &mut y)?;
+            for (&(r, w), row) in routed.iter().zip(y.chunks_exact(width)) {
+                for (o, v) in out[r * width..(r + 1) * width].iter_mut().zip(row) {
+                    *o += w * v;
+                }
+            }
             continue;
         }
         let idx: Vec<u32> = routed.iter().map(|&(r, _)| r as u32).collect();

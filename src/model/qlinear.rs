@@ -153,6 +153,15 @@ impl QLinear {
         }
     }
 
+    /// The weight as toolgate's kernels hold it, when they run it and there is no bias
+    /// (callers that work on plain `f32` rows, such as the MoE experts, use it directly).
+    pub fn kernel_weight(&self) -> Option<&QWeight> {
+        match (&self.weight, &self.bias) {
+            (Weight::Kernels(w), None) => Some(w),
+            _ => None,
+        }
+    }
+
     /// Input width.
     pub fn in_features(&self) -> usize {
         self.in_features

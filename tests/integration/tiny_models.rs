@@ -43,6 +43,8 @@ struct Spec {
     tied_output: bool,
     /// A mixture-of-experts FFN: (experts, used per token, expert width).
     moe: Option<(usize, usize, usize)>,
+    /// The experts' weight type.
+    expert_type: GgmlDType,
     sandwich: bool,
     sliding_window: Option<u32>,
     layers: usize,
@@ -64,6 +66,7 @@ fn spec(arch: &'static str) -> Spec {
         pre_norms: true,
         tied_output: false,
         moe: None,
+        expert_type: W,
         sandwich: false,
         sliding_window: None,
         layers: 2,
@@ -203,9 +206,10 @@ fn write_model(dir: &Path, s: &Spec) -> PathBuf {
         if let Some((n, _, width)) = s.moe {
             // A router with clear preferences: the top-k choice is no near-tie.
             tensors.push((p("ffn_gate_inp.weight"), q(&rng.tensor(&[n, EMBD], 3.0), GgmlDType::F32)));
-            tensors.push((p("ffn_gate_exps.weight"), q(&rng.tensor(&[n, width, EMBD], 0.3), W)));
-            tensors.push((p("ffn_up_exps.weight"), q(&rng.tensor(&[n, width, EMBD], 0.3), W)));
-            tensors.push((p("ffn_down_exps.weight"), q(&rng.tensor(&[n, EMBD, width], 0.3), W)));
+            let et = s.expert_type;
+            tensors.push((p("ffn_gate_exps.weight"), q(&rng.tensor(&[n, width, EMBD], 0.3), et)));
+            tensors.push((p("ffn_up_exps.weight"), q(&rng.tensor(&[n, width, EMBD], 0.3), et)));
+            tensors.push((p("ffn_down_exps.weight"), q(&rng.tensor(&[n, EMBD, width], 0.3), et)));
             continue;
         }
         if s.fused_gate_up {
@@ -328,6 +332,11 @@ fn qwen3moe_spec() -> Spec {
     Spec { qk_norm: true, moe: Some((4, 2, 32)), ..spec("qwen3moe") }
 }
 
+/// The same with Q8_0 experts: they run on toolgate's kernels (plain-row path).
+fn qwen3moe_q8_spec() -> Spec {
+    Spec { expert_type: GgmlDType::Q8_0, ..qwen3moe_spec() }
+}
+
 #[test]
 fn tiny_qwen3moe_experts() {
     exercise(qwen3moe_spec(), 9);
@@ -390,7 +399,8 @@ fn prompt_of(len: usize) -> Vec<u32> {
 /// llama-cpp-python) records llama.cpp's logits for them.
 ///
 /// Tolerance: `2e-3 · max(1, max |logit|)` per position (F32 projections both sides;
-/// the Q8_0 embedding is dequantized exactly by both), and the same top token.
+/// the Q8_0 embedding is dequantized exactly by both), and the same top token; `2e-2`
+/// for the case with Q8_0 experts.
 #[test]
 fn tiny_models_match_llama_cpp() {
     let fixture = common::fixture("tiny_models.llama_cpp.json");
@@ -406,8 +416,13 @@ fn tiny_models_match_llama_cpp() {
         ("gemma2", gemma2_spec(), 12),
         ("olmo2", olmo2_spec(), 9),
         ("qwen3moe", qwen3moe_spec(), 9),
+        ("qwen3moe-q8", qwen3moe_q8_spec(), 9),
     ];
     for (name, s, len) in cases {
+        // Q8_0 weights: both engines multiply them with 8-bit activations, whose
+        // rounding can flip on a 1e-7 difference upstream: a looser bound, no top-token
+        // check (a wrong expert, weight or activation still errs by the logits' size).
+        let (tol, top) = if s.expert_type == W { (2e-3, true) } else { (2e-2, false) };
         let dir = tempfile::tempdir().unwrap();
         let path = write_model(dir.path(), &s);
         let prompt = prompt_of(len);
@@ -429,12 +444,11 @@ fn tiny_models_match_llama_cpp() {
             let want: Vec<f32> = want.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
             let scale = want.iter().fold(1f32, |a, v| a.max(v.abs()));
             let d = max_abs_diff(got, &want);
-            assert!(d <= 2e-3 * scale, "{name} position {i}: logits differ from llama.cpp's by {d} (scale {scale})");
-            assert_eq!(
-                toolgate::sampling::argmax(got),
-                toolgate::sampling::argmax(&want),
-                "{name} position {i}: top token"
-            );
+            assert!(d <= tol * scale, "{name} position {i}: logits differ from llama.cpp's by {d} (scale {scale})");
+            if top {
+                let top_token = toolgate::sampling::argmax(got);
+                assert_eq!(top_token, toolgate::sampling::argmax(&want), "{name} position {i}: top token");
+            }
             worst = worst.max(d / scale);
         }
         eprintln!("{name}: {len} positions, largest logit difference from llama.cpp {worst:.1e} of the logit scale");
