@@ -58,6 +58,16 @@ pub fn e8m0_half(e: u8) -> f32 {
     f32::from_bits(bits)
 }
 
+/// A 32-weight table block (IQ4_NL, MXFP4) as `(scale, 16 bytes of nibbles, the
+/// table the nibbles index)`; `w = scale · table[nibble]`, low nibbles first.
+#[inline]
+pub(crate) fn table_block(ty: WeightType, b: &[u8]) -> (f32, &[u8], &'static [i8; 16]) {
+    match ty {
+        WeightType::MXFP4 => (e8m0_half(b[0]), &b[1..17], &FP4_VALUES),
+        _ => (f16_at(b, 0), &b[2..18], &IQ4_VALUES),
+    }
+}
+
 /// The 6-bit scale of sub-block `ib` (0..8) of an IQ4_XS block `b`, minus 32.
 #[inline]
 pub(crate) fn iq4xs_scale(b: &[u8], ib: usize) -> i32 {
@@ -285,11 +295,7 @@ pub fn dequantize_block(ty: WeightType, b: &[u8], out: &mut [f32]) {
             }
         }
         WeightType::IQ4NL | WeightType::MXFP4 => {
-            let (d, qs, values) = if ty == WeightType::IQ4NL {
-                (f16_at(b, 0), &b[2..18], &IQ4_VALUES)
-            } else {
-                (e8m0_half(b[0]), &b[1..17], &FP4_VALUES)
-            };
+            let (d, qs, values) = table_block(ty, b);
             for j in 0..16 {
                 out[j] = d * values[(qs[j] & 0xF) as usize] as f32;
                 out[j + 16] = d * values[(qs[j] >> 4) as usize] as f32;

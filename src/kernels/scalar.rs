@@ -4,7 +4,7 @@
 //! opinion on the SIMD ones.
 
 use super::activation::{Q8x256, Q8x32};
-use super::formats::{e8m0_half, f16_at, iq4xs_scale, scale_min_k4, WeightType, FP4_VALUES, IQ4_VALUES};
+use super::formats::{f16_at, iq4xs_scale, scale_min_k4, table_block, WeightType, IQ4_VALUES};
 
 /// A 32-weight block as `w = d·code + m`.
 #[inline]
@@ -43,11 +43,7 @@ fn decode32(ty: WeightType, b: &[u8], codes: &mut [i32; 32]) -> (f32, f32) {
             (f16_at(b, 0), 0.0)
         }
         WeightType::IQ4NL | WeightType::MXFP4 => {
-            let (d, qs, values) = if ty == WeightType::IQ4NL {
-                (f16_at(b, 0), &b[2..18], &IQ4_VALUES)
-            } else {
-                (e8m0_half(b[0]), &b[1..17], &FP4_VALUES)
-            };
+            let (d, qs, values) = table_block(ty, b);
             for j in 0..16 {
                 codes[j] = values[(qs[j] & 0xF) as usize] as i32;
                 codes[j + 16] = values[(qs[j] >> 4) as usize] as i32;
