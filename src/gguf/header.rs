@@ -19,7 +19,7 @@
 //! 2⁶⁰-byte string fails at the end of the file, not in the allocator.
 
 use std::collections::HashMap;
-use std::io::{Read, Seek};
+use std::io::Read;
 use std::path::Path;
 
 pub use candle_core::quantized::gguf_file::Value;
@@ -185,14 +185,13 @@ pub struct Header {
 }
 
 impl Header {
-    /// The first tensor (in directory order of names, sorted) whose type a model cannot
-    /// hold, as the error loading it would give.
+    /// The tensor (the first by name) whose type a model cannot hold, as the error
+    /// loading it would give.
     pub fn unreadable_tensor(&self, path: &Path) -> Option<Error> {
-        let mut bad: Vec<_> = self.tensors.iter().filter(|(_, i)| !i.ty.readable()).collect();
-        bad.sort_by(|a, b| a.0.cmp(b.0));
-        bad.first().map(|(name, info)| Error::UnsupportedTensorType {
+        let (name, info) = self.tensors.iter().filter(|(_, i)| !i.ty.readable()).min_by_key(|(name, _)| *name)?;
+        Some(Error::UnsupportedTensorType {
             path: path.to_path_buf(),
-            tensor: (*name).clone(),
+            tensor: name.clone(),
             ggml_type: info.ty.id,
             name: info.ty.name.to_string(),
         })
@@ -295,7 +294,7 @@ fn eof(e: std::io::Error) -> String {
 /// println!("{} tensors, data at byte {}", header.tensors.len(), header.data_offset);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub fn read_header<R: Read + Seek>(reader: &mut R, name: &Path) -> Result<Header> {
+pub fn read_header<R: Read>(reader: &mut R, name: &Path) -> Result<Header> {
     let header = parse(reader).map_err(|reason| Error::InvalidGguf { path: name.to_path_buf(), reason })?;
     match header.unreadable_tensor(name) {
         Some(e) => Err(e),

@@ -399,14 +399,31 @@ impl GgufFile {
     /// kernels read (IQ4_NL, IQ4_XS, MXFP4), or candle rejects it.
     pub fn tensor(&self, name: &str, device: &Device) -> Result<QTensor> {
         let info = self.header.tensors.get(name).ok_or_else(|| self.tensor_err(name, "missing"))?;
-        let Some(dtype) = info.ty.candle() else {
+        self.qtensor_of(name, info.ty, &self.tensor_data(name)?, info.dims.clone(), device)
+    }
+
+    /// `bytes` (all or part of tensor `name`, of type `ty`) as a candle [`QTensor`] of
+    /// shape `dims` on `device`: [`Self::tensor`], and one expert of a stacked MoE
+    /// tensor.
+    ///
+    /// # Errors
+    /// [`Error::Tensor`] if `ty` is a type only toolgate's CPU kernels read or candle
+    /// rejects the bytes.
+    pub(crate) fn qtensor_of(
+        &self,
+        name: &str,
+        ty: GgmlType,
+        bytes: &WeightBytes,
+        dims: Vec<usize>,
+        device: &Device,
+    ) -> Result<QTensor> {
+        let Some(dtype) = ty.candle() else {
             return Err(self.tensor_err(
                 name,
-                format!("{} weights run only on toolgate's CPU kernels, not on {device:?}", info.ty.name),
+                format!("{} weights run only on toolgate's CPU kernels, not on {device:?}", ty.name),
             ));
         };
-        let bytes = self.tensor_data(name)?;
-        candle_core::quantized::ggml_file::qtensor_from_ggml(dtype, bytes.as_slice(), info.dims.clone(), device)
+        candle_core::quantized::ggml_file::qtensor_from_ggml(dtype, bytes.as_slice(), dims, device)
             .map_err(|e| self.tensor_err(name, e))
     }
 }

@@ -192,14 +192,8 @@ impl WeightBytes {
     /// # Errors
     /// [`Error::InvalidParameter`] if `range` lies outside `owner`'s bytes.
     pub fn window(owner: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>, range: std::ops::Range<usize>) -> Result<Self> {
-        let len = (*owner).as_ref().len();
-        if range.start > range.end || range.end > len {
-            return Err(Error::InvalidParameter {
-                name: "range",
-                reason: format!("bytes {range:?} of a buffer of {len}"),
-            });
-        }
-        Ok(Self { owner, range })
+        let all = 0..(*owner).as_ref().len();
+        Self { owner, range: all }.slice(range)
     }
 
     /// Bytes `range` of these (relative to their start), sharing the owner: one

@@ -75,7 +75,7 @@ fn with_candle_ops(q: &Tensor, k: &Tensor, v: &Tensor, s: AttentionShape) -> Res
     let v = repeat_kv(v, n_rep)?;
     let scores = (q.matmul(&k.t()?)? * s.scale as f64)?; // (1, h, t, keys)
     let scores = match s.softcap {
-        Some(c) => ((scores / c as f64)?.tanh()? * c as f64)?,
+        Some(c) => soft_cap(&scores, c)?,
         None => scores,
     };
     let scores = if s.queries > 1 || s.window.is_some_and(|w| s.keys > w) {
@@ -86,6 +86,12 @@ fn with_candle_ops(q: &Tensor, k: &Tensor, v: &Tensor, s: AttentionShape) -> Res
     let probs = candle_nn::ops::softmax_last_dim(&scores)?;
     let o = probs.matmul(&v)?; // (1, h, t, dv)
     Ok(o.transpose(1, 2)?.reshape((1, s.queries, s.n_head * s.v_head_dim))?)
+}
+
+/// `c · tanh(x / c)` elementwise: Gemma 2's soft cap of attention scores and logits
+/// (the fused kernel applies it per score, [`AttentionShape::score`]).
+pub(super) fn soft_cap(x: &Tensor, c: f32) -> Result<Tensor> {
+    Ok(((x / c as f64)?.tanh()? * c as f64)?)
 }
 
 fn repeat_kv(x: &Tensor, n_rep: usize) -> Result<Tensor> {

@@ -63,8 +63,8 @@ pub struct Scales {
     /// Logits are divided by this (`{arch}.logit_scale`).
     pub logit_divisor: Option<f32>,
     /// Attention scores are soft-capped to `c · tanh(s / c)`
-    /// (`{arch}.attn_logit_softcapping`; applied where the architecture does it,
-    /// [`super::arch::ArchSpec::softcapping`]).
+    /// (`{arch}.attn_logit_softcapping`; the decoder keeps it only where the
+    /// architecture soft-caps, [`super::arch::ArchSpec::softcapping`]).
     pub attention_softcap: Option<f32>,
     /// Logits are soft-capped likewise (`{arch}.final_logit_softcapping`).
     pub final_softcap: Option<f32>,

@@ -16,7 +16,7 @@ use candle_core::quantized::QTensor;
 use candle_core::{DType, Device, Tensor, D};
 
 use super::arch::{Activation, ArchSpec, RopeStyle};
-use super::attention::attend;
+use super::attention::{attend, soft_cap};
 use super::config::Hyperparams;
 use super::kv_cache::KvCache;
 use super::qlinear::QLinear;
@@ -54,21 +54,17 @@ enum Ffn {
 #[derive(Debug)]
 struct Moe {
     router: QLinear,
-    experts: Vec<Expert>,
+    /// One gated FFN per expert (gate and up stacked when they can be).
+    experts: Vec<Ffn>,
     used: usize,
     norm_topk: bool,
 }
 
-#[derive(Debug)]
-struct Expert {
-    /// Gate and up stacked when they can be (one matmul), else separate.
-    gate_up: Ffn,
-}
-
-impl Expert {
-    /// `(gate_up, down)` when both run on toolgate's kernels (gate and up stacked).
-    fn kernels(&self) -> Option<(&crate::kernels::QWeight, &crate::kernels::QWeight)> {
-        match &self.gate_up {
+impl Ffn {
+    /// `(gate_up, down)` when a gated FFN runs on toolgate's kernels with gate and up
+    /// stacked: what a MoE expert runs on plain rows.
+    fn kernel_weights(&self) -> Option<(&crate::kernels::QWeight, &crate::kernels::QWeight)> {
+        match self {
             Ffn::FusedGateUp { gate_up, down } => Some((gate_up.kernel_weight()?, down.kernel_weight()?)),
             _ => None,
         }
@@ -190,23 +186,15 @@ impl Loader<'_> {
     /// A projection: the file's mapped bytes run by toolgate's kernels when they run
     /// it (no copy at all), else through candle's `QTensor`.
     fn weight(&self, name: &str, bias: Option<Tensor>) -> Result<QLinear> {
-        let dims = self.gguf.tensor_dims(name).ok_or_else(|| self.bad(name, "missing"))?.to_vec();
-        let dtype = self.gguf.tensor_type(name);
-        let kernel_type = dtype.and_then(|t| crate::kernels::WeightType::from_ggml_id(t.id));
-        if let (true, Some(ty), [out, inp]) =
-            (self.device.is_cpu() && crate::kernels::enabled(), kernel_type, dims.as_slice())
-        {
-            if inp % ty.block_len() == 0 {
-                let bytes = self.gguf.tensor_data(name)?;
-                let w = crate::kernels::QWeight::new(ty, bytes, *out, *inp).map_err(|e| self.bad(name, e))?;
-                return Ok(QLinear::from_qweight(w, bias));
-            }
+        let info = self.gguf.tensor_info(name).ok_or_else(|| self.bad(name, "missing"))?;
+        if let [rows, cols] = info.dims[..] {
+            return self.projection(name, info.ty, self.gguf.tensor_data(name)?, rows, cols, bias);
         }
         QLinear::new(self.qtensor(name)?, bias).map_err(|e| self.bad(name, e))
     }
 
-    /// Matrix `e` of a stacked `(n, rows, cols)` expert tensor, as a projection: a window
-    /// of the mapped bytes on toolgate's kernels, else a candle tensor of that slice.
+    /// Matrix `e` of a stacked `(n, rows, cols)` expert tensor, as a projection (a
+    /// window of the mapped tensor).
     fn expert(&self, name: &str, e: usize, n: usize) -> Result<QLinear> {
         let info = self.gguf.tensor_info(name).ok_or_else(|| self.bad(name, "missing"))?;
         let [count, rows, cols] = info.dims[..] else {
@@ -217,25 +205,29 @@ impl Loader<'_> {
         }
         let per = info.byte_len() as usize / count;
         let bytes = self.gguf.tensor_data(name)?.slice(e * per..(e + 1) * per).map_err(|err| self.bad(name, err))?;
-        let kernel_type = crate::kernels::WeightType::from_ggml_id(info.ty.id);
-        if let (true, Some(ty)) = (self.device.is_cpu() && crate::kernels::enabled(), kernel_type) {
-            if cols % ty.block_len() == 0 {
-                let w = crate::kernels::QWeight::new(ty, bytes, rows, cols).map_err(|err| self.bad(name, err))?;
-                return Ok(QLinear::from_qweight(w, None));
+        self.projection(name, info.ty, bytes, rows, cols, None)
+    }
+
+    /// `bytes`, a `(rows, cols)` matrix of type `ty` (all or part of tensor `name`), as
+    /// a projection: on toolgate's kernels when they run it, else a candle tensor.
+    fn projection(
+        &self,
+        name: &str,
+        ty: crate::gguf::GgmlType,
+        bytes: crate::kernels::WeightBytes,
+        rows: usize,
+        cols: usize,
+        bias: Option<Tensor>,
+    ) -> Result<QLinear> {
+        let kernel_type = crate::kernels::WeightType::from_ggml_id(ty.id);
+        if let (true, Some(kt)) = (self.device.is_cpu() && crate::kernels::enabled(), kernel_type) {
+            if cols % kt.block_len() == 0 {
+                let w = crate::kernels::QWeight::new(kt, bytes, rows, cols).map_err(|err| self.bad(name, err))?;
+                return Ok(QLinear::from_qweight(w, bias));
             }
         }
-        let dtype = info
-            .ty
-            .candle()
-            .ok_or_else(|| self.bad(name, format!("{} has no path on {:?}", info.ty.name, self.device)))?;
-        let t = candle_core::quantized::ggml_file::qtensor_from_ggml(
-            dtype,
-            bytes.as_slice(),
-            vec![rows, cols],
-            self.device,
-        )
-        .map_err(|err| self.bad(name, err))?;
-        QLinear::new(Arc::new(t), None).map_err(|err| self.bad(name, err))
+        let t = self.gguf.qtensor_of(name, ty, &bytes, vec![rows, cols], self.device)?;
+        QLinear::new(Arc::new(t), bias).map_err(|err| self.bad(name, err))
     }
 
     fn moe(&self, i: usize, spec: &ArchSpec, hp: &Hyperparams) -> Result<Ffn> {
@@ -252,11 +244,10 @@ impl Loader<'_> {
             let down = self.expert(&p("ffn_down_exps.weight"), e, ex.count)?;
             self.expect_width(&p("ffn_gate_exps.weight"), &gate, hp.n_embd, up.out_features())?;
             self.expect_width(&p("ffn_down_exps.weight"), &down, up.out_features(), hp.n_embd)?;
-            let gate_up = match QLinear::stack(&[&gate, &up])? {
+            experts.push(match QLinear::stack(&[&gate, &up])? {
                 Some(gate_up) => Ffn::FusedGateUp { gate_up, down },
                 None => Ffn::GateUp { gate, up, down },
-            };
-            experts.push(Expert { gate_up });
+            });
         }
         Ok(Ffn::Moe(Moe { router, experts, used: ex.used, norm_topk: spec.moe_norm_topk }))
     }
@@ -297,7 +288,12 @@ impl Decoder {
     /// [`Error::Metadata`] / [`Error::Tensor`] when a key or tensor is missing or has
     /// a shape inconsistent with the hyperparameters.
     pub fn load(gguf: &GgufFile, spec: ArchSpec, device: &Device, max_context: usize) -> Result<Self> {
-        let hp = Hyperparams::from_gguf(gguf, spec.name)?;
+        let mut hp = Hyperparams::from_gguf(gguf, spec.name)?;
+        if !spec.softcapping {
+            // The keys are honoured only where the architecture soft-caps (as llama.cpp).
+            hp.scales.attention_softcap = None;
+            hp.scales.final_softcap = None;
+        }
         let ld = Loader { gguf, device };
         let embed = ld.weight("token_embd.weight", None)?;
         if embed.in_features() != hp.n_embd {
@@ -609,8 +605,8 @@ impl Decoder {
             Some(s) => (logits / s as f64)?,
             None => logits,
         };
-        Ok(match self.hp.scales.final_softcap.filter(|_| self.spec.softcapping) {
-            Some(c) => ((logits / c as f64)?.tanh()? * c as f64)?,
+        Ok(match self.hp.scales.final_softcap {
+            Some(c) => soft_cap(&logits, c)?,
             None => logits,
         })
     }
@@ -657,14 +653,13 @@ impl Decoder {
             None => (q, k),
         };
 
-        let softcap = hp.scales.attention_softcap.filter(|_| self.spec.softcapping);
         let o = match *rows {
-            Rows::One { slot, pos } => layer_attention(layer, hp, softcap, slot, pos, &q, &k, &v)?, // (1, t, h * dv)
+            Rows::One { slot, pos } => layer_attention(layer, hp, slot, pos, &q, &k, &v)?, // (1, t, h * dv)
             Rows::Each(rows) => {
                 let mut out = Vec::with_capacity(rows.len());
                 for (i, &(slot, pos)) in rows.iter().enumerate() {
                     let (q, k, v) = (q.narrow(2, i, 1)?, k.narrow(2, i, 1)?, v.narrow(2, i, 1)?);
-                    out.push(layer_attention(layer, hp, softcap, slot, pos, &q, &k, &v)?);
+                    out.push(layer_attention(layer, hp, slot, pos, &q, &k, &v)?);
                 }
                 Tensor::cat(&out, 1)? // (1, b, h * dv)
             }
@@ -744,42 +739,41 @@ fn moe_forward(moe: &Moe, activation: Activation, h: &Tensor) -> Result<Tensor> 
         if routed.is_empty() {
             continue;
         }
-        if let Some((gate_up, down)) = expert.kernels() {
-            let h_rows = match &mut h_rows {
-                Some(rows) => rows,
-                None => h_rows.insert(h.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?),
-            };
-            let m = routed.len();
-            let mut x = Vec::with_capacity(m * width);
-            for &(r, _) in routed {
-                x.extend_from_slice(&h_rows[r * width..(r + 1) * width]);
-            }
-            let ff2 = gate_up.out_features();
-            let ff = ff2 / 2;
-            let mut gu = vec![0f32; m * ff2];
-            gate_up.matmul(&x, &mut gu)?;
-            let mut a = vec![0f32; m * ff];
-            for (arow, gurow) in a.chunks_exact_mut(ff).zip(gu.chunks_exact(ff2)) {
-                let (g, u) = gurow.split_at(ff);
-                for ((a, &g), &u) in arow.iter_mut().zip(g).zip(u) {
-                    *a = activate(activation, g) * u;
+        // The expert's output rows, in `routed` order.
+        let y: Vec<f32> = match expert.kernel_weights() {
+            Some((gate_up, down)) => {
+                let h_rows = match &mut h_rows {
+                    Some(rows) => rows,
+                    None => h_rows.insert(h.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?),
+                };
+                let m = routed.len();
+                let mut x = Vec::with_capacity(m * width);
+                for &(r, _) in routed {
+                    x.extend_from_slice(&h_rows[r * width..(r + 1) * width]);
                 }
-            }
-            let mut y = vec![0f32; m * width];
-            down.matmul(&a, &mut y)?;
-            for (&(r, w), row) in routed.iter().zip(y.chunks_exact(width)) {
-                for (o, v) in out[r * width..(r + 1) * width].iter_mut().zip(row) {
-                    *o += w * v;
+                let ff2 = gate_up.out_features();
+                let ff = ff2 / 2;
+                let mut gu = vec![0f32; m * ff2];
+                gate_up.matmul(&x, &mut gu)?;
+                let mut a = vec![0f32; m * ff];
+                for (arow, gurow) in a.chunks_exact_mut(ff).zip(gu.chunks_exact(ff2)) {
+                    let (g, u) = gurow.split_at(ff);
+                    for ((a, &g), &u) in arow.iter_mut().zip(g).zip(u) {
+                        *a = activate(activation, g) * u;
+                    }
                 }
+                let mut y = vec![0f32; m * width];
+                down.matmul(&a, &mut y)?;
+                y
             }
-            continue;
-        }
-        let idx: Vec<u32> = routed.iter().map(|&(r, _)| r as u32).collect();
-        let idx = Tensor::new(idx.as_slice(), h.device())?;
-        let x = h.index_select(&idx, 1)?; // (1, m, n_embd)
-        let y: Vec<Vec<f32>> =
-            ffn_forward(&expert.gate_up, activation, &x)?.squeeze(0)?.to_dtype(DType::F32)?.to_vec2()?;
-        for (&(r, w), row) in routed.iter().zip(&y) {
+            None => {
+                let idx: Vec<u32> = routed.iter().map(|&(r, _)| r as u32).collect();
+                let idx = Tensor::new(idx.as_slice(), h.device())?;
+                let x = h.index_select(&idx, 1)?; // (1, m, n_embd)
+                ffn_forward(expert, activation, &x)?.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?
+            }
+        };
+        for (&(r, w), row) in routed.iter().zip(y.chunks_exact(width)) {
             for (o, v) in out[r * width..(r + 1) * width].iter_mut().zip(row) {
                 *o += w * v;
             }
@@ -794,7 +788,6 @@ fn moe_forward(moe: &Moe, activation: Activation, h: &Tensor) -> Result<Tensor> 
 fn layer_attention(
     layer: &mut Layer,
     hp: &Hyperparams,
-    softcap: Option<f32>,
     slot: usize,
     pos: usize,
     q: &Tensor,
@@ -825,7 +818,7 @@ fn layer_attention(
         keys: total - first_key,
         window: layer.window,
         scale: hp.scales.attention.unwrap_or((1.0 / (hp.head_dim as f64).sqrt()) as f32),
-        softcap,
+        softcap: hp.scales.attention_softcap,
     };
     attend(q, &k_all, &v_all, shape)
 }
