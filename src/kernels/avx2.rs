@@ -16,7 +16,7 @@
 use std::arch::x86_64::*;
 
 use super::activation::{Q8x256, Q8x32};
-use super::formats::{e8m0_half, iq4xs_scale, scale_min_k4, WeightType, FP4_VALUES, IQ4_VALUES};
+use super::formats::{e8m0_half, float_at, iq4xs_scale, scale_min_k4, WeightType, FP4_VALUES, IQ4_VALUES};
 
 const T_Q4_0: u8 = 0;
 const T_Q4_1: u8 = 1;
@@ -309,8 +309,55 @@ unsafe fn dot_iq4xs<const R: usize>(w: &[u8], xs: &[&[Q8x256]], out: &mut [f32])
     }
 }
 
+/// 8 F16 (`BF = false`) or BF16 (`BF = true`) weights at `p` as f32.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn widen<const BF: bool>(p: *const u8) -> __m256 {
+    let raw = _mm_loadu_si128(p as *const __m128i);
+    if BF {
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16))
+    } else {
+        _mm256_cvtph_ps(raw)
+    }
+}
+
+/// Dot products of a row of F16 (`BF = false`) or BF16 (`BF = true`) weights with `R`
+/// f32 rows: 8 weights widened to f32 per step (F16C's `vcvtph2ps`, or a 16-bit shift
+/// for BF16), one FMA per row; four independent sums per row for one or two rows, two
+/// for more (the FMA latency, not the loads, bounds a single chain).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_floats<const BF: bool, const R: usize>(w: &[u8], xs: &[&[f32]], out: &mut [f32]) {
+    let k = w.len() / 2;
+    let unroll = if R <= 2 { 4 } else { 2 };
+    let mut acc = [[_mm256_setzero_ps(); 4]; R];
+    let x: [*const f32; R] = std::array::from_fn(|r| xs[r].as_ptr());
+    let mut i = 0;
+    while i + 8 * unroll <= k {
+        for u in 0..unroll {
+            let wv = widen::<BF>(w.as_ptr().add(2 * (i + 8 * u)));
+            for r in 0..R {
+                acc[r][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[r].add(i + 8 * u)), acc[r][u]);
+            }
+        }
+        i += 8 * unroll;
+    }
+    while i + 8 <= k {
+        let wv = widen::<BF>(w.as_ptr().add(2 * i));
+        for r in 0..R {
+            acc[r][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[r].add(i)), acc[r][0]);
+        }
+        i += 8;
+    }
+    let ty = if BF { WeightType::BF16 } else { WeightType::F16 };
+    for r in 0..R {
+        let s = _mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][1]), _mm256_add_ps(acc[r][2], acc[r][3]));
+        let tail: f32 = (i..k).map(|j| float_at(ty, w, j) * *x[r].add(j)).sum();
+        *out.get_unchecked_mut(r) = hsum_ps(s) + tail;
+    }
+}
+
 macro_rules! by_rows {
-    ($f:ident [$($p:ident),*] ($w:expr, $xs:expr, $out:expr)) => {
+    ($f:ident [$($p:tt),*] ($w:expr, $xs:expr, $out:expr)) => {
         match $xs.len() {
             1 => $f::<$($p,)* 1>($w, $xs, $out),
             2 => $f::<$($p,)* 2>($w, $xs, $out),
@@ -364,5 +411,22 @@ pub unsafe fn dot256_rows(ty: WeightType, w: &[u8], xs: &[&[Q8x256]], out: &mut 
         WeightType::Q6K => by_rows!(dot_q6k [] (w, xs, out)),
         WeightType::IQ4XS => by_rows!(dot_iq4xs [] (w, xs, out)),
         _ => panic!("{} is not a 256-weight type", ty.name()),
+    }
+}
+
+/// `out[r] = w · xs[r]` for a row of F16 or BF16 weights and f32 activation rows.
+///
+/// # Safety
+/// The CPU must support `avx2`, `fma` and `f16c`.
+///
+/// # Panics
+/// If `ty` is not F16 or BF16, `w` has an odd length, an activation row is shorter
+/// than `w`, or `xs`/`out` are not the same length in `1..=4`.
+pub unsafe fn dot_floats_rows(ty: WeightType, w: &[u8], xs: &[&[f32]], out: &mut [f32]) {
+    check(ty, w, xs, out);
+    match ty {
+        WeightType::F16 => by_rows!(dot_floats[false](w, xs, out)),
+        WeightType::BF16 => by_rows!(dot_floats[true](w, xs, out)),
+        _ => panic!("{} is not a float type", ty.name()),
     }
 }

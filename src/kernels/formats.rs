@@ -14,6 +14,11 @@ use half::f16;
 /// case in `tests/integration/kernels.rs`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WeightType {
+    /// Unquantized IEEE half floats, one weight per 2 bytes (multiplied with f32
+    /// activations, [`ActKind::Floats`]).
+    F16,
+    /// Unquantized bfloat16 (the top half of an f32), one weight per 2 bytes.
+    BF16,
     /// 32 weights: `d: f16`, 16 bytes of nibbles; `w = (q - 8)·d`.
     Q4_0,
     /// 32 weights: `d: f16`, `m: f16`, 16 bytes of nibbles; `w = q·d + m`.
@@ -80,6 +85,9 @@ pub(crate) fn iq4xs_scale(b: &[u8], ib: usize) -> i32 {
 /// The activation format a weight type is multiplied with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ActKind {
+    /// The f32 activations as they are (F16, BF16: quantizing them to 8 bits would
+    /// throw away what an unquantized weight keeps).
+    Floats,
     /// Blocks of 32 ([`super::activation::Q8x32`]).
     Blocks32,
     /// Blocks of 256 with per-16 sums ([`super::activation::Q8x256`]).
@@ -88,7 +96,8 @@ pub enum ActKind {
 
 impl WeightType {
     /// Every type, in GGML order.
-    pub const ALL: [WeightType; 11] = [
+    pub const ALL: [WeightType; 13] = [
+        WeightType::F16,
         WeightType::Q4_0,
         WeightType::Q4_1,
         WeightType::Q5_0,
@@ -99,12 +108,14 @@ impl WeightType {
         WeightType::Q6K,
         WeightType::IQ4NL,
         WeightType::IQ4XS,
+        WeightType::BF16,
         WeightType::MXFP4,
     ];
 
     /// Weights per block.
     pub const fn block_len(self) -> usize {
         match self {
+            WeightType::F16 | WeightType::BF16 => 1,
             WeightType::Q4_0
             | WeightType::Q4_1
             | WeightType::Q5_0
@@ -119,6 +130,7 @@ impl WeightType {
     /// Bytes per block.
     pub const fn block_bytes(self) -> usize {
         match self {
+            WeightType::F16 | WeightType::BF16 => 2,
             WeightType::Q4_0 => 18,
             WeightType::Q4_1 => 20,
             WeightType::Q5_0 => 22,
@@ -136,6 +148,7 @@ impl WeightType {
     /// Which activation blocks the dot products take.
     pub const fn act_kind(self) -> ActKind {
         match self.block_len() {
+            1 => ActKind::Floats,
             32 => ActKind::Blocks32,
             _ => ActKind::Blocks256,
         }
@@ -152,6 +165,8 @@ impl WeightType {
     /// ```
     pub const fn ggml_id(self) -> u32 {
         match self {
+            WeightType::F16 => 1,
+            WeightType::BF16 => 30,
             WeightType::Q4_0 => 2,
             WeightType::Q4_1 => 3,
             WeightType::Q5_0 => 6,
@@ -180,6 +195,8 @@ impl WeightType {
     /// The GGML name (`"q4_K"`, …).
     pub const fn name(self) -> &'static str {
         match self {
+            WeightType::F16 => "f16",
+            WeightType::BF16 => "bf16",
             WeightType::Q4_0 => "q4_0",
             WeightType::Q4_1 => "q4_1",
             WeightType::Q5_0 => "q5_0",
@@ -213,6 +230,7 @@ pub(crate) fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
 /// Dequantize one block `b` (exactly `block_bytes` long) into `out` (`block_len` long).
 pub fn dequantize_block(ty: WeightType, b: &[u8], out: &mut [f32]) {
     match ty {
+        WeightType::F16 | WeightType::BF16 => out[0] = float_at(ty, b, 0),
         WeightType::Q4_0 => {
             let d = f16_at(b, 0);
             for j in 0..16 {
@@ -315,8 +333,25 @@ pub fn dequantize_block(ty: WeightType, b: &[u8], out: &mut [f32]) {
     }
 }
 
+/// Weight `i` of a row of F16 or BF16 weights `b` (other types: unreachable).
+#[inline]
+pub(crate) fn float_at(ty: WeightType, b: &[u8], i: usize) -> f32 {
+    let bits = u16::from_le_bytes([b[2 * i], b[2 * i + 1]]);
+    match ty {
+        WeightType::BF16 => f32::from_bits(u32::from(bits) << 16),
+        _ => f16::from_bits(bits).to_f32(),
+    }
+}
+
 /// Dequantize a whole row (`row.len()` a multiple of `block_bytes`) into `out`.
 pub fn dequantize_row(ty: WeightType, row: &[u8], out: &mut [f32]) {
+    if ty.act_kind() == ActKind::Floats {
+        // One weight per block: a loop over the row, not a call per weight.
+        for (i, o) in out.iter_mut().enumerate().take(row.len() / 2) {
+            *o = float_at(ty, row, i);
+        }
+        return;
+    }
     let (bl, bb) = (ty.block_len(), ty.block_bytes());
     for (b, o) in row.chunks_exact(bb).zip(out.chunks_exact_mut(bl)) {
         dequantize_block(ty, b, o);

@@ -40,6 +40,8 @@ pub(super) fn matmul(w: &QWeight, x: &[f32], m: usize, y: &mut [f32], isa: Isa) 
     }
     let k = w.in_features;
     match w.ty.act_kind() {
+        // Each activation row is one "block" of `k` floats.
+        ActKind::Floats => run(w, x, k, m, y, dispatch::dot_floats_for(isa)),
         ActKind::Blocks32 => with_scratch(&ACTS32, m * k / 32, Q8x32::ZERO, |acts| {
             let quantize = dispatch::quantize32_for(isa);
             for (xr, ar) in x.chunks_exact(k).zip(acts.chunks_exact_mut(k / 32)) {

@@ -4,14 +4,15 @@
 //! A [`QWeight`] keeps a weight matrix `(out_features, in_features)` in its GGUF block
 //! layout. [`QWeight::matmul`] quantizes the activations to 8 bits (blocks of 32 or
 //! 256, see [`activation`]), then computes every dot product in integer arithmetic per
-//! block with the best kernel the CPU has ([`Isa::detect`]): AVX2+FMA+F16C on x86-64,
+//! block (F16/BF16 weights: in f32, against the activations as they are) with the
+//! best kernel the CPU has ([`Isa::detect`]): AVX2+FMA+F16C on x86-64,
 //! otherwise the portable [`scalar`] code. Work is split over candle's barrier pool
 //! (see `pool.rs`), weight rows per task, and during prefill each weight row is
 //! decoded once for four activation rows. [`attention`] is the fused causal attention
 //! the CPU decoder uses.
 //!
-//! Supported weight types: [`WeightType::ALL`] (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K,
-//! Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4); other GGUF types stay on candle's own matmul. The
+//! Supported weight types: [`WeightType::ALL`] (F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1,
+//! Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4); other GGUF types stay on candle's own matmul. The
 //! bytes of a weight are a [`WeightBytes`]: owned, or a window of the memory-mapped
 //! model file (no copy at load).
 //!
@@ -79,9 +80,10 @@ pub use matmul::{GEMM_MIN_ROWS, GEMM_TILE};
 
 /// Whether a matmul of `m` activation rows with `ty` weights runs in f32 — the weights
 /// dequantized a tile at a time, the activations as they are, an f32 GEMM — rather than
-/// as integer dot products against 8-bit activations. True for prefill-sized `m`
-/// ([`GEMM_MIN_ROWS`] and up) with the 32-weight block types (Q4_0, Q4_1, Q5_0,
-/// Q5_1, Q8_0, IQ4_NL, MXFP4), where it measured faster (IQ4_NL at m = 128: 40 GMAC/s
+/// as dot products against the activations in their own format. True for
+/// prefill-sized `m` ([`GEMM_MIN_ROWS`] and up) with the float types (F16, BF16) and
+/// the 32-weight block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4), where it
+/// measured faster (IQ4_NL at m = 128: 40 GMAC/s
 /// against 27 on the integer kernels, 2 AVX2 threads); the 256-weight types (k-quants,
 /// IQ4_XS) stay on their integer kernels.
 ///
@@ -91,7 +93,7 @@ pub use matmul::{GEMM_MIN_ROWS, GEMM_TILE};
 /// assert!(!f32_path(WeightType::Q6K, 128));
 /// ```
 pub fn f32_path(ty: WeightType, m: usize) -> bool {
-    m >= GEMM_MIN_ROWS && ty.act_kind() == formats::ActKind::Blocks32
+    m >= GEMM_MIN_ROWS && matches!(ty.act_kind(), formats::ActKind::Blocks32 | formats::ActKind::Floats)
 }
 
 /// The instruction set the kernels run with.
@@ -156,6 +158,15 @@ mod dispatch {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => |x, o| unsafe { super::activation::quantize_256_avx2(x, o) },
             _ => super::activation::quantize_256_portable,
+        }
+    }
+
+    pub(super) fn dot_floats_for(isa: Isa) -> DotFn<f32> {
+        match isa {
+            // SAFETY: as above.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => |t, w, x, o| unsafe { super::avx2::dot_floats_rows(t, w, x, o) },
+            _ => super::scalar::dot_floats,
         }
     }
 

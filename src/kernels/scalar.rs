@@ -4,7 +4,7 @@
 //! opinion on the SIMD ones.
 
 use super::activation::{Q8x256, Q8x32};
-use super::formats::{f16_at, iq4xs_scale, scale_min_k4, table_block, WeightType, IQ4_VALUES};
+use super::formats::{f16_at, float_at, iq4xs_scale, scale_min_k4, table_block, WeightType, IQ4_VALUES};
 
 /// A 32-weight block as `w = d·code + m`.
 #[inline]
@@ -148,5 +148,27 @@ pub fn dot256(ty: WeightType, w: &[u8], xs: &[&[Q8x256]], out: &mut [f32]) {
             }
             *o += a.d * (d * sumi as f32 - dmin * summ as f32);
         }
+    }
+}
+
+/// `out[r] = w · xs[r]` for a row `w` of F16 or BF16 weights and f32 activation rows,
+/// with eight partial sums per row (so the compiler can vectorize it).
+pub fn dot_floats(ty: WeightType, w: &[u8], xs: &[&[f32]], out: &mut [f32]) {
+    let k = w.len() / 2;
+    let mut lanes = [[0f32; 8]; super::MAX_ROWS];
+    let mut wv = [0f32; 8];
+    let full = k / 8 * 8;
+    for i in (0..full).step_by(8) {
+        for (l, v) in wv.iter_mut().enumerate() {
+            *v = float_at(ty, w, i + l);
+        }
+        for (x, acc) in xs.iter().zip(lanes.iter_mut()) {
+            for l in 0..8 {
+                acc[l] += wv[l] * x[i + l];
+            }
+        }
+    }
+    for ((x, acc), o) in xs.iter().zip(&lanes).zip(out.iter_mut()) {
+        *o = acc.iter().sum::<f32>() + (full..k).map(|i| float_at(ty, w, i) * x[i]).sum::<f32>();
     }
 }

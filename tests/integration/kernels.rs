@@ -30,6 +30,7 @@ use crate::common;
 /// `x` after the kernels' 8-bit round trip.
 fn requantized(ty: WeightType, x: &[f32]) -> Vec<f32> {
     match ty.act_kind() {
+        ActKind::Floats => x.to_vec(),
         ActKind::Blocks32 => {
             let mut b = vec![Q8x32::ZERO; x.len() / 32];
             quantize_32(x, &mut b);
@@ -144,6 +145,37 @@ fn check_matmul(qw: &QWeight, deq: &[f32]) {
 }
 
 #[test]
+fn f16() {
+    check_type(WeightType::F16);
+}
+
+#[test]
+fn bf16() {
+    check_type(WeightType::BF16);
+}
+
+/// An F16 row whose length is not a multiple of 8 (the SIMD step): the tail is summed
+/// too, and F16/BF16 values are widened exactly (BF16 is the top half of an f32).
+#[test]
+fn float_rows_of_any_length() {
+    for k in [1usize, 7, 9, 33, 70] {
+        let w: Vec<f32> = (0..k).map(|i| (i as f32 - 3.0) * 0.25).collect();
+        let x: Vec<f32> = (0..k).map(|i| 1.0 + i as f32 * 0.5).collect();
+        let want: f32 = w.iter().zip(&x).map(|(a, b)| a * b).sum();
+        let f16: Vec<u8> = w.iter().flat_map(|v| half::f16::from_f32(*v).to_le_bytes()).collect();
+        let bf16: Vec<u8> = w.iter().flat_map(|v| ((v.to_bits() >> 16) as u16).to_le_bytes()).collect();
+        for (ty, bytes) in [(WeightType::F16, f16), (WeightType::BF16, bf16)] {
+            let qw = QWeight::new(ty, bytes, 1, k).unwrap();
+            for isa in [Isa::Portable, Isa::detect()] {
+                let mut y = [0f32];
+                qw.matmul_with(isa, &x, &mut y).unwrap();
+                assert!((y[0] - want).abs() <= 1e-4 * want.abs().max(1.0), "{} {isa:?} k={k}: {} vs {want}", ty.name(), y[0]);
+            }
+        }
+    }
+}
+
+#[test]
 fn q4_0() {
     check_type(WeightType::Q4_0);
 }
@@ -201,7 +233,7 @@ fn mxfp4_against_ggml() {
 #[test]
 fn every_type_is_tested() {
     // A new WeightType must get a test above: this list is the reminder.
-    assert_eq!(WeightType::ALL.len(), 11);
+    assert_eq!(WeightType::ALL.len(), 13);
 }
 
 /// Each kernel type's block layout is the one ggml's table (the GGUF reader's) and,
