@@ -5,7 +5,9 @@
 //! `h / (n_head / n_kv_head)`: scores `s_j = scale · q·k_j` (soft-capped to
 //! `c · tanh(s_j / c)` when `softcap` is `Some(c)`, Gemma 2) over the keys the query
 //! may see (key position `≤` query position, and within `window` positions of it when
-//! set), `p = softmax(s)`, output `Σ_j p_j v_j`. Work is split over (query, head)
+//! set), `p = softmax(s)`, output `Σ_j p_j v_j`. With attention sinks (gpt-oss), head
+//! `h`'s sink logit `z_h` joins the softmax's denominator only:
+//! `p_j = exp(s_j) / (Σ_k exp(s_k) + exp(z_h))`, so a head can attend to nothing. Work is split over (query, head)
 //! pairs on candle's barrier pool, the same threads the matmuls use.
 //!
 //! ```
@@ -14,6 +16,7 @@
 //! let shape = AttentionShape {
 //!     n_head: 1, n_kv_head: 1, head_dim: 2, v_head_dim: 2,
 //!     queries: 1, pos: 1, first_key: 0, keys: 2, window: None, scale: 1.0, softcap: None,
+//!     sinks: None,
 //! };
 //! let q = [0.0f32, 0.0]; // equal scores: the output is the mean of the values
 //! let k = [1.0f32, 0.0, 0.0, 1.0];
@@ -34,7 +37,7 @@ use crate::{Error, Result};
 
 /// The sizes and positions of one attention call.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct AttentionShape {
+pub struct AttentionShape<'a> {
     /// Query heads.
     pub n_head: usize,
     /// Key/value heads (divides `n_head`).
@@ -58,9 +61,12 @@ pub struct AttentionShape {
     /// Soft cap of the scaled scores: `c · tanh(s / c)` (Gemma 2's
     /// `attn_logit_softcapping`), `None` for none.
     pub softcap: Option<f32>,
+    /// One logit per query head that joins the softmax's denominator and has no value
+    /// (gpt-oss's `attn_sinks`; not scaled), `None` for none.
+    pub sinks: Option<&'a [f32]>,
 }
 
-impl AttentionShape {
+impl AttentionShape<'_> {
     /// One score from `q·k`: scaled, then soft-capped if set.
     #[inline]
     pub fn score(&self, qk: f32) -> f32 {
@@ -110,8 +116,8 @@ impl Strided<'_> {
 ///
 /// # Errors
 /// [`Error::InvalidParameter`] if the head counts do not divide, a view does not cover
-/// its shape, `out` has the wrong length, or a query sees no key at all (its own
-/// position must be among the keys).
+/// its shape, `out` has the wrong length, `sinks` is not one per query head, or a
+/// query sees no key at all (its own position must be among the keys).
 pub fn attention(shape: &AttentionShape, q: Strided, k: Strided, v: Strided, out: &mut [f32]) -> Result<()> {
     let s = *shape;
     let bad = |reason: String| Error::InvalidParameter { name: "attention", reason };
@@ -126,6 +132,9 @@ pub fn attention(shape: &AttentionShape, q: Strided, k: Strided, v: Strided, out
     }
     if out.len() != s.queries * s.n_head * s.v_head_dim {
         return Err(bad(format!("output of {} for {s:?}", out.len())));
+    }
+    if s.sinks.is_some_and(|z| z.len() != s.n_head) {
+        return Err(bad(format!("{} sink logits for {} query heads", s.sinks.map_or(0, <[f32]>::len), s.n_head)));
     }
     let last_query = s.pos + s.queries.saturating_sub(1);
     if s.queries > 0 && (s.keys == 0 || s.first_key > s.pos || s.first_key + s.keys <= last_query) {
@@ -145,13 +154,14 @@ pub fn attention(shape: &AttentionShape, q: Strided, k: Strided, v: Strided, out
         let (j0, j1) = (lo - s.first_key, qp - s.first_key + 1);
         let qr = q.row(h, i, s.head_dim);
         scores.clear();
-        let mut max = f32::NEG_INFINITY;
+        let sink = s.sinks.map(|z| z[h]);
+        let mut max = sink.unwrap_or(f32::NEG_INFINITY);
         for j in j0..j1 {
             let sc = s.score(dot(qr, k.row(kvh, j, s.head_dim)));
             max = max.max(sc);
             scores.push(sc);
         }
-        let mut sum = 0f32;
+        let mut sum = sink.map_or(0.0, |z| (z - max).exp());
         for sc in scores.iter_mut() {
             *sc = (*sc - max).exp();
             sum += *sc;

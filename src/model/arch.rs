@@ -22,6 +22,10 @@ pub enum Activation {
     Silu,
     /// GELU, tanh approximation (GeGLU).
     GeluTanh,
+    /// gpt-oss's clamped SwiGLU: `g' = min(g, 7)`, `u' = clamp(u, -7, 7)`,
+    /// `g' · σ(1.702 · g') · (u' + 1)` (the constants are fixed, as in llama.cpp's
+    /// `swiglu_oai`).
+    SwigluOai,
 }
 
 /// Interleaved sliding-window attention.
@@ -32,6 +36,9 @@ pub struct SlidingWindow {
     /// RoPE base of the windowed (local) layers; `None`: `{arch}.rope.freq_base_swa`
     /// when the file records it, else the global base.
     pub local_rope_base: Option<f32>,
+    /// The windowed layers' RoPE is scaled (linear or YaRN) as the global layers' is
+    /// (gpt-oss); otherwise it is unscaled (Gemma).
+    pub local_rope_scaled: bool,
 }
 
 /// The per-architecture facts the generic decoder needs.
@@ -55,6 +62,9 @@ pub struct ArchSpec {
     /// RMS-normalise each block's input before attention and before the FFN
     /// (`attn_norm`, `ffn_norm`); OLMo 2 normalises only the outputs.
     pub pre_norms: bool,
+    /// The name of the FFN's input norm tensor, `blk.N.{ffn_norm}.weight`
+    /// (`ffn_norm`; gpt-oss calls it `post_attention_norm`).
+    pub ffn_norm: &'static str,
     /// Apply the file's attention and final-logit soft caps (Gemma 2).
     pub softcapping: bool,
     /// In a mixture-of-experts FFN (detected: `ffn_gate_inp`), rescale the chosen
@@ -64,7 +74,7 @@ pub struct ArchSpec {
 
 /// Architectures toolgate can load, for error messages.
 pub const SUPPORTED: &[&str] =
-    &["llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "granite", "smollm3", "gemma2", "olmo2"];
+    &["llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "granite", "smollm3", "gemma2", "olmo2", "gpt-oss"];
 
 /// The spec for a `general.architecture` value, or `None` if unsupported.
 ///
@@ -84,6 +94,7 @@ pub fn spec_for(arch: &str) -> Option<ArchSpec> {
         sliding_window: None,
         no_rope_every: None,
         pre_norms: true,
+        ffn_norm: "ffn_norm",
         softcapping: false,
         moe_norm_topk: false,
     };
@@ -105,7 +116,11 @@ pub fn spec_for(arch: &str) -> Option<ArchSpec> {
             activation: Activation::GeluTanh,
             embed_scale: true,
             sandwich_norms: true,
-            sliding_window: Some(SlidingWindow { pattern: 6, local_rope_base: Some(10_000.0) }),
+            sliding_window: Some(SlidingWindow {
+                pattern: 6,
+                local_rope_base: Some(10_000.0),
+                local_rope_scaled: false,
+            }),
             ..base
         },
         // Gemma 2: as Gemma 3 without Q/K norms, every other layer windowed, attention
@@ -115,7 +130,7 @@ pub fn spec_for(arch: &str) -> Option<ArchSpec> {
             activation: Activation::GeluTanh,
             embed_scale: true,
             sandwich_norms: true,
-            sliding_window: Some(SlidingWindow { pattern: 2, local_rope_base: None }),
+            sliding_window: Some(SlidingWindow { pattern: 2, local_rope_base: None, local_rope_scaled: false }),
             softcapping: true,
             ..base
         },
@@ -125,7 +140,7 @@ pub fn spec_for(arch: &str) -> Option<ArchSpec> {
             name: "olmo2",
             sandwich_norms: true,
             pre_norms: false,
-            sliding_window: Some(SlidingWindow { pattern: 4, local_rope_base: None }),
+            sliding_window: Some(SlidingWindow { pattern: 4, local_rope_base: None, local_rope_scaled: false }),
             ..base
         },
         // Granite 3.x: llama's layout; its embedding, residual, attention and logit
@@ -133,6 +148,17 @@ pub fn spec_for(arch: &str) -> Option<ArchSpec> {
         "granite" => ArchSpec { name: "granite", rope: RopeStyle::Interleaved, ..base },
         // SmolLM3: llama's layout, every 4th layer without RoPE.
         "smollm3" => ArchSpec { name: "smollm3", rope: RopeStyle::Interleaved, no_rope_every: Some(4), ..base },
+        // gpt-oss: a mixture of experts (router and experts with biases, softmax over
+        // the chosen experts' logits, clamped SwiGLU), attention sinks (detected),
+        // every other layer windowed starting with the first, YaRN on every layer.
+        "gpt-oss" => ArchSpec {
+            name: "gpt-oss",
+            activation: Activation::SwigluOai,
+            sliding_window: Some(SlidingWindow { pattern: 2, local_rope_base: None, local_rope_scaled: true }),
+            ffn_norm: "post_attention_norm",
+            moe_norm_topk: true,
+            ..base
+        },
         _ => return None,
     })
 }

@@ -24,7 +24,7 @@ pub(super) fn attend(q: &Tensor, k: &Tensor, v: &Tensor, shape: AttentionShape) 
 }
 
 /// The fused kernel as a candle op (CPU only).
-struct Fused(AttentionShape);
+struct Fused<'a>(AttentionShape<'a>);
 
 /// A `(1, heads, rows, width)` CPU f32 tensor as a [`Strided`] view.
 fn strided<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> candle_core::Result<Strided<'a>> {
@@ -36,7 +36,7 @@ fn strided<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> candle_core::Result
     Ok(Strided { data: &data[l.start_offset()..], head_stride: stride[1], row_stride: stride[2] })
 }
 
-impl CustomOp3 for Fused {
+impl CustomOp3 for Fused<'_> {
     fn name(&self) -> &'static str {
         "toolgate-attention"
     }
@@ -83,7 +83,16 @@ fn with_candle_ops(q: &Tensor, k: &Tensor, v: &Tensor, s: AttentionShape) -> Res
     } else {
         scores
     };
-    let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+    let probs = match s.sinks {
+        // The sinks as one more key column whose probability is dropped.
+        Some(z) => {
+            let z =
+                Tensor::from_slice(z, (1, s.n_head, 1, 1), q.device())?.broadcast_as((1, s.n_head, s.queries, 1))?;
+            let with_sinks = Tensor::cat(&[&scores, &z.to_dtype(scores.dtype())?], 3)?.contiguous()?;
+            candle_nn::ops::softmax_last_dim(&with_sinks)?.narrow(3, 0, s.keys)?.contiguous()?
+        }
+        None => candle_nn::ops::softmax_last_dim(&scores)?,
+    };
     let o = probs.matmul(&v)?; // (1, h, t, dv)
     Ok(o.transpose(1, 2)?.reshape((1, s.queries, s.n_head * s.v_head_dim))?)
 }

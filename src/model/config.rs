@@ -27,6 +27,8 @@ pub struct Hyperparams {
     /// Linear RoPE scaling factor for global layers (`{arch}.rope.scaling.factor` with
     /// type `linear`), 1.0 if none.
     pub rope_linear_scale: f32,
+    /// YaRN context extension (`{arch}.rope.scaling.type` = `yarn`), if any.
+    pub rope_yarn: Option<Yarn>,
     /// Training context length (`{arch}.context_length`).
     pub context_length: usize,
     /// Sliding attention window (`{arch}.attention.sliding_window`), if any.
@@ -38,6 +40,53 @@ pub struct Hyperparams {
     /// The multipliers some families train with (Granite), each read when present and
     /// applied whatever the architecture, as llama.cpp does.
     pub scales: Scales,
+}
+
+/// YaRN RoPE scaling, as llama.cpp applies it: low-frequency pairs are interpolated by
+/// `1/factor`, high-frequency ones kept, a linear ramp between (pairs whose wavelength
+/// fits 32 to 1 times in `original_context`), and cos/sin multiplied by `mscale`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Yarn {
+    /// Context extension factor (`{arch}.rope.scaling.factor`).
+    pub factor: f32,
+    /// The context the model was trained with before extension
+    /// (`{arch}.rope.scaling.original_context_length`, default the context length).
+    pub original_context: usize,
+    /// `{arch}.rope.scaling.attn_factor` (default 1) times `1 + 0.1·ln(factor)` for a
+    /// factor above 1: the magnitude of cos and sin.
+    pub mscale: f32,
+}
+
+impl Yarn {
+    /// The rotation frequencies of pairs `0..rope_dim/2` with RoPE base `base`, YaRN
+    /// applied (llama.cpp's `ggml_rope_yarn_corr_dims` and `rope_yarn` with
+    /// `beta_fast = 32`, `beta_slow = 1`, `ext_factor = 1`).
+    ///
+    /// ```
+    /// use toolgate::model::config::Yarn;
+    /// let y = Yarn { factor: 4.0, original_context: 4096, mscale: 1.0 };
+    /// let f = y.frequencies(10_000.0, 64);
+    /// assert_eq!(f[0], 1.0); // the fastest pair is kept as it is
+    /// let plain = 1.0 / 10_000f32.powf(62.0 / 64.0);
+    /// assert!((f[31] - plain / 4.0).abs() < 1e-9); // the slowest is interpolated
+    /// ```
+    pub fn frequencies(&self, base: f32, rope_dim: usize) -> Vec<f32> {
+        let n = rope_dim as f32;
+        let corr = |rotations: f32| {
+            n * (self.original_context as f32 / (rotations * 2.0 * std::f32::consts::PI)).ln() / (2.0 * base.ln())
+        };
+        let low = corr(32.0).floor().max(0.0);
+        let high = corr(1.0).ceil().min(n - 1.0);
+        let scale = 1.0 / self.factor;
+        (0..rope_dim / 2)
+            .map(|k| {
+                let extrapolated = 1.0 / base.powf(2.0 * k as f32 / n);
+                let y = (k as f32 - low) / (high - low).max(0.001);
+                let mix = 1.0 - y.clamp(0.0, 1.0);
+                extrapolated * (scale * (1.0 - mix) + mix)
+            })
+            .collect()
+    }
 }
 
 /// The expert counts of a mixture-of-experts FFN.
@@ -120,9 +169,27 @@ impl Hyperparams {
         if rope_dim > head_dim || rope_dim % 2 != 0 {
             return Err(bad("rope.dimension_count", format!("{rope_dim} rotated dims for head width {head_dim}")));
         }
-        let rope_linear_scale = match gguf.opt_string(&k("rope.scaling.type"))? {
-            Some("linear") => gguf.opt_f32(&k("rope.scaling.factor"))?.unwrap_or(1.0),
+        let context_length = gguf.opt_u32(&k("context_length"))?.map(|x| x as usize).unwrap_or(2048);
+        let scaling = gguf.opt_string(&k("rope.scaling.type"))?;
+        let factor = nonzero(gguf.opt_f32(&k("rope.scaling.factor"))?);
+        let rope_linear_scale = match scaling {
+            Some("linear") => factor.unwrap_or(1.0),
             _ => 1.0,
+        };
+        let rope_yarn = match (scaling, factor) {
+            (Some("yarn"), Some(factor)) if factor > 0.0 => {
+                let attn_factor = nonzero(gguf.opt_f32(&k("rope.scaling.attn_factor"))?).unwrap_or(1.0);
+                Some(Yarn {
+                    factor,
+                    original_context: gguf
+                        .opt_u32(&k("rope.scaling.original_context_length"))?
+                        .map(|x| x as usize)
+                        .filter(|&c| c > 0)
+                        .unwrap_or(context_length),
+                    mscale: if factor > 1.0 { attn_factor * (1.0 + 0.1 * factor.ln()) } else { attn_factor },
+                })
+            }
+            _ => None,
         };
         let mut scales = Scales {
             embedding: nonzero(gguf.opt_f32(&k("embedding_scale"))?),
@@ -159,7 +226,8 @@ impl Hyperparams {
             rope_base: gguf.opt_f32(&k("rope.freq_base"))?.unwrap_or(10_000.0),
             rope_dim,
             rope_linear_scale,
-            context_length: gguf.opt_u32(&k("context_length"))?.map(|x| x as usize).unwrap_or(2048),
+            rope_yarn,
+            context_length,
             sliding_window: gguf.opt_u32(&k("attention.sliding_window"))?.map(|x| x as usize).filter(|&w| w > 0),
             rope_base_swa: gguf.opt_f32(&k("rope.freq_base_swa"))?,
             experts,

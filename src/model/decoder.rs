@@ -17,7 +17,7 @@ use candle_core::{DType, Device, Tensor, D};
 
 use super::arch::{Activation, ArchSpec, RopeStyle};
 use super::attention::{attend, soft_cap};
-use super::config::Hyperparams;
+use super::config::{Hyperparams, Yarn};
 use super::kv_cache::KvCache;
 use super::qlinear::QLinear;
 use crate::gguf::GgufFile;
@@ -60,27 +60,54 @@ struct Moe {
     norm_topk: bool,
 }
 
+/// A projection on toolgate's kernels with its bias as plain floats.
+type KernelPart<'a> = (&'a crate::kernels::QWeight, Option<Vec<f32>>);
+
 impl Ffn {
     /// `(gate_up, down)` when a gated FFN runs on toolgate's kernels with gate and up
     /// stacked: what a MoE expert runs on plain rows.
-    fn kernel_weights(&self) -> Option<(&crate::kernels::QWeight, &crate::kernels::QWeight)> {
-        match self {
-            Ffn::FusedGateUp { gate_up, down } => Some((gate_up.kernel_weight()?, down.kernel_weight()?)),
-            _ => None,
+    fn kernel_weights(&self) -> Result<Option<(KernelPart<'_>, KernelPart<'_>)>> {
+        let Ffn::FusedGateUp { gate_up, down } = self else { return Ok(None) };
+        let (Some((gu, gu_bias)), Some((d, d_bias))) = (gate_up.kernel_parts(), down.kernel_parts()) else {
+            return Ok(None);
+        };
+        let plain = |b: Option<&Tensor>| b.map(|b| b.to_dtype(DType::F32)?.to_vec1::<f32>()).transpose();
+        Ok(Some(((gu, plain(gu_bias)?), (d, plain(d_bias)?))))
+    }
+}
+
+/// The gated FFN activation of one gate value `g` and up value `u`, as candle's
+/// `silu` and `gelu` (tanh form) compute it for the first two.
+#[inline]
+fn glu(activation: Activation, g: f32, u: f32) -> f32 {
+    match activation {
+        Activation::Silu => g / (1.0 + (-g).exp()) * u,
+        Activation::GeluTanh => {
+            let c = (2.0f32 / std::f32::consts::PI).sqrt();
+            0.5 * g * (1.0 + (c * (g + 0.044_715 * g * g * g)).tanh()) * u
+        }
+        Activation::SwigluOai => {
+            let g = g.min(OAI_LIMIT);
+            g / (1.0 + (-OAI_ALPHA * g).exp()) * (u.clamp(-OAI_LIMIT, OAI_LIMIT) + 1.0)
         }
     }
 }
 
-/// The FFN activation of one value, as candle's `silu` and `gelu` (tanh form) compute it.
-#[inline]
-fn activate(activation: Activation, x: f32) -> f32 {
-    match activation {
-        Activation::Silu => x / (1.0 + (-x).exp()),
-        Activation::GeluTanh => {
-            let c = (2.0f32 / std::f32::consts::PI).sqrt();
-            0.5 * x * (1.0 + (c * (x + 0.044_715 * x * x * x)).tanh())
+/// [`Activation::SwigluOai`]'s constants.
+const OAI_ALPHA: f32 = 1.702;
+const OAI_LIMIT: f32 = 7.0;
+
+/// [`glu`] on tensors `g`, `u` of one shape.
+fn glu_tensors(activation: Activation, g: &Tensor, u: &Tensor) -> Result<Tensor> {
+    Ok(match activation {
+        Activation::Silu => (candle_nn::ops::silu(g)? * u)?,
+        Activation::GeluTanh => (g.gelu()? * u)?,
+        Activation::SwigluOai => {
+            let g = g.minimum(OAI_LIMIT as f64)?;
+            let s = candle_nn::ops::sigmoid(&(&g * OAI_ALPHA as f64)?)?;
+            ((g * s)? * (u.clamp(-OAI_LIMIT, OAI_LIMIT)? + 1.0)?)?
         }
-    }
+    })
 }
 
 #[derive(Debug)]
@@ -99,6 +126,8 @@ struct Layer {
     post_ffn_norm: Option<Tensor>,
     /// Attend only to the last `window` positions.
     window: Option<usize>,
+    /// One attention-sink logit per query head (gpt-oss's `attn_sinks`), if any.
+    sinks: Option<Vec<f32>>,
     /// Index into `Decoder::rope_tables`; `None` for a layer without RoPE.
     rope: Option<usize>,
     /// One cache per slot.
@@ -111,6 +140,8 @@ struct Layer {
 #[derive(Debug)]
 struct RopeTable {
     inv_freq: Vec<f32>,
+    /// cos and sin are multiplied by this (YaRN's magnitude; 1 otherwise).
+    mscale: f32,
 }
 
 impl RopeTable {
@@ -121,8 +152,8 @@ impl RopeTable {
         for p in positions {
             for f in &self.inv_freq {
                 let a = p as f32 * f;
-                cos.push(a.cos());
-                sin.push(a.sin());
+                cos.push(a.cos() * self.mscale);
+                sin.push(a.sin() * self.mscale);
             }
         }
         Ok((Tensor::from_vec(cos, (t, half), device)?, Tensor::from_vec(sin, (t, half), device)?))
@@ -193,9 +224,17 @@ impl Loader<'_> {
         QLinear::new(self.qtensor(name)?, bias).map_err(|e| self.bad(name, e))
     }
 
-    /// Matrix `e` of a stacked `(n, rows, cols)` expert tensor, as a projection (a
-    /// window of the mapped tensor).
+    /// Matrix `e` of a stacked `(n, rows, cols)` expert tensor `{name}.weight`, as a
+    /// projection (a window of the mapped tensor), with row `e` of `{name}.bias`
+    /// `(n, rows)` as its bias when the file has one (gpt-oss).
     fn expert(&self, name: &str, e: usize, n: usize) -> Result<QLinear> {
+        let bias_name = format!("{name}.bias");
+        let bias = match self.opt_f32(&bias_name)? {
+            Some(b) if b.dims().first() == Some(&n) && b.rank() == 2 => Some(b.get(e)?),
+            Some(b) => return Err(self.bad(&bias_name, format!("shape {:?} is not (experts, rows)", b.dims()))),
+            None => None,
+        };
+        let name = &format!("{name}.weight");
         let info = self.gguf.tensor_info(name).ok_or_else(|| self.bad(name, "missing"))?;
         let [count, rows, cols] = info.dims[..] else {
             return Err(self.bad(name, format!("shape {:?} is not (experts, rows, columns)", info.dims)));
@@ -205,7 +244,10 @@ impl Loader<'_> {
         }
         let per = info.byte_len() as usize / count;
         let bytes = self.gguf.tensor_data(name)?.slice(e * per..(e + 1) * per).map_err(|err| self.bad(name, err))?;
-        self.projection(name, info.ty, bytes, rows, cols, None)
+        if bias.as_ref().is_some_and(|b| b.elem_count() != rows) {
+            return Err(self.bad(&bias_name, format!("bias rows differ from the weight's {rows}")));
+        }
+        self.projection(name, info.ty, bytes, rows, cols, bias)
     }
 
     /// `bytes`, a `(rows, cols)` matrix of type `ty` (all or part of tensor `name`), as
@@ -239,9 +281,9 @@ impl Loader<'_> {
         self.expect_width(&p("ffn_gate_inp.weight"), &router, hp.n_embd, ex.count)?;
         let mut experts = Vec::with_capacity(ex.count);
         for e in 0..ex.count {
-            let gate = self.expert(&p("ffn_gate_exps.weight"), e, ex.count)?;
-            let up = self.expert(&p("ffn_up_exps.weight"), e, ex.count)?;
-            let down = self.expert(&p("ffn_down_exps.weight"), e, ex.count)?;
+            let gate = self.expert(&p("ffn_gate_exps"), e, ex.count)?;
+            let up = self.expert(&p("ffn_up_exps"), e, ex.count)?;
+            let down = self.expert(&p("ffn_down_exps"), e, ex.count)?;
             self.expect_width(&p("ffn_gate_exps.weight"), &gate, hp.n_embd, up.out_features())?;
             self.expect_width(&p("ffn_down_exps.weight"), &down, up.out_features(), hp.n_embd)?;
             experts.push(match QLinear::stack(&[&gate, &up])? {
@@ -311,10 +353,14 @@ impl Decoder {
         let freq_factors = ld.opt_f32("rope_freqs.weight")?;
         let mut rope_tables = Vec::new();
         let max_context = max_context.min(hp.context_length).max(1);
-        rope_tables.push(rope_table(&hp, hp.rope_base, hp.rope_linear_scale, freq_factors.as_ref())?);
-        let local_rope = spec.sliding_window.map(|sw| sw.local_rope_base.or(hp.rope_base_swa).unwrap_or(hp.rope_base));
-        if let Some(base) = local_rope {
-            rope_tables.push(rope_table(&hp, base, 1.0, None)?);
+        let yarn = hp.rope_yarn.as_ref();
+        rope_tables.push(rope_table(&hp, hp.rope_base, hp.rope_linear_scale, yarn, freq_factors.as_ref())?);
+        if let Some(sw) = spec.sliding_window {
+            let base = sw.local_rope_base.or(hp.rope_base_swa).unwrap_or(hp.rope_base);
+            rope_tables.push(match sw.local_rope_scaled {
+                true => rope_table(&hp, base, hp.rope_linear_scale, yarn, None)?,
+                false => rope_table(&hp, base, 1.0, None, None)?,
+            });
         }
 
         let mut layers = Vec::with_capacity(hp.n_layer);
@@ -358,8 +404,9 @@ impl Decoder {
             let (attn_norm, ffn_norm) = if spec.pre_norms {
                 let attn_norm = ld.f32(&p("attn_norm.weight"))?;
                 ld.expect_norm(&p("attn_norm.weight"), &attn_norm, hp.n_embd)?;
-                let ffn_norm = ld.f32(&p("ffn_norm.weight"))?;
-                ld.expect_norm(&p("ffn_norm.weight"), &ffn_norm, hp.n_embd)?;
+                let ffn_norm_name = p(&format!("{}.weight", spec.ffn_norm));
+                let ffn_norm = ld.f32(&ffn_norm_name)?;
+                ld.expect_norm(&ffn_norm_name, &ffn_norm, hp.n_embd)?;
                 (Some(attn_norm), Some(ffn_norm))
             } else {
                 (None, None)
@@ -382,6 +429,13 @@ impl Decoder {
             } else {
                 (None, None)
             };
+            let sinks = match ld.opt_f32(&p("attn_sinks.weight"))? {
+                Some(z) => {
+                    ld.expect_norm(&p("attn_sinks.weight"), &z, hp.n_head)?;
+                    Some(z.to_vec1::<f32>()?)
+                }
+                None => None,
+            };
             let is_local = match spec.sliding_window {
                 Some(sw) => (i + 1) % sw.pattern != 0,
                 None => false,
@@ -398,6 +452,7 @@ impl Decoder {
                 ffn,
                 post_ffn_norm,
                 window: if is_local { hp.sliding_window } else { None },
+                sinks,
                 rope: match spec.no_rope_every {
                     Some(n) if (i + 1) % n == 0 => None,
                     _ => Some(if is_local { 1 } else { 0 }),
@@ -690,18 +745,14 @@ impl Decoder {
 
 /// A feed-forward block on `h` `(1, t, n_embd)` → `(1, t, n_embd)`.
 fn ffn_forward(ffn: &Ffn, activation: Activation, h: &Tensor) -> Result<Tensor> {
-    let act = |g: &Tensor| -> Result<Tensor> {
-        Ok(match activation {
-            Activation::Silu => candle_nn::ops::silu(g)?,
-            Activation::GeluTanh => g.gelu()?,
-        })
-    };
     Ok(match ffn {
-        Ffn::GateUp { gate, up, down } => down.forward(&(act(&gate.forward(h)?)? * up.forward(h)?)?)?,
+        Ffn::GateUp { gate, up, down } => {
+            down.forward(&glu_tensors(activation, &gate.forward(h)?, &up.forward(h)?)?)?
+        }
         Ffn::FusedGateUp { gate_up, down } => {
             let gu = gate_up.forward(h)?;
             let half = gu.dim(D::Minus1)? / 2;
-            down.forward(&(act(&gu.narrow(2, 0, half)?)? * gu.narrow(2, half, half)?)?)?
+            down.forward(&glu_tensors(activation, &gu.narrow(2, 0, half)?, &gu.narrow(2, half, half)?)?)?
         }
         Ffn::Moe(moe) => moe_forward(moe, activation, h)?,
     })
@@ -740,8 +791,8 @@ fn moe_forward(moe: &Moe, activation: Activation, h: &Tensor) -> Result<Tensor> 
             continue;
         }
         // The expert's output rows, in `routed` order.
-        let y: Vec<f32> = match expert.kernel_weights() {
-            Some((gate_up, down)) => {
+        let y: Vec<f32> = match expert.kernel_weights()? {
+            Some(((gate_up, gate_up_bias), (down, down_bias))) => {
                 let h_rows = match &mut h_rows {
                     Some(rows) => rows,
                     None => h_rows.insert(h.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?),
@@ -755,15 +806,17 @@ fn moe_forward(moe: &Moe, activation: Activation, h: &Tensor) -> Result<Tensor> 
                 let ff = ff2 / 2;
                 let mut gu = vec![0f32; m * ff2];
                 gate_up.matmul(&x, &mut gu)?;
+                add_bias(&mut gu, gate_up_bias.as_deref());
                 let mut a = vec![0f32; m * ff];
                 for (arow, gurow) in a.chunks_exact_mut(ff).zip(gu.chunks_exact(ff2)) {
                     let (g, u) = gurow.split_at(ff);
                     for ((a, &g), &u) in arow.iter_mut().zip(g).zip(u) {
-                        *a = activate(activation, g) * u;
+                        *a = glu(activation, g, u);
                     }
                 }
                 let mut y = vec![0f32; m * width];
                 down.matmul(&a, &mut y)?;
+                add_bias(&mut y, down_bias.as_deref());
                 y
             }
             None => {
@@ -780,6 +833,15 @@ fn moe_forward(moe: &Moe, activation: Activation, h: &Tensor) -> Result<Tensor> 
         }
     }
     Ok(Tensor::from_vec(out, (1, t, width), h.device())?.to_dtype(h.dtype())?)
+}
+
+/// Add `bias` (one row's width) to every row of `rows`.
+fn add_bias(rows: &mut [f32], bias: Option<&[f32]>) {
+    if let Some(b) = bias {
+        for row in rows.chunks_exact_mut(b.len()) {
+            row.iter_mut().zip(b).for_each(|(y, b)| *y += b);
+        }
+    }
 }
 
 /// One sequence's attention in one layer: append `k`, `v` `(1, n_kv_head, t, d)` at
@@ -819,23 +881,31 @@ fn layer_attention(
         window: layer.window,
         scale: hp.scales.attention.unwrap_or((1.0 / (hp.head_dim as f64).sqrt()) as f32),
         softcap: hp.scales.attention_softcap,
+        sinks: layer.sinks.as_deref(),
     };
     attend(q, &k_all, &v_all, shape)
 }
 
-fn rope_table(hp: &Hyperparams, base: f32, linear_scale: f32, freq_factors: Option<&Tensor>) -> Result<RopeTable> {
+/// The RoPE frequencies of base `base`: plain, divided by `linear_scale`, or YaRN's;
+/// each divided by its `rope_freqs` factor when the file has them (Llama 3.1+).
+fn rope_table(
+    hp: &Hyperparams,
+    base: f32,
+    linear_scale: f32,
+    yarn: Option<&Yarn>,
+    freq_factors: Option<&Tensor>,
+) -> Result<RopeTable> {
     let half = hp.rope_dim / 2;
     let factors: Option<Vec<f32>> = freq_factors.map(|f| f.to_vec1::<f32>()).transpose()?;
-    let inv_freq: Vec<f32> = (0..half)
-        .map(|i| {
-            let f = 1.0 / base.powf(2.0 * i as f32 / hp.rope_dim as f32) / linear_scale;
-            match &factors {
-                Some(ff) if i < ff.len() => f / ff[i],
-                _ => f,
-            }
-        })
-        .collect();
-    Ok(RopeTable { inv_freq })
+    let plain = || (0..half).map(|i| 1.0 / base.powf(2.0 * i as f32 / hp.rope_dim as f32) / linear_scale).collect();
+    let mut inv_freq: Vec<f32> = match yarn {
+        Some(y) => y.frequencies(base, hp.rope_dim),
+        None => plain(),
+    };
+    if let Some(ff) = &factors {
+        inv_freq.iter_mut().zip(ff).for_each(|(f, ff)| *f /= ff);
+    }
+    Ok(RopeTable { inv_freq, mscale: yarn.map_or(1.0, |y| y.mscale) })
 }
 
 fn apply_rope(x: &Tensor, (cos, sin): &(Tensor, Tensor), rope_dim: usize, style: RopeStyle) -> Result<Tensor> {

@@ -153,12 +153,13 @@ impl QLinear {
         }
     }
 
-    /// The weight as toolgate's kernels hold it, when they run it and there is no bias
-    /// (callers that work on plain `f32` rows, such as the MoE experts, use it directly).
-    pub fn kernel_weight(&self) -> Option<&QWeight> {
-        match (&self.weight, &self.bias) {
-            (Weight::Kernels(w), None) => Some(w),
-            _ => None,
+    /// The weight as toolgate's kernels hold it and the bias, when the kernels run it
+    /// (callers that work on plain `f32` rows, such as the MoE experts, use them
+    /// directly).
+    pub fn kernel_parts(&self) -> Option<(&QWeight, Option<&Tensor>)> {
+        match &self.weight {
+            Weight::Kernels(w) => Some((w, self.bias.as_ref())),
+            Weight::Candle(_) => None,
         }
     }
 

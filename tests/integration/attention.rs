@@ -73,9 +73,10 @@ fn reference(s: &AttentionShape, q: &Cache, k: &Cache, v: &Cache) -> Vec<f64> {
                     }
                 })
                 .collect();
-            let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let sink = s.sinks.map(|z| z[h] as f64);
+            let max = scores.iter().cloned().fold(sink.unwrap_or(f64::NEG_INFINITY), f64::max);
             let e: Vec<f64> = scores.iter().map(|x| (x - max).exp()).collect();
-            let sum: f64 = e.iter().sum();
+            let sum: f64 = e.iter().sum::<f64>() + sink.map_or(0.0, |z| (z - max).exp());
             let o = &mut out[(i * s.n_head + h) * s.v_head_dim..][..s.v_head_dim];
             for (p, &j) in e.iter().zip(&visible) {
                 for (oc, vc) in o.iter_mut().zip(v.at(kvh, j)) {
@@ -89,7 +90,7 @@ fn reference(s: &AttentionShape, q: &Cache, k: &Cache, v: &Cache) -> Vec<f64> {
 
 #[allow(clippy::too_many_arguments)]
 fn check(n_head: usize, n_kv_head: usize, d: usize, dv: usize, t: usize, pos: usize, window: Option<usize>) {
-    check_capped(n_head, n_kv_head, d, dv, t, pos, window, None)
+    check_capped(n_head, n_kv_head, d, dv, t, pos, window, None, false)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -102,6 +103,7 @@ fn check_capped(
     pos: usize,
     window: Option<usize>,
     softcap: Option<f32>,
+    with_sinks: bool,
 ) {
     let mut r = Rand(0x9E37_79B9_7F4A_7C15 ^ (n_head * 1000 + t * 10 + pos) as u64);
     let total = pos + t;
@@ -111,6 +113,8 @@ fn check_capped(
         _ => 0,
     };
     let cap = total + 7;
+    // Sink logits around the scores' size (some above, some below).
+    let sinks = with_sinks.then(|| r.vec(n_head).iter().map(|z| z * 2.0).collect::<Vec<f32>>());
     let s = AttentionShape {
         n_head,
         n_kv_head,
@@ -123,6 +127,7 @@ fn check_capped(
         window,
         scale: 1.0 / (d as f32).sqrt(),
         softcap,
+        sinks: sinks.as_deref(),
     };
     let q = Cache::new(&mut r, n_head, t, d, 0);
     let k = Cache::new(&mut r, n_kv_head, cap, d, first_key);
@@ -163,8 +168,17 @@ fn sliding_window_matches_reference() {
 /// Gemma 2's soft-capped scores (a cap small enough to bend them), decode and prefill.
 #[test]
 fn soft_capped_scores_match_reference() {
-    check_capped(4, 2, 32, 32, 1, 9, None, Some(0.7));
-    check_capped(8, 2, 64, 64, 40, 0, Some(16), Some(0.7));
+    check_capped(4, 2, 32, 32, 1, 9, None, Some(0.7), false);
+    check_capped(8, 2, 64, 64, 40, 0, Some(16), Some(0.7), false);
+}
+
+/// gpt-oss's attention sinks (a per-head logit in the denominator), decode and
+/// prefill, with a window as gpt-oss's windowed layers have.
+#[test]
+fn attention_sinks_match_reference() {
+    check_capped(4, 2, 32, 32, 1, 9, None, None, true);
+    check_capped(8, 2, 64, 64, 40, 0, Some(16), None, true);
+    check_capped(8, 8, 64, 64, 1, 0, None, None, true);
 }
 
 #[test]
@@ -181,6 +195,7 @@ fn bad_shapes_are_errors() {
         window: None,
         scale: 1.0,
         softcap: None,
+        sinks: None,
     };
     let z = [0f32; 64];
     let view = |n: usize| Strided { data: &z[..n], head_stride: 4, row_stride: 4 };
@@ -197,4 +212,7 @@ fn bad_shapes_are_errors() {
     // A query whose own position is not among the keys.
     let late = AttentionShape { pos: 3, ..s };
     assert!(attention(&late, view(8), view(4), view(4), &mut out).is_err());
+    // Sinks not one per query head.
+    let one_sink = AttentionShape { sinks: Some(&[0.5]), ..s };
+    assert!(attention(&one_sink, view(8), view(4), view(4), &mut out).is_err());
 }

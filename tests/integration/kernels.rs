@@ -169,7 +169,12 @@ fn float_rows_of_any_length() {
             for isa in [Isa::Portable, Isa::detect()] {
                 let mut y = [0f32];
                 qw.matmul_with(isa, &x, &mut y).unwrap();
-                assert!((y[0] - want).abs() <= 1e-4 * want.abs().max(1.0), "{} {isa:?} k={k}: {} vs {want}", ty.name(), y[0]);
+                assert!(
+                    (y[0] - want).abs() <= 1e-4 * want.abs().max(1.0),
+                    "{} {isa:?} k={k}: {} vs {want}",
+                    ty.name(),
+                    y[0]
+                );
             }
         }
     }
