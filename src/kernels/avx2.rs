@@ -16,7 +16,7 @@
 use std::arch::x86_64::*;
 
 use super::activation::{Q8x256, Q8x32};
-use super::formats::{e8m0_half, float_at, iq4xs_scale, scale_min_k4, WeightType, FP4_VALUES, IQ4_VALUES};
+use super::formats::{e8m0_half, float_at, iq4xs_scale, q3k_scales, scale_min_k4, WeightType, FP4_VALUES, IQ4_VALUES};
 
 const T_Q4_0: u8 = 0;
 const T_Q4_1: u8 = 1;
@@ -27,6 +27,8 @@ const T_Q5K: u8 = 5;
 const T_IQ4NL: u8 = 6;
 const T_MXFP4: u8 = 7;
 const T_Q5_1: u8 = 8;
+const T_Q2K: u8 = 9;
+const T_Q3K: u8 = 10;
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
@@ -309,6 +311,67 @@ unsafe fn dot_iq4xs<const R: usize>(w: &[u8], xs: &[&[Q8x256]], out: &mut [f32])
     }
 }
 
+/// Dot products of a Q2_K (`TY = T_Q2K`) or Q3_K row with `R` rows. Both are
+/// 2-bit codes in 32-byte runs, four 16-weight groups per run at shifts 0, 2, 4, 6;
+/// Q3_K adds a high bit, read here as `+4` on an unsigned code whose `-4` is a
+/// per-group "min" of `4·scale` (so both take `maddubs` on unsigned codes, the scales
+/// in a `madd`, and the mins against the activations' per-16 sums).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q23k<const TY: u8, const R: usize>(w: &[u8], xs: &[&[Q8x256]], out: &mut [f32]) {
+    let bb = if TY == T_Q2K { 84 } else { 110 };
+    let nb = w.len() / bb;
+    let m3 = _mm256_set1_epi8(3);
+    let four = _mm256_set1_epi8(4);
+    let mut acc = [_mm256_setzero_ps(); R];
+    let x: [*const Q8x256; R] = std::array::from_fn(|r| xs[r].as_ptr());
+    for i in 0..nb {
+        let b = &w[i * bb..(i + 1) * bb];
+        let (mut sc, mut mn) = ([0i16; 16], [0i16; 16]);
+        let (d, dmin, qs) = if TY == T_Q2K {
+            for g in 0..16 {
+                (sc[g], mn[g]) = (i16::from(b[g] & 0xF), i16::from(b[g] >> 4));
+            }
+            (f16_at(b.as_ptr().add(80)), f16_at(b.as_ptr().add(82)), b.as_ptr().add(16))
+        } else {
+            for (g, s) in q3k_scales(&b[96..108]).into_iter().enumerate() {
+                (sc[g], mn[g]) = (s as i16, 4 * s as i16);
+            }
+            let d = f16_at(b.as_ptr().add(108));
+            (d, d, b.as_ptr().add(32))
+        };
+        let high = if TY == T_Q3K { _mm256_loadu_si256(b.as_ptr() as *const __m256i) } else { _mm256_setzero_si256() };
+        let mins = _mm256_loadu_si256(mn.as_ptr() as *const __m256i);
+        let mut sumi = [_mm256_setzero_si256(); R];
+        for h in 0..2 {
+            let q = _mm256_loadu_si256(qs.add(32 * h) as *const __m256i);
+            for j in 0..4 {
+                let mut codes = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * j as i32)), m3);
+                if TY == T_Q3K {
+                    let bit = _mm256_set1_epi8((1u8 << (4 * h + j)) as i8);
+                    let set = _mm256_cmpeq_epi8(_mm256_and_si256(high, bit), bit);
+                    codes = _mm256_or_si256(codes, _mm256_and_si256(set, four));
+                }
+                let g = 8 * h + 2 * j;
+                let scales = _mm256_set_m128i(_mm_set1_epi16(sc[g + 1]), _mm_set1_epi16(sc[g]));
+                for r in 0..R {
+                    let a = (*x[r].add(i)).qs.as_ptr().add(128 * h + 32 * j);
+                    let p = _mm256_maddubs_epi16(codes, _mm256_loadu_si256(a as *const __m256i));
+                    sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(p, scales));
+                }
+            }
+        }
+        for r in 0..R {
+            let a = &*x[r].add(i);
+            let summ = _mm256_madd_epi16(_mm256_loadu_si256(a.bsums.as_ptr() as *const __m256i), mins);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(a.d * d), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(-a.d * dmin), _mm256_cvtepi32_ps(summ), acc[r]);
+        }
+    }
+    for r in 0..R {
+        *out.get_unchecked_mut(r) = hsum_ps(acc[r]);
+    }
+}
+
 /// 8 F16 (`BF = false`) or BF16 (`BF = true`) weights at `p` as f32.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
@@ -406,6 +469,8 @@ pub unsafe fn dot32_rows(ty: WeightType, w: &[u8], xs: &[&[Q8x32]], out: &mut [f
 pub unsafe fn dot256_rows(ty: WeightType, w: &[u8], xs: &[&[Q8x256]], out: &mut [f32]) {
     check(ty, w, xs, out);
     match ty {
+        WeightType::Q2K => by_rows!(dot_q23k[T_Q2K](w, xs, out)),
+        WeightType::Q3K => by_rows!(dot_q23k[T_Q3K](w, xs, out)),
         WeightType::Q4K => by_rows!(dot_q45k[T_Q4K](w, xs, out)),
         WeightType::Q5K => by_rows!(dot_q45k[T_Q5K](w, xs, out)),
         WeightType::Q6K => by_rows!(dot_q6k [] (w, xs, out)),

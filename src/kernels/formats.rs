@@ -30,6 +30,13 @@ pub enum WeightType {
     Q5_1,
     /// 32 weights: `d: f16`, 32 signed bytes; `w = q·d`.
     Q8_0,
+    /// 256 weights: 16 bytes of 4-bit scale/min pairs (one per 16 weights), 64 bytes
+    /// of 2-bit codes, `d, dmin: f16`; `w = d·sc·q - dmin·m`.
+    Q2K,
+    /// 256 weights: 32 bytes of high bits, 64 bytes of 2-bit low codes, 12 bytes of
+    /// packed 6-bit scales (one per 16 weights), `d: f16`;
+    /// `w = d·(sc - 32)·(q - (high bit ? 0 : 4))`.
+    Q3K,
     /// 256 weights: `d, dmin: f16`, 12 bytes of packed 6-bit scales/mins for 8
     /// sub-blocks of 32, 128 bytes of nibbles; `w = d·sc·q - dmin·m`.
     Q4K,
@@ -96,13 +103,15 @@ pub enum ActKind {
 
 impl WeightType {
     /// Every type, in GGML order.
-    pub const ALL: [WeightType; 13] = [
+    pub const ALL: [WeightType; 15] = [
         WeightType::F16,
         WeightType::Q4_0,
         WeightType::Q4_1,
         WeightType::Q5_0,
         WeightType::Q5_1,
         WeightType::Q8_0,
+        WeightType::Q2K,
+        WeightType::Q3K,
         WeightType::Q4K,
         WeightType::Q5K,
         WeightType::Q6K,
@@ -123,7 +132,12 @@ impl WeightType {
             | WeightType::Q8_0
             | WeightType::IQ4NL
             | WeightType::MXFP4 => 32,
-            WeightType::Q4K | WeightType::Q5K | WeightType::Q6K | WeightType::IQ4XS => 256,
+            WeightType::Q2K
+            | WeightType::Q3K
+            | WeightType::Q4K
+            | WeightType::Q5K
+            | WeightType::Q6K
+            | WeightType::IQ4XS => 256,
         }
     }
 
@@ -136,6 +150,8 @@ impl WeightType {
             WeightType::Q5_0 => 22,
             WeightType::Q5_1 => 24,
             WeightType::Q8_0 => 34,
+            WeightType::Q2K => 84,
+            WeightType::Q3K => 110,
             WeightType::Q4K => 144,
             WeightType::Q5K => 176,
             WeightType::Q6K => 210,
@@ -172,6 +188,8 @@ impl WeightType {
             WeightType::Q5_0 => 6,
             WeightType::Q5_1 => 7,
             WeightType::Q8_0 => 8,
+            WeightType::Q2K => 10,
+            WeightType::Q3K => 11,
             WeightType::Q4K => 12,
             WeightType::Q5K => 13,
             WeightType::Q6K => 14,
@@ -202,6 +220,8 @@ impl WeightType {
             WeightType::Q5_0 => "q5_0",
             WeightType::Q5_1 => "q5_1",
             WeightType::Q8_0 => "q8_0",
+            WeightType::Q2K => "q2_K",
+            WeightType::Q3K => "q3_K",
             WeightType::Q4K => "q4_K",
             WeightType::Q5K => "q5_K",
             WeightType::Q6K => "q6_K",
@@ -215,6 +235,34 @@ impl WeightType {
 #[inline]
 pub(crate) fn f16_at(b: &[u8], at: usize) -> f32 {
     f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
+}
+
+/// The 16 scales of a Q3_K block's 12 packed bytes `s`, minus 32: scale `j` has its
+/// low 4 bits in `s[j % 8]` (low nibble for `j < 8`, high nibble after) and its high 2
+/// bits in `s[8 + j % 4]` at bit `2·(j / 4)`.
+#[inline]
+pub(crate) fn q3k_scales(s: &[u8]) -> [i32; 16] {
+    std::array::from_fn(|j| {
+        let low = if j < 8 { s[j] & 0xF } else { s[j - 8] >> 4 };
+        let high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+        i32::from(low | (high << 4)) - 32
+    })
+}
+
+/// Group `g` (0..16, 16 weights each) of a Q2_K/Q3_K block reads its 2-bit codes from
+/// byte `32·(g / 8) + 16·(g % 2) + l` of the code bytes at bit `2·((g % 8) / 2)`, and
+/// (Q3_K) its high bit from byte `16·(g % 2) + l` of the high-bit bytes at bit `g / 2`.
+#[inline]
+pub(crate) fn q23k_code(ty: WeightType, b: &[u8], g: usize, l: usize) -> i32 {
+    let byte = 32 * (g / 8) + 16 * (g % 2) + l;
+    let shift = 2 * ((g % 8) / 2);
+    match ty {
+        WeightType::Q2K => i32::from((b[16 + byte] >> shift) & 3),
+        _ => {
+            let high = (b[16 * (g % 2) + l] >> (g / 2)) & 1;
+            i32::from((b[32 + byte] >> shift) & 3) - if high == 1 { 0 } else { 4 }
+        }
+    }
 }
 
 /// The 6-bit scale and min of sub-block `j` (0..8) of a Q4_K/Q5_K block's 12 packed bytes.
@@ -269,6 +317,25 @@ pub fn dequantize_block(ty: WeightType, b: &[u8], out: &mut [f32]) {
             let d = f16_at(b, 0);
             for j in 0..32 {
                 out[j] = b[2 + j] as i8 as f32 * d;
+            }
+        }
+        WeightType::Q2K => {
+            let (d, dmin) = (f16_at(b, 80), f16_at(b, 82));
+            for g in 0..16 {
+                let (sc, m) = ((b[g] & 0xF) as f32, (b[g] >> 4) as f32);
+                for l in 0..16 {
+                    out[16 * g + l] = d * sc * q23k_code(ty, b, g, l) as f32 - dmin * m;
+                }
+            }
+        }
+        WeightType::Q3K => {
+            let d = f16_at(b, 108);
+            let scales = q3k_scales(&b[96..108]);
+            for g in 0..16 {
+                let dl = d * scales[g] as f32;
+                for l in 0..16 {
+                    out[16 * g + l] = dl * q23k_code(ty, b, g, l) as f32;
+                }
             }
         }
         WeightType::Q4K | WeightType::Q5K => {

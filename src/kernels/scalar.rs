@@ -4,7 +4,9 @@
 //! opinion on the SIMD ones.
 
 use super::activation::{Q8x256, Q8x32};
-use super::formats::{f16_at, float_at, iq4xs_scale, scale_min_k4, table_block, WeightType, IQ4_VALUES};
+use super::formats::{
+    f16_at, float_at, iq4xs_scale, q23k_code, q3k_scales, scale_min_k4, table_block, WeightType, IQ4_VALUES,
+};
 
 /// A 32-weight block as `w = d·code + m`.
 #[inline]
@@ -97,6 +99,23 @@ fn decode256(ty: WeightType, b: &[u8], codes: &mut [i32; 256], sc: &mut [i32; 16
             }
             let d = f16_at(b, 208);
             (d, d)
+        }
+        WeightType::Q2K | WeightType::Q3K => {
+            for g in 0..16 {
+                for l in 0..16 {
+                    codes[16 * g + l] = q23k_code(ty, b, g, l);
+                }
+            }
+            if ty == WeightType::Q2K {
+                for g in 0..16 {
+                    (sc[g], mn[g]) = (i32::from(b[g] & 0xF), i32::from(b[g] >> 4));
+                }
+                (f16_at(b, 80), f16_at(b, 82))
+            } else {
+                *sc = q3k_scales(&b[96..108]);
+                *mn = [0; 16];
+                (f16_at(b, 108), 0.0)
+            }
         }
         WeightType::IQ4XS => {
             for ib in 0..8 {

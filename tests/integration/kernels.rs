@@ -206,6 +206,16 @@ fn q8_0() {
 }
 
 #[test]
+fn q2_k() {
+    check_type(WeightType::Q2K);
+}
+
+#[test]
+fn q3_k() {
+    check_type(WeightType::Q3K);
+}
+
+#[test]
 fn q4_k() {
     check_type(WeightType::Q4K);
 }
@@ -238,7 +248,7 @@ fn mxfp4_against_ggml() {
 #[test]
 fn every_type_is_tested() {
     // A new WeightType must get a test above: this list is the reminder.
-    assert_eq!(WeightType::ALL.len(), 13);
+    assert_eq!(WeightType::ALL.len(), 15);
 }
 
 /// Each kernel type's block layout is the one ggml's table (the GGUF reader's) and,
