@@ -36,7 +36,7 @@ pub const GEMM_TILE: usize = 160;
 /// `y (m, n) = x (m, k) · Wᵀ` where `w` is `(n, k)`.
 pub(super) fn matmul(w: &QWeight, x: &[f32], m: usize, y: &mut [f32], isa: Isa) {
     if super::f32_path(w.ty, m) {
-        return matmul_dequantized(w, x, m, y);
+        return matmul_dequantized(w, x, m, y, dispatch::dequantize_for(isa));
     }
     let k = w.in_features;
     match w.ty.act_kind() {
@@ -71,7 +71,7 @@ thread_local! {
 /// The prefill path (see [`GEMM_MIN_ROWS`]): each task owns a run of weight rows
 /// (columns of `y`), dequantizes them [`GEMM_TILE`] at a time and multiplies the whole
 /// of `x` by each tile.
-fn matmul_dequantized(w: &QWeight, x: &[f32], m: usize, y: &mut [f32]) {
+fn matmul_dequantized(w: &QWeight, x: &[f32], m: usize, y: &mut [f32], dequantize: dispatch::DequantizeFn) {
     let (n, k) = (w.out_features, w.in_features);
     assert_eq!(x.len(), m * k, "input of {m} rows of {k}");
     assert_eq!(y.len(), m * n, "output of {m} rows of {n}");
@@ -83,7 +83,7 @@ fn matmul_dequantized(w: &QWeight, x: &[f32], m: usize, y: &mut [f32]) {
             for a in (j0..j1).step_by(GEMM_TILE) {
                 let b = (a + GEMM_TILE).min(j1);
                 for j in a..b {
-                    super::formats::dequantize_row(w.ty, w.row(j), &mut tile[(j - a) * k..][..k]);
+                    dequantize(w.ty, w.row(j), &mut tile[(j - a) * k..][..k]);
                 }
                 // SAFETY: dst is y's columns a..b (rows of stride n), inside y (m·n
                 // elements, checked above) and written by this task alone; lhs is x

@@ -161,6 +161,18 @@ mod dispatch {
         }
     }
 
+    /// A weight row's dequantization into f32 (the prefill GEMM's input).
+    pub(super) type DequantizeFn = fn(WeightType, &[u8], &mut [f32]);
+
+    pub(super) fn dequantize_for(isa: Isa) -> DequantizeFn {
+        match isa {
+            // SAFETY: as above.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => |t, w, o| unsafe { super::avx2::dequantize_row(t, w, o) },
+            _ => super::formats::dequantize_row,
+        }
+    }
+
     pub(super) fn dot_floats_for(isa: Isa) -> DotFn<f32> {
         match isa {
             // SAFETY: as above.
