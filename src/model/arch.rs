@@ -28,6 +28,15 @@ pub enum Activation {
     SwigluOai,
 }
 
+/// How a mixture-of-experts router turns its logits into expert weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gating {
+    /// Softmax over all experts (Qwen3-MoE, gpt-oss).
+    Softmax,
+    /// Each expert's own sigmoid (GLM 4.5, DeepSeek V3).
+    Sigmoid,
+}
+
 /// Interleaved sliding-window attention.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SlidingWindow {
@@ -70,11 +79,15 @@ pub struct ArchSpec {
     /// In a mixture-of-experts FFN (detected: `ffn_gate_inp`), rescale the chosen
     /// experts' softmax weights to sum to 1 (Qwen3-MoE's `norm_topk_prob`).
     pub moe_norm_topk: bool,
+    /// The router's gating function.
+    pub moe_gating: Gating,
 }
 
 /// Architectures toolgate can load, for error messages.
-pub const SUPPORTED: &[&str] =
-    &["llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "granite", "smollm3", "gemma2", "olmo2", "gpt-oss"];
+pub const SUPPORTED: &[&str] = &[
+    "llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "granite", "smollm3", "gemma2", "olmo2", "gpt-oss",
+    "glm4moe",
+];
 
 /// The spec for a `general.architecture` value, or `None` if unsupported.
 ///
@@ -97,6 +110,7 @@ pub fn spec_for(arch: &str) -> Option<ArchSpec> {
         ffn_norm: "ffn_norm",
         softcapping: false,
         moe_norm_topk: false,
+        moe_gating: Gating::Softmax,
     };
     Some(match arch {
         // Llama 2/3.x, Mistral, SmolLM: interleaved RoPE, SwiGLU.
@@ -159,6 +173,11 @@ pub fn spec_for(arch: &str) -> Option<ArchSpec> {
             moe_norm_topk: true,
             ..base
         },
+        // GLM 4.5 / 4.6 (Air): leading dense layers then MoE layers (detected), sigmoid
+        // router whose `exp_probs_b` bias only picks the experts, a shared expert beside
+        // them (detected), weights renormalised and scaled as the metadata says,
+        // partial NeoX RoPE, NextN blocks skipped.
+        "glm4moe" => ArchSpec { name: "glm4moe", ffn_norm: "post_attention_norm", moe_gating: Gating::Sigmoid, ..base },
         _ => return None,
     })
 }

@@ -89,13 +89,19 @@ impl Yarn {
     }
 }
 
-/// The expert counts of a mixture-of-experts FFN.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The expert counts and weighting of a mixture-of-experts FFN.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Experts {
     /// Experts per layer (`{arch}.expert_count`).
     pub count: usize,
     /// Experts each token uses (`{arch}.expert_used_count`).
     pub used: usize,
+    /// Renormalise the chosen experts' weights to sum to 1
+    /// (`{arch}.expert_weights_norm`), when the file says.
+    pub norm: Option<bool>,
+    /// Multiply the chosen experts' weights by this (`{arch}.expert_weights_scale`,
+    /// GLM's `routed_scaling_factor`), when set to other than 0 or 1.
+    pub scale: Option<f32>,
 }
 
 /// Optional multipliers of the residual stream, attention and logits.
@@ -127,7 +133,11 @@ impl Hyperparams {
     /// counts are inconsistent.
     pub fn from_gguf(gguf: &GgufFile, arch: &str) -> Result<Self> {
         let k = |s: &str| format!("{arch}.{s}");
-        let n_layer = gguf.u32(&k("block_count"))? as usize;
+        // Multi-token-prediction blocks at the end (GLM 4.5's NextN) are counted in
+        // `block_count` but are not part of the forward pass.
+        let n_blocks = gguf.u32(&k("block_count"))? as usize;
+        let nextn = gguf.opt_u32(&k("nextn_predict_layers"))?.unwrap_or(0) as usize;
+        let n_layer = n_blocks.saturating_sub(nextn);
         let n_embd = gguf.u32(&k("embedding_length"))? as usize;
         let n_head = gguf.u32(&k("attention.head_count"))? as usize;
         let n_head_kv = gguf.opt_u32(&k("attention.head_count_kv"))?.map(|x| x as usize).unwrap_or(n_head);
@@ -212,7 +222,12 @@ impl Hyperparams {
                 if used == 0 || used > count {
                     return Err(bad("expert_used_count", format!("{used} of {count} experts")));
                 }
-                Some(Experts { count: count as usize, used: used as usize })
+                Some(Experts {
+                    count: count as usize,
+                    used: used as usize,
+                    norm: gguf.opt_bool(&k("expert_weights_norm"))?,
+                    scale: nonzero(gguf.opt_f32(&k("expert_weights_scale"))?).filter(|&s| s != 1.0),
+                })
             }
         };
         Ok(Self {

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use candle_core::quantized::QTensor;
 use candle_core::{DType, Device, Tensor, D};
 
-use super::arch::{Activation, ArchSpec, RopeStyle};
+use super::arch::{Activation, ArchSpec, Gating, RopeStyle};
 use super::attention::{attend, soft_cap};
 use super::config::{Hyperparams, Yarn};
 use super::kv_cache::KvCache;
@@ -47,17 +47,25 @@ enum Ffn {
 }
 
 /// A mixture-of-experts FFN: `router` `(n_expert, n_embd)` scores the experts of each
-/// token; the `used` best (by softmax probability) run, and their outputs are summed
-/// weighted by those probabilities (renormalised to 1 when `norm_topk`). Each expert
-/// is a window of the stacked `ffn_{gate,up,down}_exps` tensors (no copy), so a decode
-/// step reads only the chosen experts' weights.
+/// token, `gating` turns the scores into probabilities; the `used` best (by
+/// probability plus `selection_bias`, when the file has one) run, and their outputs
+/// are summed weighted by those probabilities (renormalised to 1 when `norm_topk`,
+/// then multiplied by `scale`), plus the `shared` expert's output unweighted. Each
+/// expert is a window of the stacked `ffn_{gate,up,down}_exps` tensors (no copy), so a
+/// decode step reads only the chosen experts' weights.
 #[derive(Debug)]
 struct Moe {
     router: QLinear,
+    gating: Gating,
     /// One gated FFN per expert (gate and up stacked when they can be).
     experts: Vec<Ffn>,
     used: usize,
     norm_topk: bool,
+    scale: Option<f32>,
+    /// Added to the probabilities to choose experts, not to weight them (`exp_probs_b`).
+    selection_bias: Option<Vec<f32>>,
+    /// The expert every token runs (`ffn_*_shexp`).
+    shared: Option<Box<Ffn>>,
 }
 
 /// A projection on toolgate's kernels with its bias as plain floats.
@@ -291,7 +299,39 @@ impl Loader<'_> {
                 None => Ffn::GateUp { gate, up, down },
             });
         }
-        Ok(Ffn::Moe(Moe { router, experts, used: ex.used, norm_topk: spec.moe_norm_topk }))
+        let selection_bias = match self.opt_f32(&p("exp_probs_b.bias"))? {
+            Some(b) => {
+                self.expect_norm(&p("exp_probs_b.bias"), &b, ex.count)?;
+                Some(b.to_vec1::<f32>()?)
+            }
+            None => None,
+        };
+        let shared = match self.gguf.has_tensor(&p("ffn_gate_shexp.weight")) {
+            true => Some(Box::new(self.gated(&p("ffn_gate_shexp"), &p("ffn_up_shexp"), &p("ffn_down_shexp"))?)),
+            false => None,
+        };
+        Ok(Ffn::Moe(Moe {
+            router,
+            gating: spec.moe_gating,
+            experts,
+            used: ex.used,
+            norm_topk: ex.norm.unwrap_or(spec.moe_norm_topk),
+            scale: ex.scale,
+            selection_bias,
+            shared,
+        }))
+    }
+
+    /// A gated FFN from three projections (gate and up stacked when they can be).
+    fn gated(&self, gate: &str, up: &str, down: &str) -> Result<Ffn> {
+        let (g, u, d) = (self.linear(gate)?, self.linear(up)?, self.linear(down)?);
+        if g.out_features() != u.out_features() {
+            return Err(self.bad(&format!("{up}.weight"), "gate and up projections differ in width"));
+        }
+        Ok(match QLinear::stack(&[&g, &u])? {
+            Some(gate_up) => Ffn::FusedGateUp { gate_up, down: d },
+            None => Ffn::GateUp { gate: g, up: u, down: d },
+        })
     }
 
     fn bad(&self, name: &str, e: impl std::fmt::Display) -> Error {
@@ -385,15 +425,7 @@ impl Decoder {
             let ffn = if gguf.has_tensor(&p("ffn_gate_inp.weight")) {
                 ld.moe(i, &spec, &hp)?
             } else if gguf.has_tensor(&p("ffn_gate.weight")) {
-                let (gate, up, down) =
-                    (ld.linear(&p("ffn_gate"))?, ld.linear(&p("ffn_up"))?, ld.linear(&p("ffn_down"))?);
-                if gate.out_features() != up.out_features() {
-                    return Err(ld.bad(&p("ffn_up.weight"), "gate and up projections differ in width"));
-                }
-                match QLinear::stack(&[&gate, &up])? {
-                    Some(gate_up) => Ffn::FusedGateUp { gate_up, down },
-                    None => Ffn::GateUp { gate, up, down },
-                }
+                ld.gated(&p("ffn_gate"), &p("ffn_up"), &p("ffn_down"))?
             } else {
                 let gate_up = ld.linear(&p("ffn_up"))?;
                 if gate_up.out_features() % 2 != 0 {
@@ -768,17 +800,25 @@ fn moe_forward(moe: &Moe, activation: Activation, h: &Tensor) -> Result<Tensor> 
     // rows_of[e] = the (row, weight) pairs routed to expert e.
     let mut rows_of: Vec<Vec<(usize, f32)>> = vec![Vec::new(); moe.experts.len()];
     for (r, l) in logits.iter().enumerate() {
-        let max = l.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-        let exp: Vec<f32> = l.iter().map(|x| (x - max).exp()).collect();
-        let sum: f32 = exp.iter().sum();
-        let mut order: Vec<usize> = (0..exp.len()).collect();
-        // Highest probability first; ties by index, as a stable sort gives.
-        order.sort_by(|&a, &b| exp[b].total_cmp(&exp[a]));
+        let probs: Vec<f32> = match moe.gating {
+            Gating::Softmax => {
+                let max = l.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+                let exp: Vec<f32> = l.iter().map(|x| (x - max).exp()).collect();
+                let sum: f32 = exp.iter().sum();
+                exp.iter().map(|e| e / sum).collect()
+            }
+            Gating::Sigmoid => l.iter().map(|x| 1.0 / (1.0 + (-x).exp())).collect(),
+        };
+        let key = |e: usize| probs[e] + moe.selection_bias.as_ref().map_or(0.0, |b| b[e]);
+        let mut order: Vec<usize> = (0..probs.len()).collect();
+        // Highest first; ties by index, as a stable sort gives.
+        order.sort_by(|&a, &b| key(b).total_cmp(&key(a)));
         let chosen = &order[..moe.used.min(order.len())];
-        let total: f32 = chosen.iter().map(|&e| exp[e] / sum).sum();
+        // llama.cpp's floor on the sum (an f16's smallest normal).
+        let total: f32 = chosen.iter().map(|&e| probs[e]).sum::<f32>().max(6.103_515_6e-5);
         for &e in chosen {
-            let p = exp[e] / sum;
-            rows_of[e].push((r, if moe.norm_topk { p / total } else { p }));
+            let w = if moe.norm_topk { probs[e] / total } else { probs[e] };
+            rows_of[e].push((r, w * moe.scale.unwrap_or(1.0)));
         }
     }
     let mut out = vec![0f32; t * width];
@@ -832,7 +872,11 @@ fn moe_forward(moe: &Moe, activation: Activation, h: &Tensor) -> Result<Tensor> 
             }
         }
     }
-    Ok(Tensor::from_vec(out, (1, t, width), h.device())?.to_dtype(h.dtype())?)
+    let out = Tensor::from_vec(out, (1, t, width), h.device())?.to_dtype(h.dtype())?;
+    Ok(match &moe.shared {
+        Some(shared) => (out + ffn_forward(shared, activation, h)?)?,
+        None => out,
+    })
 }
 
 /// Add `bias` (one row's width) to every row of `rows`.
@@ -921,5 +965,6 @@ fn apply_rope(x: &Tensor, (cos, sin): &(Tensor, Tensor), rope_dim: usize, style:
     }
     let head = x.narrow(3, 0, rope_dim)?.contiguous()?;
     let tail = x.narrow(3, rope_dim, d - rope_dim)?;
-    Ok(Tensor::cat(&[rot(&head)?, tail], 3)?)
+    // `cat` on the last axis can hand back a strided layout; attention reads rows.
+    Ok(Tensor::cat(&[rot(&head)?, tail], 3)?.contiguous()?)
 }

@@ -55,6 +55,12 @@ struct Spec {
     ffn_norm: &'static str,
     /// YaRN RoPE scaling: (factor, original context).
     yarn: Option<(f32, u32)>,
+    /// With `moe`: the first this many layers are dense.
+    dense_lead: usize,
+    /// With `moe`: a shared expert of this width, and a selection-only bias.
+    shared_expert: Option<usize>,
+    /// `{arch}.KEY = VALUE` boolean metadata.
+    bools: &'static [(&'static str, bool)],
     sandwich: bool,
     sliding_window: Option<u32>,
     layers: usize,
@@ -82,6 +88,9 @@ fn spec(arch: &'static str) -> Spec {
         sinks: false,
         ffn_norm: "ffn_norm",
         yarn: None,
+        dense_lead: 0,
+        shared_expert: None,
+        bools: &[],
         sandwich: false,
         sliding_window: None,
         layers: 2,
@@ -175,6 +184,9 @@ fn write_model(dir: &Path, s: &Spec) -> PathBuf {
     for (key, v) in s.floats {
         meta.push((format!("{a}.{key}"), Value::F32(*v)));
     }
+    for (key, v) in s.bools {
+        meta.push((format!("{a}.{key}"), Value::Bool(*v)));
+    }
     if let Some((factor, original)) = s.yarn {
         meta.push((format!("{a}.rope.scaling.type"), Value::String("yarn".into())));
         meta.push((format!("{a}.rope.scaling.factor"), Value::F32(factor)));
@@ -230,13 +242,19 @@ fn write_model(dir: &Path, s: &Spec) -> PathBuf {
             // Around the scores' size, so each head's sink takes a real share.
             tensors.push((p("attn_sinks.weight"), q(&rng.tensor(&[HEADS], 4.0), GgmlDType::F32)));
         }
-        if let Some((n, _, width)) = s.moe {
+        if let Some((n, _, width)) = s.moe.filter(|_| i >= s.dense_lead) {
             // A router with clear preferences: the top-k choice is no near-tie.
             tensors.push((p("ffn_gate_inp.weight"), q(&rng.tensor(&[n, EMBD], 3.0), GgmlDType::F32)));
             let et = s.expert_type;
             tensors.push((p("ffn_gate_exps.weight"), q(&rng.tensor(&[n, width, EMBD], 0.3), et)));
             tensors.push((p("ffn_up_exps.weight"), q(&rng.tensor(&[n, width, EMBD], 0.3), et)));
             tensors.push((p("ffn_down_exps.weight"), q(&rng.tensor(&[n, EMBD, width], 0.3), et)));
+            if let Some(w) = s.shared_expert {
+                tensors.push((p("exp_probs_b.bias"), q(&rng.tensor(&[n], 0.5), GgmlDType::F32)));
+                tensors.push((p("ffn_gate_shexp.weight"), q(&rng.tensor(&[w, EMBD], 0.3), W)));
+                tensors.push((p("ffn_up_shexp.weight"), q(&rng.tensor(&[w, EMBD], 0.3), W)));
+                tensors.push((p("ffn_down_shexp.weight"), q(&rng.tensor(&[EMBD, w], 0.3), W)));
+            }
             if s.expert_bias {
                 let f32 = GgmlDType::F32;
                 tensors.push((p("ffn_gate_inp.bias"), q(&rng.tensor(&[n], 1.0), f32)));
@@ -403,6 +421,36 @@ fn tiny_gpt_oss_sinks_biases_and_yarn() {
     exercise(gpt_oss_spec(), 12);
 }
 
+/// GLM 4.5: layer 0 dense, layer 1 MoE (sigmoid router, selection bias, a shared
+/// expert, weights renormalised and scaled ×2.5), QKV biases, half the head rotated,
+/// and one NextN block counted in `block_count` whose tensors are absent (llama.cpp's
+/// trunk-only files).
+fn glm4moe_spec() -> Spec {
+    Spec {
+        qkv_bias: true,
+        moe: Some((4, 2, 32)),
+        dense_lead: 1,
+        shared_expert: Some(32),
+        ffn_norm: "post_attention_norm",
+        overrides: &[
+            ("block_count", 3),
+            ("nextn_predict_layers", 1),
+            ("leading_dense_block_count", 1),
+            ("expert_shared_count", 1),
+            ("expert_gating_func", 2),
+            ("rope.dimension_count", 8),
+        ],
+        floats: &[("expert_weights_scale", 2.5)],
+        bools: &[("expert_weights_norm", true)],
+        ..spec("glm4moe")
+    }
+}
+
+#[test]
+fn tiny_glm4moe_dense_lead_shared_expert_and_sigmoid_router() {
+    exercise(glm4moe_spec(), 9);
+}
+
 /// No pre-norms; post-norms; Q/K norms over the whole projection.
 fn olmo2_spec() -> Spec {
     Spec { pre_norms: false, sandwich: true, qk_norm: true, full_qk_norm: true, ..spec("olmo2") }
@@ -482,6 +530,7 @@ fn tiny_models_match_llama_cpp() {
         ("qwen3moe-q8", qwen3moe_q8_spec(), 9),
         ("gpt-oss", gpt_oss_spec(), 12),
         ("gpt-oss-q8", gpt_oss_q8_spec(), 12),
+        ("glm4moe", glm4moe_spec(), 9),
     ];
     for (name, s, len) in cases {
         // Q8_0 weights: both engines multiply them with 8-bit activations, whose
