@@ -28,8 +28,10 @@ def main():
         prompt = json.load(open(os.path.join(src, name + ".prompt.json")))
         # An f32 KV cache (llama.cpp's default is f16): its rounding alone moved
         # gpt-oss's logits by 3e-3 of their scale, more than the tolerance is for.
+        # YaRN's betas from the file, as llama.cpp's own tools read them
+        # (llama-cpp-python's defaults, 32 and 1, would override the file's).
         llm = Llama(model_path=path, n_ctx=len(prompt) + 8, n_batch=512, n_threads=2, logits_all=True, verbose=False,
-                    type_k=0, type_v=0)
+                    type_k=0, type_v=0, yarn_beta_fast=-1.0, yarn_beta_slow=-1.0)
         llm.eval(prompt)
         logits = np.array(llm.scores[: len(prompt)], dtype=np.float32)
         out[name] = {"prompt": prompt, "logits": [[round(float(x), 5) for x in row] for row in logits]}

@@ -86,7 +86,7 @@ pub struct ArchSpec {
 /// Architectures toolgate can load, for error messages.
 pub const SUPPORTED: &[&str] = &[
     "llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "granite", "smollm3", "gemma2", "olmo2", "gpt-oss",
-    "glm4moe",
+    "glm4moe", "mistral3",
 ];
 
 /// The spec for a `general.architecture` value, or `None` if unsupported.
@@ -177,6 +177,10 @@ pub fn spec_for(arch: &str) -> Option<ArchSpec> {
         // router whose `exp_probs_b` bias only picks the experts, a shared expert beside
         // them (detected), weights renormalised and scaled as the metadata says,
         // partial NeoX RoPE, NextN blocks skipped.
+        // Ministral 3 / Mistral 3: llama's layout (interleaved RoPE), YaRN with its own
+        // betas and log multiplier, queries scaled with the log of the position
+        // (`Hyperparams::attn_temperature`); MoE variants renormalise.
+        "mistral3" => ArchSpec { name: "mistral3", rope: RopeStyle::Interleaved, moe_norm_topk: true, ..base },
         "glm4moe" => ArchSpec { name: "glm4moe", ffn_norm: "post_attention_norm", moe_gating: Gating::Sigmoid, ..base },
         _ => return None,
     })

@@ -29,6 +29,10 @@ pub struct Hyperparams {
     pub rope_linear_scale: f32,
     /// YaRN context extension (`{arch}.rope.scaling.type` = `yarn`), if any.
     pub rope_yarn: Option<Yarn>,
+    /// Queries at position `p` are multiplied by `1 + scale · ln(⌊p / floor⌋ + 1)`
+    /// after RoPE (`{arch}.attention.temperature_scale`, Ministral 3's
+    /// `llama_4_scaling_beta`; `floor` is the original context), if set.
+    pub attn_temperature: Option<AttnTemperature>,
     /// Training context length (`{arch}.context_length`).
     pub context_length: usize,
     /// Sliding attention window (`{arch}.attention.sliding_window`), if any.
@@ -42,9 +46,33 @@ pub struct Hyperparams {
     pub scales: Scales,
 }
 
+/// Position-dependent query scaling (see [`Hyperparams::attn_temperature`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttnTemperature {
+    /// The `ln` multiplier.
+    pub scale: f32,
+    /// Positions per step of the logarithm (the original context length).
+    pub floor: usize,
+}
+
+impl AttnTemperature {
+    /// The query multiplier at position `pos`.
+    ///
+    /// ```
+    /// use toolgate::model::config::AttnTemperature;
+    /// let t = AttnTemperature { scale: 0.1, floor: 8192 };
+    /// assert_eq!(t.at(8191), 1.0);
+    /// assert!((t.at(8192) - (1.0 + 0.1 * 2f32.ln())).abs() < 1e-7);
+    /// ```
+    pub fn at(&self, pos: usize) -> f32 {
+        1.0 + self.scale * ((pos / self.floor) as f32 + 1.0).ln()
+    }
+}
+
 /// YaRN RoPE scaling, as llama.cpp applies it: low-frequency pairs are interpolated by
 /// `1/factor`, high-frequency ones kept, a linear ramp between (pairs whose wavelength
-/// fits 32 to 1 times in `original_context`), and cos/sin multiplied by `mscale`.
+/// fits `beta_fast` to `beta_slow` times in `original_context`), and cos/sin
+/// multiplied by `mscale`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Yarn {
     /// Context extension factor (`{arch}.rope.scaling.factor`).
@@ -53,18 +81,25 @@ pub struct Yarn {
     /// (`{arch}.rope.scaling.original_context_length`, default the context length).
     pub original_context: usize,
     /// `{arch}.rope.scaling.attn_factor` (default 1) times `1 + 0.1·ln(factor)` for a
-    /// factor above 1: the magnitude of cos and sin.
+    /// factor above 1, divided by `1 + 0.1·L·ln(factor)` when the file sets
+    /// `{arch}.rope.scaling.yarn_log_multiplier` `L`: the magnitude of cos and sin.
     pub mscale: f32,
+    /// Rotations within the original context above which a pair is kept as it is
+    /// (`{arch}.rope.scaling.yarn_beta_fast`, default 32).
+    pub beta_fast: f32,
+    /// Rotations below which a pair is fully interpolated
+    /// (`{arch}.rope.scaling.yarn_beta_slow`, default 1).
+    pub beta_slow: f32,
 }
 
 impl Yarn {
     /// The rotation frequencies of pairs `0..rope_dim/2` with RoPE base `base`, YaRN
     /// applied (llama.cpp's `ggml_rope_yarn_corr_dims` and `rope_yarn` with
-    /// `beta_fast = 32`, `beta_slow = 1`, `ext_factor = 1`).
+    /// `ext_factor = 1`).
     ///
     /// ```
     /// use toolgate::model::config::Yarn;
-    /// let y = Yarn { factor: 4.0, original_context: 4096, mscale: 1.0 };
+    /// let y = Yarn { factor: 4.0, original_context: 4096, mscale: 1.0, beta_fast: 32.0, beta_slow: 1.0 };
     /// let f = y.frequencies(10_000.0, 64);
     /// assert_eq!(f[0], 1.0); // the fastest pair is kept as it is
     /// let plain = 1.0 / 10_000f32.powf(62.0 / 64.0);
@@ -75,8 +110,8 @@ impl Yarn {
         let corr = |rotations: f32| {
             n * (self.original_context as f32 / (rotations * 2.0 * std::f32::consts::PI)).ln() / (2.0 * base.ln())
         };
-        let low = corr(32.0).floor().max(0.0);
-        let high = corr(1.0).ceil().min(n - 1.0);
+        let low = corr(self.beta_fast).floor().max(0.0);
+        let high = corr(self.beta_slow).ceil().min(n - 1.0);
         let scale = 1.0 / self.factor;
         (0..rope_dim / 2)
             .map(|k| {
@@ -189,6 +224,8 @@ impl Hyperparams {
         let rope_yarn = match (scaling, factor) {
             (Some("yarn"), Some(factor)) if factor > 0.0 => {
                 let attn_factor = nonzero(gguf.opt_f32(&k("rope.scaling.attn_factor"))?).unwrap_or(1.0);
+                let log_mul = nonzero(gguf.opt_f32(&k("rope.scaling.yarn_log_multiplier"))?);
+                let gain = |m: f32| if factor > 1.0 { 1.0 + 0.1 * m * factor.ln() } else { 1.0 };
                 Some(Yarn {
                     factor,
                     original_context: gguf
@@ -196,7 +233,9 @@ impl Hyperparams {
                         .map(|x| x as usize)
                         .filter(|&c| c > 0)
                         .unwrap_or(context_length),
-                    mscale: if factor > 1.0 { attn_factor * (1.0 + 0.1 * factor.ln()) } else { attn_factor },
+                    mscale: attn_factor * gain(1.0) / log_mul.map_or(1.0, gain),
+                    beta_fast: nonzero(gguf.opt_f32(&k("rope.scaling.yarn_beta_fast"))?).unwrap_or(32.0),
+                    beta_slow: nonzero(gguf.opt_f32(&k("rope.scaling.yarn_beta_slow"))?).unwrap_or(1.0),
                 })
             }
             _ => None,
@@ -242,6 +281,10 @@ impl Hyperparams {
             rope_dim,
             rope_linear_scale,
             rope_yarn,
+            attn_temperature: nonzero(gguf.opt_f32(&k("attention.temperature_scale"))?).map(|scale| AttnTemperature {
+                scale,
+                floor: rope_yarn.map_or(context_length, |y| y.original_context).max(1),
+            }),
             context_length,
             sliding_window: gguf.opt_u32(&k("attention.sliding_window"))?.map(|x| x as usize).filter(|&w| w > 0),
             rope_base_swa: gguf.opt_f32(&k("rope.freq_base_swa"))?,

@@ -739,6 +739,16 @@ impl Decoder {
             ),
             None => (q, k),
         };
+        let q = match hp.attn_temperature {
+            Some(temp) => {
+                let scales: Vec<f32> = match *rows {
+                    Rows::One { pos, .. } => (pos..pos + t).map(|p| temp.at(p)).collect(),
+                    Rows::Each(rows) => rows.iter().map(|&(_, p)| temp.at(p)).collect(),
+                };
+                q.broadcast_mul(&Tensor::from_vec(scales, (1, 1, t, 1), q.device())?.to_dtype(q.dtype())?)?
+            }
+            None => q,
+        };
 
         let o = match *rows {
             Rows::One { slot, pos } => layer_attention(layer, hp, slot, pos, &q, &k, &v)?, // (1, t, h * dv)

@@ -451,6 +451,26 @@ fn tiny_glm4moe_dense_lead_shared_expert_and_sigmoid_router() {
     exercise(glm4moe_spec(), 9);
 }
 
+/// Ministral 3: YaRN ×4 from a context of 8 with its own betas and log multiplier,
+/// queries scaled by `1 + 0.3·ln(⌊pos/8⌋ + 1)` (20 positions: three steps).
+fn mistral3_spec() -> Spec {
+    Spec {
+        yarn: Some((4.0, 8)),
+        floats: &[
+            ("rope.scaling.yarn_log_multiplier", 0.5),
+            ("rope.scaling.yarn_beta_fast", 16.0),
+            ("rope.scaling.yarn_beta_slow", 0.25),
+            ("attention.temperature_scale", 0.3),
+        ],
+        ..spec("mistral3")
+    }
+}
+
+#[test]
+fn tiny_mistral3_yarn_and_query_temperature() {
+    exercise(mistral3_spec(), 20);
+}
+
 /// No pre-norms; post-norms; Q/K norms over the whole projection.
 fn olmo2_spec() -> Spec {
     Spec { pre_norms: false, sandwich: true, qk_norm: true, full_qk_norm: true, ..spec("olmo2") }
@@ -531,6 +551,7 @@ fn tiny_models_match_llama_cpp() {
         ("gpt-oss", gpt_oss_spec(), 12),
         ("gpt-oss-q8", gpt_oss_q8_spec(), 12),
         ("glm4moe", glm4moe_spec(), 9),
+        ("mistral3", mistral3_spec(), 20),
     ];
     for (name, s, len) in cases {
         // Q8_0 weights: both engines multiply them with 8-bit activations, whose
