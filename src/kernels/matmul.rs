@@ -157,42 +157,126 @@ impl Columns {
 fn run<A: Sync>(w: &QWeight, acts: &[A], blocks: usize, m: usize, y: &mut [f32], dot: DotFn<A>) {
     let n = w.out_features;
     assert_eq!(y.len(), m * n, "output of {m} rows of {n}");
-    let act = |r: usize| &acts[r * blocks..(r + 1) * blocks];
     let chunk = n.div_ceil(threads() * 4).max(MIN_CHUNK);
     // Each task owns a run of weight rows (columns of `y`) and fills them for every
     // activation row, tile by tile, writing straight into `y`.
     let cols = Columns(y.as_mut_ptr());
     for_each_task(n.div_ceil(chunk), |ci| {
-        let (j0, j1) = (ci * chunk, ((ci + 1) * chunk).min(n));
-        if m == 1 {
-            let x = [act(0)];
-            for j in j0..j1 {
-                let mut o = 0f32;
-                dot(w.ty, w.row(j), &x, std::slice::from_mut(&mut o));
-                // SAFETY: as below, with `r = 0`.
-                unsafe { cols.write(j, o) };
-            }
-            return;
+        // SAFETY: `cols` is `y` (m × n, checked above), task `ci` alone owns columns
+        // `j0..j1`, and `y` outlives every task.
+        unsafe { run_rows(w, acts, blocks, m, cols, dot, ci * chunk, ((ci + 1) * chunk).min(n)) };
+    });
+}
+
+/// Fill columns `j0..j1` of `y` (`m × n`, `n = w.out_features`, at `cols`).
+///
+/// # Safety
+/// `cols` points at an `m · n` output no one else writes columns `j0..j1` of, alive
+/// for the call.
+#[allow(clippy::too_many_arguments)]
+unsafe fn run_rows<A>(
+    w: &QWeight,
+    acts: &[A],
+    blocks: usize,
+    m: usize,
+    cols: Columns,
+    dot: DotFn<A>,
+    j0: usize,
+    j1: usize,
+) {
+    let n = w.out_features;
+    let act = |r: usize| &acts[r * blocks..(r + 1) * blocks];
+    if m == 1 {
+        let x = [act(0)];
+        for j in j0..j1 {
+            let mut o = 0f32;
+            dot(w.ty, w.row(j), &x, std::slice::from_mut(&mut o));
+            // SAFETY: as below, with `r = 0`.
+            cols.write(j, o);
         }
-        let mut out = [0f32; MAX_ROWS];
-        for t0 in (0..m).step_by(ROW_TILE) {
-            let t1 = (t0 + ROW_TILE).min(m);
-            for j in j0..j1 {
-                let wr = w.row(j);
-                for g0 in (t0..t1).step_by(MAX_ROWS) {
-                    let g1 = (g0 + MAX_ROWS).min(t1);
-                    let mut xs: [&[A]; MAX_ROWS] = [act(g0); MAX_ROWS];
-                    for (s, r) in xs.iter_mut().zip(g0..g1) {
-                        *s = act(r);
-                    }
-                    dot(w.ty, wr, &xs[..g1 - g0], &mut out[..g1 - g0]);
-                    for (r, v) in (g0..g1).zip(out) {
-                        // SAFETY: `r < m` and `j < n`, so the index is inside `y`
-                        // (length `m·n`, checked above); column `j` belongs to this task
-                        // alone, and `y` outlives every task.
-                        unsafe { cols.write(r * n + j, v) };
-                    }
+        return;
+    }
+    let mut out = [0f32; MAX_ROWS];
+    for t0 in (0..m).step_by(ROW_TILE) {
+        let t1 = (t0 + ROW_TILE).min(m);
+        for j in j0..j1 {
+            let wr = w.row(j);
+            for g0 in (t0..t1).step_by(MAX_ROWS) {
+                let g1 = (g0 + MAX_ROWS).min(t1);
+                let mut xs: [&[A]; MAX_ROWS] = [act(g0); MAX_ROWS];
+                for (s, r) in xs.iter_mut().zip(g0..g1) {
+                    *s = act(r);
                 }
+                dot(w.ty, wr, &xs[..g1 - g0], &mut out[..g1 - g0]);
+                for (r, v) in (g0..g1).zip(out) {
+                    // SAFETY: `r < m` and `j < n`, so the index is inside the
+                    // output (`m·n`); column `j` is this call's alone (the caller's
+                    // contract), and the output outlives the call.
+                    cols.write(r * n + j, v);
+                }
+            }
+        }
+    }
+}
+
+/// The activations of one product, quantized for its weight type.
+enum Acts {
+    B32(Vec<Q8x32>),
+    B256(Vec<Q8x256>),
+    Floats,
+}
+
+/// Several products in one parallel call: every product's activations are quantized
+/// first, then all products' weight rows are split into one list of tasks, so `p`
+/// small matmuls (a MoE layer's chosen experts) cost one fork/join, not `p`. Products
+/// on the f32 path (prefill-sized, [`super::f32_path`]) run as [`matmul`] does.
+/// Results are bit-identical to separate [`matmul`] calls.
+/// Each product is `(W, x, y)`: `y (m, n) = x (m, k) · Wᵀ`, shapes checked by the caller.
+pub(super) fn matmul_batch(products: &mut [(&QWeight, &[f32], &mut [f32])], isa: Isa) {
+    let mut parts: Vec<(&QWeight, &[f32], Acts, Columns)> = Vec::with_capacity(products.len());
+    for (w, x, y) in products.iter_mut() {
+        let k = w.in_features;
+        let m = x.len() / k;
+        if super::f32_path(w.ty, m) {
+            matmul(w, x, m, y, isa);
+            continue;
+        }
+        let acts = match w.ty.act_kind() {
+            ActKind::Floats => Acts::Floats,
+            ActKind::Blocks32 => {
+                let mut a = vec![Q8x32::ZERO; m * k / 32];
+                let quantize = dispatch::quantize32_for(isa);
+                x.chunks_exact(k).zip(a.chunks_exact_mut(k / 32)).for_each(|(xr, ar)| quantize(xr, ar));
+                Acts::B32(a)
+            }
+            ActKind::Blocks256 => {
+                let mut a = vec![Q8x256::ZERO; m * k / 256];
+                let quantize = dispatch::quantize256_for(isa);
+                x.chunks_exact(k).zip(a.chunks_exact_mut(k / 256)).for_each(|(xr, ar)| quantize(xr, ar));
+                Acts::B256(a)
+            }
+        };
+        parts.push((w, x, acts, Columns(y.as_mut_ptr())));
+    }
+    let total: usize = parts.iter().map(|p| p.0.out_features).sum();
+    let chunk = total.div_ceil(threads() * 4).max(MIN_CHUNK);
+    let mut tasks: Vec<(usize, usize, usize)> = Vec::new();
+    for (i, p) in parts.iter().enumerate() {
+        let n = p.0.out_features;
+        tasks.extend((0..n).step_by(chunk).map(|j0| (i, j0, (j0 + chunk).min(n))));
+    }
+    for_each_task(tasks.len(), |t| {
+        let (i, j0, j1) = tasks[t];
+        let (w, x, acts, cols) = &parts[i];
+        let (k, m) = (w.in_features, x.len() / w.in_features);
+        // SAFETY: `cols` is product `i`'s output (`m · n`, its `&mut` held by
+        // `products` for the whole call, shapes checked by the caller), task `t` alone
+        // owns its columns `j0..j1`, and every task ends before this function returns.
+        unsafe {
+            match acts {
+                Acts::Floats => run_rows(w, x, k, m, *cols, dispatch::dot_floats_for(isa), j0, j1),
+                Acts::B32(a) => run_rows(w, a, k / 32, m, *cols, dispatch::dot32_for(isa), j0, j1),
+                Acts::B256(a) => run_rows(w, a, k / 256, m, *cols, dispatch::dot256_for(isa), j0, j1),
             }
         }
     });

@@ -192,6 +192,38 @@ mod dispatch {
     }
 }
 
+/// `y = x · Wᵀ` for every `(W, x, y)` of `products`, as [`QWeight::matmul`] computes
+/// each, in one parallel call: the activations of every product are quantized first,
+/// then all the products' weight rows are split into one list of tasks. Results are
+/// bit-identical to separate calls.
+///
+/// Cost: the separate calls' arithmetic with one fork/join of the thread pool instead
+/// of one per product — what a mixture-of-experts layer needs, whose chosen experts
+/// are 8–16 small matmuls per token.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] if a product's `x` is not whole rows or its `y` not as
+/// many rows of outputs; nothing is computed then.
+///
+/// ```
+/// use toolgate::kernels::{matmul_batch, QWeight, WeightType};
+/// let row = |scale: u8| { let mut r = vec![0x00, scale]; r.extend([1u8; 32]); r };
+/// let a = QWeight::new(WeightType::Q8_0, row(0x3C), 1, 32)?; // scale 1
+/// let b = QWeight::new(WeightType::Q8_0, row(0x40), 1, 32)?; // scale 2
+/// let (mut ya, mut yb) = ([0f32; 1], [0f32; 2]);
+/// let xb = [[1.0f32; 32], [2.0; 32]].concat(); // two rows
+/// matmul_batch(&mut [(&a, &[1.0; 32], &mut ya), (&b, &xb, &mut yb)])?;
+/// assert_eq!((ya, yb), ([32.0], [64.0, 128.0]));
+/// # Ok::<(), toolgate::Error>(())
+/// ```
+pub fn matmul_batch(products: &mut [(&QWeight, &[f32], &mut [f32])]) -> Result<()> {
+    for (w, x, y) in products.iter() {
+        w.check_io(x, y)?;
+    }
+    matmul::matmul_batch(products, Isa::detect());
+    Ok(())
+}
+
 /// Bytes a weight is read from, shared with their owner: a `Vec<u8>`, or a window of
 /// a memory-mapped GGUF file ([`crate::gguf::GgufFile::tensor_data`]) — then the
 /// model's weights are the file's pages, not a copy of them.
@@ -416,6 +448,14 @@ impl QWeight {
     /// # Errors
     /// As [`QWeight::matmul`].
     pub fn matmul_with(&self, isa: Isa, x: &[f32], y: &mut [f32]) -> Result<()> {
+        self.check_io(x, y)?;
+        let isa = if isa == Isa::Avx2 && Isa::detect() != Isa::Avx2 { Isa::Portable } else { isa };
+        matmul::matmul(self, x, x.len() / self.in_features, y, isa);
+        Ok(())
+    }
+
+    /// `x` is whole rows of `in_features` and `y` as many rows of `out_features`.
+    fn check_io(&self, x: &[f32], y: &[f32]) -> Result<()> {
         let k = self.in_features;
         if x.len() % k != 0 || y.len() != x.len() / k * self.out_features {
             return Err(Error::InvalidParameter {
@@ -423,8 +463,6 @@ impl QWeight {
                 reason: format!("{} inputs and {} outputs for a ({}, {k}) weight", x.len(), y.len(), self.out_features),
             });
         }
-        let isa = if isa == Isa::Avx2 && Isa::detect() != Isa::Avx2 { Isa::Portable } else { isa };
-        matmul::matmul(self, x, x.len() / k, y, isa);
         Ok(())
     }
 

@@ -831,51 +831,71 @@ fn moe_forward(moe: &Moe, activation: Activation, h: &Tensor) -> Result<Tensor> 
             rows_of[e].push((r, w * moe.scale.unwrap_or(1.0)));
         }
     }
-    let mut out = vec![0f32; t * width];
-    // The rows as plain f32, for experts that run on toolgate's kernels: no candle op
-    // (gather, narrow, activation, product) per expert, which at decode is most of an
-    // expert's cost.
-    let mut h_rows: Option<Vec<f32>> = None;
-    for (expert, routed) in moe.experts.iter().zip(&rows_of) {
+    // Each chosen expert's output rows, in its `routed` order. Experts on toolgate's
+    // kernels run on plain f32 rows, all of them in two batched kernel calls (gate+up,
+    // then down: one fork/join each per layer, not two per expert); the others
+    // through candle ops.
+    let mut ys: Vec<Option<Vec<f32>>> = vec![None; moe.experts.len()];
+    let mut plain = Vec::new();
+    for (e, (expert, routed)) in moe.experts.iter().zip(&rows_of).enumerate() {
         if routed.is_empty() {
             continue;
         }
-        // The expert's output rows, in `routed` order.
-        let y: Vec<f32> = match expert.kernel_weights()? {
-            Some(((gate_up, gate_up_bias), (down, down_bias))) => {
-                let h_rows = match &mut h_rows {
-                    Some(rows) => rows,
-                    None => h_rows.insert(h.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?),
-                };
-                let m = routed.len();
-                let mut x = Vec::with_capacity(m * width);
-                for &(r, _) in routed {
-                    x.extend_from_slice(&h_rows[r * width..(r + 1) * width]);
-                }
-                let ff2 = gate_up.out_features();
-                let ff = ff2 / 2;
-                let mut gu = vec![0f32; m * ff2];
-                gate_up.matmul(&x, &mut gu)?;
-                add_bias(&mut gu, gate_up_bias.as_deref());
-                let mut a = vec![0f32; m * ff];
-                for (arow, gurow) in a.chunks_exact_mut(ff).zip(gu.chunks_exact(ff2)) {
-                    let (g, u) = gurow.split_at(ff);
-                    for ((a, &g), &u) in arow.iter_mut().zip(g).zip(u) {
-                        *a = glu(activation, g, u);
-                    }
-                }
-                let mut y = vec![0f32; m * width];
-                down.matmul(&a, &mut y)?;
-                add_bias(&mut y, down_bias.as_deref());
-                y
-            }
+        match expert.kernel_weights()? {
+            Some(parts) => plain.push((e, parts)),
             None => {
                 let idx: Vec<u32> = routed.iter().map(|&(r, _)| r as u32).collect();
                 let idx = Tensor::new(idx.as_slice(), h.device())?;
                 let x = h.index_select(&idx, 1)?; // (1, m, n_embd)
-                ffn_forward(expert, activation, &x)?.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?
+                ys[e] = Some(ffn_forward(expert, activation, &x)?.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?);
             }
-        };
+        }
+    }
+    if !plain.is_empty() {
+        let h_rows: Vec<f32> = h.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?;
+        let xs: Vec<Vec<f32>> = plain
+            .iter()
+            .map(|(e, _)| rows_of[*e].iter().flat_map(|&(r, _)| &h_rows[r * width..(r + 1) * width]).copied().collect())
+            .collect();
+        let mut gus: Vec<Vec<f32>> =
+            plain.iter().map(|(e, ((gate_up, _), _))| vec![0f32; rows_of[*e].len() * gate_up.out_features()]).collect();
+        let mut products: Vec<_> = plain
+            .iter()
+            .zip(&xs)
+            .zip(gus.iter_mut())
+            .map(|(((_, ((gate_up, _), _)), x), gu)| (*gate_up, x.as_slice(), gu.as_mut_slice()))
+            .collect();
+        crate::kernels::matmul_batch(&mut products)?;
+        drop(products);
+        let acts: Vec<Vec<f32>> = plain
+            .iter()
+            .zip(&mut gus)
+            .map(|((_, ((gate_up, gate_up_bias), _)), gu)| {
+                add_bias(gu, gate_up_bias.as_deref());
+                let ff = gate_up.out_features() / 2;
+                gu.chunks_exact(2 * ff)
+                    .flat_map(|row| row[..ff].iter().zip(&row[ff..]).map(|(&g, &u)| glu(activation, g, u)))
+                    .collect()
+            })
+            .collect();
+        let mut downs: Vec<Vec<f32>> = plain.iter().map(|(e, _)| vec![0f32; rows_of[*e].len() * width]).collect();
+        let mut products: Vec<_> = plain
+            .iter()
+            .zip(&acts)
+            .zip(downs.iter_mut())
+            .map(|(((_, (_, (down, _))), a), y)| (*down, a.as_slice(), y.as_mut_slice()))
+            .collect();
+        crate::kernels::matmul_batch(&mut products)?;
+        drop(products);
+        for ((e, (_, (_, down_bias))), mut y) in plain.iter().zip(downs) {
+            add_bias(&mut y, down_bias.as_deref());
+            ys[*e] = Some(y);
+        }
+    }
+    // Weighted sum, in expert order.
+    let mut out = vec![0f32; t * width];
+    for (y, routed) in ys.iter().zip(&rows_of) {
+        let Some(y) = y else { continue };
         for (&(r, w), row) in routed.iter().zip(y.chunks_exact(width)) {
             for (o, v) in out[r * width..(r + 1) * width].iter_mut().zip(row) {
                 *o += w * v;

@@ -271,6 +271,52 @@ fn kernel_block_layouts_match_ggml_and_candle() {
     }
 }
 
+/// Several products in one batched call (a MoE layer's experts) give exactly what
+/// separate calls give: mixed weight types (32- and 256-weight blocks, F16), mixed row
+/// counts (decode, small batches, the f32 GEMM path), widths that split into tasks
+/// unevenly.
+#[test]
+fn batched_products_equal_separate_calls_bit_for_bit() {
+    let dev = Device::Cpu;
+    let weight = |ty: WeightType, n: usize| {
+        let w = (Tensor::randn(0f32, 1.0, (n, K), &dev).unwrap() * 0.1).unwrap();
+        QWeight::from_qtensor(&QTensor::quantize(&w, ty.to_candle().unwrap()).unwrap()).unwrap().unwrap()
+    };
+    let ws = [
+        weight(WeightType::Q8_0, 97),
+        weight(WeightType::Q4K, 256),
+        weight(WeightType::F16, 33),
+        weight(WeightType::Q4_0, 300),
+        weight(WeightType::Q3K, 17),
+    ];
+    let ms = [1usize, 3, 1, 40, 5];
+    let xs: Vec<Vec<f32>> = ms
+        .iter()
+        .map(|&m| Tensor::randn(0f32, 1.0, (m, K), &dev).unwrap().flatten_all().unwrap().to_vec1().unwrap())
+        .collect();
+    let want: Vec<Vec<f32>> = ws
+        .iter()
+        .zip(&xs)
+        .map(|(w, x)| {
+            let mut y = vec![0f32; x.len() / K * w.out_features()];
+            w.matmul(x, &mut y).unwrap();
+            y
+        })
+        .collect();
+    let mut got: Vec<Vec<f32>> = want.iter().map(|y| vec![f32::NAN; y.len()]).collect();
+    let mut products: Vec<_> =
+        ws.iter().zip(&xs).zip(got.iter_mut()).map(|((w, x), y)| (w, x.as_slice(), y.as_mut_slice())).collect();
+    toolgate::kernels::matmul_batch(&mut products).unwrap();
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!(g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits()), "product {i} differs");
+    }
+    // A product with a mis-sized output is an error, and nothing is written.
+    let mut short = vec![0f32; 3];
+    let mut fine = vec![7f32; 97];
+    let err = toolgate::kernels::matmul_batch(&mut [(&ws[0], &xs[0], &mut fine), (&ws[1], &xs[1], &mut short)]);
+    assert!(err.is_err() && fine.iter().all(|&v| v == 7.0));
+}
+
 #[test]
 fn bad_shapes_are_errors() {
     // 40 weights are not whole Q8_0 blocks; 33 bytes are not one block.
