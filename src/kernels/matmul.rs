@@ -258,12 +258,21 @@ pub(super) fn matmul_batch(products: &mut [(&QWeight, &[f32], &mut [f32])], isa:
         };
         parts.push((w, x, acts, Columns(y.as_mut_ptr())));
     }
-    let total: usize = parts.iter().map(|p| p.0.out_features).sum();
-    let chunk = total.div_ceil(threads() * 4).max(MIN_CHUNK);
+    // Each product is cut into the pieces `run` would cut it into, and the tasks are
+    // ordered piece by piece across the products: the pool hands each thread a
+    // contiguous range of tasks, which then holds the same share of every product,
+    // however unevenly the rows are spread over the products (a prefill routes more
+    // tokens to some experts than to others).
+    let pieces = threads() * 4;
+    let chunks: Vec<usize> = parts.iter().map(|p| p.0.out_features.div_ceil(pieces).max(MIN_CHUNK)).collect();
     let mut tasks: Vec<(usize, usize, usize)> = Vec::new();
-    for (i, p) in parts.iter().enumerate() {
-        let n = p.0.out_features;
-        tasks.extend((0..n).step_by(chunk).map(|j0| (i, j0, (j0 + chunk).min(n))));
+    for piece in 0..pieces {
+        for (i, p) in parts.iter().enumerate() {
+            let (n, chunk) = (p.0.out_features, chunks[i]);
+            if piece * chunk < n {
+                tasks.push((i, piece * chunk, ((piece + 1) * chunk).min(n)));
+            }
+        }
     }
     for_each_task(tasks.len(), |t| {
         let (i, j0, j1) = tasks[t];
