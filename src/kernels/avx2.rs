@@ -16,7 +16,9 @@
 use std::arch::x86_64::*;
 
 use super::activation::{Q8x256, Q8x32};
-use super::formats::{e8m0_half, float_at, iq4xs_scale, q3k_scales, scale_min_k4, WeightType, FP4_VALUES, IQ4_VALUES};
+use super::formats::{
+    e8m0_half, float_at, iq4xs_scale, q2k_scale_min, q3k_scales, scale_min_k4, WeightType, FP4_VALUES, IQ4_VALUES,
+};
 
 const T_Q4_0: u8 = 0;
 const T_Q4_1: u8 = 1;
@@ -329,7 +331,8 @@ unsafe fn dot_q23k<const TY: u8, const R: usize>(w: &[u8], xs: &[&[Q8x256]], out
         let (mut sc, mut mn) = ([0i16; 16], [0i16; 16]);
         let (d, dmin, qs) = if TY == T_Q2K {
             for g in 0..16 {
-                (sc[g], mn[g]) = (i16::from(b[g] & 0xF), i16::from(b[g] >> 4));
+                let (s, m) = q2k_scale_min(b, g);
+                (sc[g], mn[g]) = (i16::from(s), i16::from(m));
             }
             (f16_at(b.as_ptr().add(80)), f16_at(b.as_ptr().add(82)), b.as_ptr().add(16))
         } else {

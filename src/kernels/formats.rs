@@ -237,6 +237,12 @@ pub(crate) fn f16_at(b: &[u8], at: usize) -> f32 {
     f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
 }
 
+/// The 4-bit scale and min of group `g` (0..16) of a Q2_K block `b`.
+#[inline]
+pub(crate) fn q2k_scale_min(b: &[u8], g: usize) -> (u8, u8) {
+    (b[g] & 0xF, b[g] >> 4)
+}
+
 /// The 16 scales of a Q3_K block's 12 packed bytes `s`, minus 32: scale `j` has its
 /// low 4 bits in `s[j % 8]` (low nibble for `j < 8`, high nibble after) and its high 2
 /// bits in `s[8 + j % 4]` at bit `2·(j / 4)`.
@@ -322,9 +328,9 @@ pub fn dequantize_block(ty: WeightType, b: &[u8], out: &mut [f32]) {
         WeightType::Q2K => {
             let (d, dmin) = (f16_at(b, 80), f16_at(b, 82));
             for g in 0..16 {
-                let (sc, m) = ((b[g] & 0xF) as f32, (b[g] >> 4) as f32);
+                let (sc, m) = q2k_scale_min(b, g);
                 for l in 0..16 {
-                    out[16 * g + l] = d * sc * q23k_code(ty, b, g, l) as f32 - dmin * m;
+                    out[16 * g + l] = d * sc as f32 * q23k_code(ty, b, g, l) as f32 - dmin * m as f32;
                 }
             }
         }

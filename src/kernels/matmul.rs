@@ -43,19 +43,20 @@ pub(super) fn matmul(w: &QWeight, x: &[f32], m: usize, y: &mut [f32], isa: Isa) 
         // Each activation row is one "block" of `k` floats.
         ActKind::Floats => run(w, x, k, m, y, dispatch::dot_floats_for(isa)),
         ActKind::Blocks32 => with_scratch(&ACTS32, m * k / 32, Q8x32::ZERO, |acts| {
-            let quantize = dispatch::quantize32_for(isa);
-            for (xr, ar) in x.chunks_exact(k).zip(acts.chunks_exact_mut(k / 32)) {
-                quantize(xr, ar);
-            }
+            quantize_rows(x, k, k / 32, acts, dispatch::quantize32_for(isa));
             run(w, acts, k / 32, m, y, dispatch::dot32_for(isa));
         }),
         ActKind::Blocks256 => with_scratch(&ACTS256, m * k / 256, Q8x256::ZERO, |acts| {
-            let quantize = dispatch::quantize256_for(isa);
-            for (xr, ar) in x.chunks_exact(k).zip(acts.chunks_exact_mut(k / 256)) {
-                quantize(xr, ar);
-            }
+            quantize_rows(x, k, k / 256, acts, dispatch::quantize256_for(isa));
             run(w, acts, k / 256, m, y, dispatch::dot256_for(isa));
         }),
+    }
+}
+
+/// Quantize each `k`-wide row of `x` into its `blocks` blocks of `acts`.
+fn quantize_rows<A>(x: &[f32], k: usize, blocks: usize, acts: &mut [A], quantize: dispatch::QuantFn<A>) {
+    for (xr, ar) in x.chunks_exact(k).zip(acts.chunks_exact_mut(blocks)) {
+        quantize(xr, ar);
     }
 }
 
@@ -245,14 +246,12 @@ pub(super) fn matmul_batch(products: &mut [(&QWeight, &[f32], &mut [f32])], isa:
             ActKind::Floats => Acts::Floats,
             ActKind::Blocks32 => {
                 let mut a = vec![Q8x32::ZERO; m * k / 32];
-                let quantize = dispatch::quantize32_for(isa);
-                x.chunks_exact(k).zip(a.chunks_exact_mut(k / 32)).for_each(|(xr, ar)| quantize(xr, ar));
+                quantize_rows(x, k, k / 32, &mut a, dispatch::quantize32_for(isa));
                 Acts::B32(a)
             }
             ActKind::Blocks256 => {
                 let mut a = vec![Q8x256::ZERO; m * k / 256];
-                let quantize = dispatch::quantize256_for(isa);
-                x.chunks_exact(k).zip(a.chunks_exact_mut(k / 256)).for_each(|(xr, ar)| quantize(xr, ar));
+                quantize_rows(x, k, k / 256, &mut a, dispatch::quantize256_for(isa));
                 Acts::B256(a)
             }
         };

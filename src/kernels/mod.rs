@@ -12,7 +12,7 @@
 //! the CPU decoder uses.
 //!
 //! Supported weight types: [`WeightType::ALL`] (F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1,
-//! Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4); other GGUF types stay on candle's own matmul. The
+//! Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4); other GGUF types stay on candle's own matmul. The
 //! bytes of a weight are a [`WeightBytes`]: owned, or a window of the memory-mapped
 //! model file (no copy at load).
 //!
@@ -433,8 +433,9 @@ impl QWeight {
 
     /// `y (m, out) = x (m, in) · Wᵀ` with the detected kernels; `m = x.len() / in`.
     ///
-    /// Cost: `m · out · in` multiply-adds in 8-bit integer arithmetic plus one 8-bit
-    /// quantization of `x`; parallel over candle's barrier pool.
+    /// Cost: `m · out · in` multiply-adds — in 8-bit integer arithmetic after one 8-bit
+    /// quantization of `x`, or in f32 (F16/BF16 weights, and prefill-sized `m`, see
+    /// [`f32_path`]); parallel over candle's barrier pool.
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] if `x` is not whole rows or `y` is not `m · out`.

@@ -5,7 +5,8 @@
 
 use super::activation::{Q8x256, Q8x32};
 use super::formats::{
-    f16_at, float_at, iq4xs_scale, q23k_code, q3k_scales, scale_min_k4, table_block, WeightType, IQ4_VALUES,
+    f16_at, float_at, iq4xs_scale, q23k_code, q2k_scale_min, q3k_scales, scale_min_k4, table_block, WeightType,
+    IQ4_VALUES,
 };
 
 /// A 32-weight block as `w = d·code + m`.
@@ -108,7 +109,8 @@ fn decode256(ty: WeightType, b: &[u8], codes: &mut [i32; 256], sc: &mut [i32; 16
             }
             if ty == WeightType::Q2K {
                 for g in 0..16 {
-                    (sc[g], mn[g]) = (i32::from(b[g] & 0xF), i32::from(b[g] >> 4));
+                    let (s, m) = q2k_scale_min(b, g);
+                    (sc[g], mn[g]) = (i32::from(s), i32::from(m));
                 }
                 (f16_at(b, 80), f16_at(b, 82))
             } else {

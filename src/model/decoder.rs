@@ -72,6 +72,14 @@ struct Moe {
 type KernelPart<'a> = (&'a crate::kernels::QWeight, Option<Vec<f32>>);
 
 impl Ffn {
+    /// A gated FFN, gate and up stacked into one projection when they can be.
+    fn gated(gate: QLinear, up: QLinear, down: QLinear) -> Result<Ffn> {
+        Ok(match QLinear::stack(&[&gate, &up])? {
+            Some(gate_up) => Ffn::FusedGateUp { gate_up, down },
+            None => Ffn::GateUp { gate, up, down },
+        })
+    }
+
     /// `(gate_up, down)` when a gated FFN runs on toolgate's kernels with gate and up
     /// stacked: what a MoE expert runs on plain rows.
     fn kernel_weights(&self) -> Result<Option<(KernelPart<'_>, KernelPart<'_>)>> {
@@ -232,16 +240,23 @@ impl Loader<'_> {
         QLinear::new(self.qtensor(name)?, bias).map_err(|e| self.bad(name, e))
     }
 
-    /// Matrix `e` of a stacked `(n, rows, cols)` expert tensor `{name}.weight`, as a
-    /// projection (a window of the mapped tensor), with row `e` of `{name}.bias`
-    /// `(n, rows)` as its bias when the file has one (gpt-oss).
-    fn expert(&self, name: &str, e: usize, n: usize) -> Result<QLinear> {
+    /// The experts' biases `{name}.bias` `(n, rows)` of a stacked expert tensor, when
+    /// the file has them (gpt-oss); read once for all `n` experts.
+    fn expert_biases(&self, name: &str, n: usize) -> Result<Option<Tensor>> {
         let bias_name = format!("{name}.bias");
-        let bias = match self.opt_f32(&bias_name)? {
-            Some(b) if b.dims().first() == Some(&n) && b.rank() == 2 => Some(b.get(e)?),
-            Some(b) => return Err(self.bad(&bias_name, format!("shape {:?} is not (experts, rows)", b.dims()))),
-            None => None,
-        };
+        match self.opt_f32(&bias_name)? {
+            Some(b) if b.dims().first() == Some(&n) && b.rank() == 2 => Ok(Some(b)),
+            Some(b) => Err(self.bad(&bias_name, format!("shape {:?} is not (experts, rows)", b.dims()))),
+            None => Ok(None),
+        }
+    }
+
+    /// Matrix `e` of a stacked `(n, rows, cols)` expert tensor `{name}.weight`, as a
+    /// projection (a window of the mapped tensor), with row `e` of `biases` (from
+    /// [`Self::expert_biases`]) as its bias.
+    fn expert(&self, name: &str, e: usize, n: usize, biases: Option<&Tensor>) -> Result<QLinear> {
+        let bias_name = format!("{name}.bias");
+        let bias = biases.map(|b| b.get(e)).transpose()?;
         let name = &format!("{name}.weight");
         let info = self.gguf.tensor_info(name).ok_or_else(|| self.bad(name, "missing"))?;
         let [count, rows, cols] = info.dims[..] else {
@@ -288,24 +303,18 @@ impl Loader<'_> {
         let router = self.linear(&p("ffn_gate_inp"))?;
         self.expect_width(&p("ffn_gate_inp.weight"), &router, hp.n_embd, ex.count)?;
         let mut experts = Vec::with_capacity(ex.count);
+        let names = [p("ffn_gate_exps"), p("ffn_up_exps"), p("ffn_down_exps")];
+        let [gate_b, up_b, down_b] = [0, 1, 2].map(|j| self.expert_biases(&names[j], ex.count));
+        let (gate_b, up_b, down_b) = (gate_b?, up_b?, down_b?);
         for e in 0..ex.count {
-            let gate = self.expert(&p("ffn_gate_exps"), e, ex.count)?;
-            let up = self.expert(&p("ffn_up_exps"), e, ex.count)?;
-            let down = self.expert(&p("ffn_down_exps"), e, ex.count)?;
+            let gate = self.expert(&names[0], e, ex.count, gate_b.as_ref())?;
+            let up = self.expert(&names[1], e, ex.count, up_b.as_ref())?;
+            let down = self.expert(&names[2], e, ex.count, down_b.as_ref())?;
             self.expect_width(&p("ffn_gate_exps.weight"), &gate, hp.n_embd, up.out_features())?;
             self.expect_width(&p("ffn_down_exps.weight"), &down, up.out_features(), hp.n_embd)?;
-            experts.push(match QLinear::stack(&[&gate, &up])? {
-                Some(gate_up) => Ffn::FusedGateUp { gate_up, down },
-                None => Ffn::GateUp { gate, up, down },
-            });
+            experts.push(Ffn::gated(gate, up, down)?);
         }
-        let selection_bias = match self.opt_f32(&p("exp_probs_b.bias"))? {
-            Some(b) => {
-                self.expect_norm(&p("exp_probs_b.bias"), &b, ex.count)?;
-                Some(b.to_vec1::<f32>()?)
-            }
-            None => None,
-        };
+        let selection_bias = self.opt_vec(&p("exp_probs_b.bias"), ex.count)?;
         let shared = match self.gguf.has_tensor(&p("ffn_gate_shexp.weight")) {
             true => Some(Box::new(self.gated(&p("ffn_gate_shexp"), &p("ffn_up_shexp"), &p("ffn_down_shexp"))?)),
             false => None,
@@ -322,16 +331,20 @@ impl Loader<'_> {
         }))
     }
 
-    /// A gated FFN from three projections (gate and up stacked when they can be).
+    /// A gated FFN from three projections `{gate,up,down}.weight` (and biases).
     fn gated(&self, gate: &str, up: &str, down: &str) -> Result<Ffn> {
         let (g, u, d) = (self.linear(gate)?, self.linear(up)?, self.linear(down)?);
         if g.out_features() != u.out_features() {
             return Err(self.bad(&format!("{up}.weight"), "gate and up projections differ in width"));
         }
-        Ok(match QLinear::stack(&[&g, &u])? {
-            Some(gate_up) => Ffn::FusedGateUp { gate_up, down: d },
-            None => Ffn::GateUp { gate: g, up: u, down: d },
-        })
+        Ffn::gated(g, u, d)
+    }
+
+    /// An optional 1-D f32 tensor that must hold `width` values, as plain floats.
+    fn opt_vec(&self, name: &str, width: usize) -> Result<Option<Vec<f32>>> {
+        let Some(t) = self.opt_f32(name)? else { return Ok(None) };
+        self.expect_norm(name, &t, width)?;
+        Ok(Some(t.to_vec1::<f32>()?))
     }
 
     fn bad(&self, name: &str, e: impl std::fmt::Display) -> Error {
@@ -461,13 +474,7 @@ impl Decoder {
             } else {
                 (None, None)
             };
-            let sinks = match ld.opt_f32(&p("attn_sinks.weight"))? {
-                Some(z) => {
-                    ld.expect_norm(&p("attn_sinks.weight"), &z, hp.n_head)?;
-                    Some(z.to_vec1::<f32>()?)
-                }
-                None => None,
-            };
+            let sinks = ld.opt_vec(&p("attn_sinks.weight"), hp.n_head)?;
             let is_local = match spec.sliding_window {
                 Some(sw) => (i + 1) % sw.pattern != 0,
                 None => false,
@@ -678,8 +685,21 @@ impl Decoder {
     }
 
     fn layers_forward(&mut self, mut x: Tensor, rows: Rows<'_>, ropes: &[(Tensor, Tensor)]) -> Result<Tensor> {
+        // The query multipliers of the positions (Ministral 3), `(1, 1, t, 1)`, once
+        // for every layer.
+        let q_scale = match self.hp.attn_temperature {
+            Some(temp) => {
+                let scales: Vec<f32> = match rows {
+                    Rows::One { pos, .. } => (pos..pos + x.dim(1)?).map(|p| temp.at(p)).collect(),
+                    Rows::Each(rows) => rows.iter().map(|&(_, p)| temp.at(p)).collect(),
+                };
+                let t = scales.len();
+                Some(Tensor::from_vec(scales, (1, 1, t, 1), &self.device)?.to_dtype(x.dtype())?)
+            }
+            None => None,
+        };
         for li in 0..self.layers.len() {
-            x = self.layer_forward(li, &x, &rows, ropes)?;
+            x = self.layer_forward(li, &x, &rows, ropes, q_scale.as_ref())?;
         }
         Ok(x)
     }
@@ -702,7 +722,14 @@ impl Decoder {
         self.embed.out_features()
     }
 
-    fn layer_forward(&mut self, li: usize, x: &Tensor, rows: &Rows<'_>, ropes: &[(Tensor, Tensor)]) -> Result<Tensor> {
+    fn layer_forward(
+        &mut self,
+        li: usize,
+        x: &Tensor,
+        rows: &Rows<'_>,
+        ropes: &[(Tensor, Tensor)],
+        q_scale: Option<&Tensor>,
+    ) -> Result<Tensor> {
         let hp = &self.hp;
         let (_, t, _) = x.dims3()?;
         let layer = &mut self.layers[li];
@@ -739,14 +766,8 @@ impl Decoder {
             ),
             None => (q, k),
         };
-        let q = match hp.attn_temperature {
-            Some(temp) => {
-                let scales: Vec<f32> = match *rows {
-                    Rows::One { pos, .. } => (pos..pos + t).map(|p| temp.at(p)).collect(),
-                    Rows::Each(rows) => rows.iter().map(|&(_, p)| temp.at(p)).collect(),
-                };
-                q.broadcast_mul(&Tensor::from_vec(scales, (1, 1, t, 1), q.device())?.to_dtype(q.dtype())?)?
-            }
+        let q = match q_scale {
+            Some(s) => q.broadcast_mul(s)?,
             None => q,
         };
 
@@ -971,10 +992,9 @@ fn rope_table(
 ) -> Result<RopeTable> {
     let half = hp.rope_dim / 2;
     let factors: Option<Vec<f32>> = freq_factors.map(|f| f.to_vec1::<f32>()).transpose()?;
-    let plain = || (0..half).map(|i| 1.0 / base.powf(2.0 * i as f32 / hp.rope_dim as f32) / linear_scale).collect();
     let mut inv_freq: Vec<f32> = match yarn {
         Some(y) => y.frequencies(base, hp.rope_dim),
-        None => plain(),
+        None => (0..half).map(|i| 1.0 / base.powf(2.0 * i as f32 / hp.rope_dim as f32) / linear_scale).collect(),
     };
     if let Some(ff) = &factors {
         inv_freq.iter_mut().zip(ff).for_each(|(f, ff)| *f /= ff);
