@@ -5,8 +5,9 @@
 //! layout. [`QWeight::matmul`] quantizes the activations to 8 bits (blocks of 32 or
 //! 256, see [`activation`]), then computes every dot product in integer arithmetic per
 //! block (F16/BF16 weights: in f32, against the activations as they are) with the
-//! best kernel the CPU has ([`Isa::detect`]): AVX2+FMA+F16C on x86-64,
-//! otherwise the portable [`scalar`] code. Work is split over candle's barrier pool
+//! best kernels the CPU has ([`Isa::detect`]): [`avx512`] for the k-quants where
+//! AVX-512 VNNI is present, AVX2+FMA+F16C ([`avx2`]) for the rest on x86-64,
+//! otherwise the portable [`scalar`] code (`TOOLGATE_ISA` forces one). Work is split over candle's barrier pool
 //! (see `pool.rs`), weight rows per task, and during prefill each weight row is
 //! decoded once for four activation rows. [`attention`] is the fused causal attention
 //! the CPU decoder uses.
@@ -37,6 +38,8 @@ pub mod activation;
 pub mod attention;
 #[cfg(target_arch = "x86_64")]
 pub mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub mod avx512;
 pub mod formats;
 mod matmul;
 mod pool;
@@ -49,8 +52,8 @@ use candle_core::quantized::QTensor;
 use crate::{Error, Result};
 
 /// What `TOOLGATE_KERNELS` asks for, read once: `candle` (candle's own ops everywhere,
-/// for comparison), `portable` (these kernels without SIMD), anything else or unset
-/// (these kernels with the best instruction set the CPU has).
+/// for comparison), `portable` (these kernels without SIMD, as `TOOLGATE_ISA=portable`),
+/// anything else or unset (these kernels).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Choice {
     Best,
@@ -96,30 +99,74 @@ pub fn f32_path(ty: WeightType, m: usize) -> bool {
     m >= GEMM_MIN_ROWS && matches!(ty.act_kind(), formats::ActKind::Blocks32 | formats::ActKind::Floats)
 }
 
-/// The instruction set the kernels run with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The instruction set the kernels run with, from least to most capable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Isa {
-    /// AVX2 + FMA + F16C (x86-64).
-    Avx2,
     /// Plain Rust, any CPU.
     Portable,
+    /// AVX2 + FMA + F16C (x86-64).
+    Avx2,
+    /// AVX-512 F/BW/VL/VNNI on top of [`Isa::Avx2`] (x86-64): the k-quant dot
+    /// products (Q4_K, Q5_K, Q6_K) in 512-bit registers, every other kernel as AVX2.
+    Avx512,
 }
 
 impl Isa {
-    /// The best kernels this CPU runs; detected once (cheap afterwards).
-    /// `TOOLGATE_KERNELS=portable` forces the portable ones.
+    /// The kernels the run uses: the best this CPU supports, or the one
+    /// `TOOLGATE_ISA=portable|avx2|avx512` asks for (`TOOLGATE_KERNELS=portable` is
+    /// `TOOLGATE_ISA=portable`). An instruction set the CPU lacks is never used: asking
+    /// for one gives the best the CPU has below it. Read once (cheap afterwards).
+    ///
+    /// ```
+    /// use toolgate::kernels::Isa;
+    /// assert!(Isa::detect().supported());
+    /// assert!(Isa::available().contains(&Isa::detect()));
+    /// ```
     pub fn detect() -> Isa {
         static ISA: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
         *ISA.get_or_init(|| {
-            if choice() == Choice::Portable {
-                return Isa::Portable;
+            let best = Self::available().last().copied().unwrap_or(Isa::Portable);
+            let asked = match std::env::var("TOOLGATE_ISA").as_deref() {
+                Ok("portable") => Isa::Portable,
+                Ok("avx2") => Isa::Avx2,
+                Ok("avx512") => Isa::Avx512,
+                Ok(other) => {
+                    tracing::warn!("TOOLGATE_ISA={other} is not portable, avx2 or avx512; using {best:?}");
+                    best
+                }
+                Err(_) => best,
+            };
+            let asked = if choice() == Choice::Portable { Isa::Portable } else { asked };
+            asked.min(best)
+        })
+    }
+
+    /// Whether this CPU runs the kernels of `self` (checked at each call: cheap, a
+    /// cached CPUID read).
+    pub fn supported(self) -> bool {
+        match self {
+            Isa::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => {
+                is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
             }
             #[cfg(target_arch = "x86_64")]
-            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
-                return Isa::Avx2;
+            Isa::Avx512 => {
+                Isa::Avx2.supported()
+                    && is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vl")
+                    && is_x86_feature_detected!("avx512vnni")
             }
-            Isa::Portable
-        })
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
+    /// Every instruction set this CPU runs the kernels with, least capable first
+    /// (tests compare each against the same reference).
+    pub fn available() -> Vec<Isa> {
+        [Isa::Portable, Isa::Avx2, Isa::Avx512].into_iter().filter(|i| i.supported()).collect()
     }
 }
 
@@ -133,9 +180,11 @@ mod dispatch {
 
     pub(super) fn dot32_for(isa: Isa) -> DotFn<Q8x32> {
         match isa {
-            // SAFETY: `Isa::Avx2` is only ever chosen by `Isa::detect` after checking the CPU.
+            // SAFETY: an `Isa` other than `Portable` only reaches the dispatcher after
+            // `Isa::supported` (in `Isa::detect` or `QWeight::matmul_with`), and
+            // AVX-512 CPUs run the AVX2 kernels too.
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => |t, w, x, o| unsafe { super::avx2::dot32_rows(t, w, x, o) },
+            Isa::Avx2 | Isa::Avx512 => |t, w, x, o| unsafe { super::avx2::dot32_rows(t, w, x, o) },
             _ => super::scalar::dot32,
         }
     }
@@ -147,7 +196,7 @@ mod dispatch {
         match isa {
             // SAFETY: as above (AVX2 implies the FMA the function is compiled with).
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => |x, o| unsafe { super::activation::quantize_32_avx2(x, o) },
+            Isa::Avx2 | Isa::Avx512 => |x, o| unsafe { super::activation::quantize_32_avx2(x, o) },
             _ => super::activation::quantize_32_portable,
         }
     }
@@ -156,7 +205,7 @@ mod dispatch {
         match isa {
             // SAFETY: as above.
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => |x, o| unsafe { super::activation::quantize_256_avx2(x, o) },
+            Isa::Avx2 | Isa::Avx512 => |x, o| unsafe { super::activation::quantize_256_avx2(x, o) },
             _ => super::activation::quantize_256_portable,
         }
     }
@@ -168,7 +217,7 @@ mod dispatch {
         match isa {
             // SAFETY: as above.
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => |t, w, o| unsafe { super::avx2::dequantize_row(t, w, o) },
+            Isa::Avx2 | Isa::Avx512 => |t, w, o| unsafe { super::avx2::dequantize_row(t, w, o) },
             _ => super::formats::dequantize_row,
         }
     }
@@ -177,7 +226,7 @@ mod dispatch {
         match isa {
             // SAFETY: as above.
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => |t, w, x, o| unsafe { super::avx2::dot_floats_rows(t, w, x, o) },
+            Isa::Avx2 | Isa::Avx512 => |t, w, x, o| unsafe { super::avx2::dot_floats_rows(t, w, x, o) },
             _ => super::scalar::dot_floats,
         }
     }
@@ -187,6 +236,9 @@ mod dispatch {
             // SAFETY: as above.
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => |t, w, x, o| unsafe { super::avx2::dot256_rows(t, w, x, o) },
+            // SAFETY: as above.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => |t, w, x, o| unsafe { super::avx512::dot256_rows(t, w, x, o) },
             _ => super::scalar::dot256,
         }
     }
@@ -440,17 +492,19 @@ impl QWeight {
     /// # Errors
     /// [`Error::InvalidParameter`] if `x` is not whole rows or `y` is not `m · out`.
     pub fn matmul(&self, x: &[f32], y: &mut [f32]) -> Result<()> {
-        self.matmul_with(Isa::detect(), x, y)
+        self.check_io(x, y)?;
+        matmul::matmul(self, x, x.len() / self.in_features, y, Isa::detect());
+        Ok(())
     }
 
-    /// [`QWeight::matmul`] with the kernels of `isa` (which must not be an instruction
-    /// set the CPU lacks: [`Isa::Avx2`] falls back to portable code where undetected).
+    /// [`QWeight::matmul`] with the kernels of `isa`; an instruction set the CPU lacks
+    /// ([`Isa::supported`]) gives the best one below it.
     ///
     /// # Errors
     /// As [`QWeight::matmul`].
     pub fn matmul_with(&self, isa: Isa, x: &[f32], y: &mut [f32]) -> Result<()> {
         self.check_io(x, y)?;
-        let isa = if isa == Isa::Avx2 && Isa::detect() != Isa::Avx2 { Isa::Portable } else { isa };
+        let isa = Isa::available().into_iter().filter(|&i| i <= isa).last().unwrap_or(Isa::Portable);
         matmul::matmul(self, x, x.len() / self.in_features, y, isa);
         Ok(())
     }

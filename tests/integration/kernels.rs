@@ -3,7 +3,8 @@
 //! For each type a random `(n, k)` matrix is quantized by candle (`QTensor::quantize`),
 //! and for several activation row counts (covering the 4-row groups, the 16-row tiles
 //! and their tails, and the f32 GEMM path of `kernels::f32_path`) toolgate's matmul is
-//! compared, with both the portable and the detected (AVX2 where present) kernels, to:
+//! compared, with every instruction set the CPU runs (`Isa::available`: portable,
+//! AVX2, AVX-512), to:
 //!
 //! 1. **exact reference** — candle's dequantized weights times the very activations
 //!    the kernels use (8-bit `d·q`, or the f32 ones on the GEMM path), summed in f64. Only float rounding separates
@@ -109,7 +110,7 @@ fn check_matmul(qw: &QWeight, deq: &[f32]) {
         let x: Vec<f32> = Tensor::randn(0f32, 1.0, (m, k), &dev).unwrap().flatten_all().unwrap().to_vec1().unwrap();
         let mut worst_exact = 0f64;
         let mut worst_f32 = 0f64;
-        for isa in [Isa::Portable, Isa::detect()] {
+        for isa in Isa::available() {
             let mut y = vec![0f32; m * n];
             qw.matmul_with(isa, &x, &mut y).unwrap();
             for r in 0..m {
@@ -166,7 +167,7 @@ fn float_rows_of_any_length() {
         let bf16: Vec<u8> = w.iter().flat_map(|v| ((v.to_bits() >> 16) as u16).to_le_bytes()).collect();
         for (ty, bytes) in [(WeightType::F16, f16), (WeightType::BF16, bf16)] {
             let qw = QWeight::new(ty, bytes, 1, k).unwrap();
-            for isa in [Isa::Portable, Isa::detect()] {
+            for isa in Isa::available() {
                 let mut y = [0f32];
                 qw.matmul_with(isa, &x, &mut y).unwrap();
                 assert!(

@@ -1,0 +1,208 @@
+//! AVX-512 (F, BW, VL, VNNI) dot products for the k-quant types Q4_K, Q5_K and Q6_K
+//! (x86-64), selected at run time by [`super::dispatch`]; every other kernel of
+//! [`super::Isa::Avx512`] is the AVX2 one ([`super::avx2`]), which every AVX-512 CPU
+//! also runs.
+//!
+//! Why these three: they are the weights of the Q4_K_M/Q5_K_M files most users
+//! download, and on their integer prefill path (4 activation rows per decoded weight
+//! row) the AVX2 kernels spend three instructions per 32 multiply-adds per row
+//! (`maddubs`, `madd` with the sub-block scales, `add`). Here one 512-bit register
+//! holds the codes of two adjacent sub-blocks — a 32-byte run of Q4_K/Q5_K nibbles
+//! with its low nibbles in the lower half and its high nibbles in the upper half,
+//! which is exactly the order of the 64 activations they multiply — and VNNI's
+//! `vpdpwssd` fuses the scale `madd` with the accumulation: two instructions per 64
+//! multiply-adds per row. The 32-weight types run their prefill as an f32 GEMM (the
+//! `gemm` crate already uses AVX-512 there) and their decode is bound by memory, so
+//! they keep the AVX2 dot products.
+//!
+//! The integer sums of a block are exact, so a block's value differs from the AVX2
+//! kernel's only in the f32 rounding of the per-block scale products (≤ 1 ulp per
+//! block): the tests hold each ISA to the same exact reference.
+//!
+//! # Safety
+//! Every function here requires the CPU to support `avx512f`, `avx512bw`, `avx512vl`,
+//! `avx512vnni`, `avx2`, `fma` and `f16c`; [`super::Isa::detect`] checks that once.
+//! Slice lengths are checked by the safe wrapper at the bottom of this file.
+
+use std::arch::x86_64::*;
+
+use super::activation::Q8x256;
+use super::formats::{scale_min_k4, WeightType};
+
+/// `lo` in the lower 256 bits, `hi` in the upper.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+unsafe fn join(lo: __m256i, hi: __m256i) -> __m512i {
+    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+unsafe fn f16_at(p: *const u8) -> f32 {
+    let bits = std::ptr::read_unaligned(p as *const u16);
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+unsafe fn load512(p: *const i8) -> __m512i {
+    _mm512_loadu_si512(p as *const _)
+}
+
+/// Dot products of a Q4_K (`Q5 = false`) or Q5_K row with `R` rows.
+///
+/// Per block: 8 sub-blocks of 32 weights with 6-bit scales and mins. Run `j` (32
+/// bytes) holds sub-block `2j` in its low nibbles and `2j + 1` in its high nibbles;
+/// Q5_K's fifth bits are bits `2j` and `2j + 1` of the 32 `qh` bytes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn dot_q45k<const Q5: bool, const R: usize>(w: &[u8], xs: &[&[Q8x256]], out: &mut [f32]) {
+    let bb = if Q5 { 176 } else { 144 };
+    let qs_at = if Q5 { 48 } else { 16 };
+    let nb = w.len() / bb;
+    let m4 = _mm512_set1_epi8(0x0F);
+    let sixteen = _mm512_set1_epi8(0x10);
+    let mut acc = [_mm512_setzero_ps(); R];
+    let mut accm = [_mm256_setzero_ps(); R];
+    let x: [*const Q8x256; R] = std::array::from_fn(|r| xs[r].as_ptr());
+    for i in 0..nb {
+        let b = w.as_ptr().add(i * bb);
+        let (d, dmin) = (f16_at(b), f16_at(b.add(2)));
+        let packed = std::slice::from_raw_parts(b.add(4), 12);
+        let (mut sc, mut mins) = ([0i16; 8], [0i16; 16]);
+        for j in 0..8 {
+            let (s, m) = scale_min_k4(j, packed);
+            sc[j] = i16::from(s);
+            (mins[2 * j], mins[2 * j + 1]) = (i16::from(m), i16::from(m));
+        }
+        let sc = _mm512_castsi128_si512(_mm_loadu_si128(sc.as_ptr() as *const __m128i));
+        let mins = _mm256_loadu_si256(mins.as_ptr() as *const __m256i);
+        let qh = if Q5 {
+            let h = _mm256_loadu_si256(b.add(16) as *const __m256i);
+            join(h, h)
+        } else {
+            _mm512_setzero_si512()
+        };
+        let mut sumi = [_mm512_setzero_si512(); R];
+        for j in 0..4 {
+            let q = _mm256_loadu_si256(b.add(qs_at + 32 * j) as *const __m256i);
+            let mut codes = _mm512_and_si512(join(q, _mm256_srli_epi16::<4>(q)), m4);
+            if Q5 {
+                let bits = join(_mm256_set1_epi8(1 << (2 * j)), _mm256_set1_epi8((1u8 << (2 * j + 1)) as i8));
+                codes = _mm512_mask_add_epi8(codes, _mm512_test_epi8_mask(qh, bits), codes, sixteen);
+            }
+            // Sub-block 2j's scale for the lower 16 i16 lanes, 2j + 1's for the upper.
+            let s = _mm512_permutexvar_epi16(join(_mm256_set1_epi16(2 * j as i16), _mm256_set1_epi16(2 * j as i16 + 1)), sc);
+            for r in 0..R {
+                let xv = load512((*x[r].add(i)).qs.as_ptr().add(64 * j));
+                sumi[r] = _mm512_dpwssd_epi32(sumi[r], _mm512_maddubs_epi16(codes, xv), s);
+            }
+        }
+        for r in 0..R {
+            let a = &*x[r].add(i);
+            let summ = _mm256_madd_epi16(_mm256_loadu_si256(a.bsums.as_ptr() as *const __m256i), mins);
+            accm[r] = _mm256_fmadd_ps(_mm256_set1_ps(dmin * a.d), _mm256_cvtepi32_ps(summ), accm[r]);
+            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(d * a.d), _mm512_cvtepi32_ps(sumi[r]), acc[r]);
+        }
+    }
+    for r in 0..R {
+        *out.get_unchecked_mut(r) = _mm512_reduce_add_ps(acc[r]) - _mm512_reduce_add_ps(_mm512_zextps256_ps512(accm[r]));
+    }
+}
+
+/// Dot products of a Q6_K row with `R` rows.
+///
+/// Per block: 16 groups of 16 weights with signed 8-bit scales; codes are 6-bit,
+/// stored `+32` (the `-32` is taken off through the activations' per-16 sums). Half
+/// `h` reads 64 bytes of low nibbles: the low nibbles of those 64 bytes are weights
+/// `128h .. 128h + 64`, the high nibbles the next 64; the two top bits come from the
+/// half's 32 `qh` bytes at shifts 0, 2 (low nibbles) and 4, 6 (high nibbles).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn dot_q6k<const R: usize>(w: &[u8], xs: &[&[Q8x256]], out: &mut [f32]) {
+    let nb = w.len() / 210;
+    let m4 = _mm512_set1_epi8(0x0F);
+    let m2 = _mm512_set1_epi8(3);
+    // Per 16-bit lane, the shift bringing the top bits of each quarter to bits 0..2.
+    let shift_lo = join(_mm256_set1_epi16(0), _mm256_set1_epi16(2));
+    let shift_hi = join(_mm256_set1_epi16(4), _mm256_set1_epi16(6));
+    let mut acc = [_mm512_setzero_ps(); R];
+    let x: [*const Q8x256; R] = std::array::from_fn(|r| xs[r].as_ptr());
+    for i in 0..nb {
+        let b = w.as_ptr().add(i * 210);
+        let d = f16_at(b.add(208));
+        let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(b.add(192) as *const __m128i));
+        // −32 · scale, against the activations' 16 per-group sums.
+        let neg32 = _mm512_zextsi256_si512(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16::<5>(sc16)));
+        let sc = _mm512_castsi256_si512(sc16);
+        let mut sumi = [_mm512_setzero_si512(); R];
+        for r in 0..R {
+            let bs = _mm512_zextsi256_si512(_mm256_loadu_si256((*x[r].add(i)).bsums.as_ptr() as *const __m256i));
+            sumi[r] = _mm512_dpwssd_epi32(sumi[r], bs, neg32);
+        }
+        for h in 0..2 {
+            let ql = load512(b.add(64 * h) as *const i8);
+            let qh = _mm256_loadu_si256(b.add(128 + 32 * h) as *const __m256i);
+            let qh = join(qh, qh);
+            for half in 0..2 {
+                let (low, shift) = if half == 0 {
+                    (_mm512_and_si512(ql, m4), shift_lo)
+                } else {
+                    (_mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4), shift_hi)
+                };
+                let high = _mm512_and_si512(_mm512_srlv_epi16(qh, shift), m2);
+                let codes = _mm512_or_si512(low, _mm512_slli_epi16::<4>(high));
+                // Four groups of 16 weights: groups 8h + 4·half + 0..4, 8 i16 lanes each.
+                let g = (8 * h + 4 * half) as i16;
+                let idx = join(
+                    _mm256_set_m128i(_mm_set1_epi16(g + 1), _mm_set1_epi16(g)),
+                    _mm256_set_m128i(_mm_set1_epi16(g + 3), _mm_set1_epi16(g + 2)),
+                );
+                let s = _mm512_permutexvar_epi16(idx, sc);
+                for r in 0..R {
+                    let xv = load512((*x[r].add(i)).qs.as_ptr().add(128 * h + 64 * half));
+                    sumi[r] = _mm512_dpwssd_epi32(sumi[r], _mm512_maddubs_epi16(codes, xv), s);
+                }
+            }
+        }
+        for r in 0..R {
+            let a = &*x[r].add(i);
+            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(d * a.d), _mm512_cvtepi32_ps(sumi[r]), acc[r]);
+        }
+    }
+    for r in 0..R {
+        *out.get_unchecked_mut(r) = _mm512_reduce_add_ps(acc[r]);
+    }
+}
+
+macro_rules! by_rows {
+    ($f:ident [$($p:tt),*] ($w:expr, $xs:expr, $out:expr)) => {
+        match $xs.len() {
+            1 => $f::<$($p,)* 1>($w, $xs, $out),
+            2 => $f::<$($p,)* 2>($w, $xs, $out),
+            3 => $f::<$($p,)* 3>($w, $xs, $out),
+            _ => $f::<$($p,)* 4>($w, $xs, $out),
+        }
+    };
+}
+
+/// `out[r] = w · xs[r]` for a 256-weight type: Q4_K, Q5_K and Q6_K here, the others
+/// on the AVX2 kernels.
+///
+/// # Safety
+/// The CPU must support `avx512f`, `avx512bw`, `avx512vl`, `avx512vnni`, `avx2`,
+/// `fma` and `f16c`.
+///
+/// # Panics
+/// If `ty` is a 32-weight type, `w` is not whole blocks, an activation row is shorter
+/// than `w`, or `xs`/`out` are not the same length in `1..=4`.
+pub unsafe fn dot256_rows(ty: WeightType, w: &[u8], xs: &[&[Q8x256]], out: &mut [f32]) {
+    let nb = w.len() / ty.block_bytes();
+    assert!(w.len() % ty.block_bytes() == 0, "weight row is not whole blocks");
+    assert!((1..=super::MAX_ROWS).contains(&xs.len()) && out.len() == xs.len(), "1..=4 rows with one output each");
+    assert!(xs.iter().all(|x| x.len() >= nb), "activation row shorter than the weight row");
+    match ty {
+        WeightType::Q4K => by_rows!(dot_q45k[false](w, xs, out)),
+        WeightType::Q5K => by_rows!(dot_q45k[true](w, xs, out)),
+        WeightType::Q6K => by_rows!(dot_q6k[](w, xs, out)),
+        _ => super::avx2::dot256_rows(ty, w, xs, out),
+    }
+}
