@@ -26,7 +26,7 @@
 
 use std::arch::x86_64::*;
 
-use super::activation::Q8x256;
+use super::activation::{Q8x256, Q8x32};
 use super::formats::{scale_min_k4, WeightType};
 
 /// `lo` in the lower 256 bits, `hi` in the upper.
@@ -204,5 +204,145 @@ pub unsafe fn dot256_rows(ty: WeightType, w: &[u8], xs: &[&[Q8x256]], out: &mut 
         WeightType::Q5K => by_rows!(dot_q45k[true](w, xs, out)),
         WeightType::Q6K => by_rows!(dot_q6k[](w, xs, out)),
         _ => super::avx2::dot256_rows(ty, w, xs, out),
+    }
+}
+
+/// The 32-weight types' tags for [`tile_kernel`].
+const T_Q4_0: u8 = 0;
+const T_Q4_1: u8 = 1;
+const T_Q5_0: u8 = 2;
+const T_Q5_1: u8 = 3;
+const T_Q8_0: u8 = 4;
+const T_IQ4NL: u8 = 5;
+
+/// One tile (16 weight rows, layout in [`super::tiles`]) against `R` activation rows:
+/// `out[r · ld + j] = w_j · x_r` for the tile's first `cols` rows `j`.
+///
+/// Per block: the code vectors (unpacked once for all `R` rows), 8 `vpdpbusd` per row
+/// against the row's 4-byte groups broadcast, then `y += d ⊙ (dₓ·Σ − offset·sₓ)` (or
+/// `+ m·sₓ` for Q4_1/Q5_1) per row, in block order: an output's sum is the same for
+/// any `R`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn tile_kernel<const TY: u8, const R: usize>(
+    tile: &[u8],
+    acts: &[Q8x32],
+    blocks: usize,
+    out: *mut f32,
+    ld: usize,
+    cols: usize,
+) {
+    let nibbles = TY != T_Q8_0;
+    let fifth = matches!(TY, T_Q5_0 | T_Q5_1);
+    let has_m = matches!(TY, T_Q4_1 | T_Q5_1);
+    let offset = match TY {
+        T_Q4_0 => 8.0,
+        T_Q5_0 => 16.0,
+        T_Q8_0 | T_IQ4NL => 128.0,
+        _ => 0.0,
+    };
+    let codes_len = if nibbles { 256 } else { 512 };
+    let scales_at = codes_len + if fifth { 64 } else { 0 };
+    let bb = scales_at + if has_m { 64 } else { 32 };
+    let m4 = _mm512_set1_epi8(0x0F);
+    let sixteen = _mm512_set1_epi8(0x10);
+    let table = _mm512_broadcast_i32x4(_mm_loadu_si128(super::tiles::IQ4_SHIFTED.as_ptr() as *const __m128i));
+    let neg_offset = _mm512_set1_ps(-offset);
+    let x: [*const Q8x32; R] = std::array::from_fn(|r| acts.as_ptr().add(r * blocks));
+    let mut y = [_mm512_setzero_ps(); R];
+    for b in 0..blocks {
+        let blk = tile.as_ptr().add(b * bb);
+        let mut codes = [_mm512_setzero_si512(); 8];
+        if nibbles {
+            for v in 0..4 {
+                let z = _mm512_loadu_si512(blk.add(64 * v) as *const _);
+                codes[v] = _mm512_and_si512(z, m4);
+                codes[v + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(z), m4);
+            }
+        } else {
+            for c in 0..8 {
+                codes[c] = _mm512_loadu_si512(blk.add(64 * c) as *const _);
+            }
+        }
+        if fifth {
+            for c in 0..8 {
+                let mask = std::ptr::read_unaligned(blk.add(256 + 8 * c) as *const u64);
+                codes[c] = _mm512_mask_add_epi8(codes[c], mask, codes[c], sixteen);
+            }
+        }
+        if TY == T_IQ4NL {
+            for c in 0..8 {
+                codes[c] = _mm512_shuffle_epi8(table, codes[c]);
+            }
+        }
+        let d = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(scales_at) as *const __m256i));
+        let m = if has_m { _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(scales_at + 32) as *const __m256i)) } else { d };
+        for r in 0..R {
+            let a = &*x[r].add(b);
+            let q = a.qs.as_ptr() as *const i32;
+            let mut acc = _mm512_setzero_si512();
+            for c in 0..8 {
+                acc = _mm512_dpbusd_epi32(acc, codes[c], _mm512_set1_epi32(std::ptr::read_unaligned(q.add(c))));
+            }
+            let t = _mm512_cvtepi32_ps(acc);
+            if has_m {
+                y[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(a.d)), t, y[r]);
+                y[r] = _mm512_fmadd_ps(m, _mm512_set1_ps(a.s), y[r]);
+            } else {
+                let inner = _mm512_fmadd_ps(t, _mm512_set1_ps(a.d), _mm512_mul_ps(neg_offset, _mm512_set1_ps(a.s)));
+                y[r] = _mm512_fmadd_ps(d, inner, y[r]);
+            }
+        }
+    }
+    let keep: __mmask16 = if cols >= 16 { 0xFFFF } else { (1u16 << cols) - 1 };
+    for r in 0..R {
+        _mm512_mask_storeu_ps(out.add(r * ld), keep, y[r]);
+    }
+}
+
+/// [`tile_kernel`] for `ty` and `acts.len() / blocks` (1..=8) activation rows.
+///
+/// # Safety
+/// The CPU must support `avx512f`, `avx512bw`, `avx512vl`, `avx512vnni`, `avx2`,
+/// `fma` and `f16c`; `out` must be valid for writes of `cols` floats at `out + r·ld`
+/// for every activation row `r`.
+///
+/// # Panics
+/// If `ty` has no tiled layout, `cols > 16`, `tile` is not `blocks` whole tiled blocks,
+/// or `acts` is not 1..=8 rows of `blocks`.
+pub unsafe fn tile_rows(
+    ty: WeightType,
+    tile: &[u8],
+    acts: &[Q8x32],
+    blocks: usize,
+    out: *mut f32,
+    ld: usize,
+    cols: usize,
+) {
+    let rows = acts.len() / blocks.max(1);
+    assert!(blocks > 0 && acts.len() == rows * blocks && (1..=8).contains(&rows), "1..=8 rows of {blocks} blocks");
+    let bb = super::tiles::block_bytes(ty).unwrap_or_else(|| panic!("{} has no tiled layout", ty.name()));
+    assert!(cols <= 16 && tile.len() == blocks * bb, "a tile of {blocks} blocks and at most 16 columns");
+    macro_rules! rows {
+        ($t:expr) => {
+            match rows {
+                1 => tile_kernel::<$t, 1>(tile, acts, blocks, out, ld, cols),
+                2 => tile_kernel::<$t, 2>(tile, acts, blocks, out, ld, cols),
+                3 => tile_kernel::<$t, 3>(tile, acts, blocks, out, ld, cols),
+                4 => tile_kernel::<$t, 4>(tile, acts, blocks, out, ld, cols),
+                5 => tile_kernel::<$t, 5>(tile, acts, blocks, out, ld, cols),
+                6 => tile_kernel::<$t, 6>(tile, acts, blocks, out, ld, cols),
+                7 => tile_kernel::<$t, 7>(tile, acts, blocks, out, ld, cols),
+                _ => tile_kernel::<$t, 8>(tile, acts, blocks, out, ld, cols),
+            }
+        };
+    }
+    match ty {
+        WeightType::Q4_0 => rows!(T_Q4_0),
+        WeightType::Q4_1 => rows!(T_Q4_1),
+        WeightType::Q5_0 => rows!(T_Q5_0),
+        WeightType::Q5_1 => rows!(T_Q5_1),
+        WeightType::Q8_0 => rows!(T_Q8_0),
+        WeightType::IQ4NL => rows!(T_IQ4NL),
+        _ => unreachable!("block_bytes above has no other tiled type"),
     }
 }

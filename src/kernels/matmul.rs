@@ -35,10 +35,19 @@ pub const GEMM_TILE: usize = 160;
 
 /// `y (m, n) = x (m, k) · Wᵀ` where `w` is `(n, k)`.
 pub(super) fn matmul(w: &QWeight, x: &[f32], m: usize, y: &mut [f32], isa: Isa) {
-    if super::f32_path(w.ty, m) {
+    if super::f32_path(isa, w.ty, m) {
         return matmul_dequantized(w, x, m, y, dispatch::dequantize_for(isa));
     }
     let k = w.in_features;
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512 {
+        if let Some(tiles) = w.tiles() {
+            return with_scratch(&ACTS32, m * k / 32, Q8x32::ZERO, |acts| {
+                quantize_rows(x, k, k / 32, acts, dispatch::quantize32_for(isa));
+                super::tiles::matmul(tiles, w.out_features, acts, m, y);
+            });
+        }
+    }
     match w.ty.act_kind() {
         // Each activation row is one "block" of `k` floats.
         ActKind::Floats => run(w, x, k, m, y, dispatch::dot_floats_for(isa)),
@@ -230,7 +239,8 @@ enum Acts {
 /// Several products in one parallel call: every product's activations are quantized
 /// first, then all products' weight rows are split into one list of tasks, so `p`
 /// small matmuls (a MoE layer's chosen experts) cost one fork/join, not `p`. Products
-/// on the f32 path (prefill-sized, [`super::f32_path`]) run as [`matmul`] does.
+/// on the f32 path (prefill-sized, [`super::f32_path`]) or on tiles
+/// ([`super::tiles`]) run as [`matmul`] does.
 /// Results are bit-identical to separate [`matmul`] calls.
 /// Each product is `(W, x, y)`: `y (m, n) = x (m, k) · Wᵀ`, shapes checked by the caller.
 pub(super) fn matmul_batch(products: &mut [(&QWeight, &[f32], &mut [f32])], isa: Isa) {
@@ -238,7 +248,7 @@ pub(super) fn matmul_batch(products: &mut [(&QWeight, &[f32], &mut [f32])], isa:
     for (w, x, y) in products.iter_mut() {
         let k = w.in_features;
         let m = x.len() / k;
-        if super::f32_path(w.ty, m) {
+        if super::f32_path(isa, w.ty, m) || (isa == Isa::Avx512 && super::tiles::tiled(w.ty)) {
             matmul(w, x, m, y, isa);
             continue;
         }

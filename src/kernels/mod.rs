@@ -44,6 +44,7 @@ pub mod formats;
 mod matmul;
 mod pool;
 pub mod scalar;
+pub mod tiles;
 
 pub use formats::{dequantize_row, WeightType};
 
@@ -81,22 +82,27 @@ pub const MAX_ROWS: usize = 4;
 
 pub use matmul::{GEMM_MIN_ROWS, GEMM_TILE};
 
-/// Whether a matmul of `m` activation rows with `ty` weights runs in f32 — the weights
-/// dequantized a tile at a time, the activations as they are, an f32 GEMM — rather than
-/// as dot products against the activations in their own format. True for
-/// prefill-sized `m` ([`GEMM_MIN_ROWS`] and up) with the float types (F16, BF16) and
-/// the 32-weight block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4), where it
-/// measured faster (IQ4_NL at m = 128: 40 GMAC/s
-/// against 27 on the integer kernels, 2 AVX2 threads); the 256-weight types (k-quants,
-/// IQ4_XS) stay on their integer kernels.
+/// Whether a matmul of `m` activation rows with `ty` weights on the kernels of `isa`
+/// runs in f32 — the weights dequantized a tile at a time, the activations as they
+/// are, an f32 GEMM — rather than as dot products against the activations in their own
+/// format. True for prefill-sized `m` ([`GEMM_MIN_ROWS`] and up) with the float types
+/// (F16, BF16) and the 32-weight block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL,
+/// MXFP4), where it measured faster (IQ4_NL at m = 128: 40 GMAC/s against 27 on the
+/// integer kernels, 2 AVX2 threads) — except, on [`Isa::Avx512`], for the types with a
+/// [`tiles`] layout, whose integer kernels beat the f32 GEMM at every `m` (and then give
+/// a row the same result whatever the row count). The 256-weight types (k-quants,
+/// IQ4_XS) always stay on their integer kernels.
 ///
 /// ```
-/// use toolgate::kernels::{f32_path, WeightType};
-/// assert!(!f32_path(WeightType::Q5_0, 1) && f32_path(WeightType::Q5_0, 128));
-/// assert!(!f32_path(WeightType::Q6K, 128));
+/// use toolgate::kernels::{f32_path, Isa, WeightType};
+/// assert!(!f32_path(Isa::Avx2, WeightType::Q5_0, 1) && f32_path(Isa::Avx2, WeightType::Q5_0, 128));
+/// assert!(!f32_path(Isa::Avx512, WeightType::Q5_0, 128));
+/// assert!(!f32_path(Isa::Avx2, WeightType::Q6K, 128));
 /// ```
-pub fn f32_path(ty: WeightType, m: usize) -> bool {
-    m >= GEMM_MIN_ROWS && matches!(ty.act_kind(), formats::ActKind::Blocks32 | formats::ActKind::Floats)
+pub fn f32_path(isa: Isa, ty: WeightType, m: usize) -> bool {
+    m >= GEMM_MIN_ROWS
+        && matches!(ty.act_kind(), formats::ActKind::Blocks32 | formats::ActKind::Floats)
+        && !(isa == Isa::Avx512 && tiles::tiled(ty))
 }
 
 /// The instruction set the kernels run with, from least to most capable.
@@ -365,6 +371,9 @@ pub struct QWeight {
     parts: Vec<(usize, WeightBytes)>,
     out_features: usize,
     in_features: usize,
+    /// The rows regrouped for [`Isa::Avx512`] ([`tiles`]), made at the first matmul
+    /// that runs on them; `None` inside when the type has no tiled layout.
+    tiles: std::sync::OnceLock<Option<std::sync::Arc<tiles::Tiles>>>,
 }
 
 impl QWeight {
@@ -391,7 +400,7 @@ impl QWeight {
                 ty.name()
             )));
         }
-        Ok(Self { ty, parts: vec![(0, data)], out_features, in_features })
+        Ok(Self { ty, parts: vec![(0, data)], out_features, in_features, tiles: Default::default() })
     }
 
     /// Copy a CPU [`QTensor`] of shape `(out, in)`; `Ok(None)` if its type has no
@@ -460,7 +469,13 @@ impl QWeight {
             }
             rows += p.out_features;
         }
-        Ok(Self { ty: first.ty, parts: stacked, out_features: rows, in_features: first.in_features })
+        Ok(Self {
+            ty: first.ty,
+            parts: stacked,
+            out_features: rows,
+            in_features: first.in_features,
+            tiles: Default::default(),
+        })
     }
 
     /// The weight type.
@@ -534,6 +549,12 @@ impl QWeight {
         }
         dequantize_row(self.ty, self.row(j), out);
         Ok(())
+    }
+
+    /// The rows in tiles, regrouped at the first call (see [`tiles`]); `None` for a
+    /// type without a tiled layout.
+    pub(crate) fn tiles(&self) -> Option<&tiles::Tiles> {
+        self.tiles.get_or_init(|| tiles::Tiles::pack(self)).as_deref()
     }
 
     /// The bytes of weight row `j` (panics past `out_features`).

@@ -116,7 +116,7 @@ fn check_matmul(qw: &QWeight, deq: &[f32]) {
             for r in 0..m {
                 let xr = &x[r * k..(r + 1) * k];
                 // The f32 path multiplies the activations as they are.
-                let xq = if f32_path(ty, m) { xr.to_vec() } else { requantized(ty, xr) };
+                let xq = if f32_path(isa, ty, m) { xr.to_vec() } else { requantized(ty, xr) };
                 let rms = (xr.iter().map(|v| (v * v) as f64).sum::<f64>() / k as f64).sqrt();
                 for j in 0..n {
                     let wr = &deq[j * k..(j + 1) * k];

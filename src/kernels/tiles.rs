@@ -1,0 +1,231 @@
+//! Weights of the 32-weight block types regrouped into 16-row tiles for the AVX-512
+//! VNNI kernels ([`super::avx512::tile_rows`]), and the matmul over them.
+//!
+//! Why regroup: in GGUF's layout a block is one row's 32 weights, so a dot product
+//! ends every block in a horizontal sum across SIMD lanes, for every activation row.
+//! In a tile the lanes are 16 *weight rows*: each 32-bit lane of a 512-bit vector
+//! holds 4 consecutive codes of one row, so one `vpdpbusd` multiplies 16 rows by the
+//! same 4 activation codes (broadcast) and accumulates 64 products with no horizontal
+//! work at all. Per block and activation row that is 8 `vpdpbusd` and 3 float
+//! operations for 512 multiply-adds, against ~2 instructions per 32 on the row
+//! kernels — and it is the same arithmetic for 1 activation row as for 128, so the
+//! path no longer changes with the batch (every output sums its blocks in file order,
+//! whatever the row count: batch- and cache-invariant results).
+//!
+//! # Layout
+//! Tile `t` holds weight rows `16t .. 16t + 16` (rows past the matrix are zeros); its
+//! blocks follow in order, each `block_bytes(ty)` long:
+//!
+//! | type | codes | then |
+//! |---|---|---|
+//! | Q4_0, IQ4_NL | 256 B of nibbles | 16 × f16 `d` |
+//! | Q4_1 | 256 B of nibbles | 16 × f16 `d`, 16 × f16 `m` |
+//! | Q5_0 | 256 B of nibbles, 8 × u64 fifth-bit masks | 16 × f16 `d` |
+//! | Q5_1 | 256 B of nibbles, 8 × u64 fifth-bit masks | 16 × f16 `d`, 16 × f16 `m` |
+//! | Q8_0 | 512 B of bytes (`q + 128`) | 16 × f16 `d` |
+//!
+//! Code vector `c` (0..8) covers weights `4c .. 4c + 4` of the block: byte `4j + b` is
+//! row `j`'s weight `4c + b`. The nibble types store vectors `c` and `c + 4` in one
+//! 64-byte run (low and high nibbles — GGUF's own nibble order, weight `i` low and
+//! `i + 16` high, so a run is GGUF's bytes regrouped, not re-encoded); Q5's fifth bits
+//! are one 64-bit mask per code vector. Sizes equal GGUF's up to the 32-bit masks'
+//! regrouping: no type grows by more than its `d`/`m` halves already took.
+//!
+//! Codes are unsigned (`vpdpbusd` takes unsigned × signed bytes); a type whose value
+//! is `d·(q − offset)` (Q4_0: 8, Q5_0: 16, Q8_0 and IQ4_NL: 128 after the shift) takes
+//! the offset back through the activation block's sum: `Σ w·x = d·(dₓ·Σ q·qₓ − offset·sₓ)`.
+
+use std::sync::Arc;
+
+use super::activation::Q8x32;
+use super::formats::{WeightType, IQ4_VALUES};
+use super::pool::{for_each_task, threads};
+use super::QWeight;
+
+/// Weight rows per tile (the 16 32-bit lanes of a 512-bit register).
+pub const TILE_ROWS: usize = 16;
+
+/// Activation rows processed per pass over a tile (accumulators held in registers).
+pub(super) const TILE_ACT_ROWS: usize = 8;
+
+/// Activation rows whose quantized blocks stay in cache while every tile of a task
+/// passes over them (64 rows of 4096 weights: 320 KiB).
+const ROW_TILE: usize = 64;
+
+/// Whether `ty` has a tiled layout.
+pub fn tiled(ty: WeightType) -> bool {
+    block_bytes(ty).is_some()
+}
+
+/// Bytes of one tiled block (16 rows × 32 weights), `None` for types without tiles.
+pub(super) fn block_bytes(ty: WeightType) -> Option<usize> {
+    Some(match ty {
+        WeightType::Q4_0 | WeightType::IQ4NL => 256 + 32,
+        WeightType::Q4_1 => 256 + 64,
+        WeightType::Q5_0 => 256 + 64 + 32,
+        WeightType::Q5_1 => 256 + 64 + 64,
+        WeightType::Q8_0 => 512 + 32,
+        _ => return None,
+    })
+}
+
+/// A weight matrix in tiles (see the module docs).
+pub(crate) struct Tiles {
+    ty: WeightType,
+    /// Blocks per row (`in_features / 32`).
+    blocks: usize,
+    /// Number of tiles (`⌈out_features / 16⌉`).
+    count: usize,
+    bytes: Vec<u8>,
+}
+
+impl std::fmt::Debug for Tiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tiles({}, {} blocks per row, {} bytes)", self.ty.name(), self.blocks, self.bytes.len())
+    }
+}
+
+impl Tiles {
+    /// Regroup `w` into tiles; `None` if its type has no tiled layout.
+    ///
+    /// Cost: one pass over the weight's bytes, one buffer of about their size.
+    pub(crate) fn pack(w: &QWeight) -> Option<Arc<Tiles>> {
+        let ty = w.weight_type();
+        let bb = block_bytes(ty)?;
+        let (n, blocks) = (w.out_features(), w.in_features() / 32);
+        let tiles = n.div_ceil(TILE_ROWS);
+        let mut bytes = vec![0u8; tiles * blocks * bb];
+        let src_bb = ty.block_bytes();
+        for (t, tile) in bytes.chunks_exact_mut(blocks * bb).enumerate() {
+            for j in 0..TILE_ROWS.min(n - t * TILE_ROWS) {
+                let row = w.row(t * TILE_ROWS + j);
+                for (b, dst) in tile.chunks_exact_mut(bb).enumerate() {
+                    pack_block(ty, &row[b * src_bb..(b + 1) * src_bb], j, dst);
+                }
+            }
+        }
+        Some(Arc::new(Tiles { ty, blocks, count: tiles, bytes }))
+    }
+
+    /// Bytes of tile `t` (all its blocks).
+    fn tile(&self, t: usize) -> &[u8] {
+        let len = self.bytes.len() / self.count;
+        &self.bytes[t * len..(t + 1) * len]
+    }
+}
+
+/// Write row `j`'s GGUF block `src` into its lanes of the tiled block `dst`.
+fn pack_block(ty: WeightType, src: &[u8], j: usize, dst: &mut [u8]) {
+    // (byte offset of the scales in `src`, of the codes, of Q5's fifth bits).
+    let (m_at, qh_at, qs_at) = match ty {
+        WeightType::Q4_0 | WeightType::IQ4NL => (None, None, 2),
+        WeightType::Q4_1 => (Some(2), None, 4),
+        WeightType::Q5_0 => (None, Some(2), 6),
+        WeightType::Q5_1 => (Some(2), Some(4), 8),
+        _ => (None, None, 2), // Q8_0
+    };
+    let nibbles = ty != WeightType::Q8_0;
+    let codes_len = if nibbles { 256 } else { 512 };
+    if nibbles {
+        for v in 0..4 {
+            for b in 0..4 {
+                let q = src[qs_at + 4 * v + b];
+                // IQ4_NL's nibbles index its table; the kernel looks them up.
+                dst[64 * v + 4 * j + b] = q;
+            }
+        }
+    } else {
+        for c in 0..8 {
+            for b in 0..4 {
+                dst[64 * c + 4 * j + b] = (src[qs_at + 4 * c + b] as i8 as i16 + 128) as u8;
+            }
+        }
+    }
+    let mut at = codes_len;
+    if let Some(qh_at) = qh_at {
+        let qh = u32::from_le_bytes(src[qh_at..qh_at + 4].try_into().expect("4 bytes"));
+        for c in 0..8 {
+            // Vector c < 4: weights 4c..4c+4 (low nibbles); c ≥ 4: 16 + 4(c − 4)..
+            let first = if c < 4 { 4 * c } else { 16 + 4 * (c - 4) };
+            let mask_at = at + 8 * c;
+            let mut mask = u64::from_le_bytes(dst[mask_at..mask_at + 8].try_into().expect("8 bytes"));
+            for b in 0..4 {
+                if qh >> (first + b) & 1 == 1 {
+                    mask |= 1 << (4 * j + b);
+                }
+            }
+            dst[mask_at..mask_at + 8].copy_from_slice(&mask.to_le_bytes());
+        }
+        at += 64;
+    }
+    dst[at + 2 * j..at + 2 * j + 2].copy_from_slice(&src[0..2]);
+    if let Some(m_at) = m_at {
+        dst[at + 32 + 2 * j..at + 32 + 2 * j + 2].copy_from_slice(&src[m_at..m_at + 2]);
+    }
+}
+
+/// IQ4_NL's values shifted to unsigned bytes (`+128`), the table the kernel looks
+/// nibbles up in.
+pub(super) const IQ4_SHIFTED: [u8; 16] = {
+    let mut t = [0u8; 16];
+    let mut i = 0;
+    while i < 16 {
+        t[i] = (IQ4_VALUES[i] as i16 + 128) as u8;
+        i += 1;
+    }
+    t
+};
+
+/// `y (m, n) = x · Wᵀ` over tiles, `acts` being `x` quantized (`m` rows of
+/// `blocks` [`Q8x32`]). Each task owns a run of tiles (16 output columns each) and
+/// passes over the activation rows [`ROW_TILE`] at a time, [`TILE_ACT_ROWS`] per
+/// kernel call.
+#[cfg(target_arch = "x86_64")]
+pub(super) fn matmul(tiles: &Tiles, n: usize, acts: &[Q8x32], m: usize, y: &mut [f32]) {
+    assert_eq!(y.len(), m * n, "output of {m} rows of {n}");
+    assert_eq!(acts.len(), m * tiles.blocks, "{m} activation rows of {} blocks", tiles.blocks);
+    let count = tiles.count;
+    assert_eq!(count, n.div_ceil(TILE_ROWS), "{count} tiles for {n} rows");
+    let chunk = count.div_ceil(threads() * 4).max(1);
+    let out = Out(y.as_mut_ptr());
+    let blocks = tiles.blocks;
+    for_each_task(count.div_ceil(chunk), |ci| {
+        let (t0, t1) = (ci * chunk, ((ci + 1) * chunk).min(count));
+        for r0 in (0..m).step_by(ROW_TILE) {
+            let r1 = (r0 + ROW_TILE).min(m);
+            for t in t0..t1 {
+                let cols = TILE_ROWS.min(n - t * TILE_ROWS);
+                for g0 in (r0..r1).step_by(TILE_ACT_ROWS) {
+                    let g1 = (g0 + TILE_ACT_ROWS).min(r1);
+                    // SAFETY: `Isa::Avx512` was checked before this path was taken
+                    // (`matmul::matmul`); the output rows g0..g1, columns 16t..16t+cols
+                    // lie inside `y` (m × n, checked above) and belong to this task
+                    // alone (its tiles), and `y` outlives every task.
+                    unsafe {
+                        super::avx512::tile_rows(
+                            tiles.ty,
+                            tiles.tile(t),
+                            &acts[g0 * blocks..g1 * blocks],
+                            blocks,
+                            out.at(g0 * n + t * TILE_ROWS),
+                            n,
+                            cols,
+                        )
+                    };
+                }
+            }
+        }
+    });
+}
+
+/// `y`'s base pointer, shared by the tasks, each writing its own columns.
+struct Out(*mut f32);
+// SAFETY: tasks write disjoint columns and `matmul` returns only after all of them.
+unsafe impl Sync for Out {}
+
+impl Out {
+    /// The output element `i` (a method, so closures capture the `Sync` wrapper).
+    fn at(&self, i: usize) -> *mut f32 {
+        self.0.wrapping_add(i)
+    }
+}
