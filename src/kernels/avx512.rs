@@ -240,6 +240,7 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(
         T_Q8_0 | T_IQ4NL => 128.0,
         _ => 0.0,
     };
+    let chains = if R == 1 { 4 } else if R == 2 { 2 } else { 1 };
     let codes_len = if nibbles { 256 } else { 512 };
     let scales_at = codes_len + if fifth { 64 } else { 0 };
     let bb = scales_at + if has_m { 64 } else { 32 };
@@ -279,11 +280,17 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(
         for r in 0..R {
             let a = &*x[r].add(b);
             let q = a.qs.as_ptr() as *const i32;
-            let mut acc = _mm512_setzero_si512();
+            // With few rows, independent chains hide `vpdpbusd`'s latency; integer sums
+            // are exact, so the split does not change the result.
+            let mut acc = [_mm512_setzero_si512(); 4];
             for c in 0..8 {
-                acc = _mm512_dpbusd_epi32(acc, codes[c], _mm512_set1_epi32(std::ptr::read_unaligned(q.add(c))));
+                let xq = _mm512_set1_epi32(std::ptr::read_unaligned(q.add(c)));
+                acc[c % chains] = _mm512_dpbusd_epi32(acc[c % chains], codes[c], xq);
             }
-            let t = _mm512_cvtepi32_ps(acc);
+            for i in 1..chains {
+                acc[0] = _mm512_add_epi32(acc[0], acc[i]);
+            }
+            let t = _mm512_cvtepi32_ps(acc[0]);
             if has_m {
                 y[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(a.d)), t, y[r]);
                 y[r] = _mm512_fmadd_ps(m, _mm512_set1_ps(a.s), y[r]);

@@ -297,6 +297,9 @@ pub fn matmul_batch(products: &mut [(&QWeight, &[f32], &mut [f32])]) -> Result<(
 pub struct WeightBytes {
     owner: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>,
     range: std::ops::Range<usize>,
+    /// The owner again when it is a file mapping (see [`WeightBytes::mapped`]), whose
+    /// pages [`WeightBytes::release_pages`] can hand back.
+    map: Option<std::sync::Arc<memmap2::Mmap>>,
 }
 
 impl WeightBytes {
@@ -306,7 +309,37 @@ impl WeightBytes {
     /// [`Error::InvalidParameter`] if `range` lies outside `owner`'s bytes.
     pub fn window(owner: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>, range: std::ops::Range<usize>) -> Result<Self> {
         let all = 0..(*owner).as_ref().len();
-        Self { owner, range: all }.slice(range)
+        Self { owner, range: all, map: None }.slice(range)
+    }
+
+    /// `range` of a memory-mapped file: as [`WeightBytes::window`], and
+    /// [`WeightBytes::release_pages`] can then drop the pages from the process.
+    ///
+    /// # Errors
+    /// [`Error::InvalidParameter`] if `range` lies outside the mapping.
+    pub fn mapped(map: std::sync::Arc<memmap2::Mmap>, range: std::ops::Range<usize>) -> Result<Self> {
+        let owner: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync> = map.clone();
+        Ok(Self { map: Some(map), ..Self::window(owner, range)? })
+    }
+
+    /// Tell the OS this process needs these bytes' pages no more, once their contents
+    /// live elsewhere (a weight regrouped into [`tiles`]): a mapped file's pages leave
+    /// the process's resident memory (they stay in the page cache, and a later read
+    /// brings them back unchanged). A no-op for owned bytes and off Unix.
+    ///
+    /// Cost: one `madvise` call; pages shared with a neighbouring tensor are dropped
+    /// too (and read back if that one is used).
+    pub fn release_pages(&self) {
+        #[cfg(unix)]
+        if let Some(map) = &self.map {
+            // SAFETY: the mapping is read-only and file-backed; MADV_DONTNEED on it only
+            // drops this process's page-table entries, and the next access reads the
+            // same file bytes back, so no reference ever sees different contents (the
+            // file changing underneath is the mapping's own caveat, see
+            // `GgufFile::open`). The range lies inside the mapping (checked at
+            // construction).
+            let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, self.range.start, self.range.len()) };
+        }
     }
 
     /// Bytes `range` of these (relative to their start), sharing the owner: one
@@ -322,7 +355,7 @@ impl WeightBytes {
             });
         }
         let start = self.range.start;
-        Ok(Self { owner: self.owner.clone(), range: start + range.start..start + range.end })
+        Ok(Self { owner: self.owner.clone(), range: start + range.start..start + range.end, map: self.map.clone() })
     }
 
     /// The bytes.
@@ -351,7 +384,7 @@ impl WeightBytes {
 impl From<Vec<u8>> for WeightBytes {
     fn from(v: Vec<u8>) -> Self {
         let range = 0..v.len();
-        Self { owner: std::sync::Arc::new(v), range }
+        Self { owner: std::sync::Arc::new(v), range, map: None }
     }
 }
 
@@ -554,7 +587,16 @@ impl QWeight {
     /// The rows in tiles, regrouped at the first call (see [`tiles`]); `None` for a
     /// type without a tiled layout.
     pub(crate) fn tiles(&self) -> Option<&tiles::Tiles> {
-        self.tiles.get_or_init(|| tiles::Tiles::pack(self)).as_deref()
+        let tiles = self.tiles.get_or_init(|| {
+            let tiles = tiles::Tiles::pack(self);
+            if tiles.is_some() {
+                // The tiles hold every row now; embedding lookups (`dequantize_row`)
+                // read back only the rows they need.
+                self.parts.iter().for_each(|(_, bytes)| bytes.release_pages());
+            }
+            tiles
+        });
+        tiles.as_deref()
     }
 
     /// The bytes of weight row `j` (panics past `out_features`).
