@@ -41,6 +41,7 @@ pub mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub mod avx512;
 pub mod formats;
+pub mod glu;
 mod matmul;
 mod pool;
 pub mod scalar;

@@ -15,18 +15,8 @@ pub enum RopeStyle {
     Halves,
 }
 
-/// The feed-forward gate activation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Activation {
-    /// SiLU (SwiGLU).
-    Silu,
-    /// GELU, tanh approximation (GeGLU).
-    GeluTanh,
-    /// gpt-oss's clamped SwiGLU: `g' = min(g, 7)`, `u' = clamp(u, -7, 7)`,
-    /// `g' · σ(1.702 · g') · (u' + 1)` (the constants are fixed, as in llama.cpp's
-    /// `swiglu_oai`).
-    SwigluOai,
-}
+/// The feed-forward gate activation (computed by [`crate::kernels::glu`]).
+pub use crate::kernels::glu::Activation;
 
 /// How a mixture-of-experts router turns its logits into expert weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

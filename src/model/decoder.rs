@@ -15,6 +15,8 @@ use std::sync::Arc;
 use candle_core::quantized::QTensor;
 use candle_core::{DType, Device, Tensor, D};
 
+use crate::kernels::glu::{glu_rows, OAI_ALPHA, OAI_LIMIT};
+
 use super::arch::{Activation, ArchSpec, Gating, RopeStyle};
 use super::attention::{attend, soft_cap};
 use super::config::{Hyperparams, Yarn};
@@ -92,28 +94,8 @@ impl Ffn {
     }
 }
 
-/// The gated FFN activation of one gate value `g` and up value `u`, as candle's
-/// `silu` and `gelu` (tanh form) compute it for the first two.
-#[inline]
-fn glu(activation: Activation, g: f32, u: f32) -> f32 {
-    match activation {
-        Activation::Silu => g / (1.0 + (-g).exp()) * u,
-        Activation::GeluTanh => {
-            let c = (2.0f32 / std::f32::consts::PI).sqrt();
-            0.5 * g * (1.0 + (c * (g + 0.044_715 * g * g * g)).tanh()) * u
-        }
-        Activation::SwigluOai => {
-            let g = g.min(OAI_LIMIT);
-            g / (1.0 + (-OAI_ALPHA * g).exp()) * (u.clamp(-OAI_LIMIT, OAI_LIMIT) + 1.0)
-        }
-    }
-}
-
-/// [`Activation::SwigluOai`]'s constants.
-const OAI_ALPHA: f32 = 1.702;
-const OAI_LIMIT: f32 = 7.0;
-
-/// [`glu`] on tensors `g`, `u` of one shape.
+/// The gated activation on tensors `g`, `u` of one shape, by candle's ops (off the
+/// CPU; on it, [`glu_rows`]).
 fn glu_tensors(activation: Activation, g: &Tensor, u: &Tensor) -> Result<Tensor> {
     Ok(match activation {
         Activation::Silu => (candle_nn::ops::silu(g)? * u)?,
@@ -815,7 +797,15 @@ fn ffn_forward(ffn: &Ffn, activation: Activation, h: &Tensor) -> Result<Tensor> 
         Ffn::FusedGateUp { gate_up, down } => {
             let gu = gate_up.forward(h)?;
             let half = gu.dim(D::Minus1)? / 2;
-            down.forward(&glu_tensors(activation, &gu.narrow(2, 0, half)?, &gu.narrow(2, half, half)?)?)?
+            if gu.device().is_cpu() {
+                let (b, t, _) = gu.dims3()?;
+                let gu: Vec<f32> = gu.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?;
+                let mut act = vec![0f32; b * t * half];
+                glu_rows(activation, &gu, half, &mut act)?;
+                down.forward(&Tensor::from_vec(act, (b, t, half), h.device())?.to_dtype(h.dtype())?)?
+            } else {
+                down.forward(&glu_tensors(activation, &gu.narrow(2, 0, half)?, &gu.narrow(2, half, half)?)?)?
+            }
         }
         Ffn::Moe(moe) => moe_forward(moe, activation, h)?,
     })
@@ -894,11 +884,11 @@ fn moe_forward(moe: &Moe, activation: Activation, h: &Tensor) -> Result<Tensor> 
             .map(|((_, ((gate_up, gate_up_bias), _)), gu)| {
                 add_bias(gu, gate_up_bias.as_deref());
                 let ff = gate_up.out_features() / 2;
-                gu.chunks_exact(2 * ff)
-                    .flat_map(|row| row[..ff].iter().zip(&row[ff..]).map(|(&g, &u)| glu(activation, g, u)))
-                    .collect()
+                let mut act = vec![0f32; gu.len() / 2];
+                glu_rows(activation, gu, ff, &mut act)?;
+                Ok(act)
             })
-            .collect();
+            .collect::<Result<_>>()?;
         let mut downs: Vec<Vec<f32>> = plain.iter().map(|(e, _)| vec![0f32; rows_of[*e].len() * width]).collect();
         let mut products: Vec<_> = plain
             .iter()

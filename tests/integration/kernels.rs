@@ -371,3 +371,36 @@ fn activation_quantization_is_exact_with_ties_away_from_zero() {
         }
     }
 }
+
+/// The vectorized gated activations against the scalar reference, over gate values
+/// from -100 to 100 (saturated, tiny and ordinary) and rows whose width is not a
+/// multiple of the SIMD step.
+#[test]
+fn gated_activations_match_the_scalar_reference() {
+    use toolgate::kernels::glu::{glu, glu_rows, Activation};
+    for ff in [1usize, 7, 64, 203] {
+        let rows = 5;
+        let mut gu = Vec::with_capacity(rows * 2 * ff);
+        for r in 0..rows {
+            // Gates sweep -100..100 across the rows, ups stay ordinary.
+            gu.extend((0..ff).map(|i| -100.0 + 200.0 * ((r * ff + i) as f32 / (rows * ff) as f32).powi(3)));
+            gu.extend((0..ff).map(|i| 1.5 - (i % 5) as f32));
+        }
+        for act in [Activation::Silu, Activation::GeluTanh, Activation::SwigluOai] {
+            let mut out = vec![f32::NAN; rows * ff];
+            glu_rows(act, &gu, ff, &mut out).unwrap();
+            for r in 0..rows {
+                for i in 0..ff {
+                    let (g, u) = (gu[r * 2 * ff + i], gu[r * 2 * ff + ff + i]);
+                    let (got, want) = (out[r * ff + i], glu(act, g, u));
+                    assert!(
+                        (got - want).abs() <= 1e-5 * want.abs() + 1e-6 * (g * u).abs().max(1e-30),
+                        "{act:?} g={g} u={u}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+    let mut out = [0f32; 3];
+    assert!(glu_rows(Activation::Silu, &[1.0; 5], 2, &mut out).is_err());
+}
