@@ -588,16 +588,23 @@ impl QWeight {
     /// The rows in tiles, regrouped at the first call (see [`tiles`]); `None` for a
     /// type without a tiled layout.
     pub(crate) fn tiles(&self) -> Option<&tiles::Tiles> {
-        let tiles = self.tiles.get_or_init(|| {
-            let tiles = tiles::Tiles::pack(self);
-            if tiles.is_some() {
-                // The tiles hold every row now; embedding lookups (`dequantize_row`)
-                // read back only the rows they need.
-                self.parts.iter().for_each(|(_, bytes)| bytes.release_pages());
+        self.tiles.get_or_init(|| tiles::Tiles::pack(self)).as_deref()
+    }
+
+    /// Hand back the pages of rows `rows` when they are a mapped file's (see
+    /// [`WeightBytes::release_pages`]): their contents live in tiles now, and an
+    /// embedding lookup ([`QWeight::dequantize_row`]) reads back only the rows it needs.
+    pub(crate) fn release_rows(&self, rows: std::ops::Range<usize>) {
+        let rb = self.row_bytes();
+        for (i, (first, bytes)) in self.parts.iter().enumerate() {
+            let end = self.parts.get(i + 1).map_or(self.out_features, |p| p.0);
+            let (a, b) = (rows.start.max(*first), rows.end.min(end));
+            if a < b {
+                if let Ok(part) = bytes.slice((a - first) * rb..(b - first) * rb) {
+                    part.release_pages();
+                }
             }
-            tiles
-        });
-        tiles.as_deref()
+        }
     }
 
     /// The bytes of weight row `j` (panics past `out_features`).

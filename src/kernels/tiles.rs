@@ -52,6 +52,9 @@ pub(super) const TILE_ACT_ROWS: usize = 8;
 /// passes over them (64 rows of 4096 weights: 320 KiB).
 const ROW_TILE: usize = 64;
 
+/// Tiles packed between two releases of the rows they came from (1024 rows).
+const RELEASE_TILES: usize = 64;
+
 /// Whether `ty` has a tiled layout.
 pub fn tiled(ty: WeightType) -> bool {
     block_bytes(ty).is_some()
@@ -102,6 +105,12 @@ impl Tiles {
                 for (b, dst) in tile.chunks_exact_mut(bb).enumerate() {
                     pack_block(ty, &row[b * src_bb..(b + 1) * src_bb], j, dst);
                 }
+            }
+            // Release the file's pages as the tiles take them over, so the process
+            // never holds a large weight twice (peak memory as without tiles).
+            if (t + 1) % RELEASE_TILES == 0 || t + 1 == tiles {
+                let first = (t + 1).saturating_sub(RELEASE_TILES) / RELEASE_TILES * RELEASE_TILES;
+                w.release_rows(first * TILE_ROWS..((t + 1) * TILE_ROWS).min(n));
             }
         }
         Some(Arc::new(Tiles { ty, blocks, count: tiles, bytes }))
