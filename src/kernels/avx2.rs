@@ -526,3 +526,166 @@ pub unsafe fn dot_floats_rows(ty: WeightType, w: &[u8], xs: &[&[f32]], out: &mut
         _ => panic!("{} is not a float type", ty.name()),
     }
 }
+
+/// One half-tile (8 weight rows, `half` of a 16-row tile laid out as in
+/// [`super::tiles`]) against `R` activation rows: `out[r · ld + 8·half + j] = w_j · x_r`
+/// for the rows `j` below `cols − 8·half`.
+///
+/// Per block and row: `maddubs` of each 4-code group with the row's 4 activation codes
+/// (broadcast), summed in 16 bits while that cannot overflow (Q4: all 8 groups, codes ≤
+/// 15; Q5: 4 groups, codes ≤ 31; Q8_0 through the sign trick: one group), `madd` to 32
+/// bits, then the float steps of the AVX-512 kernel, block by block: an output's value
+/// is the same for any `R` (and, but for Q8_0, whose signed sum takes no offset here,
+/// the same as on AVX-512).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn tile_kernel<const TY: u8, const R: usize>(
+    tile: &[u8],
+    acts: &[Q8x32],
+    blocks: usize,
+    half: usize,
+    out: *mut f32,
+    ld: usize,
+    cols: usize,
+) {
+    let nibbles = TY != T_Q8_0;
+    let fifth = matches!(TY, T_Q5_0 | T_Q5_1);
+    let has_m = matches!(TY, T_Q4_1 | T_Q5_1);
+    // Q8_0's codes go back to signed (the sign trick), so they take no offset here;
+    // Q4_1/Q5_1 use `m`.
+    let offset = match TY {
+        T_Q4_0 => 8.0,
+        T_Q5_0 => 16.0,
+        _ => 0.0,
+    };
+    let codes_len = if nibbles { 256 } else { 512 };
+    let scales_at = codes_len + if fifth { 64 } else { 0 };
+    let bb = scales_at + if has_m { 64 } else { 32 };
+    let m4 = _mm256_set1_epi8(0x0F);
+    let sixteen = _mm256_set1_epi8(0x10);
+    let flip = _mm256_set1_epi8(-128);
+    let ones = _mm256_set1_epi16(1);
+    let neg_offset = _mm256_set1_ps(-offset);
+    let x: [*const Q8x32; R] = std::array::from_fn(|r| acts.as_ptr().add(r * blocks));
+    let mut y = [_mm256_setzero_ps(); R];
+    for b in 0..blocks {
+        let blk = tile.as_ptr().add(b * bb);
+        let mut codes = [_mm256_setzero_si256(); 8];
+        if nibbles {
+            for v in 0..4 {
+                let z = _mm256_loadu_si256(blk.add(64 * v + 32 * half) as *const __m256i);
+                codes[v] = _mm256_and_si256(z, m4);
+                codes[v + 4] = _mm256_and_si256(_mm256_srli_epi16::<4>(z), m4);
+            }
+        } else {
+            for c in 0..8 {
+                // Back to signed codes for the sign trick.
+                codes[c] = _mm256_xor_si256(_mm256_loadu_si256(blk.add(64 * c + 32 * half) as *const __m256i), flip);
+            }
+        }
+        if fifth {
+            for c in 0..8 {
+                let mask = std::ptr::read_unaligned(blk.add(256 + 8 * c) as *const u64);
+                let set = bits_to_bytes((mask >> (32 * half)) as u32);
+                codes[c] = _mm256_or_si256(codes[c], _mm256_and_si256(set, sixteen));
+            }
+        }
+        let abs: [__m256i; 8] = std::array::from_fn(|c| if nibbles { codes[c] } else { _mm256_abs_epi8(codes[c]) });
+        let d = _mm256_cvtph_ps(_mm_loadu_si128(blk.add(scales_at + 16 * half) as *const __m128i));
+        let m = if has_m { _mm256_cvtph_ps(_mm_loadu_si128(blk.add(scales_at + 32 + 16 * half) as *const __m128i)) } else { d };
+        for r in 0..R {
+            let a = &*x[r].add(b);
+            let q = a.qs.as_ptr() as *const i32;
+            let xq = |c: usize| _mm256_set1_epi32(std::ptr::read_unaligned(q.add(c)));
+            let acc = if !nibbles {
+                let mut acc = _mm256_setzero_si256();
+                for c in 0..8 {
+                    let p = _mm256_maddubs_epi16(abs[c], _mm256_sign_epi8(xq(c), codes[c]));
+                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones));
+                }
+                acc
+            } else {
+                // 16-bit partial sums: at most 8 groups of codes ≤ 15, or 4 of ≤ 31.
+                let per = if fifth { 4 } else { 8 };
+                let mut acc = _mm256_setzero_si256();
+                for g in (0..8).step_by(per) {
+                    let mut s = _mm256_maddubs_epi16(abs[g], xq(g));
+                    for c in g + 1..g + per {
+                        s = _mm256_add_epi16(s, _mm256_maddubs_epi16(abs[c], xq(c)));
+                    }
+                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(s, ones));
+                }
+                acc
+            };
+            let t = _mm256_cvtepi32_ps(acc);
+            if has_m {
+                y[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(a.d)), t, y[r]);
+                y[r] = _mm256_fmadd_ps(m, _mm256_set1_ps(a.s), y[r]);
+            } else {
+                let inner = _mm256_fmadd_ps(t, _mm256_set1_ps(a.d), _mm256_mul_ps(neg_offset, _mm256_set1_ps(a.s)));
+                y[r] = _mm256_fmadd_ps(d, inner, y[r]);
+            }
+        }
+    }
+    let n = cols.saturating_sub(8 * half).min(8);
+    for r in 0..R {
+        let dst = out.add(r * ld + 8 * half);
+        if n == 8 {
+            _mm256_storeu_ps(dst, y[r]);
+        } else {
+            let mut tmp = [0f32; 8];
+            _mm256_storeu_ps(tmp.as_mut_ptr(), y[r]);
+            std::ptr::copy_nonoverlapping(tmp.as_ptr(), dst, n);
+        }
+    }
+}
+
+/// One tile (layout in [`super::tiles`]) against `acts.len() / blocks` (1..=8)
+/// activation rows: `out[r · ld + j] = w_j · x_r` for the tile's first `cols` rows `j`.
+/// Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 (IQ4_NL's shifted codes would overflow `maddubs`).
+///
+/// # Safety
+/// The CPU must support `avx2`, `fma` and `f16c`; `out` must be valid for writes of
+/// `cols` floats at `out + r·ld` for every activation row `r`.
+///
+/// # Panics
+/// If `ty` is not one of those types, `cols > 16`, `tile` is not `blocks` whole tiled
+/// blocks, or `acts` is not 1..=8 rows of `blocks`.
+pub unsafe fn tile_rows(
+    ty: WeightType,
+    tile: &[u8],
+    acts: &[Q8x32],
+    blocks: usize,
+    out: *mut f32,
+    ld: usize,
+    cols: usize,
+) {
+    let rows = acts.len() / blocks.max(1);
+    assert!(blocks > 0 && acts.len() == rows * blocks && (1..=8).contains(&rows), "1..=8 rows of {blocks} blocks");
+    let bb = super::tiles::block_bytes(ty).unwrap_or_else(|| panic!("{} has no tiled layout", ty.name()));
+    assert!(cols <= 16 && tile.len() == blocks * bb, "a tile of {blocks} blocks and at most 16 columns");
+    macro_rules! run {
+        ($t:expr, $a:expr, $r:expr, $half:expr, $out:expr) => {
+            match $r {
+                1 => tile_kernel::<$t, 1>(tile, $a, blocks, $half, $out, ld, cols),
+                2 => tile_kernel::<$t, 2>(tile, $a, blocks, $half, $out, ld, cols),
+                3 => tile_kernel::<$t, 3>(tile, $a, blocks, $half, $out, ld, cols),
+                _ => tile_kernel::<$t, 4>(tile, $a, blocks, $half, $out, ld, cols),
+            }
+        };
+    }
+    for g in (0..rows).step_by(4) {
+        let r = (rows - g).min(4);
+        let a = &acts[g * blocks..(g + r) * blocks];
+        let o = out.add(g * ld);
+        for half in 0..cols.div_ceil(8) {
+            match ty {
+                WeightType::Q4_0 => run!(T_Q4_0, a, r, half, o),
+                WeightType::Q4_1 => run!(T_Q4_1, a, r, half, o),
+                WeightType::Q5_0 => run!(T_Q5_0, a, r, half, o),
+                WeightType::Q5_1 => run!(T_Q5_1, a, r, half, o),
+                WeightType::Q8_0 => run!(T_Q8_0, a, r, half, o),
+                _ => panic!("{} has no AVX2 tile kernel", ty.name()),
+            }
+        }
+    }
+}

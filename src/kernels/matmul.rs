@@ -40,11 +40,11 @@ pub(super) fn matmul(w: &QWeight, x: &[f32], m: usize, y: &mut [f32], isa: Isa) 
     }
     let k = w.in_features;
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512 {
+    if super::tiles::tiled(isa, w.ty) {
         if let Some(tiles) = w.tiles() {
             return with_scratch(&ACTS32, m * k / 32, Q8x32::ZERO, |acts| {
                 quantize_rows(x, k, k / 32, acts, dispatch::quantize32_for(isa));
-                super::tiles::matmul(tiles, w.out_features, acts, m, y);
+                super::tiles::matmul(isa, tiles, w.out_features, acts, m, y);
             });
         }
     }
@@ -248,7 +248,7 @@ pub(super) fn matmul_batch(products: &mut [(&QWeight, &[f32], &mut [f32])], isa:
     for (w, x, y) in products.iter_mut() {
         let k = w.in_features;
         let m = x.len() / k;
-        if super::f32_path(isa, w.ty, m) || (isa == Isa::Avx512 && super::tiles::tiled(w.ty)) {
+        if super::f32_path(isa, w.ty, m) || super::tiles::tiled(isa, w.ty) {
             matmul(w, x, m, y, isa);
             continue;
         }

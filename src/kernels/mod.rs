@@ -88,22 +88,22 @@ pub use matmul::{GEMM_MIN_ROWS, GEMM_TILE};
 /// are, an f32 GEMM — rather than as dot products against the activations in their own
 /// format. True for prefill-sized `m` ([`GEMM_MIN_ROWS`] and up) with the float types
 /// (F16, BF16) and the 32-weight block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL,
-/// MXFP4), where it measured faster (IQ4_NL at m = 128: 40 GMAC/s against 27 on the
-/// integer kernels, 2 AVX2 threads) — except, on [`Isa::Avx512`], for the types with a
-/// [`tiles`] layout, whose integer kernels beat the f32 GEMM at every `m` (and then give
-/// a row the same result whatever the row count). The 256-weight types (k-quants,
+/// MXFP4), where it measured faster than the row kernels (IQ4_NL at m = 128: 40 GMAC/s
+/// against 27, 2 AVX2 threads) — except for the types `isa` runs on [`tiles`]
+/// ([`tiles::tiled`]), whose integer kernels beat the f32 GEMM at every `m` (and give a
+/// row the same result whatever the row count). The 256-weight types (k-quants,
 /// IQ4_XS) always stay on their integer kernels.
 ///
 /// ```
 /// use toolgate::kernels::{f32_path, Isa, WeightType};
-/// assert!(!f32_path(Isa::Avx2, WeightType::Q5_0, 1) && f32_path(Isa::Avx2, WeightType::Q5_0, 128));
-/// assert!(!f32_path(Isa::Avx512, WeightType::Q5_0, 128));
-/// assert!(!f32_path(Isa::Avx2, WeightType::Q6K, 128));
+/// assert!(!f32_path(Isa::Portable, WeightType::Q5_0, 1) && f32_path(Isa::Portable, WeightType::Q5_0, 128));
+/// assert!(!f32_path(Isa::Avx2, WeightType::Q5_0, 128) && f32_path(Isa::Avx2, WeightType::IQ4NL, 128));
+/// assert!(f32_path(Isa::Avx512, WeightType::F16, 128) && !f32_path(Isa::Avx512, WeightType::Q6K, 128));
 /// ```
 pub fn f32_path(isa: Isa, ty: WeightType, m: usize) -> bool {
     m >= GEMM_MIN_ROWS
         && matches!(ty.act_kind(), formats::ActKind::Blocks32 | formats::ActKind::Floats)
-        && !(isa == Isa::Avx512 && tiles::tiled(ty))
+        && !tiles::tiled(isa, ty)
 }
 
 /// The instruction set the kernels run with, from least to most capable.

@@ -1,5 +1,6 @@
 //! Weights of the 32-weight block types regrouped into 16-row tiles for the AVX-512
-//! VNNI kernels ([`super::avx512::tile_rows`]), and the matmul over them.
+//! VNNI and AVX2 kernels ([`super::avx512::tile_rows`], [`super::avx2::tile_rows`]),
+//! and the matmul over them.
 //!
 //! Why regroup: in GGUF's layout a block is one row's 32 weights, so a dot product
 //! ends every block in a horizontal sum across SIMD lanes, for every activation row.
@@ -8,9 +9,10 @@
 //! same 4 activation codes (broadcast) and accumulates 64 products with no horizontal
 //! work at all. Per block and activation row that is 8 `vpdpbusd` and 3 float
 //! operations for 512 multiply-adds, against ~2 instructions per 32 on the row
-//! kernels — and it is the same arithmetic for 1 activation row as for 128, so the
-//! path no longer changes with the batch (every output sums its blocks in file order,
-//! whatever the row count: batch- and cache-invariant results).
+//! kernels (AVX2, without VNNI, takes 8 rows per register and `maddubs` with 16-bit
+//! partial sums instead) — and it is the same arithmetic for 1 activation row as for
+//! 128, so the path no longer changes with the batch: every output sums its blocks in
+//! file order whatever the row count (batch- and cache-invariant results).
 //!
 //! # Layout
 //! Tile `t` holds weight rows `16t .. 16t + 16` (rows past the matrix are zeros); its
@@ -40,7 +42,7 @@ use std::sync::Arc;
 use super::activation::Q8x32;
 use super::formats::{WeightType, IQ4_VALUES};
 use super::pool::{for_each_task, threads};
-use super::QWeight;
+use super::{Isa, QWeight};
 
 /// Weight rows per tile (the 16 32-bit lanes of a 512-bit register).
 pub const TILE_ROWS: usize = 16;
@@ -55,9 +57,22 @@ const ROW_TILE: usize = 64;
 /// Tiles packed between two releases of the rows they came from (1024 rows).
 const RELEASE_TILES: usize = 64;
 
-/// Whether `ty` has a tiled layout.
-pub fn tiled(ty: WeightType) -> bool {
-    block_bytes(ty).is_some()
+/// Whether the kernels of `isa` run `ty` on tiles: on AVX-512 VNNI every type with a
+/// tiled layout, on AVX2 those whose codes `maddubs` takes without overflow (all but
+/// IQ4_NL), on the portable code none.
+///
+/// ```
+/// use toolgate::kernels::{tiles::tiled, Isa, WeightType};
+/// assert!(tiled(Isa::Avx512, WeightType::IQ4NL) && !tiled(Isa::Avx2, WeightType::IQ4NL));
+/// assert!(tiled(Isa::Avx2, WeightType::Q5_0) && !tiled(Isa::Portable, WeightType::Q5_0));
+/// assert!(!tiled(Isa::Avx512, WeightType::Q4K));
+/// ```
+pub fn tiled(isa: Isa, ty: WeightType) -> bool {
+    match isa {
+        Isa::Avx512 => block_bytes(ty).is_some(),
+        Isa::Avx2 => block_bytes(ty).is_some() && ty != WeightType::IQ4NL,
+        Isa::Portable => false,
+    }
 }
 
 /// Bytes of one tiled block (16 rows × 32 weights), `None` for types without tiles.
@@ -190,7 +205,9 @@ pub(super) const IQ4_SHIFTED: [u8; 16] = {
 /// passes over the activation rows [`ROW_TILE`] at a time, [`TILE_ACT_ROWS`] per
 /// kernel call.
 #[cfg(target_arch = "x86_64")]
-pub(super) fn matmul(tiles: &Tiles, n: usize, acts: &[Q8x32], m: usize, y: &mut [f32]) {
+pub(super) fn matmul(isa: Isa, tiles: &Tiles, n: usize, acts: &[Q8x32], m: usize, y: &mut [f32]) {
+    assert!(tiled(isa, tiles.ty), "{} has no {isa:?} tiles", tiles.ty.name());
+    let kernel = if isa == Isa::Avx512 { super::avx512::tile_rows } else { super::avx2::tile_rows };
     assert_eq!(y.len(), m * n, "output of {m} rows of {n}");
     assert_eq!(acts.len(), m * tiles.blocks, "{m} activation rows of {} blocks", tiles.blocks);
     let count = tiles.count;
@@ -206,12 +223,13 @@ pub(super) fn matmul(tiles: &Tiles, n: usize, acts: &[Q8x32], m: usize, y: &mut 
                 let cols = TILE_ROWS.min(n - t * TILE_ROWS);
                 for g0 in (r0..r1).step_by(TILE_ACT_ROWS) {
                     let g1 = (g0 + TILE_ACT_ROWS).min(r1);
-                    // SAFETY: `Isa::Avx512` was checked before this path was taken
-                    // (`matmul::matmul`); the output rows g0..g1, columns 16t..16t+cols
-                    // lie inside `y` (m × n, checked above) and belong to this task
-                    // alone (its tiles), and `y` outlives every task.
+                    // SAFETY: `isa` is supported (every `Isa` reaching the kernels was
+                    // checked, see `dispatch`) and `kernel` is its tile kernel, which
+                    // takes `tiles.ty` (asserted above); the output rows g0..g1, columns
+                    // 16t..16t+cols lie inside `y` (m × n, checked above) and belong to
+                    // this task alone (its tiles), and `y` outlives every task.
                     unsafe {
-                        super::avx512::tile_rows(
+                        kernel(
                             tiles.ty,
                             tiles.tile(t),
                             &acts[g0 * blocks..g1 * blocks],
