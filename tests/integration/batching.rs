@@ -84,3 +84,71 @@ fn a_constrained_turn_and_a_free_one_share_the_model() {
     assert!(!turns[1].is_empty());
     assert!(stats.widest() == 2, "{stats:?}");
 }
+
+/// A request of a few hundred tokens (an agent's system prompt and tool list are
+/// longer still): long enough that its prefill crosses every row-count threshold a
+/// kernel path could depend on.
+const LONG_PROMPT: &str = "You are a careful assistant. You can call these tools: get_weather(city, unit) \
+returns the current weather; search_flights(origin, destination, date) lists flights; \
+convert_currency(amount, from, to) converts money; get_time(timezone) tells the time. \
+Answer briefly and call a tool only when it helps. The user asks: I fly from Paris to \
+Tokyo next Tuesday and want to know the weather there, the flight options, and how many \
+yen I get for 500 euros. Plan the steps first, then answer. Step one:";
+
+/// Each step's log-probabilities, bit for bit (a rounding difference anywhere in the
+/// forward pass shows here before it flips a token).
+fn logprob_bits(g: &toolgate::engine::Generation) -> Vec<(u32, u32, Vec<(u32, u32)>)> {
+    g.logprobs.iter().map(|l| (l.token, l.logprob.to_bits(), l.top.iter().map(|t| (t.0, t.1.to_bits())).collect())).collect()
+}
+
+/// At temperature 0 a request gives the same tokens — and the same log-probabilities,
+/// bit for bit — however it runs: prefilled whole, prefilled after its prefix came
+/// from the cache (and streamed), or inside a batch of four concurrent sequences. Each
+/// matmul computes a row the same way whatever the number of rows beside it (tiles or
+/// per-row kernels, blocks summed in file order) and attention is per row, so nothing
+/// depends on chunking or batching. (On CPUs without AVX2, and for F16/BF16/MXFP4/
+/// IQ4_NL weights without AVX-512, prefill takes an f32 GEMM and this does not hold;
+/// the test models are Q4_1 and Q4_K_M.)
+#[test]
+fn answers_do_not_depend_on_prefix_cache_or_batch() {
+    if toolgate::kernels::Isa::detect() == toolgate::kernels::Isa::Portable {
+        eprintln!("portable kernels: prefill runs an f32 GEMM, not batch-invariant; skipped");
+        return;
+    }
+    for file in [common::SMOLLM2, common::GEMMA3] {
+        let mut engine = Engine::load(common::model(file), DeviceChoice::Cpu).unwrap();
+        let fresh = GenerateParams { reuse_prefix: false, logprobs: Some(2), ..params(24) };
+        let want = engine.generate_text(LONG_PROMPT, &fresh, |_| {}).unwrap();
+        assert!(want.prompt_tokens >= 100, "{file}: prompt of {} tokens", want.prompt_tokens);
+
+        // A shorter turn first, then the whole request on top of its cached prefix,
+        // streamed token by token.
+        let head = &LONG_PROMPT[..LONG_PROMPT.len() / 2];
+        engine.generate_text(head, &params(4), |_| {}).unwrap();
+        let mut streamed = String::new();
+        let reuse = GenerateParams { reuse_prefix: true, ..fresh.clone() };
+        let cached = engine.generate_text(LONG_PROMPT, &reuse, |piece| streamed.push_str(piece)).unwrap();
+        assert!(cached.cached_tokens >= 20, "{file}: only {} tokens came from the cache", cached.cached_tokens);
+        assert_eq!(cached.tokens, want.tokens, "{file}: a cached prefix changed the answer");
+        assert!(logprob_bits(&cached) == logprob_bits(&want), "{file}: a cached prefix changed the log-probabilities");
+        assert_eq!(streamed, cached.text, "{file}: the stream differs from the answer");
+
+        // The same request inside a batch of four (three other prompts beside it).
+        let (engines, stats) = engine.into_batched(4).unwrap();
+        let prompts = [LONG_PROMPT, PROMPTS[0], PROMPTS[1], PROMPTS[2]];
+        let got: Vec<toolgate::engine::Generation> = std::thread::scope(|s| {
+            let hs: Vec<_> = engines
+                .into_iter()
+                .zip(prompts)
+                .map(|(mut e, p)| {
+                    let fresh = fresh.clone();
+                    s.spawn(move || e.generate_text(p, &fresh, |_| {}).unwrap())
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(got[0].tokens, want.tokens, "{file}: the batch changed the answer");
+        assert!(logprob_bits(&got[0]) == logprob_bits(&want), "{file}: the batch changed the log-probabilities");
+        assert!(stats.widest() >= 2, "{file}: nothing ran batched: {stats:?}");
+    }
+}

@@ -404,3 +404,48 @@ fn gated_activations_match_the_scalar_reference() {
     let mut out = [0f32; 3];
     assert!(glu_rows(Activation::Silu, &[1.0; 5], 2, &mut out).is_err());
 }
+
+/// A row's outputs do not depend on how many rows share the matmul: 37 rows at once
+/// equal each row alone, bit for bit, for every type and instruction set whose
+/// prefill does not take the f32 GEMM (`f32_path`), i.e. tiles and per-row kernels.
+#[test]
+fn rows_are_computed_the_same_whatever_the_row_count() {
+    let (n, k, m) = (45usize, 512usize, 37usize);
+    let dev = Device::Cpu;
+    let x: Vec<f32> = Tensor::randn(0f32, 1.0, (m, k), &dev).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+    let mut checked = 0;
+    for ty in WeightType::ALL {
+        let qw = match ty.to_candle() {
+            Some(dt) => {
+                let w = (Tensor::randn(0f32, 1.0, (n, k), &dev).unwrap() * 0.1).unwrap();
+                QWeight::from_qtensor(&QTensor::quantize(&w, dt).unwrap()).unwrap().unwrap()
+            }
+            None => {
+                // Types candle cannot quantize: any bytes are valid codes; scales 0.01.
+                let mut bytes: Vec<u8> = (0..n * k / ty.block_len() * ty.block_bytes()).map(|i| (i * 97 % 251) as u8).collect();
+                for b in bytes.chunks_exact_mut(ty.block_bytes()) {
+                    match ty {
+                        WeightType::MXFP4 => b[0] = 120,
+                        _ => b[..2].copy_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes()),
+                    }
+                }
+                QWeight::new(ty, bytes, n, k).unwrap()
+            }
+        };
+        for isa in Isa::available() {
+            if f32_path(isa, ty, m) {
+                continue;
+            }
+            let mut all = vec![0f32; m * n];
+            qw.matmul_with(isa, &x, &mut all).unwrap();
+            for r in 0..m {
+                let mut one = vec![0f32; n];
+                qw.matmul_with(isa, &x[r * k..(r + 1) * k], &mut one).unwrap();
+                let same = one.iter().zip(&all[r * n..(r + 1) * n]).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{} {isa:?}: row {r} alone differs from the same row among {m}", ty.name());
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= WeightType::ALL.len() - 3, "only {checked} type/ISA pairs are row-count invariant");
+}
