@@ -381,7 +381,8 @@ impl GgufFile {
         let info = self.header.tensors.get(name).ok_or_else(|| self.tensor_err(name, "missing"))?;
         // Extents were checked against the file size at open.
         let start = (self.header.data_offset + info.offset) as usize;
-        WeightBytes::mapped(self.map.clone(), start..start + info.byte_len() as usize).map_err(|e| self.tensor_err(name, e))
+        WeightBytes::mapped(self.map.clone(), start..start + info.byte_len() as usize)
+            .map_err(|e| self.tensor_err(name, e))
     }
 
     fn tensor_err(&self, name: &str, reason: impl std::fmt::Display) -> Error {

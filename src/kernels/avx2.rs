@@ -591,7 +591,11 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(
         }
         let abs: [__m256i; 8] = std::array::from_fn(|c| if nibbles { codes[c] } else { _mm256_abs_epi8(codes[c]) });
         let d = _mm256_cvtph_ps(_mm_loadu_si128(blk.add(scales_at + 16 * half) as *const __m128i));
-        let m = if has_m { _mm256_cvtph_ps(_mm_loadu_si128(blk.add(scales_at + 32 + 16 * half) as *const __m128i)) } else { d };
+        let m = if has_m {
+            _mm256_cvtph_ps(_mm_loadu_si128(blk.add(scales_at + 32 + 16 * half) as *const __m128i))
+        } else {
+            d
+        };
         for r in 0..R {
             let a = &*x[r].add(b);
             let q = a.qs.as_ptr() as *const i32;

@@ -91,7 +91,10 @@ unsafe fn dot_q45k<const Q5: bool, const R: usize>(w: &[u8], xs: &[&[Q8x256]], o
                 codes = _mm512_mask_add_epi8(codes, _mm512_test_epi8_mask(qh, bits), codes, sixteen);
             }
             // Sub-block 2j's scale for the lower 16 i16 lanes, 2j + 1's for the upper.
-            let s = _mm512_permutexvar_epi16(join(_mm256_set1_epi16(2 * j as i16), _mm256_set1_epi16(2 * j as i16 + 1)), sc);
+            let s = _mm512_permutexvar_epi16(
+                join(_mm256_set1_epi16(2 * j as i16), _mm256_set1_epi16(2 * j as i16 + 1)),
+                sc,
+            );
             for r in 0..R {
                 let xv = load512((*x[r].add(i)).qs.as_ptr().add(64 * j));
                 sumi[r] = _mm512_dpwssd_epi32(sumi[r], _mm512_maddubs_epi16(codes, xv), s);
@@ -105,7 +108,8 @@ unsafe fn dot_q45k<const Q5: bool, const R: usize>(w: &[u8], xs: &[&[Q8x256]], o
         }
     }
     for r in 0..R {
-        *out.get_unchecked_mut(r) = _mm512_reduce_add_ps(acc[r]) - _mm512_reduce_add_ps(_mm512_zextps256_ps512(accm[r]));
+        *out.get_unchecked_mut(r) =
+            _mm512_reduce_add_ps(acc[r]) - _mm512_reduce_add_ps(_mm512_zextps256_ps512(accm[r]));
     }
 }
 
@@ -240,7 +244,13 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(
         T_Q8_0 | T_IQ4NL => 128.0,
         _ => 0.0,
     };
-    let chains = if R == 1 { 4 } else if R == 2 { 2 } else { 1 };
+    let chains = if R == 1 {
+        4
+    } else if R == 2 {
+        2
+    } else {
+        1
+    };
     let codes_len = if nibbles { 256 } else { 512 };
     let scales_at = codes_len + if fifth { 64 } else { 0 };
     let bb = scales_at + if has_m { 64 } else { 32 };

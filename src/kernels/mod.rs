@@ -339,7 +339,9 @@ impl WeightBytes {
             // file changing underneath is the mapping's own caveat, see
             // `GgufFile::open`). The range lies inside the mapping (checked at
             // construction).
-            let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, self.range.start, self.range.len()) };
+            let _ = unsafe {
+                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, self.range.start, self.range.len())
+            };
         }
     }
 

@@ -98,7 +98,10 @@ yen I get for 500 euros. Plan the steps first, then answer. Step one:";
 /// Each step's log-probabilities, bit for bit (a rounding difference anywhere in the
 /// forward pass shows here before it flips a token).
 fn logprob_bits(g: &toolgate::engine::Generation) -> Vec<(u32, u32, Vec<(u32, u32)>)> {
-    g.logprobs.iter().map(|l| (l.token, l.logprob.to_bits(), l.top.iter().map(|t| (t.0, t.1.to_bits())).collect())).collect()
+    g.logprobs
+        .iter()
+        .map(|l| (l.token, l.logprob.to_bits(), l.top.iter().map(|t| (t.0, t.1.to_bits())).collect()))
+        .collect()
 }
 
 /// At temperature 0 a request gives the same tokens — and the same log-probabilities,

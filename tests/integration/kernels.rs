@@ -422,7 +422,8 @@ fn rows_are_computed_the_same_whatever_the_row_count() {
             }
             None => {
                 // Types candle cannot quantize: any bytes are valid codes; scales 0.01.
-                let mut bytes: Vec<u8> = (0..n * k / ty.block_len() * ty.block_bytes()).map(|i| (i * 97 % 251) as u8).collect();
+                let mut bytes: Vec<u8> =
+                    (0..n * k / ty.block_len() * ty.block_bytes()).map(|i| (i * 97 % 251) as u8).collect();
                 for b in bytes.chunks_exact_mut(ty.block_bytes()) {
                     match ty {
                         WeightType::MXFP4 => b[0] = 120,
