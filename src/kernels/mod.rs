@@ -555,7 +555,7 @@ impl QWeight {
     /// As [`QWeight::matmul`].
     pub fn matmul_with(&self, isa: Isa, x: &[f32], y: &mut [f32]) -> Result<()> {
         self.check_io(x, y)?;
-        let isa = Isa::available().into_iter().filter(|&i| i <= isa).last().unwrap_or(Isa::Portable);
+        let isa = Isa::available().into_iter().rev().find(|&i| i <= isa).unwrap_or(Isa::Portable);
         matmul::matmul(self, x, x.len() / self.in_features, y, isa);
         Ok(())
     }
