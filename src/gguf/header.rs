@@ -135,7 +135,7 @@ impl GgmlType {
 
     /// Bytes of `elems` elements, `None` if they are not whole blocks or overflow.
     pub fn bytes_of(self, elems: u64) -> Option<u64> {
-        if elems % self.block_len as u64 != 0 {
+        if !elems.is_multiple_of(self.block_len as u64) {
             return None;
         }
         (elems / self.block_len as u64).checked_mul(self.block_bytes as u64)

@@ -389,7 +389,7 @@ impl Automaton for MultipleOf {
     }
     fn accepts(&mut self, s: u64) -> bool {
         match Self::unpack(s) {
-            (r, None) => r * self.scale % self.m == 0,
+            (r, None) => (r * self.scale).is_multiple_of(self.m),
             (r, Some(_)) => r == 0,
         }
     }

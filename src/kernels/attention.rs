@@ -121,7 +121,7 @@ impl Strided<'_> {
 pub fn attention(shape: &AttentionShape, q: Strided, k: Strided, v: Strided, out: &mut [f32]) -> Result<()> {
     let s = *shape;
     let bad = |reason: String| Error::InvalidParameter { name: "attention", reason };
-    if s.n_kv_head == 0 || s.n_head % s.n_kv_head != 0 {
+    if s.n_kv_head == 0 || !s.n_head.is_multiple_of(s.n_kv_head) {
         return Err(bad(format!("{} query heads over {} key/value heads", s.n_head, s.n_kv_head)));
     }
     if !q.covers(s.n_head, s.queries, s.head_dim)

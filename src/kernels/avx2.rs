@@ -435,7 +435,7 @@ macro_rules! by_rows {
 
 fn check<A>(ty: WeightType, w: &[u8], xs: &[&[A]], out: &[f32]) {
     let nb = w.len() / ty.block_bytes();
-    assert!(w.len() % ty.block_bytes() == 0, "weight row is not whole blocks");
+    assert!(w.len().is_multiple_of(ty.block_bytes()), "weight row is not whole blocks");
     assert!((1..=super::MAX_ROWS).contains(&xs.len()) && out.len() == xs.len(), "1..=4 rows with one output each");
     assert!(xs.iter().all(|x| x.len() >= nb), "activation row shorter than the weight row");
 }

@@ -71,7 +71,7 @@ pub fn glu(activation: Activation, g: f32, u: f32) -> f32 {
 /// # Ok::<(), toolgate::Error>(())
 /// ```
 pub fn glu_rows(activation: Activation, gu: &[f32], ff: usize, out: &mut [f32]) -> Result<()> {
-    if ff == 0 || gu.len() % (2 * ff) != 0 || out.len() != gu.len() / 2 {
+    if ff == 0 || !gu.len().is_multiple_of(2 * ff) || out.len() != gu.len() / 2 {
         return Err(Error::InvalidParameter {
             name: "gu",
             reason: format!("{} gate|up values and {} outputs for rows of {ff}", gu.len(), out.len()),

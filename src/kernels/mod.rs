@@ -421,7 +421,7 @@ impl QWeight {
     pub fn new(ty: WeightType, data: impl Into<WeightBytes>, out_features: usize, in_features: usize) -> Result<Self> {
         let data = data.into();
         let bad = |reason: String| Error::InvalidParameter { name: "weight", reason };
-        if in_features == 0 || in_features % ty.block_len() != 0 {
+        if in_features == 0 || !in_features.is_multiple_of(ty.block_len()) {
             return Err(bad(format!(
                 "{} rows of {in_features} weights are not whole blocks of {}",
                 ty.name(),
@@ -563,7 +563,7 @@ impl QWeight {
     /// `x` is whole rows of `in_features` and `y` as many rows of `out_features`.
     fn check_io(&self, x: &[f32], y: &[f32]) -> Result<()> {
         let k = self.in_features;
-        if x.len() % k != 0 || y.len() != x.len() / k * self.out_features {
+        if !x.len().is_multiple_of(k) || y.len() != x.len() / k * self.out_features {
             return Err(Error::InvalidParameter {
                 name: "x",
                 reason: format!("{} inputs and {} outputs for a ({}, {k}) weight", x.len(), y.len(), self.out_features),

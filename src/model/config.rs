@@ -178,7 +178,7 @@ impl Hyperparams {
         let n_head_kv = gguf.opt_u32(&k("attention.head_count_kv"))?.map(|x| x as usize).unwrap_or(n_head);
         let bad =
             |key: &str, reason: String| crate::Error::Metadata { path: gguf.path().to_path_buf(), key: k(key), reason };
-        if n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 {
+        if n_head == 0 || n_head_kv == 0 || !n_head.is_multiple_of(n_head_kv) {
             return Err(bad(
                 "attention.head_count_kv",
                 format!("{n_head} query heads cannot be grouped over {n_head_kv} key/value heads"),

@@ -268,7 +268,7 @@ impl Loader<'_> {
     ) -> Result<QLinear> {
         let kernel_type = crate::kernels::WeightType::from_ggml_id(ty.id);
         if let (true, Some(kt)) = (self.device.is_cpu() && crate::kernels::enabled(), kernel_type) {
-            if cols % kt.block_len() == 0 {
+            if cols.is_multiple_of(kt.block_len()) {
                 let w = crate::kernels::QWeight::new(kt, bytes, rows, cols).map_err(|err| self.bad(name, err))?;
                 return Ok(QLinear::from_qweight(w, bias));
             }

@@ -95,9 +95,12 @@ Answer briefly and call a tool only when it helps. The user asks: I fly from Par
 Tokyo next Tuesday and want to know the weather there, the flight options, and how many \
 yen I get for 500 euros. Plan the steps first, then answer. Step one:";
 
+/// One step's chosen token, its log-probability's bits and the top alternatives'.
+type StepBits = (u32, u32, Vec<(u32, u32)>);
+
 /// Each step's log-probabilities, bit for bit (a rounding difference anywhere in the
 /// forward pass shows here before it flips a token).
-fn logprob_bits(g: &toolgate::engine::Generation) -> Vec<(u32, u32, Vec<(u32, u32)>)> {
+fn logprob_bits(g: &toolgate::engine::Generation) -> Vec<StepBits> {
     g.logprobs
         .iter()
         .map(|l| (l.token, l.logprob.to_bits(), l.top.iter().map(|t| (t.0, t.1.to_bits())).collect()))
