@@ -1,5 +1,5 @@
 //! Greedy decoding agrees with llama.cpp (f32 KV cache, no flash attention) on both
-//! real models.
+//! real models (on the CPU, or the device `TOOLGATE_TEST_DEVICE` names).
 //!
 //! Exact equality of free-running greedy output is not attainable across two
 //! implementations whose float reductions differ: where llama.cpp's top two logits
@@ -29,7 +29,6 @@
 use crate::common;
 
 use toolgate::engine::{Engine, GenerateParams};
-use toolgate::model::DeviceChoice;
 use toolgate::sampling::{argmax, SamplingParams};
 use toolgate::tokenizer::EncodeOptions;
 
@@ -45,7 +44,7 @@ fn ids(v: &serde_json::Value) -> Vec<u32> {
 }
 
 fn teacher_forced(model_file: &str, fixture: &str, tie: f32) {
-    let mut engine = Engine::load(common::model(model_file), DeviceChoice::Cpu).unwrap();
+    let mut engine = Engine::load(common::model(model_file), common::device()).unwrap();
     let fx = common::fixture(fixture);
     let runs = fx["runs"].as_array().unwrap();
     assert!(runs.len() >= 3);
@@ -88,7 +87,7 @@ fn teacher_forced(model_file: &str, fixture: &str, tie: f32) {
 }
 
 fn free_running(model_file: &str, fixture: &str, tie: f32) {
-    let mut engine = Engine::load(common::model(model_file), DeviceChoice::Cpu).unwrap();
+    let mut engine = Engine::load(common::model(model_file), common::device()).unwrap();
     let fx = common::fixture(fixture);
     let mut failures = Vec::new();
     let mut matched = Vec::new();
@@ -129,7 +128,7 @@ fn free_running(model_file: &str, fixture: &str, tie: f32) {
 }
 
 fn first_step_logits(model_file: &str, fixture: &str, tol: f32) {
-    let mut engine = Engine::load(common::model(model_file), DeviceChoice::Cpu).unwrap();
+    let mut engine = Engine::load(common::model(model_file), common::device()).unwrap();
     let fx = common::fixture(fixture);
     let (mut worst, mut worst_raw) = (0f32, 0f32);
     for run in fx["runs"].as_array().unwrap() {

@@ -362,8 +362,13 @@ fn waiting_requests_start_in_arrival_order_and_only_those_past_the_queue_get_429
     // One request generating at a time, five more waiting: each starts in the order it
     // came, and a 429 goes only to a request past `--max-queue`.
     let s = start(&["--tool-fallback", "generic", "--parallel", "1", "--max-queue", "6"]);
-    let long = json!({"messages": [{"role": "user", "content": "Count to fifty."}], "max_tokens": 60,
-        "temperature": 0, "stream": true})
+    // The generating request must outlast the five arrivals (~0.8 s) however fast the
+    // machine decodes: a forced call whose schema takes 400 digits (~800 tokens).
+    let digits = json!({"type": "object", "properties": {"n": {"type": "array", "minItems": 400, "maxItems": 400,
+        "items": {"type": "integer", "minimum": 0, "maximum": 9}}}, "required": ["n"], "additionalProperties": false});
+    let long = json!({"messages": [{"role": "user", "content": "Write 400 digits."}], "max_tokens": 2000,
+        "temperature": 0, "stream": true, "tool_choice": "required",
+        "tools": [{"type": "function", "function": {"name": "digits", "parameters": digits}}]})
     .to_string();
     let mut first = TcpStream::connect(addr(&s)).unwrap();
     write!(first, "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{long}", long.len()).unwrap();

@@ -24,6 +24,16 @@ pub fn model(file: &str) -> PathBuf {
     p
 }
 
+/// The device the llama.cpp-comparison tests run on: `TOOLGATE_TEST_DEVICE`
+/// (`cpu`, `cuda`, `cuda:N`, `metal`; default `cpu`). `scripts/gpu-check` runs the
+/// greedy fixtures with `cuda` on a GPU machine.
+pub fn device() -> toolgate::model::DeviceChoice {
+    match std::env::var("TOOLGATE_TEST_DEVICE") {
+        Ok(d) => d.parse().unwrap_or_else(|e| panic!("TOOLGATE_TEST_DEVICE={d}: {e}")),
+        Err(_) => toolgate::model::DeviceChoice::Cpu,
+    }
+}
+
 pub const SMOLLM2: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 pub const GEMMA3: &str = "gemma-3-270m-q4_k_m.gguf";
 /// SmolLM2 with Qwen 2.5's tool-calling template in its metadata (made by `scripts/fetch-models`).
@@ -33,6 +43,11 @@ pub const SMOLLM2_QWEN: &str = "SmolLM2-135M-Instruct.Qwen2.5-template.Q4_1.gguf
 pub const QWEN_CODER: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
 
 pub fn fixture(name: &str) -> serde_json::Value {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
+    // `TOOLGATE_FIXTURES`: the fixtures copied beside a test binary run elsewhere
+    // (`scripts/gpu-check`); by default the checkout's own.
+    let dir = std::env::var("TOOLGATE_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures"));
+    let p = dir.join(name);
     serde_json::from_str(&std::fs::read_to_string(&p).expect("fixture")).expect("fixture json")
 }
