@@ -326,6 +326,8 @@ pub struct Engine {
     /// Compiled grammars by regex, so requests with the same tools or schema share one
     /// (and its warm masks).
     grammars: Arc<Mutex<std::collections::HashMap<String, Arc<crate::grammar::Grammar>>>>,
+    /// Where the model runs.
+    device: DeviceChoice,
 }
 
 /// Grammars kept by [`Engine::grammar`] before the cache starts over.
@@ -374,7 +376,13 @@ impl Engine {
             cached: Vec::new(),
             vocab: Default::default(),
             grammars: Default::default(),
+            device: opts.device,
         })
+    }
+
+    /// The device the model runs on (`/props` and `/v1/models` report it).
+    pub fn device(&self) -> DeviceChoice {
+        self.device
     }
 
     /// Split into `n` engines that generate at the same time, each on its own thread,
@@ -406,7 +414,7 @@ impl Engine {
     /// # Errors
     /// [`Error::InvalidParameter`] for `n = 0` or a model that holds one sequence only.
     pub fn into_batched(self, n: usize) -> Result<(Vec<Engine>, batch::BatchStats)> {
-        let Engine { model, tokenizer, gguf, vocab, grammars, .. } = self;
+        let Engine { model, tokenizer, gguf, vocab, grammars, device, .. } = self;
         let (slots, stats) = batch::Batcher::split(model, n)?;
         let engines = slots
             .into_iter()
@@ -417,6 +425,7 @@ impl Engine {
                 cached: Vec::new(),
                 vocab: vocab.clone(),
                 grammars: grammars.clone(),
+                device,
             })
             .collect();
         Ok((engines, stats))

@@ -167,6 +167,17 @@ impl std::str::FromStr for DeviceChoice {
     }
 }
 
+impl std::fmt::Display for DeviceChoice {
+    /// `cpu`, `cuda:N` or `metal` (what [`DeviceChoice::from_str`] reads back).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Cpu => write!(f, "cpu"),
+            Self::Cuda(n) => write!(f, "cuda:{n}"),
+            Self::Metal => write!(f, "metal"),
+        }
+    }
+}
+
 impl DeviceChoice {
     /// Open the device.
     ///

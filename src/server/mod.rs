@@ -56,6 +56,8 @@ pub struct AppState {
     pub(crate) tokenizer: Arc<crate::tokenizer::Tokenizer>,
     pub(crate) model_id: String,
     pub(crate) tool_mode: ToolMode,
+    /// Where the model runs (`cpu`, `cuda:N`, `metal`).
+    device: String,
     max_queue: usize,
     queued: AtomicUsize,
     metrics: Metrics,
@@ -197,7 +199,9 @@ impl AppState {
         tool_mode: ToolMode,
     ) -> Self {
         let n = engines.len();
+        let device = engines.first().map_or_else(|| "cpu".to_string(), |e| e.device().to_string());
         Self {
+            device,
             engines: Mutex::new(engines.into_iter().map(Some).collect()),
             engine_free: Condvar::new(),
             jobs: Mutex::new(spawn_workers(n)),
@@ -476,7 +480,7 @@ async fn metrics_text(State(s): State<Arc<AppState>>) -> Response {
 async fn models(State(s): State<Arc<AppState>>) -> Json<Value> {
     Json(json!({"object": "list", "data": [{
         "id": s.model_id, "object": "model", "owned_by": "toolgate",
-        "caps": s.setup.report.caps, "chat_format": s.setup.family(),
+        "caps": s.setup.report.caps, "chat_format": s.setup.family(), "device": s.device,
     }]}))
 }
 
@@ -491,6 +495,7 @@ async fn props(State(s): State<Arc<AppState>>) -> Json<Value> {
         "tool_mode": s.tool_mode,
         "parallel": s.pool().len(),
         "conversation_policy": s.setup.policy,
+        "device": s.device,
     }))
 }
 

@@ -235,6 +235,9 @@ fn answers_tool_calls_and_errors_like_openai() {
     let (_, props) = common::server::get_json(&s, "/props");
     assert_eq!(props["chat_format"], "generic");
     assert_eq!(props["caps"]["supports_tools"], true);
+    assert_eq!(props["device"], "cpu");
+    let (_, models) = common::server::get_json(&s, "/v1/models");
+    assert_eq!(models["data"][0]["device"], "cpu", "{models}");
 }
 
 /// The value of an unlabelled or labelled sample in Prometheus text.
