@@ -360,7 +360,12 @@ impl Engine {
         // arrive, so they do not add to the peak.
         gguf.release_vocabulary();
         release_freed_memory();
-        let model = model::load(&gguf, opts)?;
+        let mut model = model::load(&gguf, opts)?;
+        // One token through the model: the CPU kernels regroup their weights into tiles
+        // at first use (`kernels::tiles`), and that belongs to loading, not to the
+        // first request's latency.
+        model.forward(&[tokenizer.bos().unwrap_or(0)])?;
+        model.truncate(0);
         release_freed_memory();
         if model.vocab_size() < tokenizer.vocab_size() {
             return Err(Error::Tensor {

@@ -193,7 +193,7 @@ impl DeviceChoice {
                         reason: "built without the `cuda` feature".into(),
                     });
                 }
-                Device::new_cuda(n).map_err(|e| Error::Device { device: format!("cuda:{n}"), reason: e.to_string() })
+                Device::new_cuda(n).map_err(|e| Error::Device { device: format!("cuda:{n}"), reason: first_line(&e) })
             }
             Self::Metal => {
                 if !cfg!(feature = "metal") {
@@ -202,10 +202,15 @@ impl DeviceChoice {
                         reason: "built without the `metal` feature".into(),
                     });
                 }
-                Device::new_metal(0).map_err(|e| Error::Device { device: "metal".into(), reason: e.to_string() })
+                Device::new_metal(0).map_err(|e| Error::Device { device: "metal".into(), reason: first_line(&e) })
             }
         }
     }
+}
+
+/// A candle error's message without the backtrace candle appends to it.
+fn first_line(e: &candle_core::Error) -> String {
+    e.to_string().lines().next().unwrap_or_default().to_string()
 }
 
 /// Options for [`load`].
