@@ -20,15 +20,15 @@ use super::formats::{
     e8m0_half, float_at, iq4xs_scale, q2k_scale_min, q3k_scales, scale_min_k4, WeightType, FP4_VALUES, IQ4_VALUES,
 };
 
-const T_Q4_0: u8 = 0;
-const T_Q4_1: u8 = 1;
-const T_Q5_0: u8 = 2;
-const T_Q8_0: u8 = 3;
+pub(super) const T_Q4_0: u8 = 0;
+pub(super) const T_Q4_1: u8 = 1;
+pub(super) const T_Q5_0: u8 = 2;
+pub(super) const T_Q8_0: u8 = 3;
 const T_Q4K: u8 = 4;
 const T_Q5K: u8 = 5;
-const T_IQ4NL: u8 = 6;
+pub(super) const T_IQ4NL: u8 = 6;
 const T_MXFP4: u8 = 7;
-const T_Q5_1: u8 = 8;
+pub(super) const T_Q5_1: u8 = 8;
 const T_Q2K: u8 = 9;
 const T_Q3K: u8 = 10;
 
@@ -534,13 +534,14 @@ pub unsafe fn dot_floats_rows(ty: WeightType, w: &[u8], xs: &[&[f32]], out: &mut
 /// Per block and row: `maddubs` of each 4-code group with the row's 4 activation codes
 /// (broadcast), summed in 16 bits while that cannot overflow (Q4: all 8 groups, codes ≤
 /// 15; Q5: 4 groups, codes ≤ 31; Q8_0 through the sign trick: one group), `madd` to 32
-/// bits, then the float steps of the AVX-512 kernel, block by block: an output's value
-/// is the same for any `R` (and, but for Q8_0, whose signed sum takes no offset here,
-/// the same as on AVX-512).
+/// bits, the offset taken back in integers, then the float steps of the AVX-512 kernel,
+/// block by block: an output's value is the same for any `R`, and the same as on
+/// AVX-512.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile_kernel<const TY: u8, const R: usize>(
     tile: &[u8],
     acts: &[Q8x32],
+    sums: &[i32],
     blocks: usize,
     half: usize,
     out: *mut f32,
@@ -553,9 +554,9 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(
     // Q8_0's codes go back to signed (the sign trick), so they take no offset here;
     // Q4_1/Q5_1 use `m`.
     let offset = match TY {
-        T_Q4_0 => 8.0,
-        T_Q5_0 => 16.0,
-        _ => 0.0,
+        T_Q4_0 => 8,
+        T_Q5_0 => 16,
+        _ => 0,
     };
     let codes_len = if nibbles { 256 } else { 512 };
     let scales_at = codes_len + if fifth { 64 } else { 0 };
@@ -564,7 +565,6 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(
     let sixteen = _mm256_set1_epi8(0x10);
     let flip = _mm256_set1_epi8(-128);
     let ones = _mm256_set1_epi16(1);
-    let neg_offset = _mm256_set1_ps(-offset);
     let x: [*const Q8x32; R] = std::array::from_fn(|r| acts.as_ptr().add(r * blocks));
     let mut y = [_mm256_setzero_ps(); R];
     for b in 0..blocks {
@@ -620,13 +620,15 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(
                 }
                 acc
             };
-            let t = _mm256_cvtepi32_ps(acc);
-            if has_m {
-                y[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(a.d)), t, y[r]);
-                y[r] = _mm256_fmadd_ps(m, _mm256_set1_ps(a.s), y[r]);
+            let acc = if offset != 0 {
+                _mm256_sub_epi32(acc, _mm256_set1_epi32(offset * *sums.get_unchecked(r * blocks + b)))
             } else {
-                let inner = _mm256_fmadd_ps(t, _mm256_set1_ps(a.d), _mm256_mul_ps(neg_offset, _mm256_set1_ps(a.s)));
-                y[r] = _mm256_fmadd_ps(d, inner, y[r]);
+                acc
+            };
+            let t = _mm256_cvtepi32_ps(acc);
+            y[r] = _mm256_fmadd_ps(d, _mm256_mul_ps(t, _mm256_set1_ps(a.d)), y[r]);
+            if has_m {
+                y[r] = _mm256_fmadd_ps(m, _mm256_set1_ps(a.s), y[r]);
             }
         }
     }
@@ -644,50 +646,48 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(
 }
 
 /// One tile (layout in [`super::tiles`]) against `acts.len() / blocks` (1..=8)
-/// activation rows: `out[r · ld + j] = w_j · x_r` for the tile's first `cols` rows `j`.
-/// Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 (IQ4_NL's shifted codes would overflow `maddubs`).
+/// activation rows (`sums`: each activation block's code sum): `out[r · ld + j] =
+/// w_j · x_r` for the tile's first `cols` rows `j`. Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0
+/// (IQ4_NL's shifted codes would overflow `maddubs`).
 ///
 /// # Safety
 /// The CPU must support `avx2`, `fma` and `f16c`; `out` must be valid for writes of
 /// `cols` floats at `out + r·ld` for every activation row `r`.
 ///
 /// # Panics
-/// If `ty` is not one of those types, `cols > 16`, `tile` is not `blocks` whole tiled
-/// blocks, or `acts` is not 1..=8 rows of `blocks`.
+/// As [`super::tiles::check_tile_call`], and for IQ4_NL.
 pub unsafe fn tile_rows(
     ty: WeightType,
     tile: &[u8],
     acts: &[Q8x32],
+    sums: &[i32],
     blocks: usize,
     out: *mut f32,
     ld: usize,
     cols: usize,
 ) {
-    let rows = acts.len() / blocks.max(1);
-    assert!(blocks > 0 && acts.len() == rows * blocks && (1..=8).contains(&rows), "1..=8 rows of {blocks} blocks");
-    let bb = super::tiles::block_bytes(ty).unwrap_or_else(|| panic!("{} has no tiled layout", ty.name()));
-    assert!(cols <= 16 && tile.len() == blocks * bb, "a tile of {blocks} blocks and at most 16 columns");
+    let rows = super::tiles::check_tile_call(ty, tile, acts, sums, blocks, cols);
     macro_rules! run {
-        ($t:expr, $a:expr, $r:expr, $half:expr, $out:expr) => {
+        ($t:expr, $a:expr, $s:expr, $r:expr, $half:expr, $out:expr) => {
             match $r {
-                1 => tile_kernel::<$t, 1>(tile, $a, blocks, $half, $out, ld, cols),
-                2 => tile_kernel::<$t, 2>(tile, $a, blocks, $half, $out, ld, cols),
-                3 => tile_kernel::<$t, 3>(tile, $a, blocks, $half, $out, ld, cols),
-                _ => tile_kernel::<$t, 4>(tile, $a, blocks, $half, $out, ld, cols),
+                1 => tile_kernel::<$t, 1>(tile, $a, $s, blocks, $half, $out, ld, cols),
+                2 => tile_kernel::<$t, 2>(tile, $a, $s, blocks, $half, $out, ld, cols),
+                3 => tile_kernel::<$t, 3>(tile, $a, $s, blocks, $half, $out, ld, cols),
+                _ => tile_kernel::<$t, 4>(tile, $a, $s, blocks, $half, $out, ld, cols),
             }
         };
     }
     for g in (0..rows).step_by(4) {
         let r = (rows - g).min(4);
-        let a = &acts[g * blocks..(g + r) * blocks];
+        let (a, s) = (&acts[g * blocks..(g + r) * blocks], &sums[g * blocks..(g + r) * blocks]);
         let o = out.add(g * ld);
         for half in 0..cols.div_ceil(8) {
             match ty {
-                WeightType::Q4_0 => run!(T_Q4_0, a, r, half, o),
-                WeightType::Q4_1 => run!(T_Q4_1, a, r, half, o),
-                WeightType::Q5_0 => run!(T_Q5_0, a, r, half, o),
-                WeightType::Q5_1 => run!(T_Q5_1, a, r, half, o),
-                WeightType::Q8_0 => run!(T_Q8_0, a, r, half, o),
+                WeightType::Q4_0 => run!(T_Q4_0, a, s, r, half, o),
+                WeightType::Q4_1 => run!(T_Q4_1, a, s, r, half, o),
+                WeightType::Q5_0 => run!(T_Q5_0, a, s, r, half, o),
+                WeightType::Q5_1 => run!(T_Q5_1, a, s, r, half, o),
+                WeightType::Q8_0 => run!(T_Q8_0, a, s, r, half, o),
                 _ => panic!("{} has no AVX2 tile kernel", ty.name()),
             }
         }

@@ -211,25 +211,21 @@ pub unsafe fn dot256_rows(ty: WeightType, w: &[u8], xs: &[&[Q8x256]], out: &mut 
     }
 }
 
-/// The 32-weight types' tags for [`tile_kernel`].
-const T_Q4_0: u8 = 0;
-const T_Q4_1: u8 = 1;
-const T_Q5_0: u8 = 2;
-const T_Q5_1: u8 = 3;
-const T_Q8_0: u8 = 4;
-const T_IQ4NL: u8 = 5;
+use super::avx2::{T_IQ4NL, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0};
 
 /// One tile (16 weight rows, layout in [`super::tiles`]) against `R` activation rows:
 /// `out[r · ld + j] = w_j · x_r` for the tile's first `cols` rows `j`.
 ///
 /// Per block: the code vectors (unpacked once for all `R` rows), 8 `vpdpbusd` per row
-/// against the row's 4-byte groups broadcast, then `y += d ⊙ (dₓ·Σ − offset·sₓ)` (or
-/// `+ m·sₓ` for Q4_1/Q5_1) per row, in block order: an output's sum is the same for
-/// any `R`.
+/// against the row's 4-byte groups broadcast, the offset taken back in integers
+/// (`Σ q·qₓ − offset·Σ qₓ`, `sums` holding each activation block's `Σ qₓ`: exact, no
+/// cancellation in floats), then `y += d ⊙ (dₓ·Σ)` (plus `m·sₓ` for Q4_1/Q5_1) per
+/// row, in block order: an output's sum is the same for any `R`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn tile_kernel<const TY: u8, const R: usize>(
     tile: &[u8],
     acts: &[Q8x32],
+    sums: &[i32],
     blocks: usize,
     out: *mut f32,
     ld: usize,
@@ -239,10 +235,10 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(
     let fifth = matches!(TY, T_Q5_0 | T_Q5_1);
     let has_m = matches!(TY, T_Q4_1 | T_Q5_1);
     let offset = match TY {
-        T_Q4_0 => 8.0,
-        T_Q5_0 => 16.0,
-        T_Q8_0 | T_IQ4NL => 128.0,
-        _ => 0.0,
+        T_Q4_0 => 8,
+        T_Q5_0 => 16,
+        T_Q8_0 | T_IQ4NL => 128,
+        _ => 0,
     };
     let chains = if R == 1 {
         4
@@ -257,7 +253,6 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(
     let m4 = _mm512_set1_epi8(0x0F);
     let sixteen = _mm512_set1_epi8(0x10);
     let table = _mm512_broadcast_i32x4(_mm_loadu_si128(super::tiles::IQ4_SHIFTED.as_ptr() as *const __m128i));
-    let neg_offset = _mm512_set1_ps(-offset);
     let x: [*const Q8x32; R] = std::array::from_fn(|r| acts.as_ptr().add(r * blocks));
     let mut y = [_mm512_setzero_ps(); R];
     for b in 0..blocks {
@@ -300,13 +295,13 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(
             for i in 1..chains {
                 acc[0] = _mm512_add_epi32(acc[0], acc[i]);
             }
+            if offset != 0 {
+                acc[0] = _mm512_sub_epi32(acc[0], _mm512_set1_epi32(offset * *sums.get_unchecked(r * blocks + b)));
+            }
             let t = _mm512_cvtepi32_ps(acc[0]);
+            y[r] = _mm512_fmadd_ps(d, _mm512_mul_ps(t, _mm512_set1_ps(a.d)), y[r]);
             if has_m {
-                y[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(a.d)), t, y[r]);
                 y[r] = _mm512_fmadd_ps(m, _mm512_set1_ps(a.s), y[r]);
-            } else {
-                let inner = _mm512_fmadd_ps(t, _mm512_set1_ps(a.d), _mm512_mul_ps(neg_offset, _mm512_set1_ps(a.s)));
-                y[r] = _mm512_fmadd_ps(d, inner, y[r]);
             }
         }
     }
@@ -316,7 +311,8 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(
     }
 }
 
-/// [`tile_kernel`] for `ty` and `acts.len() / blocks` (1..=8) activation rows.
+/// [`tile_kernel`] for `ty` and `acts.len() / blocks` (1..=8) activation rows; `sums`
+/// holds each activation block's code sum.
 ///
 /// # Safety
 /// The CPU must support `avx512f`, `avx512bw`, `avx512vl`, `avx512vnni`, `avx2`,
@@ -324,32 +320,29 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(
 /// for every activation row `r`.
 ///
 /// # Panics
-/// If `ty` has no tiled layout, `cols > 16`, `tile` is not `blocks` whole tiled blocks,
-/// or `acts` is not 1..=8 rows of `blocks`.
+/// As [`super::tiles::check_tile_call`].
 pub unsafe fn tile_rows(
     ty: WeightType,
     tile: &[u8],
     acts: &[Q8x32],
+    sums: &[i32],
     blocks: usize,
     out: *mut f32,
     ld: usize,
     cols: usize,
 ) {
-    let rows = acts.len() / blocks.max(1);
-    assert!(blocks > 0 && acts.len() == rows * blocks && (1..=8).contains(&rows), "1..=8 rows of {blocks} blocks");
-    let bb = super::tiles::block_bytes(ty).unwrap_or_else(|| panic!("{} has no tiled layout", ty.name()));
-    assert!(cols <= 16 && tile.len() == blocks * bb, "a tile of {blocks} blocks and at most 16 columns");
+    let rows = super::tiles::check_tile_call(ty, tile, acts, sums, blocks, cols);
     macro_rules! rows {
         ($t:expr) => {
             match rows {
-                1 => tile_kernel::<$t, 1>(tile, acts, blocks, out, ld, cols),
-                2 => tile_kernel::<$t, 2>(tile, acts, blocks, out, ld, cols),
-                3 => tile_kernel::<$t, 3>(tile, acts, blocks, out, ld, cols),
-                4 => tile_kernel::<$t, 4>(tile, acts, blocks, out, ld, cols),
-                5 => tile_kernel::<$t, 5>(tile, acts, blocks, out, ld, cols),
-                6 => tile_kernel::<$t, 6>(tile, acts, blocks, out, ld, cols),
-                7 => tile_kernel::<$t, 7>(tile, acts, blocks, out, ld, cols),
-                _ => tile_kernel::<$t, 8>(tile, acts, blocks, out, ld, cols),
+                1 => tile_kernel::<$t, 1>(tile, acts, sums, blocks, out, ld, cols),
+                2 => tile_kernel::<$t, 2>(tile, acts, sums, blocks, out, ld, cols),
+                3 => tile_kernel::<$t, 3>(tile, acts, sums, blocks, out, ld, cols),
+                4 => tile_kernel::<$t, 4>(tile, acts, sums, blocks, out, ld, cols),
+                5 => tile_kernel::<$t, 5>(tile, acts, sums, blocks, out, ld, cols),
+                6 => tile_kernel::<$t, 6>(tile, acts, sums, blocks, out, ld, cols),
+                7 => tile_kernel::<$t, 7>(tile, acts, sums, blocks, out, ld, cols),
+                _ => tile_kernel::<$t, 8>(tile, acts, sums, blocks, out, ld, cols),
             }
         };
     }
@@ -360,6 +353,6 @@ pub unsafe fn tile_rows(
         WeightType::Q5_1 => rows!(T_Q5_1),
         WeightType::Q8_0 => rows!(T_Q8_0),
         WeightType::IQ4NL => rows!(T_IQ4NL),
-        _ => unreachable!("block_bytes above has no other tiled type"),
+        _ => unreachable!("check_tile_call admits no other type"),
     }
 }

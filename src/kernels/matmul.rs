@@ -44,7 +44,12 @@ pub(super) fn matmul(w: &QWeight, x: &[f32], m: usize, y: &mut [f32], isa: Isa) 
         if let Some(tiles) = w.tiles() {
             return with_scratch(&ACTS32, m * k / 32, Q8x32::ZERO, |acts| {
                 quantize_rows(x, k, k / 32, acts, dispatch::quantize32_for(isa));
-                super::tiles::matmul(isa, tiles, w.out_features, acts, m, y);
+                with_scratch(&SUMS, acts.len(), 0, |sums| {
+                    for (s, a) in sums.iter_mut().zip(acts.iter()) {
+                        *s = a.qs.iter().map(|&q| i32::from(q)).sum();
+                    }
+                    super::tiles::matmul(isa, tiles, w.out_features, acts, sums, m, y);
+                });
             });
         }
     }
@@ -74,6 +79,8 @@ thread_local! {
     /// step makes ~100 matmul calls; none of them allocates).
     static ACTS32: Cell<Vec<Q8x32>> = const { Cell::new(Vec::new()) };
     static ACTS256: Cell<Vec<Q8x256>> = const { Cell::new(Vec::new()) };
+    /// The code sum of each activation block, for the tiles' integer offsets.
+    static SUMS: Cell<Vec<i32>> = const { Cell::new(Vec::new()) };
     /// Each pool thread's tile of dequantized weight rows.
     static WEIGHTS: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
 }

@@ -35,7 +35,9 @@
 //!
 //! Codes are unsigned (`vpdpbusd` takes unsigned × signed bytes); a type whose value
 //! is `d·(q − offset)` (Q4_0: 8, Q5_0: 16, Q8_0 and IQ4_NL: 128 after the shift) takes
-//! the offset back through the activation block's sum: `Σ w·x = d·(dₓ·Σ q·qₓ − offset·sₓ)`.
+//! the offset back in integers through the activation block's code sum:
+//! `Σ w·x = d·dₓ·(Σ q·qₓ − offset·Σ qₓ)` — exact before the one scaling, so a large
+//! offset costs no precision.
 
 use std::sync::Arc;
 
@@ -188,6 +190,27 @@ fn pack_block(ty: WeightType, src: &[u8], j: usize, dst: &mut [u8]) {
     }
 }
 
+/// Check a tile kernel's arguments; returns the number of activation rows.
+///
+/// # Panics
+/// If `ty` has no tiled layout, `cols > 16`, `tile` is not `blocks` whole tiled blocks,
+/// `acts` is not 1..=8 rows of `blocks`, or `sums` not one per block of `acts`.
+pub(super) fn check_tile_call(
+    ty: WeightType,
+    tile: &[u8],
+    acts: &[Q8x32],
+    sums: &[i32],
+    blocks: usize,
+    cols: usize,
+) -> usize {
+    let rows = acts.len() / blocks.max(1);
+    assert!(blocks > 0 && acts.len() == rows * blocks && (1..=8).contains(&rows), "1..=8 rows of {blocks} blocks");
+    assert_eq!(sums.len(), acts.len(), "one code sum per activation block");
+    let bb = block_bytes(ty).unwrap_or_else(|| panic!("{} has no tiled layout", ty.name()));
+    assert!(cols <= 16 && tile.len() == blocks * bb, "a tile of {blocks} blocks and at most 16 columns");
+    rows
+}
+
 /// IQ4_NL's values shifted to unsigned bytes (`+128`), the table the kernel looks
 /// nibbles up in.
 pub(super) const IQ4_SHIFTED: [u8; 16] = {
@@ -201,12 +224,13 @@ pub(super) const IQ4_SHIFTED: [u8; 16] = {
 };
 
 /// `y (m, n) = x · Wᵀ` over tiles, `acts` being `x` quantized (`m` rows of
-/// `blocks` [`Q8x32`]). Each task owns a run of tiles (16 output columns each) and
+/// `blocks` [`Q8x32`]) and `sums` each block's code sum. Each task owns a run of tiles (16 output columns each) and
 /// passes over the activation rows [`ROW_TILE`] at a time, [`TILE_ACT_ROWS`] per
 /// kernel call.
 #[cfg(target_arch = "x86_64")]
-pub(super) fn matmul(isa: Isa, tiles: &Tiles, n: usize, acts: &[Q8x32], m: usize, y: &mut [f32]) {
+pub(super) fn matmul(isa: Isa, tiles: &Tiles, n: usize, acts: &[Q8x32], sums: &[i32], m: usize, y: &mut [f32]) {
     assert!(tiled(isa, tiles.ty), "{} has no {isa:?} tiles", tiles.ty.name());
+    assert_eq!(sums.len(), acts.len(), "one code sum per activation block");
     let kernel = if isa == Isa::Avx512 { super::avx512::tile_rows } else { super::avx2::tile_rows };
     assert_eq!(y.len(), m * n, "output of {m} rows of {n}");
     assert_eq!(acts.len(), m * tiles.blocks, "{m} activation rows of {} blocks", tiles.blocks);
@@ -233,6 +257,7 @@ pub(super) fn matmul(isa: Isa, tiles: &Tiles, n: usize, acts: &[Q8x32], m: usize
                             tiles.ty,
                             tiles.tile(t),
                             &acts[g0 * blocks..g1 * blocks],
+                            &sums[g0 * blocks..g1 * blocks],
                             blocks,
                             out.at(g0 * n + t * TILE_ROWS),
                             n,
