@@ -142,6 +142,7 @@ pub fn attention(shape: &AttentionShape, q: Strided, k: Strided, v: Strided, out
     }
     let n_rep = s.n_head / s.n_kv_head;
     let dv = s.v_head_dim;
+    let isa = super::Isa::detect();
     let one = |item: usize, o: &mut [f32], scores: &mut Vec<f32>| {
         let (i, h) = (item / s.n_head, item % s.n_head);
         let kvh = h / n_rep;
@@ -157,18 +158,14 @@ pub fn attention(shape: &AttentionShape, q: Strided, k: Strided, v: Strided, out
         let sink = s.sinks.map(|z| z[h]);
         let mut max = sink.unwrap_or(f32::NEG_INFINITY);
         for j in j0..j1 {
-            let sc = s.score(dot(qr, k.row(kvh, j, s.head_dim)));
+            let sc = s.score(dot(isa, qr, k.row(kvh, j, s.head_dim)));
             max = max.max(sc);
             scores.push(sc);
         }
-        let mut sum = sink.map_or(0.0, |z| (z - max).exp());
-        for sc in scores.iter_mut() {
-            *sc = (*sc - max).exp();
-            sum += *sc;
-        }
+        let sum = sink.map_or(0.0, |z| (z - max).exp()) + super::glu::exp_shifted(isa, scores, max);
         o.fill(0.0);
         for (p, j) in scores.iter().zip(j0..j1) {
-            axpy(p / sum, v.row(kvh, j, dv), o);
+            axpy(isa, p / sum, v.row(kvh, j, dv), o);
         }
     };
     let items = s.queries * s.n_head;
@@ -191,8 +188,16 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// `Σ a_i b_i` with eight independent partial sums (vectorises).
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+/// `Σ a_i b_i` with eight independent partial sums (AVX2+FMA where the CPU has it, the
+/// same grouping either way).
+fn dot(isa: super::Isa, a: &[f32], b: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if isa >= super::Isa::Avx2 {
+        // SAFETY: `isa` comes from `Isa::detect`, which reports AVX2 only on a CPU with
+        // AVX2 and FMA.
+        return unsafe { avx2::dot(a, b) };
+    }
+    let _ = isa;
     let mut acc = [0f32; 8];
     let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
     let tail: f32 = ac.remainder().iter().zip(bc.remainder()).map(|(x, y)| x * y).sum();
@@ -205,8 +210,54 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// `o += a · x`.
-fn axpy(a: f32, x: &[f32], o: &mut [f32]) {
+fn axpy(isa: super::Isa, a: f32, x: &[f32], o: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if isa >= super::Isa::Avx2 {
+        // SAFETY: as in `dot`.
+        return unsafe { avx2::axpy(a, x, o) };
+    }
+    let _ = isa;
     for (o, x) in o.iter_mut().zip(x) {
         *o += a * x;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    /// [`super::dot`] with FMA.
+    ///
+    /// # Safety
+    /// The CPU must support `avx2` and `fma`.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
+        let n = a.len().min(b.len());
+        let full = n / 8 * 8;
+        let mut acc = _mm256_setzero_ps();
+        for i in (0..full).step_by(8) {
+            acc = _mm256_fmadd_ps(_mm256_loadu_ps(a.as_ptr().add(i)), _mm256_loadu_ps(b.as_ptr().add(i)), acc);
+        }
+        let mut lanes = [0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
+        lanes.iter().sum::<f32>() + (full..n).map(|i| a[i] * b[i]).sum::<f32>()
+    }
+
+    /// [`super::axpy`] with FMA.
+    ///
+    /// # Safety
+    /// The CPU must support `avx2` and `fma`.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn axpy(a: f32, x: &[f32], o: &mut [f32]) {
+        let n = o.len().min(x.len());
+        let full = n / 8 * 8;
+        let av = _mm256_set1_ps(a);
+        for i in (0..full).step_by(8) {
+            let r = _mm256_fmadd_ps(av, _mm256_loadu_ps(x.as_ptr().add(i)), _mm256_loadu_ps(o.as_ptr().add(i)));
+            _mm256_storeu_ps(o.as_mut_ptr().add(i), r);
+        }
+        for i in full..n {
+            o[i] += a * x[i];
+        }
     }
 }

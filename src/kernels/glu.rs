@@ -104,8 +104,24 @@ fn glu_row(isa: Isa, activation: Activation, g: &[f32], u: &[f32], out: &mut [f3
     }
 }
 
+/// `xs[i] = e^(xs[i] − max)` in place, returning `Σ xs[i]` (a softmax's numerators
+/// and denominator), vectorized like [`glu_rows`]; the sum's order is fixed by the
+/// length alone.
+pub(crate) fn exp_shifted(isa: Isa, xs: &mut [f32], max: f32) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx2 {
+        // SAFETY: as in `glu_row`: `isa` reports AVX2 only on a CPU that has it and FMA.
+        return unsafe { avx2::exp_shifted(xs, max) };
+    }
+    let _ = isa;
+    xs.iter_mut().fold(0.0, |sum, x| {
+        *x = (*x - max).exp();
+        sum + *x
+    })
+}
+
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
+pub(super) mod avx2 {
     use std::arch::x86_64::*;
 
     use super::{glu, Activation, GELU_C, OAI_ALPHA, OAI_LIMIT};
@@ -115,7 +131,7 @@ mod avx2 {
     /// `[-87.3, 88.3]` (normal results, no overflow).
     #[target_feature(enable = "avx2,fma")]
     #[inline]
-    unsafe fn exp8(x: __m256) -> __m256 {
+    pub(in crate::kernels) unsafe fn exp8(x: __m256) -> __m256 {
         let x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3)), _mm256_set1_ps(88.3));
         let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
             x,
@@ -158,6 +174,31 @@ mod avx2 {
                 _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_add_ps(u, one))
             }
         }
+    }
+
+    /// [`super::exp_shifted`] on AVX2.
+    ///
+    /// # Safety
+    /// The CPU must support `avx2` and `fma`.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn exp_shifted(xs: &mut [f32], max: f32) -> f32 {
+        let n = xs.len();
+        let full = n / 8 * 8;
+        let m = _mm256_set1_ps(max);
+        let mut acc = _mm256_setzero_ps();
+        for i in (0..full).step_by(8) {
+            let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(xs.as_ptr().add(i)), m));
+            _mm256_storeu_ps(xs.as_mut_ptr().add(i), e);
+            acc = _mm256_add_ps(acc, e);
+        }
+        let mut lanes = [0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
+        let mut sum = lanes.iter().sum::<f32>();
+        for x in &mut xs[full..] {
+            *x = (*x - max).exp();
+            sum += *x;
+        }
+        sum
     }
 
     /// [`super::glu_row`] on AVX2.
