@@ -43,7 +43,7 @@ unsafe fn hsum_ps(v: __m256) -> f32 {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn f16_at(p: *const u8) -> f32 {
+pub(super) unsafe fn f16_at(p: *const u8) -> f32 {
     let bits = std::ptr::read_unaligned(p as *const u16);
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
 }
@@ -432,8 +432,10 @@ macro_rules! by_rows {
         }
     };
 }
+pub(super) use by_rows;
 
-fn check<A>(ty: WeightType, w: &[u8], xs: &[&[A]], out: &[f32]) {
+/// The row kernels' argument checks (see their `# Panics`).
+pub(super) fn check<A>(ty: WeightType, w: &[u8], xs: &[&[A]], out: &[f32]) {
     let nb = w.len() / ty.block_bytes();
     assert!(w.len().is_multiple_of(ty.block_bytes()), "weight row is not whole blocks");
     assert!((1..=super::MAX_ROWS).contains(&xs.len()) && out.len() == xs.len(), "1..=4 rows with one output each");
@@ -548,9 +550,7 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(
     ld: usize,
     cols: usize,
 ) {
-    let nibbles = TY != T_Q8_0;
-    let fifth = matches!(TY, T_Q5_0 | T_Q5_1);
-    let has_m = matches!(TY, T_Q4_1 | T_Q5_1);
+    let super::tiles::BlockLayout { nibbles, fifth, has_m, scales_at, bytes: bb } = super::tiles::block_layout(TY);
     // Q8_0's codes go back to signed (the sign trick), so they take no offset here;
     // Q4_1/Q5_1 use `m`.
     let offset = match TY {
@@ -558,9 +558,6 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(
         T_Q5_0 => 16,
         _ => 0,
     };
-    let codes_len = if nibbles { 256 } else { 512 };
-    let scales_at = codes_len + if fifth { 64 } else { 0 };
-    let bb = scales_at + if has_m { 64 } else { 32 };
     let m4 = _mm256_set1_epi8(0x0F);
     let sixteen = _mm256_set1_epi8(0x10);
     let flip = _mm256_set1_epi8(-128);

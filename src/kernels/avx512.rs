@@ -27,6 +27,7 @@
 use std::arch::x86_64::*;
 
 use super::activation::{Q8x256, Q8x32};
+use super::avx2::{by_rows, f16_at, T_IQ4NL, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0};
 use super::formats::{scale_min_k4, WeightType};
 
 /// `lo` in the lower 256 bits, `hi` in the upper.
@@ -34,13 +35,6 @@ use super::formats::{scale_min_k4, WeightType};
 #[inline]
 unsafe fn join(lo: __m256i, hi: __m256i) -> __m512i {
     _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
-}
-
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-#[inline]
-unsafe fn f16_at(p: *const u8) -> f32 {
-    let bits = std::ptr::read_unaligned(p as *const u16);
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -177,17 +171,6 @@ unsafe fn dot_q6k<const R: usize>(w: &[u8], xs: &[&[Q8x256]], out: &mut [f32]) {
     }
 }
 
-macro_rules! by_rows {
-    ($f:ident [$($p:tt),*] ($w:expr, $xs:expr, $out:expr)) => {
-        match $xs.len() {
-            1 => $f::<$($p,)* 1>($w, $xs, $out),
-            2 => $f::<$($p,)* 2>($w, $xs, $out),
-            3 => $f::<$($p,)* 3>($w, $xs, $out),
-            _ => $f::<$($p,)* 4>($w, $xs, $out),
-        }
-    };
-}
-
 /// `out[r] = w · xs[r]` for a 256-weight type: Q4_K, Q5_K and Q6_K here, the others
 /// on the AVX2 kernels.
 ///
@@ -199,10 +182,7 @@ macro_rules! by_rows {
 /// If `ty` is a 32-weight type, `w` is not whole blocks, an activation row is shorter
 /// than `w`, or `xs`/`out` are not the same length in `1..=4`.
 pub unsafe fn dot256_rows(ty: WeightType, w: &[u8], xs: &[&[Q8x256]], out: &mut [f32]) {
-    let nb = w.len() / ty.block_bytes();
-    assert!(w.len().is_multiple_of(ty.block_bytes()), "weight row is not whole blocks");
-    assert!((1..=super::MAX_ROWS).contains(&xs.len()) && out.len() == xs.len(), "1..=4 rows with one output each");
-    assert!(xs.iter().all(|x| x.len() >= nb), "activation row shorter than the weight row");
+    super::avx2::check(ty, w, xs, out);
     match ty {
         WeightType::Q4K => by_rows!(dot_q45k[false](w, xs, out)),
         WeightType::Q5K => by_rows!(dot_q45k[true](w, xs, out)),
@@ -210,8 +190,6 @@ pub unsafe fn dot256_rows(ty: WeightType, w: &[u8], xs: &[&[Q8x256]], out: &mut 
         _ => super::avx2::dot256_rows(ty, w, xs, out),
     }
 }
-
-use super::avx2::{T_IQ4NL, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0};
 
 /// One tile (16 weight rows, layout in [`super::tiles`]) against `R` activation rows:
 /// `out[r · ld + j] = w_j · x_r` for the tile's first `cols` rows `j`.
@@ -231,9 +209,7 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(
     ld: usize,
     cols: usize,
 ) {
-    let nibbles = TY != T_Q8_0;
-    let fifth = matches!(TY, T_Q5_0 | T_Q5_1);
-    let has_m = matches!(TY, T_Q4_1 | T_Q5_1);
+    let super::tiles::BlockLayout { nibbles, fifth, has_m, scales_at, bytes: bb } = super::tiles::block_layout(TY);
     let offset = match TY {
         T_Q4_0 => 8,
         T_Q5_0 => 16,
@@ -247,9 +223,6 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(
     } else {
         1
     };
-    let codes_len = if nibbles { 256 } else { 512 };
-    let scales_at = codes_len + if fifth { 64 } else { 0 };
-    let bb = scales_at + if has_m { 64 } else { 32 };
     let m4 = _mm512_set1_epi8(0x0F);
     let sixteen = _mm512_set1_epi8(0x10);
     let table = _mm512_broadcast_i32x4(_mm_loadu_si128(super::tiles::IQ4_SHIFTED.as_ptr() as *const __m128i));

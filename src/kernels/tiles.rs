@@ -190,6 +190,32 @@ fn pack_block(ty: WeightType, src: &[u8], j: usize, dst: &mut [u8]) {
     }
 }
 
+/// Where the parts of a tiled block lie, for the kernels (by their type tag,
+/// `avx2::T_*`; see the layout table above).
+pub(super) struct BlockLayout {
+    /// 4-bit codes (two per byte), else one byte per code (Q8_0).
+    pub(super) nibbles: bool,
+    /// Fifth-bit masks follow the codes (Q5_0, Q5_1).
+    pub(super) fifth: bool,
+    /// An `m` per row follows `d` (Q4_1, Q5_1).
+    pub(super) has_m: bool,
+    /// Byte offset of the 16 `d` values.
+    pub(super) scales_at: usize,
+    /// Bytes of the block.
+    pub(super) bytes: usize,
+}
+
+/// The [`BlockLayout`] of the type tagged `tag`.
+#[cfg(target_arch = "x86_64")]
+pub(super) const fn block_layout(tag: u8) -> BlockLayout {
+    use super::avx2::{T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0};
+    let nibbles = tag != T_Q8_0;
+    let fifth = matches!(tag, T_Q5_0 | T_Q5_1);
+    let has_m = matches!(tag, T_Q4_1 | T_Q5_1);
+    let scales_at = if nibbles { 256 } else { 512 } + if fifth { 64 } else { 0 };
+    BlockLayout { nibbles, fifth, has_m, scales_at, bytes: scales_at + if has_m { 64 } else { 32 } }
+}
+
 /// Check a tile kernel's arguments; returns the number of activation rows.
 ///
 /// # Panics
