@@ -19,6 +19,7 @@ use super::activation::{Q8x256, Q8x32};
 use super::formats::{
     e8m0_half, float_at, iq4xs_scale, q2k_scale_min, q3k_scales, scale_min_k4, WeightType, FP4_VALUES, IQ4_VALUES,
 };
+use super::tiles::TileJob;
 
 pub(super) const T_Q4_0: u8 = 0;
 pub(super) const T_Q4_1: u8 = 1;
@@ -540,16 +541,8 @@ pub unsafe fn dot_floats_rows(ty: WeightType, w: &[u8], xs: &[&[f32]], out: &mut
 /// block by block: an output's value is the same for any `R`, and the same as on
 /// AVX-512.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile_kernel<const TY: u8, const R: usize>(
-    tile: &[u8],
-    acts: &[Q8x32],
-    sums: &[i32],
-    blocks: usize,
-    half: usize,
-    out: *mut f32,
-    ld: usize,
-    cols: usize,
-) {
+unsafe fn tile_kernel<const TY: u8, const R: usize>(job: &TileJob, half: usize) {
+    let TileJob { tile, acts, sums, blocks, out, ld, cols } = *job;
     let super::tiles::BlockLayout { nibbles, fifth, has_m, scales_at, bytes: bb } = super::tiles::block_layout(TY);
     // Q8_0's codes go back to signed (the sign trick), so they take no offset here;
     // Q4_1/Q5_1 use `m`.
@@ -642,49 +635,44 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(
     }
 }
 
-/// One tile (layout in [`super::tiles`]) against `acts.len() / blocks` (1..=8)
-/// activation rows (`sums`: each activation block's code sum): `out[r · ld + j] =
-/// w_j · x_r` for the tile's first `cols` rows `j`. Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0
+/// One tile (layout in [`super::tiles`]) against the job's 1..=8 activation rows, four
+/// at a time, each 8-row half of the tile in turn. Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0
 /// (IQ4_NL's shifted codes would overflow `maddubs`).
 ///
 /// # Safety
-/// The CPU must support `avx2`, `fma` and `f16c`; `out` must be valid for writes of
-/// `cols` floats at `out + r·ld` for every activation row `r`.
+/// The CPU must support `avx2`, `fma` and `f16c`; `job.out` must be valid for writes
+/// of `job.cols` floats at `out + r·ld` for every activation row `r`.
 ///
 /// # Panics
-/// As [`super::tiles::check_tile_call`], and for IQ4_NL.
-pub unsafe fn tile_rows(
-    ty: WeightType,
-    tile: &[u8],
-    acts: &[Q8x32],
-    sums: &[i32],
-    blocks: usize,
-    out: *mut f32,
-    ld: usize,
-    cols: usize,
-) {
-    let rows = super::tiles::check_tile_call(ty, tile, acts, sums, blocks, cols);
+/// As [`TileJob::check`], and for IQ4_NL.
+pub unsafe fn tile_rows(ty: WeightType, job: &TileJob) {
+    let rows = job.check(ty);
+    let b = job.blocks;
     macro_rules! run {
-        ($t:expr, $a:expr, $s:expr, $r:expr, $half:expr, $out:expr) => {
+        ($t:expr, $sub:expr, $r:expr, $half:expr) => {
             match $r {
-                1 => tile_kernel::<$t, 1>(tile, $a, $s, blocks, $half, $out, ld, cols),
-                2 => tile_kernel::<$t, 2>(tile, $a, $s, blocks, $half, $out, ld, cols),
-                3 => tile_kernel::<$t, 3>(tile, $a, $s, blocks, $half, $out, ld, cols),
-                _ => tile_kernel::<$t, 4>(tile, $a, $s, blocks, $half, $out, ld, cols),
+                1 => tile_kernel::<$t, 1>($sub, $half),
+                2 => tile_kernel::<$t, 2>($sub, $half),
+                3 => tile_kernel::<$t, 3>($sub, $half),
+                _ => tile_kernel::<$t, 4>($sub, $half),
             }
         };
     }
     for g in (0..rows).step_by(4) {
         let r = (rows - g).min(4);
-        let (a, s) = (&acts[g * blocks..(g + r) * blocks], &sums[g * blocks..(g + r) * blocks]);
-        let o = out.add(g * ld);
-        for half in 0..cols.div_ceil(8) {
+        let sub = TileJob {
+            acts: &job.acts[g * b..(g + r) * b],
+            sums: &job.sums[g * b..(g + r) * b],
+            out: job.out.add(g * job.ld),
+            ..*job
+        };
+        for half in 0..job.cols.div_ceil(8) {
             match ty {
-                WeightType::Q4_0 => run!(T_Q4_0, a, s, r, half, o),
-                WeightType::Q4_1 => run!(T_Q4_1, a, s, r, half, o),
-                WeightType::Q5_0 => run!(T_Q5_0, a, s, r, half, o),
-                WeightType::Q5_1 => run!(T_Q5_1, a, s, r, half, o),
-                WeightType::Q8_0 => run!(T_Q8_0, a, s, r, half, o),
+                WeightType::Q4_0 => run!(T_Q4_0, &sub, r, half),
+                WeightType::Q4_1 => run!(T_Q4_1, &sub, r, half),
+                WeightType::Q5_0 => run!(T_Q5_0, &sub, r, half),
+                WeightType::Q5_1 => run!(T_Q5_1, &sub, r, half),
+                WeightType::Q8_0 => run!(T_Q8_0, &sub, r, half),
                 _ => panic!("{} has no AVX2 tile kernel", ty.name()),
             }
         }

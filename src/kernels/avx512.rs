@@ -29,6 +29,7 @@ use std::arch::x86_64::*;
 use super::activation::{Q8x256, Q8x32};
 use super::avx2::{by_rows, f16_at, T_IQ4NL, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0};
 use super::formats::{scale_min_k4, WeightType};
+use super::tiles::TileJob;
 
 /// `lo` in the lower 256 bits, `hi` in the upper.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -200,15 +201,8 @@ pub unsafe fn dot256_rows(ty: WeightType, w: &[u8], xs: &[&[Q8x256]], out: &mut 
 /// cancellation in floats), then `y += d ⊙ (dₓ·Σ)` (plus `m·sₓ` for Q4_1/Q5_1) per
 /// row, in block order: an output's sum is the same for any `R`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn tile_kernel<const TY: u8, const R: usize>(
-    tile: &[u8],
-    acts: &[Q8x32],
-    sums: &[i32],
-    blocks: usize,
-    out: *mut f32,
-    ld: usize,
-    cols: usize,
-) {
+unsafe fn tile_kernel<const TY: u8, const R: usize>(job: &TileJob) {
+    let TileJob { tile, acts, sums, blocks, out, ld, cols } = *job;
     let super::tiles::BlockLayout { nibbles, fifth, has_m, scales_at, bytes: bb } = super::tiles::block_layout(TY);
     let offset = match TY {
         T_Q4_0 => 8,
@@ -284,38 +278,28 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(
     }
 }
 
-/// [`tile_kernel`] for `ty` and `acts.len() / blocks` (1..=8) activation rows; `sums`
-/// holds each activation block's code sum.
+/// [`tile_kernel`] for `ty` and the job's 1..=8 activation rows.
 ///
 /// # Safety
 /// The CPU must support `avx512f`, `avx512bw`, `avx512vl`, `avx512vnni`, `avx2`,
-/// `fma` and `f16c`; `out` must be valid for writes of `cols` floats at `out + r·ld`
-/// for every activation row `r`.
+/// `fma` and `f16c`; `job.out` must be valid for writes of `job.cols` floats at
+/// `out + r·ld` for every activation row `r`.
 ///
 /// # Panics
-/// As [`super::tiles::check_tile_call`].
-pub unsafe fn tile_rows(
-    ty: WeightType,
-    tile: &[u8],
-    acts: &[Q8x32],
-    sums: &[i32],
-    blocks: usize,
-    out: *mut f32,
-    ld: usize,
-    cols: usize,
-) {
-    let rows = super::tiles::check_tile_call(ty, tile, acts, sums, blocks, cols);
+/// As [`TileJob::check`].
+pub unsafe fn tile_rows(ty: WeightType, job: &TileJob) {
+    let rows = job.check(ty);
     macro_rules! rows {
         ($t:expr) => {
             match rows {
-                1 => tile_kernel::<$t, 1>(tile, acts, sums, blocks, out, ld, cols),
-                2 => tile_kernel::<$t, 2>(tile, acts, sums, blocks, out, ld, cols),
-                3 => tile_kernel::<$t, 3>(tile, acts, sums, blocks, out, ld, cols),
-                4 => tile_kernel::<$t, 4>(tile, acts, sums, blocks, out, ld, cols),
-                5 => tile_kernel::<$t, 5>(tile, acts, sums, blocks, out, ld, cols),
-                6 => tile_kernel::<$t, 6>(tile, acts, sums, blocks, out, ld, cols),
-                7 => tile_kernel::<$t, 7>(tile, acts, sums, blocks, out, ld, cols),
-                _ => tile_kernel::<$t, 8>(tile, acts, sums, blocks, out, ld, cols),
+                1 => tile_kernel::<$t, 1>(job),
+                2 => tile_kernel::<$t, 2>(job),
+                3 => tile_kernel::<$t, 3>(job),
+                4 => tile_kernel::<$t, 4>(job),
+                5 => tile_kernel::<$t, 5>(job),
+                6 => tile_kernel::<$t, 6>(job),
+                7 => tile_kernel::<$t, 7>(job),
+                _ => tile_kernel::<$t, 8>(job),
             }
         };
     }
@@ -326,6 +310,6 @@ pub unsafe fn tile_rows(
         WeightType::Q5_1 => rows!(T_Q5_1),
         WeightType::Q8_0 => rows!(T_Q8_0),
         WeightType::IQ4NL => rows!(T_IQ4NL),
-        _ => unreachable!("check_tile_call admits no other type"),
+        _ => unreachable!("TileJob::check admits no other type"),
     }
 }

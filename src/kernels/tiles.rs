@@ -216,25 +216,42 @@ pub(super) const fn block_layout(tag: u8) -> BlockLayout {
     BlockLayout { nibbles, fifth, has_m, scales_at, bytes: scales_at + if has_m { 64 } else { 32 } }
 }
 
-/// Check a tile kernel's arguments; returns the number of activation rows.
-///
-/// # Panics
-/// If `ty` has no tiled layout, `cols > 16`, `tile` is not `blocks` whole tiled blocks,
-/// `acts` is not 1..=8 rows of `blocks`, or `sums` not one per block of `acts`.
-pub(super) fn check_tile_call(
-    ty: WeightType,
-    tile: &[u8],
-    acts: &[Q8x32],
-    sums: &[i32],
-    blocks: usize,
-    cols: usize,
-) -> usize {
-    let rows = acts.len() / blocks.max(1);
-    assert!(blocks > 0 && acts.len() == rows * blocks && (1..=8).contains(&rows), "1..=8 rows of {blocks} blocks");
-    assert_eq!(sums.len(), acts.len(), "one code sum per activation block");
-    let bb = block_bytes(ty).unwrap_or_else(|| panic!("{} has no tiled layout", ty.name()));
-    assert!(cols <= 16 && tile.len() == blocks * bb, "a tile of {blocks} blocks and at most 16 columns");
-    rows
+/// One call of a tile kernel ([`super::avx512::tile_rows`], [`super::avx2::tile_rows`]):
+/// a tile against 1..=8 activation rows, `out[r · ld + j] = w_j · x_r` for the tile's
+/// first `cols` weight rows `j`.
+#[derive(Debug, Clone, Copy)]
+pub struct TileJob<'a> {
+    /// The tile's bytes: `blocks` tiled blocks.
+    pub tile: &'a [u8],
+    /// The activation rows, `blocks` quantized blocks each.
+    pub acts: &'a [Q8x32],
+    /// Each activation block's code sum `Σ qₓ` (one per element of `acts`).
+    pub sums: &'a [i32],
+    /// Blocks per row (`in_features / 32`).
+    pub blocks: usize,
+    /// Where row 0's first output goes.
+    pub out: *mut f32,
+    /// Distance between two rows' outputs.
+    pub ld: usize,
+    /// Outputs per row (the tile's real weight rows, ≤ 16).
+    pub cols: usize,
+}
+
+impl TileJob<'_> {
+    /// Check the job against `ty`'s layout; returns the number of activation rows.
+    ///
+    /// # Panics
+    /// If `ty` has no tiled layout, `cols > 16`, `tile` is not `blocks` whole tiled
+    /// blocks, `acts` is not 1..=8 rows of `blocks`, or `sums` not one per block.
+    pub(super) fn check(&self, ty: WeightType) -> usize {
+        let TileJob { tile, acts, sums, blocks, cols, .. } = *self;
+        let rows = acts.len() / blocks.max(1);
+        assert!(blocks > 0 && acts.len() == rows * blocks && (1..=8).contains(&rows), "1..=8 rows of {blocks} blocks");
+        assert_eq!(sums.len(), acts.len(), "one code sum per activation block");
+        let bb = block_bytes(ty).unwrap_or_else(|| panic!("{} has no tiled layout", ty.name()));
+        assert!(cols <= 16 && tile.len() == blocks * bb, "a tile of {blocks} blocks and at most 16 columns");
+        rows
+    }
 }
 
 /// IQ4_NL's values shifted to unsigned bytes (`+128`), the table the kernel looks
@@ -278,18 +295,16 @@ pub(super) fn matmul(isa: Isa, tiles: &Tiles, n: usize, acts: &[Q8x32], sums: &[
                     // takes `tiles.ty` (asserted above); the output rows g0..g1, columns
                     // 16t..16t+cols lie inside `y` (m × n, checked above) and belong to
                     // this task alone (its tiles), and `y` outlives every task.
-                    unsafe {
-                        kernel(
-                            tiles.ty,
-                            tiles.tile(t),
-                            &acts[g0 * blocks..g1 * blocks],
-                            &sums[g0 * blocks..g1 * blocks],
-                            blocks,
-                            out.at(g0 * n + t * TILE_ROWS),
-                            n,
-                            cols,
-                        )
+                    let job = TileJob {
+                        tile: tiles.tile(t),
+                        acts: &acts[g0 * blocks..g1 * blocks],
+                        sums: &sums[g0 * blocks..g1 * blocks],
+                        blocks,
+                        out: out.at(g0 * n + t * TILE_ROWS),
+                        ld: n,
+                        cols,
                     };
+                    unsafe { kernel(tiles.ty, &job) };
                 }
             }
         }
