@@ -409,6 +409,7 @@ pub struct QWeight {
     in_features: usize,
     /// The rows regrouped for [`Isa::Avx512`] ([`tiles`]), made at the first matmul
     /// that runs on them; `None` inside when the type has no tiled layout.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     tiles: std::sync::OnceLock<Option<std::sync::Arc<tiles::Tiles>>>,
 }
 
@@ -589,6 +590,7 @@ impl QWeight {
 
     /// The rows in tiles, regrouped at the first call (see [`tiles`]); `None` for a
     /// type without a tiled layout.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) fn tiles(&self) -> Option<&tiles::Tiles> {
         self.tiles.get_or_init(|| tiles::Tiles::pack(self)).as_deref()
     }
@@ -596,6 +598,7 @@ impl QWeight {
     /// Hand back the pages of rows `rows` when they are a mapped file's (see
     /// [`WeightBytes::release_pages`]): their contents live in tiles now, and an
     /// embedding lookup ([`QWeight::dequantize_row`]) reads back only the rows it needs.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) fn release_rows(&self, rows: std::ops::Range<usize>) {
         let rb = self.row_bytes();
         for (i, (first, bytes)) in self.parts.iter().enumerate() {

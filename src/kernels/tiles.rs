@@ -39,6 +39,10 @@
 //! `Σ w·x = d·dₓ·(Σ q·qₓ − offset·Σ qₓ)` — exact before the one scaling, so a large
 //! offset costs no precision.
 
+// The tile kernels are x86-64's (AVX2, AVX-512); elsewhere the layout compiles but no
+// matmul takes it until NEON kernels exist.
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_imports))]
+
 use std::sync::Arc;
 
 use super::activation::Q8x32;
