@@ -448,5 +448,8 @@ fn rows_are_computed_the_same_whatever_the_row_count() {
             checked += 1;
         }
     }
-    assert!(checked >= WeightType::ALL.len() - 3, "only {checked} type/ISA pairs are row-count invariant");
+    // At least the six 256-weight types on every instruction set (the portable kernels
+    // prefill the others through the f32 GEMM); AVX2 and AVX-512 add their tiled types.
+    let floor = 6 * Isa::available().len();
+    assert!(checked >= floor, "only {checked} type/ISA pairs are row-count invariant (at least {floor} expected)");
 }
