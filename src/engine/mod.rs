@@ -361,12 +361,6 @@ impl Engine {
         gguf.release_vocabulary();
         release_freed_memory();
         let mut model = model::load(&gguf, opts)?;
-        // One token through the model: the CPU kernels regroup their weights into tiles
-        // at first use (`kernels::tiles`), and that belongs to loading, not to the
-        // first request's latency.
-        model.forward(&[tokenizer.bos().unwrap_or(0)])?;
-        model.truncate(0);
-        release_freed_memory();
         if model.vocab_size() < tokenizer.vocab_size() {
             return Err(Error::Tensor {
                 path: gguf.path().to_path_buf(),
@@ -374,6 +368,13 @@ impl Engine {
                 reason: format!("{} logits for {} tokens", model.vocab_size(), tokenizer.vocab_size()),
             });
         }
+        // One token through the model: the CPU kernels regroup their weights into tiles
+        // at first use (`kernels::tiles`), and that belongs to loading, not to the
+        // first request's latency. Token 0, not an id the file names: nothing read from
+        // the file indexes the embedding before the shapes above are checked.
+        model.forward(&[0])?;
+        model.truncate(0);
+        release_freed_memory();
         Ok(Self {
             model,
             tokenizer: Arc::new(tokenizer),
