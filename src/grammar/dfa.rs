@@ -61,6 +61,7 @@ use regex_automata::nfa::thompson::{self, State, NFA};
 use regex_automata::util::alphabet::ByteClasses;
 use regex_automata::util::primitives::StateID;
 use regex_automata::util::syntax;
+use regex_syntax::hir::Hir;
 
 use super::rules::{PropertySet, Rules, CALL_DIGIT, CALL_END, CALL_START, SET_START};
 use crate::{Error, Result};
@@ -199,7 +200,7 @@ impl Dfa {
     /// # Ok::<(), toolgate::Error>(())
     /// ```
     pub fn with_rules(main: &str, rules: &[String], nfa_size_limit: usize) -> Result<Self> {
-        Self::build(main, rules, &[], nfa_size_limit)
+        Self::build(main, rules, &[], &[], nfa_size_limit)
     }
 
     /// Compile `main` and everything `rules` holds: its rule bodies and the property
@@ -231,20 +232,50 @@ impl Dfa {
     /// # Ok::<(), toolgate::Error>(())
     /// ```
     pub fn from_rules(main: &str, rules: &Rules, nfa_size_limit: usize) -> Result<Self> {
-        Self::build(main, rules.bodies(), rules.sets(), nfa_size_limit)
+        Self::build(main, rules.bodies(), rules.built(), rules.sets(), nfa_size_limit)
     }
 
-    fn build(main: &str, rules: &[String], sets: &[PropertySet], nfa_size_limit: usize) -> Result<Self> {
+    fn build(
+        main: &str,
+        rules: &[String],
+        built: &[Option<Hir>],
+        sets: &[PropertySet],
+        nfa_size_limit: usize,
+    ) -> Result<Self> {
         let fail = |reason: String| Error::Schema { pointer: "#".into(), reason };
+        // Rules built as `Hir` already (see [`Rules::share_built`]) skip the parser;
+        // the others are parsed here, as the NFA compiler would.
+        let config = syntax::Config::new().utf8(false);
+        let parsed: Vec<Option<Hir>> = std::iter::once(main)
+            .chain(rules.iter().map(String::as_str))
+            .enumerate()
+            .map(|(i, text)| match i.checked_sub(1).and_then(|r| built.get(r)).and_then(Option::as_ref) {
+                Some(_) => Ok(None),
+                None => syntax::parse_with(text, &config).map(Some).map_err(|e| {
+                    // The kind alone: the error's own display quotes the whole regex.
+                    let kind = match &e {
+                        regex_syntax::Error::Parse(e) => e.kind().to_string(),
+                        regex_syntax::Error::Translate(e) => e.kind().to_string(),
+                        _ => "error parsing regex".into(),
+                    };
+                    format!("grammar does not compile: error parsing regex: {kind}")
+                }),
+            })
+            .collect::<std::result::Result<_, _>>()
+            .map_err(fail)?;
+        let hirs: Vec<&Hir> = parsed
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| p.as_ref().or_else(|| built.get(i.checked_sub(1)?)?.as_ref()))
+            .collect();
         let nfa = thompson::Compiler::new()
-            .syntax(syntax::Config::new().utf8(false))
             .configure(
                 thompson::Config::new()
                     .utf8(false)
                     .which_captures(thompson::WhichCaptures::None)
                     .nfa_size_limit(Some(nfa_size_limit)),
             )
-            .build_many(&std::iter::once(main).chain(rules.iter().map(String::as_str)).collect::<Vec<_>>())
+            .build_many_from_hir(&hirs)
             .map_err(|e| fail(format!("grammar does not compile: {e}")))?;
         if !nfa.look_set_any().is_empty() {
             return Err(fail("grammar uses look-around (`^`, `$`, `\\b`), which a token mask cannot follow".into()));

@@ -4,7 +4,7 @@
 //! (a quote, a string character, a key, a literal); the emitters
 //! ([`super::regex`]) assemble them into a value's grammar.
 
-use super::rules::NEVER;
+use super::rules::{Built, NEVER};
 use regex_syntax::escape;
 use serde_json::Value;
 
@@ -19,6 +19,13 @@ pub trait Dialect {
     /// Regex for an object key other than `except` (additional properties: a
     /// declared name must go through its own schema).
     fn any_key(&self, except: &[&str]) -> String;
+    /// [`Dialect::any_key`] as text and regex-syntax `Hir` both, for dialects that
+    /// build it so (the key trie is large for objects with many declared names, and
+    /// parsing it back was a large part of compiling such a schema); `None`: the
+    /// dialect gives text only.
+    fn any_key_built(&self, _except: &[&str]) -> Option<Built> {
+        None
+    }
     /// Regex for a literal JSON value (`enum`, `const`).
     fn literal(&self, v: &Value) -> String;
     /// Whether an object key is spelled as a string of this dialect (so a key
@@ -84,6 +91,11 @@ const JSON_CHAR: &str = r#"(?:[^"\\\x00-\x1F]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})"#
 /// One character that stands in a JSON string as itself.
 const PLAIN_CHAR: &str = r#"[^"\\\x00-\x1F]"#;
 
+/// A JSON key's characters holding at least one escape of a character that cannot
+/// stand plain.
+const JSON_ESCAPED_KEY: &str =
+    r#"[^"\\\x00-\x1F]*\\(?:["\\bfnrt]|u00[01][0-9a-fA-F])(?:[^"\\\x00-\x1F]|\\(?:["\\bfnrt]|u00[01][0-9a-fA-F]))*"#;
+
 fn is_plain_char(c: char) -> bool {
     c >= ' ' && c != '"' && c != '\\'
 }
@@ -102,19 +114,6 @@ fn is_plain_char(c: char) -> bool {
 /// # Ok::<(), toolgate::Error>(())
 /// ```
 pub fn key_except(first: &str, rest: &str, names: &[&str]) -> String {
-    #[derive(Default)]
-    struct Trie {
-        end: bool,
-        next: std::collections::BTreeMap<char, Trie>,
-    }
-    let mut root = Trie::default();
-    for n in names {
-        let mut at = &mut root;
-        for c in n.chars() {
-            at = at.next.entry(c).or_default();
-        }
-        at.end = true;
-    }
     fn rec(t: &Trie, class: &str, rest: &str, out: &mut String) {
         out.push_str("(?:");
         let mut alts = 0;
@@ -142,8 +141,110 @@ pub fn key_except(first: &str, rest: &str, names: &[&str]) -> String {
         out.push(')');
     }
     let mut out = String::new();
-    rec(&root, first, rest, &mut out);
+    rec(&Trie::of(names), first, rest, &mut out);
     out
+}
+
+/// Longest declared name [`key_except_built`] builds a trie `Hir` for.
+pub const MAX_BUILT_KEY_CHARS: usize = 256;
+
+/// [`key_except`] as text and `Hir` both ([`Built`]), the `Hir` made without parsing
+/// the text. `None` when `first` or `rest` is not a bracketed class, a byte class
+/// meets a name holding a character past ASCII, or a name is longer than
+/// [`MAX_BUILT_KEY_CHARS`].
+///
+/// Cost: linear in the names' total length, as [`key_except`], plus two parses of the
+/// classes.
+///
+/// ```
+/// use toolgate::grammar::regex::{key_except, key_except_built};
+/// use toolgate::grammar::rules::Built;
+/// let built = key_except_built("[a-z]", "[a-z]", &["ab", "b"]).unwrap();
+/// assert_eq!(built.text, key_except("[a-z]", "[a-z]", &["ab", "b"]));
+/// assert_eq!(built.hir, Built::parse(&built.text)?.hir);
+/// # Ok::<(), toolgate::Error>(())
+/// ```
+pub fn key_except_built(first: &str, rest: &str, names: &[&str]) -> Option<Built> {
+    // The trie nests one level per character, and the NFA compiler recurses per
+    // level: past this many characters the text form (and the parser's nesting limit)
+    // decides.
+    if names.iter().any(|n| n.chars().count() > MAX_BUILT_KEY_CHARS) {
+        return None;
+    }
+    use regex_syntax::hir::{Class, ClassBytes, ClassBytesRange, ClassUnicode, ClassUnicodeRange, Hir, HirKind};
+    // Dialects pass a few constant classes: each is parsed once per process.
+    static CLASSES: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<String, Option<Class>>>> =
+        std::sync::LazyLock::new(Default::default);
+    let class = |text: &str| {
+        let mut cache = CLASSES.lock().unwrap_or_else(|p| p.into_inner());
+        let parsed = cache.entry(text.to_string()).or_insert_with(|| match Built::parse(text).ok()?.hir.into_kind() {
+            HirKind::Class(c) => Some(c),
+            _ => None,
+        });
+        parsed.clone()
+    };
+    let (first_class, rest_class) = (class(first)?, class(rest)?);
+    // `class` without the characters in `taken`.
+    fn minus(class: &Class, taken: &[char]) -> Option<Class> {
+        Some(match class {
+            Class::Unicode(u) => {
+                let mut u = u.clone();
+                u.difference(&ClassUnicode::new(taken.iter().map(|&c| ClassUnicodeRange::new(c, c))));
+                Class::Unicode(u)
+            }
+            Class::Bytes(b) => {
+                let bytes: Option<Vec<u8>> = taken.iter().map(|&c| u8::try_from(c).ok().filter(u8::is_ascii)).collect();
+                let mut b = b.clone();
+                b.difference(&ClassBytes::new(bytes?.into_iter().map(|x| ClassBytesRange::new(x, x))));
+                Class::Bytes(b)
+            }
+        })
+    }
+    // `rest_star`: the rest of the key once it left every name.
+    fn rec(t: &Trie, class: &Class, rest: &Class, rest_star: &Hir) -> Option<Hir> {
+        let mut alts = Vec::with_capacity(t.next.len() + 2);
+        if !t.end {
+            alts.push(Hir::empty());
+        }
+        let taken: Vec<char> = t.next.keys().copied().collect();
+        alts.push(Hir::concat(vec![Hir::class(minus(class, &taken)?), rest_star.clone()]));
+        for (c, child) in &t.next {
+            let mut utf8 = [0; 4];
+            let c = Hir::literal(c.encode_utf8(&mut utf8).as_bytes());
+            alts.push(Hir::concat(vec![c, rec(child, rest, rest, rest_star)?]));
+        }
+        Some(Hir::alternation(alts))
+    }
+    let rest_star = Hir::repetition(regex_syntax::hir::Repetition {
+        min: 0,
+        max: None,
+        greedy: true,
+        sub: Box::new(Hir::class(rest_class.clone())),
+    });
+    let hir = rec(&Trie::of(names), &first_class, &rest_class, &rest_star)?;
+    Some(Built { text: key_except(first, rest, names), hir })
+}
+
+/// The names' trie: each node says whether a name ends there and where each next
+/// character leads.
+#[derive(Default)]
+struct Trie {
+    end: bool,
+    next: std::collections::BTreeMap<char, Trie>,
+}
+
+impl Trie {
+    fn of(names: &[&str]) -> Self {
+        let mut root = Trie::default();
+        for n in names {
+            let mut at = &mut root;
+            for c in n.chars() {
+                at = at.next.entry(c).or_default();
+            }
+            at.end = true;
+        }
+        root
+    }
 }
 
 impl Dialect for Json {
@@ -164,12 +265,30 @@ impl Dialect for Json {
         // spells `a`) are never written in keys.
         let names: Vec<&str> = except.iter().copied().filter(|n| n.chars().all(is_plain_char)).collect();
         let plain = key_except(PLAIN_CHAR, PLAIN_CHAR, &names);
-        if names.len() == except.len() {
-            const ESCAPE: &str = r#"\\(?:["\\bfnrt]|u00[01][0-9a-fA-F])"#;
-            format!("\"(?:{plain}|{PLAIN_CHAR}*{ESCAPE}(?:{PLAIN_CHAR}|{ESCAPE})*)\"")
-        } else {
+        match names.len() == except.len() {
+            true => format!("\"(?:{plain}|{JSON_ESCAPED_KEY})\""),
             // A declared name that needs an escape: extra keys stay plain.
-            format!("\"{plain}\"")
+            false => format!("\"{plain}\""),
+        }
+    }
+    fn any_key_built(&self, except: &[&str]) -> Option<Built> {
+        use regex_syntax::hir::Hir;
+        // As `any_key`, the trie built as `Hir`.
+        let names: Vec<&str> = except.iter().copied().filter(|n| n.chars().all(is_plain_char)).collect();
+        let plain = key_except_built(PLAIN_CHAR, PLAIN_CHAR, &names)?;
+        let quote = || Hir::literal(*b"\"");
+        match names.len() == except.len() {
+            true => {
+                static ESCAPED: std::sync::LazyLock<Option<Hir>> =
+                    std::sync::LazyLock::new(|| Built::parse(JSON_ESCAPED_KEY).ok().map(|b| b.hir));
+                Some(Built {
+                    text: format!("\"(?:{}|{JSON_ESCAPED_KEY})\"", plain.text),
+                    hir: Hir::concat(vec![quote(), Hir::alternation(vec![plain.hir, ESCAPED.clone()?]), quote()]),
+                })
+            }
+            false => {
+                Some(Built { text: format!("\"{}\"", plain.text), hir: Hir::concat(vec![quote(), plain.hir, quote()]) })
+            }
         }
     }
     fn literal(&self, v: &Value) -> String {
@@ -288,6 +407,9 @@ impl Dialect for XmlText {
     fn any_key(&self, except: &[&str]) -> String {
         Json.any_key(except)
     }
+    fn any_key_built(&self, except: &[&str]) -> Option<Built> {
+        Json.any_key_built(except)
+    }
     fn literal(&self, v: &Value) -> String {
         match v {
             Value::String(s) => escape(s),
@@ -363,6 +485,9 @@ impl Dialect for Python {
     }
     fn any_key(&self, except: &[&str]) -> String {
         Json.any_key(except)
+    }
+    fn any_key_built(&self, except: &[&str]) -> Option<Built> {
+        Json.any_key_built(except)
     }
     fn literal(&self, v: &Value) -> String {
         escape(&python_repr(v))

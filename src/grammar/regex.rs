@@ -5,7 +5,8 @@
 //! bounded: at most one space after `:` and `,`, never a loop.
 
 pub use super::dialect::{
-    key_except, python_repr, python_repr_single, without_literal, Dialect, Gemma4, Json, Python, PythonSingle, XmlText,
+    key_except, key_except_built, python_repr, python_repr_single, without_literal, Dialect, Gemma4, Json, Python,
+    PythonSingle, XmlText, MAX_BUILT_KEY_CHARS,
 };
 pub use super::ecma::{decoded_pattern, names_machine, pattern_body, pattern_matches, pattern_with_length};
 pub use super::numbers::{format_regex, int_range, number_range};
@@ -14,7 +15,7 @@ use super::ir::{MachineKind, Node, ANY_VALUE_LEVELS};
 use super::machine::Machine;
 pub use super::rules::MAX_REPEAT;
 use super::rules::{alt, cap, repeat, NEVER};
-use super::rules::{Rules, SHARE_MIN_COUNT};
+use super::rules::{Built, Rules, SHARE_MIN_COUNT};
 
 /// The regex for `node` in dialect `d` (unanchored text; callers anchor).
 ///
@@ -190,15 +191,26 @@ fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
                 .collect();
             let names: Vec<&str> = properties.iter().map(|(n, _, _)| n.as_str()).collect();
             let mut extras: Vec<String> = Vec::new();
-            let key = match extra_keys {
+            // The extras' key, only when extras are allowed (a shared rule that nothing
+            // calls would still be compiled).
+            let key = additional.as_ref().and_then(|_| match extra_keys {
                 Some(m) if d.keys_are_strings() => {
                     Some(emit(&Node::Machine { machine: m.clone(), kind: MachineKind::String }, d, rules))
                 }
                 // Names that must avoid a pattern, in a dialect whose keys are no
                 // strings: not generated.
                 Some(_) => None,
-                None => Some(d.any_key(&names)),
-            };
+                // Past one name, the key trie is its own rule, built without parsing
+                // (see `Dialect::any_key_built`).
+                // Keyed by the names and by how the dialect spells a key.
+                None => {
+                    let key = || format!("{}\u{0}{}", d.any_key(&[]), names.join("\u{0}"));
+                    let shared = (rules.shares() && names.len() > 1)
+                        .then(|| rules.share_built_keyed(key(), || d.any_key_built(&names)))
+                        .flatten();
+                    Some(shared.unwrap_or_else(|| d.any_key(&names)))
+                }
+            });
             if let (Some(n), Some(key)) = (additional, key) {
                 let value = emit(n, d, rules);
                 extras.push(format!("{key}{colon}{}", rules.share(value)));
@@ -271,18 +283,24 @@ impl<'a> Members<'a> {
 /// string (`string`), the bytes JSON escapes are spelled as the dialect spells them.
 /// Cost: linear in the machine's edges.
 fn machine_rules(m: &Machine, string: bool, d: &dyn Dialect, rules: &mut Rules) -> String {
+    use regex_syntax::hir::{Class, ClassBytes, ClassBytesRange, Hir};
     if m.states.is_empty() {
         return emit(&Node::Never, d, rules);
     }
+    // Each rule is built as text (its name, for sharing and display) and as `Hir`
+    // (what the grammar compiles: a machine's rules were most of the regex parser's
+    // work). An escaped byte's spelling is parsed once per machine.
+    let mut spellings: std::collections::HashMap<u8, Option<Built>> = Default::default();
     let base = rules.reserve(m.states.len());
     for (i, state) in m.states.iter().enumerate() {
         let mut by_target: std::collections::BTreeMap<u32, Vec<(u8, u8)>> = Default::default();
         for &(lo, hi, t) in &state.edges {
             by_target.entry(t).or_default().push((lo, hi));
         }
-        let mut alts = Vec::new();
+        let (mut alts, mut hirs) = (Vec::new(), Some(Vec::new()));
         if state.accepting {
             alts.push(String::new());
+            hirs.iter_mut().for_each(|h| h.push(Hir::empty()));
         }
         for (t, ranges) in by_target {
             let escaped = |b: u8| string && !d.plain_byte(b);
@@ -291,12 +309,16 @@ fn machine_rules(m: &Machine, string: bool, d: &dyn Dialect, rules: &mut Rules) 
                 (lo..=hi).for_each(|b| taken[usize::from(b)] = true);
             }
             let (mut spelled, mut class) = (Vec::new(), String::new());
+            let (mut spelled_hir, mut class_hir) = (Vec::new(), Vec::new());
             let mut b = 0usize;
             while b < 256 {
                 if !taken[b] {
                     b += 1;
                 } else if escaped(b as u8) {
-                    spelled.push(d.string_literal_char(char::from(b as u8)));
+                    let text = d.string_literal_char(char::from(b as u8));
+                    let parsed = spellings.entry(b as u8).or_insert_with(|| Built::parse(&text).ok());
+                    spelled_hir.push(parsed.as_ref().map(|p| p.hir.clone()));
+                    spelled.push(text);
                     b += 1;
                 } else {
                     // A run of plain bytes.
@@ -305,15 +327,31 @@ fn machine_rules(m: &Machine, string: bool, d: &dyn Dialect, rules: &mut Rules) 
                         b += 1;
                     }
                     class.push_str(&format!("\\x{start:02X}-\\x{b:02X}"));
+                    class_hir.push(ClassBytesRange::new(start as u8, b as u8));
                     b += 1;
                 }
             }
             if !class.is_empty() {
                 spelled.push(format!("(?-u:[{class}])"));
+                spelled_hir.push(Some(Hir::class(Class::Bytes(ClassBytes::new(class_hir)))));
             }
-            alts.push(format!("(?:{}){}", spelled.join("|"), Rules::reference(base + t as usize)));
+            let target = base + t as usize;
+            alts.push(format!("(?:{}){}", spelled.join("|"), Rules::reference(target)));
+            // A spelling that does not parse is left as text (the grammar's compile
+            // reports it).
+            hirs = hirs.zip(spelled_hir.into_iter().collect::<Option<Vec<Hir>>>()).map(|(mut hirs, h)| {
+                hirs.push(Hir::concat(vec![Hir::alternation(h), Rules::reference_hir(target)]));
+                hirs
+            });
         }
-        rules.define(base + i, alts.join("|"));
+        let text = alts.join("|");
+        match hirs {
+            Some(h) if std::env::var_os("TG_NOMACH").is_none() => {
+                rules.define_built(base + i, Built { text, hir: Hir::alternation(h) })
+            }
+            Some(_) => rules.define(base + i, text),
+            None => rules.define(base + i, text),
+        }
     }
     Rules::reference(base)
 }

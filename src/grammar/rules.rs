@@ -20,6 +20,8 @@ pub const CALL_END: u8 = 0xFD;
 /// [`CALL_DIGIT`]-based like the set's number after it), then [`CALL_END`].
 pub const SET_START: u8 = 0xF7;
 
+use regex_syntax::hir::Hir;
+
 /// Sub-regexes at least this long are emitted once, as a rule, and referenced where
 /// they are used (see [`Rules`]); shorter ones are copied.
 pub const SHARE_MIN_LEN: usize = 256;
@@ -31,6 +33,32 @@ pub(crate) const NEVER: &str = r"[^\x00-\x{10FFFF}]";
 /// once, as a rule, however short their regex text: the NFA holds one copy of the
 /// character per count.
 pub const SHARE_MIN_COUNT: usize = 32;
+
+/// A regex both as text and as regex-syntax's [`Hir`] of the same language: emitters
+/// that generate large regexes build both, so the grammar compiles the `Hir` and
+/// the text only names the rule ([`Rules::share_built`]) and shows it.
+#[derive(Debug, Clone)]
+pub struct Built {
+    /// The regex's text.
+    pub text: String,
+    /// The same regex, parsed (with the grammar's syntax: Unicode on, UTF-8 off).
+    pub hir: Hir,
+}
+
+impl Built {
+    /// `text` parsed the way the grammar parses rules.
+    ///
+    /// Cost: one parse of `text`.
+    ///
+    /// # Errors
+    /// [`crate::Error::Schema`] when `text` is not a regex.
+    pub fn parse(text: &str) -> crate::Result<Self> {
+        let config = regex_automata::util::syntax::Config::new().utf8(false);
+        let hir = regex_automata::util::syntax::parse_with(text, &config)
+            .map_err(|e| crate::Error::Schema { pointer: "#".into(), reason: format!("not a regex: {e}") })?;
+        Ok(Self { text: text.to_string(), hir })
+    }
+}
 
 /// Sub-grammars a regex references instead of copying. A plain regex cannot share a
 /// part between two places, so an object whose optional properties may each open it
@@ -52,6 +80,9 @@ pub const SHARE_MIN_COUNT: usize = 32;
 #[derive(Debug, Clone)]
 pub struct Rules {
     bodies: Vec<String>,
+    /// Rule `i`'s body built as regex-syntax's `Hir` where an emitter made one
+    /// ([`Rules::share_built`]), so the compiler skips parsing its text back.
+    built: Vec<Option<Hir>>,
     ids: std::collections::HashMap<String, usize>,
     min_len: usize,
     total: usize,
@@ -99,6 +130,7 @@ impl Rules {
     pub fn new() -> Self {
         Self {
             bodies: Vec::new(),
+            built: Vec::new(),
             ids: Default::default(),
             min_len: SHARE_MIN_LEN,
             total: 0,
@@ -136,7 +168,12 @@ impl Rules {
 
     /// `n` in base 4, as the digit bytes from [`CALL_DIGIT`] on, most
     /// significant first, spelled for a regex.
-    fn digits(mut n: usize) -> String {
+    fn digits(n: usize) -> String {
+        Self::digit_bytes(n).iter().map(|d| format!(r"\x{d:02X}")).collect()
+    }
+
+    /// `n` in base 4 as the digit bytes themselves.
+    fn digit_bytes(mut n: usize) -> Vec<u8> {
         let mut digits = Vec::new();
         loop {
             digits.push(CALL_DIGIT + (n % 4) as u8);
@@ -145,7 +182,8 @@ impl Rules {
                 break;
             }
         }
-        digits.iter().rev().map(|d| format!(r"\x{d:02X}")).collect()
+        digits.reverse();
+        digits
     }
 
     /// How a regex spells operation `op` (0 open, 1 next, 2 close) on property set
@@ -190,7 +228,79 @@ impl Rules {
         self.total += re.len();
         self.ids.insert(re.clone(), i);
         self.bodies.push(re);
+        self.built.push(None);
         i
+    }
+
+    /// [`Rules::share_always`] for a regex the emitter also built as regex-syntax's
+    /// [`Hir`] (`built.hir` must match the language of `built.text`): the text
+    /// names and shares the rule, the `Hir` is what the grammar compiles, so the
+    /// regex parser never reads it. For large generated regexes (key tries,
+    /// automata), where parsing text back was most of a schema's compile time.
+    ///
+    /// ```
+    /// use toolgate::grammar::rules::{Built, Rules};
+    /// use toolgate::grammar::Grammar;
+    /// let mut rules = Rules::new();
+    /// let ab = Built::parse("a+b")?;
+    /// let r = rules.share_built(ab.clone());
+    /// assert_eq!(rules.share_built(ab), r); // the same rule
+    /// let g = Grammar::from_rules(&format!("x{r}"), &rules)?;
+    /// assert!(g.matches(b"xaab") && !g.matches(b"xb"));
+    /// # Ok::<(), toolgate::Error>(())
+    /// ```
+    pub fn share_built(&mut self, built: Built) -> String {
+        let i = self.rule_of(built.text);
+        self.built[i] = Some(built.hir);
+        Self::reference(i)
+    }
+
+    /// [`Rules::share_built`] for a regex named by `key` before it is built: `make`
+    /// runs only the first time a key is asked for (a large generated regex, such as
+    /// the key trie of an object repeated throughout a schema, is built once). `None`
+    /// when `make` gives nothing (not remembered). `key` must determine the regex.
+    ///
+    /// ```
+    /// use toolgate::grammar::rules::{Built, Rules};
+    /// let mut rules = Rules::new();
+    /// let r = rules.share_built_keyed("ab".into(), || Built::parse("a+b").ok());
+    /// assert_eq!(rules.share_built_keyed("ab".into(), || unreachable!()), r);
+    /// ```
+    pub fn share_built_keyed(&mut self, key: String, make: impl FnOnce() -> Option<Built>) -> Option<String> {
+        // Keys live beside the rules' texts, after a byte no regex text starts with.
+        let key = format!("\u{0}built\u{0}{key}");
+        if let Some(&i) = self.ids.get(&key) {
+            return Some(Self::reference(i));
+        }
+        let built = make()?;
+        let i = self.rule_of(built.text);
+        self.built[i] = Some(built.hir);
+        self.ids.insert(key, i);
+        Some(Self::reference(i))
+    }
+
+    /// Set the body of rule `i` (made by [`Rules::reserve`]) as text and `Hir`, as
+    /// [`Rules::share_built`] does; nothing when there is no such rule.
+    pub fn define_built(&mut self, i: usize, built: Built) {
+        self.define(i, built.text);
+        if let Some(b) = self.built.get_mut(i) {
+            *b = Some(built.hir);
+        }
+    }
+
+    /// The rule bodies built as `Hir` ([`Rules::share_built`]), by number; `None` for
+    /// those given as text only.
+    pub fn built(&self) -> &[Option<Hir>] {
+        &self.built
+    }
+
+    /// The bytes of [`Rules::reference`]`(i)` as a `Hir` literal, for emitters that
+    /// build `Hir`.
+    pub fn reference_hir(i: usize) -> Hir {
+        let mut bytes = vec![CALL_START];
+        bytes.extend(Self::digit_bytes(i));
+        bytes.push(CALL_END);
+        Hir::literal(bytes)
     }
 
     /// A reference to the rule holding an object's members in any order (see
@@ -262,6 +372,7 @@ impl Rules {
     pub fn reserve(&mut self, n: usize) -> usize {
         let first = self.bodies.len();
         self.bodies.resize(first + n, String::new());
+        self.built.resize(first + n, None);
         first
     }
 
@@ -271,6 +382,7 @@ impl Rules {
         if let Some(b) = self.bodies.get_mut(i) {
             self.total = self.total - b.len() + body.len();
             *b = body;
+            self.built[i] = None;
         }
     }
 

@@ -1133,3 +1133,65 @@ fn contradictory_keywords_are_intersected_and_empty_parts_removed() {
         assert!(e.contains("no value satisfies") && e.contains("`multipleOf`") && e.contains("`minItems` 2"), "{e}");
     }
 }
+
+/// Rules an emitter builds as `Hir` (open objects' key tries, automata for patterns
+/// with lengths and key patterns) skip the regex parser: on every schema of the tool
+/// schema corpus, with open and closed objects, each such rule's `Hir` is exactly
+/// what parsing its text gives, so the grammar compiled is the one the text names.
+#[test]
+fn rules_built_without_parsing_equal_their_text() {
+    use toolgate::grammar::regex::to_rules;
+    use toolgate::grammar::rules::Built;
+    use toolgate::grammar::schema::compile_shared;
+    let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/schema_corpus.jsonl");
+    let text = std::fs::read_to_string(corpus).unwrap();
+    let (mut built, mut schemas) = (0, 0);
+    for line in text.lines() {
+        let entry: Value = serde_json::from_str(line).unwrap();
+        for objects in [Objects::Open, Objects::Closed] {
+            let Ok(node) = compile_shared(&entry["schema"], Mode::Strict, objects) else { continue };
+            schemas += 1;
+            let mut rules = Rules::new().any_order(objects == Objects::Open);
+            to_rules(&node, &Json, &mut rules);
+            for (i, hir) in rules.built().iter().enumerate() {
+                if let Some(hir) = hir {
+                    built += 1;
+                    let text = &rules.bodies()[i];
+                    assert_eq!(&Built::parse(text).unwrap().hir, hir, "{}: rule {i}: {text}", entry["name"]);
+                }
+            }
+        }
+    }
+    assert!(schemas > 300 && built > 100, "{schemas} schemas, {built} built rules");
+}
+
+/// Long property names beside `additionalProperties`: the extra keys' trie nests one
+/// level per character. Built as `Hir`, names up to `MAX_BUILT_KEY_CHARS` compile
+/// (the regex parser's nesting limit refused them past ~120) on a thread with a
+/// server worker's 2 MiB stack; longer ones are refused with an error, not a crash.
+#[test]
+fn long_property_names_beside_extra_properties() {
+    use toolgate::grammar::regex::MAX_BUILT_KEY_CHARS;
+    let run = |len: usize| {
+        std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || {
+                let long: String = (0..len).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+                let schema = json!({"type": "object", "properties": {long.clone(): {"type": "integer"}, "b": {"type": "integer"}},
+                    "additionalProperties": {"type": "string"}});
+                let g = Grammar::from_schema(&schema, Mode::Strict, &Json).map_err(|e| e.to_string())?;
+                let ok = [format!(r#"{{"{long}":1,"b":2}}"#), format!(r#"{{"{}":"x"}}"#, &long[..len - 1])];
+                let bad = [format!(r#"{{"{long}":"x"}}"#), r#"{"b":"x"}"#.to_string()];
+                Ok::<_, String>(
+                    ok.iter().all(|t| g.matches(t.as_bytes())) && bad.iter().all(|t| !g.matches(t.as_bytes())),
+                )
+            })
+            .unwrap()
+            .join()
+            .unwrap()
+    };
+    assert_eq!(run(200), Ok(true));
+    assert_eq!(run(MAX_BUILT_KEY_CHARS), Ok(true));
+    let past = run(4 * MAX_BUILT_KEY_CHARS);
+    assert!(past.as_ref().is_err_and(|e| e.contains("does not compile")), "{past:?}");
+}
