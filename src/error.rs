@@ -116,6 +116,9 @@ pub enum Error {
     Schema {
         /// JSON pointer of the offending keyword (`#/properties/x/format`).
         pointer: String,
+        /// What kind of problem: invalid, unsupported, unsatisfiable, too large, or
+        /// an unreadable pattern.
+        kind: crate::grammar::error::BuildErrorKind,
         /// What is wrong.
         reason: String,
     },

@@ -63,8 +63,9 @@ use regex_automata::util::primitives::StateID;
 use regex_automata::util::syntax;
 use regex_syntax::hir::Hir;
 
+use super::error::{BuildError, BuildErrorKind as Kind};
 use super::rules::{PropertySet, Rules, CALL_DIGIT, CALL_END, CALL_START, SET_START};
-use crate::{Error, Result};
+use crate::Result;
 
 /// A DFA state: an index into a [`Cache`]'s tables, valid until the cache is cleared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -168,7 +169,7 @@ impl Dfa {
     /// Cost: the NFA compile, linear in the regex's expanded size.
     ///
     /// # Errors
-    /// [`Error::Schema`] if the regex does not parse, its NFA exceeds `nfa_size_limit`
+    /// [`crate::Error::Schema`] if the regex does not parse, its NFA exceeds `nfa_size_limit`
     /// bytes, or it uses look-around.
     pub fn new(regex: &str, nfa_size_limit: usize) -> Result<Self> {
         Self::with_rules(regex, &[], nfa_size_limit)
@@ -181,7 +182,7 @@ impl Dfa {
     /// the references.
     ///
     /// # Errors
-    /// As [`Dfa::new`], and [`Error::Schema`] for a reference to a rule that does not
+    /// As [`Dfa::new`], and [`crate::Error::Schema`] for a reference to a rule that does not
     /// exist or a malformed one.
     ///
     /// ```
@@ -206,7 +207,7 @@ impl Dfa {
     /// Compile `main` and everything `rules` holds: its rule bodies and the property
     /// sets its markers name (objects in any order, [`Rules::any_order`]).
     ///
-    /// Cost and errors: as [`Dfa::with_rules`], and [`Error::Schema`] for a set with
+    /// Cost and errors: as [`Dfa::with_rules`], and [`crate::Error::Schema`] for a set with
     /// more than 128 members or one naming a rule that does not exist.
     ///
     /// ```
@@ -242,7 +243,7 @@ impl Dfa {
         sets: &[PropertySet],
         nfa_size_limit: usize,
     ) -> Result<Self> {
-        let fail = |reason: String| Error::Schema { pointer: "#".into(), reason };
+        let fail = |kind: Kind| move |reason: String| BuildError::new(kind, reason).at("#");
         // Rules built as `Hir` already (see [`Rules::share_built`]) skip the parser;
         // the others are parsed here, as the NFA compiler would.
         let config = syntax::Config::new().utf8(false);
@@ -262,7 +263,7 @@ impl Dfa {
                 }),
             })
             .collect::<std::result::Result<_, _>>()
-            .map_err(fail)?;
+            .map_err(fail(Kind::Pattern))?;
         let hirs: Vec<&Hir> = parsed
             .iter()
             .enumerate()
@@ -276,9 +277,11 @@ impl Dfa {
                     .nfa_size_limit(Some(nfa_size_limit)),
             )
             .build_many_from_hir(&hirs)
-            .map_err(|e| fail(format!("grammar does not compile: {e}")))?;
+            .map_err(|e| fail(Kind::TooLarge)(format!("grammar does not compile: {e}")))?;
         if !nfa.look_set_any().is_empty() {
-            return Err(fail("grammar uses look-around (`^`, `$`, `\\b`), which a token mask cannot follow".into()));
+            return Err(fail(Kind::Pattern)(
+                "grammar uses look-around (`^`, `$`, `\\b`), which a token mask cannot follow".into(),
+            ));
         }
         let classes = *nfa.byte_classes();
         // `alphabet_len` counts the end-of-input class as well.
@@ -290,12 +293,15 @@ impl Dfa {
         let mut dfa = Self { nfa, classes, stride, calls: HashMap::default(), call_classes, sets: Vec::new() };
         for set in sets {
             if set.members.len() > 128 {
-                return Err(fail(format!("a property set of {} members (at most 128)", set.members.len())));
+                return Err(fail(Kind::TooLarge)(format!(
+                    "a property set of {} members (at most 128)",
+                    set.members.len()
+                )));
             }
             let members = set.members.iter().map(|&r| dfa.rule_start(r)).collect::<std::result::Result<_, _>>();
-            dfa.sets.push(SetStarts { members: members.map_err(fail)?, set: set.clone() });
+            dfa.sets.push(SetStarts { members: members.map_err(fail(Kind::Invalid))?, set: set.clone() });
         }
-        dfa.calls = dfa.find_calls().map_err(fail)?;
+        dfa.calls = dfa.find_calls().map_err(fail(Kind::Invalid))?;
         Ok(dfa)
     }
 

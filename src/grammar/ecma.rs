@@ -4,6 +4,7 @@
 //! automata over property names ([`names_machine`]).
 
 use super::dialect::{Dialect, Json};
+use super::error::{BuildError, BuildErrorKind as Kind};
 use super::machine::{Automaton, Machine, Not, Pattern, MAX_STATES};
 use super::rules::{repeat, NEVER};
 
@@ -27,12 +28,12 @@ use super::rules::{repeat, NEVER};
 ///
 /// # Errors
 /// A message when the pattern does not parse or uses an unsupported construct.
-pub fn pattern_body(p: &str, d: &dyn Dialect) -> std::result::Result<String, String> {
+pub fn pattern_body(p: &str, d: &dyn Dialect) -> std::result::Result<String, BuildError> {
     // `a|b` matches somewhere exactly when `a` or `b` does: each alternative keeps its
     // own anchors (`^\d+$|^none$`).
     let alternatives = top_level_alternatives(p);
     if alternatives.len() > 1 {
-        let bodies: std::result::Result<Vec<String>, String> =
+        let bodies: std::result::Result<Vec<String>, BuildError> =
             alternatives.iter().map(|a| pattern_body(a, d)).collect();
         return Ok(format!("(?:{})", bodies?.join("|")));
     }
@@ -56,12 +57,12 @@ pub fn pattern_body(p: &str, d: &dyn Dialect) -> std::result::Result<String, Str
 /// use toolgate::grammar::regex::decoded_pattern;
 /// let re = regex_automata::meta::Regex::new(&format!("^(?:{})$", decoded_pattern(r"^\d+|x$")?)).unwrap();
 /// assert!(re.is_match("12a") && re.is_match("a\"x") && !re.is_match("a1"));
-/// # Ok::<(), String>(())
+/// # Ok::<(), toolgate::grammar::error::BuildError>(())
 /// ```
 ///
 /// # Errors
 /// As [`pattern_body`].
-pub fn decoded_pattern(p: &str) -> std::result::Result<String, String> {
+pub fn decoded_pattern(p: &str) -> std::result::Result<String, BuildError> {
     pattern_body(p, &Json)?;
     let alternatives: Vec<String> = top_level_alternatives(p)
         .into_iter()
@@ -100,7 +101,7 @@ pub fn pattern_with_length(
     min: usize,
     max: Option<usize>,
     d: &dyn Dialect,
-) -> std::result::Result<Option<String>, String> {
+) -> std::result::Result<Option<String>, BuildError> {
     use regex_syntax::hir::HirKind;
     let (true, core, true) = split_anchors(p) else { return Ok(None) };
     if top_level_alternatives(p).len() > 1 {
@@ -145,11 +146,11 @@ fn split_anchors(p: &str) -> (bool, &str, bool) {
 }
 
 /// Parse an ECMA-262 pattern (without its end anchors) with ECMA's class meanings.
-fn parse_ecma(core: &str) -> std::result::Result<regex_syntax::hir::Hir, String> {
+fn parse_ecma(core: &str) -> std::result::Result<regex_syntax::hir::Hir, BuildError> {
     regex_syntax::ParserBuilder::new()
         .build()
         .parse(&ecma_classes(core))
-        .map_err(|e| format!("invalid or unsupported regex: {e}"))
+        .map_err(|e| BuildError::new(Kind::Pattern, format!("invalid or unsupported regex: {e}")))
 }
 
 /// `p` split at its `|`s outside groups and character classes.
@@ -179,10 +180,10 @@ fn top_level_alternatives(p: &str) -> Vec<&str> {
 ///
 /// # Errors
 /// As [`pattern_body`].
-pub fn pattern_matches(pattern: &str, text: &str) -> std::result::Result<bool, String> {
+pub fn pattern_matches(pattern: &str, text: &str) -> std::result::Result<bool, BuildError> {
     let body = pattern_body(pattern, &Json)?;
-    let spelled = serde_json::to_string(text).map_err(|e| e.to_string())?;
-    let dfa = super::dfa::Dfa::new(&body, super::dfa::NFA_SIZE_LIMIT).map_err(|e| e.to_string())?;
+    let spelled = serde_json::to_string(text).map_err(|e| BuildError::new(Kind::Invalid, e.to_string()))?;
+    let dfa = super::dfa::Dfa::new(&body, super::dfa::NFA_SIZE_LIMIT).map_err(BuildError::from_error)?;
     let mut cache = dfa.create_cache(32 << 20);
     let walked = spelled.as_bytes()[1..spelled.len() - 1].iter().try_fold(dfa.start(&mut cache), |s, &b| {
         let n = dfa.next(&mut cache, s, b);
@@ -232,12 +233,13 @@ fn ecma_classes(p: &str) -> String {
     out
 }
 
-fn emit_pattern(h: &regex_syntax::hir::Hir, d: &dyn Dialect, out: &mut String) -> std::result::Result<(), String> {
+fn emit_pattern(h: &regex_syntax::hir::Hir, d: &dyn Dialect, out: &mut String) -> std::result::Result<(), BuildError> {
     use regex_syntax::hir::{Class, HirKind};
     match h.kind() {
         HirKind::Empty => {}
         HirKind::Literal(lit) => {
-            let text = std::str::from_utf8(&lit.0).map_err(|_| "a byte-oriented pattern".to_string())?;
+            let text =
+                std::str::from_utf8(&lit.0).map_err(|_| BuildError::new(Kind::Pattern, "a byte-oriented pattern"))?;
             for c in text.chars() {
                 out.push_str(&d.string_literal_char(c));
             }
@@ -271,8 +273,12 @@ fn emit_pattern(h: &regex_syntax::hir::Hir, d: &dyn Dialect, out: &mut String) -
                 out.push_str(&format!("(?:{})", alts.join("|")));
             }
         }
-        HirKind::Class(Class::Bytes(_)) => return Err("a byte-oriented class in the pattern".into()),
-        HirKind::Look(_) => return Err("`^`, `$` or `\\b` inside the pattern (only at its ends)".into()),
+        HirKind::Class(Class::Bytes(_)) => {
+            return Err(BuildError::new(Kind::Pattern, "a byte-oriented class in the pattern"))
+        }
+        HirKind::Look(_) => {
+            return Err(BuildError::new(Kind::Pattern, "`^`, `$` or `\\b` inside the pattern (only at its ends)"))
+        }
         HirKind::Repetition(rep) => {
             out.push_str("(?:");
             emit_pattern(&rep.sub, d, out)?;

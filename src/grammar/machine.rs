@@ -18,12 +18,13 @@
 //!     vec![Box::new(Pattern::new("[a-z]+[0-9]*")?), Box::new(Length::new(0, Some(3)))];
 //! let m = Machine::intersect(&mut parts, 1024)?;
 //! assert!(m.matches(b"ab1") && m.matches(b"a") && !m.matches(b"abcd") && !m.matches(b"1"));
-//! # Ok::<(), String>(())
+//! # Ok::<(), toolgate::grammar::error::BuildError>(())
 //! ```
 
 use std::collections::HashMap;
 
 use super::dfa::{Cache, Dfa};
+use super::error::{BuildError, BuildErrorKind as Kind};
 
 /// Most states a [`Machine`] may have: a product past it is refused (its rules would
 /// cost more to compile than the constraint is worth).
@@ -72,8 +73,13 @@ impl Machine {
     /// # Errors
     /// A message when the product has more than `max_states` states, or an automaton
     /// dropped its states on the way.
-    pub fn intersect(parts: &mut [Box<dyn Automaton>], max_states: usize) -> Result<Machine, String> {
-        let too_many = || format!("the constraints together need more than {max_states} automaton states");
+    pub fn intersect(parts: &mut [Box<dyn Automaton>], max_states: usize) -> Result<Machine, BuildError> {
+        let too_many = || {
+            BuildError::new(
+                Kind::TooLarge,
+                format!("the constraints together need more than {max_states} automaton states"),
+            )
+        };
         let Some(start) = parts.iter_mut().map(|p| p.start()).collect::<Option<Vec<u64>>>() else {
             return Ok(Machine { states: Vec::new() });
         };
@@ -109,7 +115,7 @@ impl Machine {
             states.push(MachineState { edges, accepting });
         }
         if !parts.iter().all(|p| p.healthy()) {
-            return Err("an automaton's state cache overflowed".into());
+            return Err(BuildError::new(Kind::TooLarge, "an automaton's state cache overflowed"));
         }
         Ok(Machine { states }.trimmed())
     }
@@ -200,8 +206,8 @@ impl Pattern {
     ///
     /// # Errors
     /// A message when the regex does not compile (see [`Dfa::new`]).
-    pub fn new(regex: &str) -> Result<Self, String> {
-        let dfa = Dfa::new(regex, 1 << 24).map_err(|e| e.to_string())?;
+    pub fn new(regex: &str) -> Result<Self, BuildError> {
+        let dfa = Dfa::new(regex, 1 << 24).map_err(BuildError::from_error)?;
         let cache = dfa.create_cache(1 << 28);
         Ok(Self { dfa, cache })
     }
@@ -235,7 +241,7 @@ impl Automaton for Pattern {
 ///     vec![Box::new(Pattern::new("[a-z]+")?), Box::new(Not(Box::new(Pattern::new("a.*|name")?)))];
 /// let m = Machine::intersect(&mut parts, 1024)?;
 /// assert!(m.matches(b"names") && m.matches(b"b") && !m.matches(b"abc") && !m.matches(b"name"));
-/// # Ok::<(), String>(())
+/// # Ok::<(), toolgate::grammar::error::BuildError>(())
 /// ```
 pub struct Not(pub Box<dyn Automaton>);
 
@@ -326,10 +332,15 @@ impl MultipleOf {
     /// let m = Machine::intersect(&mut parts, 1024)?;
     /// assert!(["0", "2.5", "-5", "7.50", "10.0"].iter().all(|x| m.matches(x.as_bytes())));
     /// assert!(["1", "2.25", "7.55", "2.51"].iter().all(|x| !m.matches(x.as_bytes())));
-    /// # Ok::<(), String>(())
+    /// # Ok::<(), toolgate::grammar::error::BuildError>(())
     /// ```
-    pub fn new(k: &str) -> Result<Self, String> {
-        let bad = || format!("`multipleOf: {k}` is not a positive decimal the grammar can follow");
+    pub fn new(k: &str) -> Result<Self, BuildError> {
+        let bad = || {
+            BuildError::new(
+                Kind::Unsupported,
+                format!("`multipleOf: {k}` is not a positive decimal the grammar can follow"),
+            )
+        };
         let (int, frac) = k.split_once('.').unwrap_or((k, ""));
         let frac = frac.trim_end_matches('0');
         if int.is_empty() && frac.is_empty() || !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit()) {
@@ -345,7 +356,10 @@ impl MultipleOf {
             return Err(bad());
         }
         if m > MAX_MULTIPLE_DIGITS {
-            return Err(format!("`multipleOf: {k}` needs more than {MAX_MULTIPLE_DIGITS} remainder states"));
+            return Err(BuildError::new(
+                Kind::TooLarge,
+                format!("`multipleOf: {k}` needs more than {MAX_MULTIPLE_DIGITS} remainder states"),
+            ));
         }
         let e = frac.len() as u32;
         let scale = (0..e).fold(1 % m, |acc, _| acc * 10 % m);

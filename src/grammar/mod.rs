@@ -5,6 +5,7 @@
 //!
 //! | module | stage |
 //! |---|---|
+//! | [`error`] | [`error::BuildError`]: why a grammar cannot be built, typed by kind (every stage returns it) |
 //! | [`rules`] | the rule and marker protocol: how a regex references shared parts and property sets (written here, read by `dfa`); regex-text helpers |
 //! | [`dfa`] | the lazy DFA over regex-automata's NFA, following rule references as calls |
 //! | [`machine`] | explicit automata (patterns with lengths, `multipleOf`, key sets) built on the DFA |
@@ -36,6 +37,7 @@
 pub mod dfa;
 pub mod dialect;
 pub mod ecma;
+pub mod error;
 pub mod ir;
 pub mod machine;
 pub mod mask;

@@ -20,6 +20,7 @@ pub const CALL_END: u8 = 0xFD;
 /// [`CALL_DIGIT`]-based like the set's number after it), then [`CALL_END`].
 pub const SET_START: u8 = 0xF7;
 
+use super::error::{BuildError, BuildErrorKind};
 use regex_syntax::hir::Hir;
 
 /// Sub-regexes at least this long are emitted once, as a rule, and referenced where
@@ -55,7 +56,7 @@ impl Built {
     pub fn parse(text: &str) -> crate::Result<Self> {
         let config = regex_automata::util::syntax::Config::new().utf8(false);
         let hir = regex_automata::util::syntax::parse_with(text, &config)
-            .map_err(|e| crate::Error::Schema { pointer: "#".into(), reason: format!("not a regex: {e}") })?;
+            .map_err(|e| BuildError::new(BuildErrorKind::Pattern, format!("not a regex: {e}")).at("#"))?;
         Ok(Self { text: text.to_string(), hir })
     }
 }

@@ -320,7 +320,10 @@ impl From<Error> for ApiError {
     fn from(e: Error) -> Self {
         match e {
             Error::InvalidParameter { name, .. } => ApiError::bad(e.to_string(), Some(name)),
-            Error::ContextOverflow { .. } | Error::Schema { .. } | Error::Template { .. } => {
+            // The schema's pointer (`tools[get_weather].function.parameters/properties/x`)
+            // is the OpenAI error's `param`.
+            Error::Schema { ref pointer, .. } => ApiError::bad(e.to_string(), Some(pointer)),
+            Error::ContextOverflow { .. } | Error::Template { .. } => {
                 ApiError::bad(e.to_string(), None)
             }
             other => {

@@ -333,8 +333,8 @@ fn answer_into(schema: (&Value, Mode), rules: &mut Rules) -> Result<String> {
 /// A schema error of a response format, pointed at where the request holds it.
 fn in_format(e: Error) -> Error {
     match e {
-        Error::Schema { pointer, reason } => {
-            Error::Schema { pointer: format!("response_format.json_schema.schema{}", &pointer[1..]), reason }
+        Error::Schema { pointer, kind, reason } => {
+            Error::Schema { pointer: format!("response_format.json_schema.schema{}", &pointer[1..]), kind, reason }
         }
         e => e,
     }
@@ -369,8 +369,9 @@ fn calls_into(
     for t in &selected {
         let mode = if t.function.strict == Some(true) { Mode::Strict } else { Mode::Lenient };
         let in_tool = |e| match e {
-            Error::Schema { pointer, reason } => Error::Schema {
+            Error::Schema { pointer, kind, reason } => Error::Schema {
                 pointer: format!("tools[{}].function.parameters{}", t.function.name, &pointer[1..]),
+                kind,
                 reason,
             },
             e => e,

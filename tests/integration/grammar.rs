@@ -484,22 +484,48 @@ fn extras_beside_pattern_properties_avoid_the_patterns() {
     assert!(e.contains("may match both"), "{e}");
 }
 
+/// Schema errors name the keyword's JSON pointer and their kind (typed by the stage
+/// that found them, `grammar::error::BuildErrorKind`), so a caller can tell a wrong
+/// schema from one toolgate cannot enforce, an empty one, a too-large one, or an
+/// unreadable pattern.
 #[test]
 fn unsupported_keywords_name_the_pointer_or_are_ignored_in_lenient_mode() {
+    use toolgate::grammar::error::BuildErrorKind as Kind;
     let schema = json!({"type": "object", "properties": {"n": {"type": "integer", "not": {"const": 3}}}});
     match Grammar::from_schema(&schema, Mode::Strict, &Json) {
-        Err(Error::Schema { pointer, reason }) => {
+        Err(Error::Schema { pointer, kind, reason }) => {
             assert_eq!(pointer, "#/properties/n/not");
+            assert_eq!(kind, Kind::Unsupported);
             assert!(reason.contains("`not`"));
         }
         other => panic!("expected a schema error, got {other:?}"),
     }
     let lenient = Grammar::from_schema(&schema, Mode::Lenient, &Json).unwrap();
     assert!(lenient.matches(b"{\"n\":3}"));
-    for bad in
-        [json!({"type": "strin"}), json!({"$ref": "#/nowhere"}), json!(3), json!({"type": "string", "pattern": "(("})]
-    {
-        assert!(matches!(Grammar::from_schema(&bad, Mode::Strict, &Json), Err(Error::Schema { .. })), "{bad}");
+    for (bad, want, at) in [
+        (json!({"type": "strin"}), Kind::Invalid, "#/type"),
+        (json!({"$ref": "#/nowhere"}), Kind::Invalid, "#"),
+        (json!(3), Kind::Invalid, "#"),
+        (
+            json!({"type": "object", "properties": {"a": {"type": "integer", "minimum": 5, "maximum": 1}}, "required": ["a"]}),
+            Kind::Unsatisfiable,
+            "#/properties/a",
+        ),
+        (json!({"type": "array", "items": {"uniqueItems": true}}), Kind::Unsupported, "#/items/uniqueItems"),
+        (json!({"type": "string", "pattern": "(("}), Kind::Pattern, "#/pattern"),
+        (json!({"type": "string", "pattern": "a(?=b)"}), Kind::Pattern, "#/pattern"),
+        (
+            json!({"type": "string", "pattern": "^[a-z]*x[a-z]*$", "minLength": 5000, "maxLength": 6000}),
+            Kind::TooLarge,
+            "#",
+        ),
+    ] {
+        match Grammar::from_schema(&bad, Mode::Strict, &Json) {
+            Err(Error::Schema { pointer, kind, reason }) => {
+                assert_eq!((kind, pointer.as_str()), (want, at), "{bad}: {reason}")
+            }
+            other => panic!("{bad}: expected a schema error, got {other:?}"),
+        }
     }
 }
 

@@ -383,6 +383,14 @@ fn logprobs_like_openai_streamed_and_not() {
         assert_eq!(status, 400, "{v}");
         assert_eq!(v["error"]["param"], param, "{v}");
     }
+    // A tool schema the grammar cannot enforce: 400, `param` the keyword's pointer.
+    let tool = json!({"type": "function", "function": {"name": "f", "strict": true,
+        "parameters": {"type": "object", "properties": {"ids": {"type": "array", "uniqueItems": true}}}}});
+    let mut b = plain.clone();
+    b["tools"] = json!([tool]);
+    let (status, v) = post(&s, &b.to_string());
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["param"], "tools[f].function.parameters/properties/ids/uniqueItems", "{v}");
 }
 
 #[test]

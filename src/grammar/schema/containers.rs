@@ -3,6 +3,7 @@
 
 use serde_json::{Map, Value};
 
+use super::super::error::BuildErrorKind as Kind;
 use super::super::machine::Machine;
 use super::keywords::merge_objects;
 use super::overlap::patterns_disjoint;
@@ -13,7 +14,8 @@ impl Compiler<'_> {
     pub(super) fn array(&self, obj: &Map<String, Value>, ptr: &str, depth: usize) -> Result<Node> {
         let mut prefix = Vec::new();
         if let Some(p) = obj.get("prefixItems") {
-            let p = p.as_array().ok_or_else(|| err(&format!("{ptr}/prefixItems"), "must be an array"))?;
+            let p =
+                p.as_array().ok_or_else(|| err(&format!("{ptr}/prefixItems"), Kind::Invalid, "must be an array"))?;
             for (i, s) in p.iter().enumerate() {
                 prefix.push(self.node(s, &format!("{ptr}/prefixItems/{i}"), depth + 1)?);
             }
@@ -51,7 +53,9 @@ impl Compiler<'_> {
         let at = format!("{ptr}/minProperties");
         let n = match obj.get("minProperties") {
             None => return Ok(false),
-            Some(v) => v.as_u64().ok_or_else(|| err(&at, "`minProperties` must be a non-negative integer"))?,
+            Some(v) => {
+                v.as_u64().ok_or_else(|| err(&at, Kind::Invalid, "`minProperties` must be a non-negative integer"))?
+            }
         };
         if n <= required as u64 {
             return Ok(false);
@@ -59,6 +63,7 @@ impl Compiler<'_> {
         if n > 1 && self.mode == Mode::Strict {
             return Err(err(
                 &at,
+                Kind::Unsupported,
                 format!("`minProperties: {n}` beyond the {required} required properties is not enforced"),
             ));
         }
@@ -69,12 +74,16 @@ impl Compiler<'_> {
         let required: Vec<&str> = match obj.get("required") {
             None => Vec::new(),
             Some(Value::Array(r)) => r.iter().filter_map(Value::as_str).collect(),
-            Some(_) => return Err(err(&format!("{ptr}/required"), "`required` must be an array of names")),
+            Some(_) => {
+                return Err(err(&format!("{ptr}/required"), Kind::Invalid, "`required` must be an array of names"))
+            }
         };
         let mut properties = Vec::new();
         let pattern_schemas = obj.get("patternProperties").and_then(Value::as_object);
         if let Some(p) = obj.get("properties") {
-            let p = p.as_object().ok_or_else(|| err(&format!("{ptr}/properties"), "`properties` must be an object"))?;
+            let p = p
+                .as_object()
+                .ok_or_else(|| err(&format!("{ptr}/properties"), Kind::Invalid, "`properties` must be an object"))?;
             for (name, s) in p {
                 let at = format!("{ptr}/properties/{}", escape_ptr(name));
                 // A declared name a pattern also matches owes both schemas: merged, as
@@ -89,6 +98,7 @@ impl Compiler<'_> {
                             (None, Mode::Strict) => {
                                 return Err(err(
                                     &format!("{ptr}/patternProperties/{}", escape_ptr(pat)),
+                                    Kind::Unsupported,
                                     format!(
                                         "the pattern's schema cannot be merged into the declared property `{name}`"
                                     ),
@@ -103,7 +113,9 @@ impl Compiler<'_> {
         }
         let mut patterns = Vec::new();
         if let Some(pp) = obj.get("patternProperties") {
-            let pp = pp.as_object().ok_or_else(|| err(&format!("{ptr}/patternProperties"), "must be an object"))?;
+            let pp = pp
+                .as_object()
+                .ok_or_else(|| err(&format!("{ptr}/patternProperties"), Kind::Invalid, "must be an object"))?;
             for (pat, s) in pp {
                 let at = format!("{ptr}/patternProperties/{}", escape_ptr(pat));
                 // A name matching two patterns owes both schemas: not expressible as
@@ -113,8 +125,12 @@ impl Compiler<'_> {
                 if self.mode == Mode::Strict {
                     if !self.machines {
                         for (name, _, _) in &properties {
-                            if super::super::regex::pattern_matches(pat, name).map_err(|e| err(&at, e))? {
-                                return Err(err(&at, format!("pattern also matches the declared property `{name}`")));
+                            if super::super::regex::pattern_matches(pat, name).map_err(|e| e.at(&at))? {
+                                return Err(err(
+                                    &at,
+                                    Kind::Unsupported,
+                                    format!("pattern also matches the declared property `{name}`"),
+                                ));
                             }
                         }
                     }
@@ -122,12 +138,13 @@ impl Compiler<'_> {
                         if !patterns_disjoint(pat, other) {
                             return Err(err(
                                 &at,
+                                Kind::Unsupported,
                                 format!("a name may match both this pattern and `{other}`: not supported"),
                             ));
                         }
                     }
                 }
-                super::super::regex::pattern_body(pat, &super::super::regex::Json).map_err(|e| err(&at, e))?;
+                super::super::regex::pattern_body(pat, &super::super::regex::Json).map_err(|e| e.at(&at))?;
                 patterns.push((pat.clone(), self.node(s, &at, depth + 1)?));
             }
         }
@@ -158,6 +175,7 @@ impl Compiler<'_> {
                     (None, Mode::Strict) => {
                         return Err(err(
                             &format!("{ptr}/additionalProperties"),
+                            Kind::Unsupported,
                             "`additionalProperties` beside `patternProperties` is not supported here \
                              (the names avoiding the patterns need an automaton: too large, or a plain regex)",
                         ))
@@ -203,6 +221,7 @@ impl Compiler<'_> {
             if self.mode == Mode::Strict {
                 return Err(err(
                     &format!("{ptr}/dependencies"),
+                    Kind::Unsupported,
                     format!(
                         "`dependencies` on an object of more than {} properties",
                         super::super::rules::ANY_ORDER_MAX_PROPERTIES
@@ -257,7 +276,8 @@ impl Compiler<'_> {
     pub(super) fn max_properties(&self, obj: &Map<String, Value>, ptr: &str, object: Node) -> Result<Node> {
         let at = format!("{ptr}/maxProperties");
         let Some(v) = obj.get("maxProperties") else { return Ok(object) };
-        let max = v.as_u64().ok_or_else(|| err(&at, "`maxProperties` must be a non-negative integer"))? as usize;
+        let max = v.as_u64().ok_or_else(|| err(&at, Kind::Invalid, "`maxProperties` must be a non-negative integer"))?
+            as usize;
         let Node::Object { properties, additional, patterns, extra_keys, dependencies, non_empty } = object else {
             return Ok(object);
         };
@@ -297,7 +317,7 @@ impl Compiler<'_> {
             return Ok(simplify_any(alts));
         }
         if self.mode == Mode::Strict {
-            return Err(err(&at, format!("`maxProperties: {max}` is not enforced on this object")));
+            return Err(err(&at, Kind::Unsupported, format!("`maxProperties: {max}` is not enforced on this object")));
         }
         Ok(Node::Object { properties, additional, patterns, extra_keys, dependencies, non_empty })
     }

@@ -32,6 +32,7 @@ use super::machine::Machine;
 use super::prune::prune;
 pub use super::regex::names_machine;
 
+use super::error::{BuildError, BuildErrorKind as Kind};
 use crate::{Error, Result};
 
 /// Compile a JSON Schema into a [`Node`].
@@ -115,7 +116,7 @@ pub fn check_plain_size(node: &Node) -> Result<()> {
 pub(crate) fn check_grammar_size(size: usize) -> Result<()> {
     if size > MAX_GRAMMAR_BYTES {
         return Err(err(
-            "#",
+            "#", Kind::TooLarge,
             format!(
                 "the schema's grammar takes about {} MiB (limit {} MiB): too many nested optional properties or distinct values",
                 size >> 20,
@@ -182,8 +183,8 @@ fn rebase_refs(v: &mut Value, base: &str) {
 type LiteralChecks =
     std::collections::HashMap<String, std::result::Result<std::sync::Arc<jsonschema::Validator>, String>>;
 
-fn err(pointer: &str, reason: impl Into<String>) -> Error {
-    Error::Schema { pointer: pointer.to_string(), reason: reason.into() }
+fn err(pointer: &str, kind: Kind, reason: impl Into<String>) -> Error {
+    BuildError::new(kind, reason).at(pointer)
 }
 
 fn escape_ptr(s: &str) -> String {
@@ -237,17 +238,18 @@ impl<'a> Compiler<'a> {
         } else {
             format!("no value satisfies this schema: {}", reasons.join("; "))
         };
-        Err(err(pointer, reason))
+        Err(err(pointer, Kind::Unsatisfiable, reason))
     }
 
     fn node(&self, s: &Value, ptr: &str, depth: usize) -> Result<Node> {
         if depth > MAX_NESTING {
-            return Err(err(ptr, format!("schema nested deeper than {MAX_NESTING} levels")));
+            return Err(err(ptr, Kind::TooLarge, format!("schema nested deeper than {MAX_NESTING} levels")));
         }
         self.nodes.set(self.nodes.get() + 1);
         if self.nodes.get() > MAX_SCHEMA_NODES {
             return Err(err(
                 ptr,
+                Kind::TooLarge,
                 format!("the schema expands to more than {MAX_SCHEMA_NODES} nodes (branching recursive `$ref`s?)"),
             ));
         }
@@ -255,10 +257,10 @@ impl<'a> Compiler<'a> {
             Value::Bool(true) => return Ok(any_value(self.any_levels)),
             Value::Bool(false) => return Ok(self.never(ptr, "the schema `false` admits no value")),
             Value::Object(o) => o,
-            _ => return Err(err(ptr, "a schema must be an object or a boolean")),
+            _ => return Err(err(ptr, Kind::Invalid, "a schema must be an object or a boolean")),
         };
         if let Some(r) = obj.get("$ref") {
-            let r = r.as_str().ok_or_else(|| err(ptr, "`$ref` must be a string"))?;
+            let r = r.as_str().ok_or_else(|| err(ptr, Kind::Invalid, "`$ref` must be a string"))?;
             // Siblings of `$ref` (2019-09 on) narrow it: merge them into the target,
             // as `allOf` does (drafts 3 to 7 ignore them: `without_ref_siblings`).
             let siblings: Map<String, Value> = obj
@@ -314,6 +316,7 @@ impl<'a> Compiler<'a> {
                     let k = siblings.keys().next().map(String::as_str).unwrap_or("");
                     Err(err(
                         &format!("{ptr}/{}", escape_ptr(k)),
+                        Kind::Unsupported,
                         format!("keyword `{k}` next to `$ref` cannot be merged"),
                     ))
                 }
@@ -325,7 +328,8 @@ impl<'a> Compiler<'a> {
         }
         for key in ["anyOf", "oneOf"] {
             if let Some(alts) = obj.get(key) {
-                let alts = alts.as_array().ok_or_else(|| err(ptr, format!("`{key}` must be an array")))?;
+                let alts =
+                    alts.as_array().ok_or_else(|| err(ptr, Kind::Invalid, format!("`{key}` must be an array")))?;
                 let mut rest = obj.clone();
                 rest.remove(key);
                 let mut nodes = Vec::new();
@@ -356,6 +360,7 @@ impl<'a> Compiler<'a> {
                         (None, Mode::Strict) => {
                             return Err(err(
                                 &format!("{ptr}/{key}/{i}"),
+                                Kind::Unsupported,
                                 format!("the keywords beside `{key}` cannot be merged into this branch"),
                             ))
                         }
@@ -373,6 +378,7 @@ impl<'a> Compiler<'a> {
                             if !disjoint(&nodes[i], &nodes[j]) {
                                 return Err(err(
                                     &format!("{ptr}/oneOf/{j}"),
+                                    Kind::Unsupported,
                                     format!("`oneOf` branches {i} and {j} may both match; exactly-one is not enforced"),
                                 ));
                             }
@@ -384,9 +390,11 @@ impl<'a> Compiler<'a> {
         }
         let literals = match (obj.get("const"), obj.get("enum")) {
             (Some(c), _) => Some(vec![c.clone()]),
-            (None, Some(e)) => {
-                Some(e.as_array().ok_or_else(|| err(&format!("{ptr}/enum"), "`enum` must be an array"))?.clone())
-            }
+            (None, Some(e)) => Some(
+                e.as_array()
+                    .ok_or_else(|| err(&format!("{ptr}/enum"), Kind::Invalid, "`enum` must be an array"))?
+                    .clone(),
+            ),
             (None, None) => None,
         };
         if let Some(mut values) = literals {
@@ -418,9 +426,11 @@ impl<'a> Compiler<'a> {
             Some(Value::String(t)) => vec![t.as_str()],
             Some(Value::Array(ts)) => ts
                 .iter()
-                .map(|t| t.as_str().ok_or_else(|| err(&format!("{ptr}/type"), "type names must be strings")))
+                .map(|t| {
+                    t.as_str().ok_or_else(|| err(&format!("{ptr}/type"), Kind::Invalid, "type names must be strings"))
+                })
                 .collect::<Result<_>>()?,
-            Some(_) => return Err(err(&format!("{ptr}/type"), "`type` must be a string or an array")),
+            Some(_) => return Err(err(&format!("{ptr}/type"), Kind::Invalid, "`type` must be a string or an array")),
         };
         let types: Vec<&str> = if !types.is_empty() {
             types
@@ -455,23 +465,24 @@ impl<'a> Compiler<'a> {
                 "string" => self.string(obj, ptr)?,
                 "array" => self.array(obj, ptr, depth)?,
                 "object" => self.object(obj, ptr, depth)?,
-                other => return Err(err(&format!("{ptr}/type"), format!("unknown type `{other}`"))),
+                other => return Err(err(&format!("{ptr}/type"), Kind::Invalid, format!("unknown type `{other}`"))),
             });
         }
         Ok(simplify_any(nodes))
     }
 
     fn resolve(&self, r: &str, ptr: &str) -> Result<&Value> {
-        let frag =
-            r.strip_prefix('#').ok_or_else(|| err(ptr, format!("only local `$ref`s are supported, got `{r}`")))?;
+        let frag = r
+            .strip_prefix('#')
+            .ok_or_else(|| err(ptr, Kind::Unsupported, format!("only local `$ref`s are supported, got `{r}`")))?;
         if frag.is_empty() {
             return Ok(self.root);
         }
-        self.root.pointer(frag).ok_or_else(|| err(ptr, format!("`$ref` `{r}` does not resolve")))
+        self.root.pointer(frag).ok_or_else(|| err(ptr, Kind::Invalid, format!("`$ref` `{r}` does not resolve")))
     }
 
     fn merge_all_of(&self, obj: &Map<String, Value>, all: &Value, ptr: &str) -> Result<Map<String, Value>> {
-        let all = all.as_array().ok_or_else(|| err(ptr, "`allOf` must be an array"))?;
+        let all = all.as_array().ok_or_else(|| err(ptr, Kind::Invalid, "`allOf` must be an array"))?;
         let mut merged = obj.clone();
         merged.remove("allOf");
         for (i, part) in all.iter().enumerate() {
@@ -479,9 +490,9 @@ impl<'a> Compiler<'a> {
                 Some(r) => self.resolve(r, ptr)?.clone(),
                 None => part.clone(),
             };
-            merged = merge_objects(&merged, &part)
-                .and_then(|v| v.as_object().cloned())
-                .ok_or_else(|| err(&format!("{ptr}/allOf/{i}"), "cannot merge this `allOf` branch"))?;
+            merged = merge_objects(&merged, &part).and_then(|v| v.as_object().cloned()).ok_or_else(|| {
+                err(&format!("{ptr}/allOf/{i}"), Kind::Unsupported, "cannot merge this `allOf` branch")
+            })?;
         }
         Ok(merged)
     }
@@ -548,6 +559,7 @@ impl<'a> Compiler<'a> {
             Err(e) if self.mode == Mode::Strict => {
                 return Err(err(
                     &format!("{ptr}/{taken}"),
+                    Kind::Unsupported,
                     format!("the `{taken}` values cannot be checked against the keywords beside them: {e}"),
                 ))
             }
@@ -583,7 +595,11 @@ impl<'a> Compiler<'a> {
                 _ => false,
             };
             if unsupported {
-                return Err(err(&format!("{ptr}/{}", escape_ptr(k)), format!("unsupported keyword `{k}`")));
+                return Err(err(
+                    &format!("{ptr}/{}", escape_ptr(k)),
+                    Kind::Unsupported,
+                    format!("unsupported keyword `{k}`"),
+                ));
             }
         }
         Ok(())

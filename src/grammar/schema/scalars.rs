@@ -3,6 +3,7 @@
 
 use serde_json::{Map, Value};
 
+use super::super::error::{BuildError, BuildErrorKind as Kind};
 use super::super::machine::{Automaton, Length, Machine, MultipleOf, Pattern, MAX_STATES};
 use super::keywords::STANDARD_FORMATS;
 use super::{err, machine_node, Compiler, Format, MachineKind, Mode, Node, NumBound};
@@ -26,7 +27,7 @@ impl Compiler<'_> {
                 None => {}
                 Some(Value::Bool(_)) if k.starts_with("exclusive") => {}
                 Some(Value::Number(n)) => out.push((k, n.as_f64().unwrap_or(f64::NAN), lower, exclusive)),
-                Some(_) => return Err(err(&format!("{ptr}/{k}"), format!("`{k}` must be a number"))),
+                Some(_) => return Err(err(&format!("{ptr}/{k}"), Kind::Invalid, format!("`{k}` must be a number"))),
             }
         }
         Ok(out)
@@ -75,7 +76,7 @@ impl Compiler<'_> {
             return Ok(node);
         }
         let at = format!("{ptr}/multipleOf");
-        let Value::Number(k) = k else { return Err(err(&at, "`multipleOf` must be a number")) };
+        let Value::Number(k) = k else { return Err(err(&at, Kind::Invalid, "`multipleOf` must be a number")) };
         // Numbers are written in plain decimal here, even unbounded ones.
         let text = match &node {
             Node::Number { min, max } => super::super::regex::number_range(*min, *max),
@@ -88,7 +89,7 @@ impl Compiler<'_> {
         match machine {
             Ok(m) if m.states.is_empty() => Ok(self.never(&at, format!("no multiple of {k} is within the bounds"))),
             Ok(m) => Ok(machine_node(m, kind)),
-            Err(e) if self.mode == Mode::Strict => Err(err(&at, e)),
+            Err(e) if self.mode == Mode::Strict => Err(e.at(&at)),
             Err(_) => Ok(node),
         }
     }
@@ -101,7 +102,7 @@ impl Compiler<'_> {
         format: Option<Format>,
         min: usize,
         max: Option<usize>,
-    ) -> std::result::Result<Node, String> {
+    ) -> std::result::Result<Node, BuildError> {
         let mut parts: Vec<Box<dyn Automaton>> = Vec::new();
         let (mut min, mut max) = (min, max.map(|m| m.min(super::super::regex::MAX_REPEAT.max(min))));
         // (regex, whether it is ASCII: its bytes are its characters)
@@ -141,6 +142,7 @@ impl Compiler<'_> {
                 if self.mode == Mode::Strict {
                     return Err(err(
                         &format!("{ptr}/{k}"),
+                        Kind::Unsupported,
                         format!("`{k}` on a number is only enforced within ±10^15 and to 16 decimals"),
                     ));
                 }
@@ -168,10 +170,9 @@ impl Compiler<'_> {
         let usize_of = |k: &str| -> Result<Option<usize>> {
             match obj.get(k) {
                 None => Ok(None),
-                Some(v) => v
-                    .as_u64()
-                    .map(|x| Some(x as usize))
-                    .ok_or_else(|| err(&format!("{ptr}/{k}"), format!("`{k}` must be a non-negative integer"))),
+                Some(v) => v.as_u64().map(|x| Some(x as usize)).ok_or_else(|| {
+                    err(&format!("{ptr}/{k}"), Kind::Invalid, format!("`{k}` must be a non-negative integer"))
+                }),
             }
         };
         let format = match obj.get("format").and_then(Value::as_str) {
@@ -188,14 +189,14 @@ impl Compiler<'_> {
             // strict mode. Any other name (`path`, `int32`, `url` …) is an annotation
             // the specification says to ignore.
             Some(f) if self.mode == Mode::Strict && STANDARD_FORMATS.contains(&f) => {
-                return Err(err(&format!("{ptr}/format"), format!("unsupported format `{f}`")))
+                return Err(err(&format!("{ptr}/format"), Kind::Unsupported, format!("unsupported format `{f}`")))
             }
             Some(_) => None,
         };
         let pattern = obj.get("pattern").and_then(Value::as_str).map(str::to_string);
         if let Some(p) = &pattern {
             super::super::regex::pattern_body(p, &super::super::regex::Json)
-                .map_err(|e| err(&format!("{ptr}/pattern"), e))?;
+                .map_err(|e| e.at(&format!("{ptr}/pattern")))?;
         }
         let (min_len, max_len) = (usize_of("minLength")?, usize_of("maxLength")?);
         if let (Some(a), Some(b)) = (min_len, max_len) {
@@ -214,7 +215,7 @@ impl Compiler<'_> {
                     max_len,
                     &super::super::regex::Json,
                 )
-                .map_err(|e| err(&format!("{ptr}/pattern"), e))?
+                .map_err(|e| e.at(&format!("{ptr}/pattern")))?
                 .is_some(),
                 _ => false,
             };
@@ -231,19 +232,24 @@ impl Compiler<'_> {
                         return Ok(self.never(ptr, format!("no string satisfies {what} within the length bounds")));
                     }
                     Ok(node) => return Ok(node),
-                    Err(e) if self.mode == Mode::Strict => return Err(err(ptr, e)),
+                    Err(e) if self.mode == Mode::Strict => return Err(e.at(ptr)),
                     Err(_) => {}
                 }
             } else if !exact && self.mode == Mode::Strict {
                 // Without machines the grammar is one regex per string.
                 if format.is_some() && pattern.is_some() {
-                    return Err(err(&format!("{ptr}/pattern"), "`pattern` together with `format` is not enforced"));
+                    return Err(err(
+                        &format!("{ptr}/pattern"),
+                        Kind::Unsupported,
+                        "`pattern` together with `format` is not enforced",
+                    ));
                 }
                 let shape = if format.is_some() { "format" } else { "pattern" };
                 for (k, v) in [("minLength", min_len.is_some()), ("maxLength", max_len.is_some())] {
                     if v {
                         return Err(err(
                             &format!("{ptr}/{k}"),
+                            Kind::Unsupported,
                             format!("`{k}` together with `{shape}` is not enforced"),
                         ));
                     }
