@@ -11,7 +11,7 @@ Each schema is compiled with llguidance's defaults (strict: no `lenient`, no
 written as compact JSON in its own key order and fed byte by byte (a 256-token byte
 vocabulary), then an accepting end is required. Prints the same totals as the Rust
 example; `--verdicts FILE` writes one JSON line per schema
-(`file`, `compiled`, `passed`, `error`) to compare the two engines schema by schema.
+(`file`, `compiled`, `passed`, `error`, `compile_ms`) to compare the two engines schema by schema.
 """
 import json
 import os
@@ -67,12 +67,14 @@ def main():
                 error = matcher.get_error()
         except (ValueError, TypeError) as e:
             error = str(e)
-        compile_ms.append((time.perf_counter() - t) * 1e3)
+        ms = (time.perf_counter() - t) * 1e3
+        compile_ms.append(ms)
         if error is not None:
             key = error.splitlines()[0][:70]
             errors[key] = errors.get(key, 0) + 1
             if verdicts:
-                verdicts.write(json.dumps({"file": name, "compiled": False, "passed": False, "error": error[:200]}) + "\n")
+                verdicts.write(json.dumps({"file": name, "compiled": False, "passed": False, "error": error[:200],
+                                           "compile_ms": ms}) + "\n")
             continue
         compiled += 1
         ok = True
@@ -92,7 +94,7 @@ def main():
                     ok = False
         passed += ok
         if verdicts:
-            verdicts.write(json.dumps({"file": name, "compiled": True, "passed": ok, "error": None}) + "\n")
+            verdicts.write(json.dumps({"file": name, "compiled": True, "passed": ok, "error": None, "compile_ms": ms}) + "\n")
     print(f"llguidance {llguidance.__version__}: strict, compact separators")
     print(f"schemas: {schemas}")
     print(f"compiled: {compiled} ({100 * compiled / schemas:.1f}%); "
