@@ -323,9 +323,7 @@ impl From<Error> for ApiError {
             // The schema's pointer (`tools[get_weather].function.parameters/properties/x`)
             // is the OpenAI error's `param`.
             Error::Schema { ref pointer, .. } => ApiError::bad(e.to_string(), Some(pointer)),
-            Error::ContextOverflow { .. } | Error::Template { .. } => {
-                ApiError::bad(e.to_string(), None)
-            }
+            Error::ContextOverflow { .. } | Error::Template { .. } => ApiError::bad(e.to_string(), None),
             other => {
                 tracing::error!("internal error: {other}");
                 ApiError {
