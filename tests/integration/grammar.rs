@@ -1221,3 +1221,58 @@ fn long_property_names_beside_extra_properties() {
     let past = run(4 * MAX_BUILT_KEY_CHARS);
     assert!(past.as_ref().is_err_and(|e| e.contains("does not compile")), "{past:?}");
 }
+
+/// `Machine::intersect` steps each run of bytes every part treats alike once
+/// (`Automaton::class_starts`): the machine it builds is the one stepping all 256
+/// bytes builds, state for state, for patterns with lengths, multiples and
+/// complements.
+#[test]
+fn intersect_by_byte_runs_equals_intersect_by_bytes() {
+    use toolgate::grammar::machine::{Automaton, Length, Machine, MultipleOf, Not, Pattern};
+    // The same automaton without its byte classes: every byte stepped.
+    struct EveryByte(Box<dyn Automaton>);
+    impl Automaton for EveryByte {
+        fn start(&mut self) -> Option<u64> {
+            self.0.start()
+        }
+        fn next(&mut self, s: u64, b: u8) -> Option<u64> {
+            self.0.next(s, b)
+        }
+        fn accepts(&mut self, s: u64) -> bool {
+            self.0.accepts(s)
+        }
+    }
+    type Parts = Vec<Box<dyn Automaton>>;
+    let cases: Vec<fn() -> Parts> = vec![
+        || vec![Box::new(Pattern::new("[a-z]+[0-9]*").unwrap()), Box::new(Length::new(2, Some(6)))],
+        || vec![Box::new(Pattern::new(r"(?:\p{L}|-)+").unwrap()), Box::new(Length::new(3, None))],
+        || {
+            vec![
+                Box::new(Pattern::new(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?").unwrap()),
+                Box::new(MultipleOf::new("0.25").unwrap()),
+            ]
+        },
+        || {
+            vec![
+                Box::new(Pattern::new("[a-z_]+").unwrap()),
+                Box::new(Not(Box::new(Pattern::new("id|name|x.*").unwrap()))),
+            ]
+        },
+        || {
+            vec![
+                Box::new(Pattern::new(r"(?s:.)*").unwrap()),
+                Box::new(Length::new(0, Some(3))),
+                Box::new(Not(Box::new(Pattern::new("é.*").unwrap()))),
+            ]
+        },
+        // Bytes a pattern does not tell apart: the runs come from `Length` alone.
+        || vec![Box::new(Pattern::new(r"(?-u:[\x00-\xF6])*").unwrap()), Box::new(Length::new(1, Some(2)))],
+    ];
+    for (i, parts) in cases.iter().enumerate() {
+        let fast = Machine::intersect(&mut parts(), 4096).unwrap();
+        let mut slow: Parts = parts().into_iter().map(|p| Box::new(EveryByte(p)) as Box<dyn Automaton>).collect();
+        let slow = Machine::intersect(&mut slow, 4096).unwrap();
+        assert!(!fast.states.is_empty(), "case {i}");
+        assert_eq!(fast, slow, "case {i}");
+    }
+}
