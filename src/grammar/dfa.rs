@@ -60,11 +60,10 @@ use std::sync::Arc;
 use regex_automata::nfa::thompson::{self, State, NFA};
 use regex_automata::util::alphabet::ByteClasses;
 use regex_automata::util::primitives::StateID;
-use regex_automata::util::syntax;
 use regex_syntax::hir::Hir;
 
 use super::error::{BuildError, BuildErrorKind as Kind};
-use super::rules::{PropertySet, Rules, CALL_DIGIT, CALL_END, CALL_START, SET_START};
+use super::rules::{parse_rule, PropertySet, Rules, CALL_DIGIT, CALL_END, CALL_START, SET_START};
 use crate::Result;
 
 /// A DFA state: an index into a [`Cache`]'s tables, valid until the cache is cleared.
@@ -246,15 +245,14 @@ impl Dfa {
         let fail = |kind: Kind| move |reason: String| BuildError::new(kind, reason).at("#");
         // Rules built as `Hir` already (see [`Rules::share_built`]) skip the parser;
         // the others are parsed here, as the NFA compiler would.
-        let config = syntax::Config::new().utf8(false);
-        let parsed: Vec<Option<Hir>> = std::iter::once(main)
+        let hirs: Vec<std::borrow::Cow<Hir>> = std::iter::once(main)
             .chain(rules.iter().map(String::as_str))
             .enumerate()
             .map(|(i, text)| match i.checked_sub(1).and_then(|r| built.get(r)).and_then(Option::as_ref) {
-                Some(_) => Ok(None),
-                None => syntax::parse_with(text, &config).map(Some).map_err(|e| {
+                Some(hir) => Ok(std::borrow::Cow::Borrowed(hir)),
+                None => parse_rule(text).map(std::borrow::Cow::Owned).map_err(|e| {
                     // The kind alone: the error's own display quotes the whole regex.
-                    let kind = match &e {
+                    let kind = match &*e {
                         regex_syntax::Error::Parse(e) => e.kind().to_string(),
                         regex_syntax::Error::Translate(e) => e.kind().to_string(),
                         _ => "error parsing regex".into(),
@@ -264,11 +262,6 @@ impl Dfa {
             })
             .collect::<std::result::Result<_, _>>()
             .map_err(fail(Kind::Pattern))?;
-        let hirs: Vec<&Hir> = parsed
-            .iter()
-            .enumerate()
-            .filter_map(|(i, p)| p.as_ref().or_else(|| built.get(i.checked_sub(1)?)?.as_ref()))
-            .collect();
         let nfa = thompson::Compiler::new()
             .configure(
                 thompson::Config::new()

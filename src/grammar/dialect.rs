@@ -114,6 +114,11 @@ fn is_plain_char(c: char) -> bool {
 /// # Ok::<(), toolgate::Error>(())
 /// ```
 pub fn key_except(first: &str, rest: &str, names: &[&str]) -> String {
+    key_except_text(&Trie::of(names), first, rest)
+}
+
+/// [`key_except`] over the names' trie.
+fn key_except_text(trie: &Trie, first: &str, rest: &str) -> String {
     fn rec(t: &Trie, class: &str, rest: &str, out: &mut String) {
         out.push_str("(?:");
         let mut alts = 0;
@@ -141,7 +146,7 @@ pub fn key_except(first: &str, rest: &str, names: &[&str]) -> String {
         out.push(')');
     }
     let mut out = String::new();
-    rec(&Trie::of(names), first, rest, &mut out);
+    rec(trie, first, rest, &mut out);
     out
 }
 
@@ -221,8 +226,9 @@ pub fn key_except_built(first: &str, rest: &str, names: &[&str]) -> Option<Built
         greedy: true,
         sub: Box::new(Hir::class(rest_class.clone())),
     });
-    let hir = rec(&Trie::of(names), &first_class, &rest_class, &rest_star)?;
-    Some(Built { text: key_except(first, rest, names), hir })
+    let trie = Trie::of(names);
+    let hir = rec(&trie, &first_class, &rest_class, &rest_star)?;
+    Some(Built { text: key_except_text(&trie, first, rest), hir })
 }
 
 /// The names' trie: each node says whether a name ends there and where each next

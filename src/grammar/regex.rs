@@ -201,8 +201,8 @@ fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
                 // strings: not generated.
                 Some(_) => None,
                 // Past one name, the key trie is its own rule, built without parsing
-                // (see `Dialect::any_key_built`).
-                // Keyed by the names and by how the dialect spells a key.
+                // (see `Dialect::any_key_built`), keyed by the names and by how the
+                // dialect spells a key.
                 None => {
                     let key = || format!("{}\u{0}{}", d.any_key(&[]), names.join("\u{0}"));
                     let shared = (rules.shares() && names.len() > 1)
@@ -346,10 +346,7 @@ fn machine_rules(m: &Machine, string: bool, d: &dyn Dialect, rules: &mut Rules) 
         }
         let text = alts.join("|");
         match hirs {
-            Some(h) if std::env::var_os("TG_NOMACH").is_none() => {
-                rules.define_built(base + i, Built { text, hir: Hir::alternation(h) })
-            }
-            Some(_) => rules.define(base + i, text),
+            Some(h) => rules.define_built(base + i, Built { text, hir: Hir::alternation(h) }),
             None => rules.define(base + i, text),
         }
     }

@@ -54,11 +54,17 @@ impl Built {
     /// # Errors
     /// [`crate::Error::Schema`] when `text` is not a regex.
     pub fn parse(text: &str) -> crate::Result<Self> {
-        let config = regex_automata::util::syntax::Config::new().utf8(false);
-        let hir = regex_automata::util::syntax::parse_with(text, &config)
+        let hir = parse_rule(text)
             .map_err(|e| BuildError::new(BuildErrorKind::Pattern, format!("not a regex: {e}")).at("#"))?;
         Ok(Self { text: text.to_string(), hir })
     }
+}
+
+/// A rule's text parsed with the grammar's syntax (Unicode on, UTF-8 off: rule
+/// references are bytes no UTF-8 text holds), as [`super::dfa::Dfa`] compiles it.
+pub(crate) fn parse_rule(text: &str) -> Result<Hir, Box<regex_syntax::Error>> {
+    regex_automata::util::syntax::parse_with(text, &regex_automata::util::syntax::Config::new().utf8(false))
+        .map_err(Box::new)
 }
 
 /// Sub-grammars a regex references instead of copying. A plain regex cannot share a
