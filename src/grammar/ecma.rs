@@ -176,20 +176,53 @@ fn top_level_alternatives(p: &str) -> Vec<&str> {
 }
 
 /// Whether the name `text` matches `pattern` (ECMA-262, unanchored unless `^`/`$`
-/// say otherwise), by the same translation [`pattern_body`] uses.
+/// say otherwise), by the same translation [`pattern_body`] uses. To test many names
+/// against one pattern, compile it once with [`NameMatcher`].
 ///
 /// # Errors
 /// As [`pattern_body`].
 pub fn pattern_matches(pattern: &str, text: &str) -> std::result::Result<bool, BuildError> {
-    let body = pattern_body(pattern, &Json)?;
-    let spelled = serde_json::to_string(text).map_err(|e| BuildError::new(Kind::Invalid, e.to_string()))?;
-    let dfa = super::dfa::Dfa::new(&body, super::dfa::NFA_SIZE_LIMIT).map_err(BuildError::from_error)?;
-    let mut cache = dfa.create_cache(32 << 20);
-    let walked = spelled.as_bytes()[1..spelled.len() - 1].iter().try_fold(dfa.start(&mut cache), |s, &b| {
-        let n = dfa.next(&mut cache, s, b);
-        (!n.is_dead()).then_some(n)
-    });
-    Ok(walked.is_some_and(|s| dfa.is_accepting(&cache, s)))
+    Ok(NameMatcher::new(pattern)?.matches(text))
+}
+
+/// A `patternProperties` pattern compiled once, to test property names against it
+/// (ECMA-262 semantics, as [`pattern_matches`]).
+///
+/// ```
+/// use toolgate::grammar::ecma::NameMatcher;
+/// let m = NameMatcher::new("^x-")?;
+/// assert!(m.matches("x-rate") && !m.matches("rate-x"));
+/// # Ok::<(), toolgate::grammar::error::BuildError>(())
+/// ```
+#[derive(Debug)]
+pub struct NameMatcher {
+    dfa: super::dfa::Dfa,
+}
+
+impl NameMatcher {
+    /// Compile `pattern`. Cost: one translation and one NFA build.
+    ///
+    /// # Errors
+    /// As [`pattern_body`], or when the translated pattern does not compile.
+    pub fn new(pattern: &str) -> std::result::Result<Self, BuildError> {
+        let body = pattern_body(pattern, &Json)?;
+        let dfa = super::dfa::Dfa::new(&body, super::dfa::NFA_SIZE_LIMIT).map_err(BuildError::from_error)?;
+        Ok(Self { dfa })
+    }
+
+    /// Whether the name `text` matches. Cost: a walk of the name's JSON spelling on
+    /// a fresh lazy DFA cache.
+    pub fn matches(&self, text: &str) -> bool {
+        // Names are matched as the grammar spells them: JSON-escaped string content.
+        let Ok(spelled) = serde_json::to_string(text) else { return false };
+        let dfa = &self.dfa;
+        let mut cache = dfa.create_cache(32 << 20);
+        let walked = spelled.as_bytes()[1..spelled.len() - 1].iter().try_fold(dfa.start(&mut cache), |s, &b| {
+            let n = dfa.next(&mut cache, s, b);
+            (!n.is_dead()).then_some(n)
+        });
+        walked.is_some_and(|s| dfa.is_accepting(&cache, s))
+    }
 }
 
 /// Rewrite ECMA-262's ASCII `\d`, `\D`, `\w`, `\W` and its `.` into Rust syntax

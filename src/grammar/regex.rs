@@ -8,7 +8,7 @@ pub use super::dialect::{
     key_except, key_except_built, python_repr, python_repr_single, without_literal, Dialect, Gemma4, Json, Python,
     PythonSingle, XmlText, MAX_BUILT_KEY_CHARS,
 };
-pub use super::ecma::{decoded_pattern, names_machine, pattern_body, pattern_matches, pattern_with_length};
+pub use super::ecma::{decoded_pattern, names_machine, pattern_body, pattern_matches, pattern_with_length, NameMatcher};
 pub use super::numbers::{format_regex, int_range, number_range};
 
 use super::ir::{MachineKind, Node, ANY_VALUE_LEVELS};
@@ -218,8 +218,10 @@ fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
             for (p, n) in patterns {
                 // Declared names the pattern also matches go through their own
                 // (merged) schema: the pattern's keys skip them, as a machine.
-                let declared: Vec<&str> =
-                    names.iter().copied().filter(|name| pattern_matches(p, name) == Ok(true)).collect();
+                let declared: Vec<&str> = match NameMatcher::new(p) {
+                    Ok(m) => names.iter().copied().filter(|name| m.matches(name)).collect(),
+                    Err(_) => Vec::new(),
+                };
                 let key = match declared.is_empty() {
                     true => pattern_body(p, &Json).ok().and_then(|b| d.pattern_key(&b)),
                     false if d.keys_are_strings() && rules.shares() => {

@@ -91,7 +91,7 @@ impl Compiler<'_> {
                 // keeps the declared schema).
                 let mut s = std::borrow::Cow::Borrowed(s);
                 for (pat, ps) in pattern_schemas.into_iter().flatten() {
-                    if super::super::regex::pattern_matches(pat, name).unwrap_or(false) {
+                    if self.pattern_matches(pat, name).unwrap_or(false) {
                         match (s.as_object().and_then(|o| merge_objects(o, ps)), self.mode) {
                             (Some(m), _) => s = std::borrow::Cow::Owned(m),
                             (None, Mode::Lenient) => {}
@@ -125,7 +125,7 @@ impl Compiler<'_> {
                 if self.mode == Mode::Strict {
                     if !self.machines {
                         for (name, _, _) in &properties {
-                            if super::super::regex::pattern_matches(pat, name).map_err(|e| e.at(&at))? {
+                            if self.pattern_matches(pat, name).map_err(|e| e.at(&at))? {
                                 return Err(err(
                                     &at,
                                     Kind::Unsupported,
@@ -201,7 +201,7 @@ impl Compiler<'_> {
         let named = dependencies.iter().flat_map(|(a, bs)| std::iter::once(a).chain(bs)).map(String::as_str);
         for (r, is_required) in required.iter().map(|r| (*r, true)).chain(named.map(|n| (n, false))) {
             if !properties.iter().any(|(n, _, _)| n == r) {
-                let by_pattern = patterns.iter().find(|(p, _)| super::super::regex::pattern_matches(p, r) == Ok(true));
+                let by_pattern = patterns.iter().find(|(p, _)| self.pattern_matches(p, r) == Ok(true));
                 let value = match (by_pattern, obj.get("additionalProperties")) {
                     (Some((_, n)), _) => n.clone(),
                     (None, Some(Value::Bool(false))) if is_required => self.never(

@@ -32,8 +32,10 @@ use super::machine::Machine;
 use super::prune::prune;
 pub use super::regex::names_machine;
 
+use super::ecma::NameMatcher;
 use super::error::{BuildError, BuildErrorKind as Kind};
 use crate::{Error, Result};
+use std::collections::HashMap;
 
 /// Compile a JSON Schema into a [`Node`].
 ///
@@ -157,6 +159,9 @@ struct Compiler<'a> {
     /// The document as a `jsonschema` resource ([`ROOT_URI`]), for literal checks
     /// whose keywords hold a `$ref`: built at the first such check.
     registry: std::cell::OnceCell<std::result::Result<jsonschema::Registry<'a>, String>>,
+    /// `patternProperties` patterns compiled for testing names, by pattern
+    /// ([`Compiler::pattern_matches`]): each compiled once per schema.
+    name_matchers: std::cell::RefCell<HashMap<String, std::rc::Rc<std::result::Result<NameMatcher, BuildError>>>>,
 }
 
 /// Where [`Compiler::filter_literals`] registers the schema document.
@@ -209,6 +214,23 @@ impl<'a> Compiler<'a> {
             empty: Default::default(),
             literal_checks: Default::default(),
             registry: Default::default(),
+            name_matchers: Default::default(),
+        }
+    }
+
+    /// Whether the property name `name` matches the `patternProperties` pattern
+    /// `pattern` ([`super::ecma::pattern_matches`]), the pattern compiled once per
+    /// schema however many names are tested against it.
+    fn pattern_matches(&self, pattern: &str, name: &str) -> std::result::Result<bool, BuildError> {
+        let matcher = self
+            .name_matchers
+            .borrow_mut()
+            .entry(pattern.to_string())
+            .or_insert_with(|| std::rc::Rc::new(NameMatcher::new(pattern)))
+            .clone();
+        match &*matcher {
+            Ok(m) => Ok(m.matches(name)),
+            Err(e) => Err(e.clone()),
         }
     }
 
@@ -373,9 +395,10 @@ impl<'a> Compiler<'a> {
                 // `oneOf` means exactly one: the grammar's "any of" is that only when no
                 // value can match two branches.
                 if key == "oneOf" && self.mode == Mode::Strict {
+                    let mut automata = Default::default();
                     for i in 0..nodes.len() {
                         for j in i + 1..nodes.len() {
-                            if !disjoint(&nodes[i], &nodes[j]) {
+                            if !disjoint(&nodes[i], &nodes[j], &mut automata) {
                                 return Err(err(
                                     &format!("{ptr}/oneOf/{j}"),
                                     Kind::Unsupported,

@@ -41,8 +41,13 @@ pub(super) fn kinds(n: &Node) -> u8 {
     }
 }
 
+/// The automata [`disjoint`] built for scalar grammars, by regex text: a `oneOf` of
+/// `n` branches compares `n²/2` pairs, and each branch's automaton is built once.
+pub(super) type Automata = std::collections::HashMap<String, Option<Dfa>>;
+
 /// Whether no value can match both nodes (conservative: `false` when unsure).
-pub(super) fn disjoint(a: &Node, b: &Node) -> bool {
+/// `automata` keeps the scalar automata built so far, for the next call.
+pub(super) fn disjoint(a: &Node, b: &Node, automata: &mut Automata) -> bool {
     if kinds(a) & kinds(b) == 0 {
         return true;
     }
@@ -52,14 +57,14 @@ pub(super) fn disjoint(a: &Node, b: &Node) -> bool {
             let same = |a: &Value, b: &Value| a == b || (a.is_number() && a.as_f64() == b.as_f64());
             x.iter().all(|v| !y.iter().any(|w| same(v, w)))
         }
-        (Node::Def { body, .. }, other) | (other, Node::Def { body, .. }) => disjoint(body, other),
+        (Node::Def { body, .. }, other) | (other, Node::Def { body, .. }) => disjoint(body, other, automata),
         // A discriminator: a property both require, with values no value satisfies both.
         (
             Node::Object { properties: pa, additional: xa, patterns: qa, .. },
             Node::Object { properties: pb, additional: xb, patterns: qb, .. },
         ) => {
             let discriminated =
-                pa.iter().any(|(k, va, ra)| *ra && pb.iter().any(|(kb, vb, rb)| *rb && kb == k && disjoint(va, vb)));
+                pa.iter().any(|(k, va, ra)| *ra && pb.iter().any(|(kb, vb, rb)| *rb && kb == k && disjoint(va, vb, automata)));
             // A property one side requires and the other, closed, cannot hold.
             let closed_out = |p: &[(String, Node, bool)],
                               other: &[(String, Node, bool)],
@@ -76,23 +81,22 @@ pub(super) fn disjoint(a: &Node, b: &Node) -> bool {
             below(a1, b0) || below(b1, a0)
         }
         (Node::AnyOf(xs), other) | (other, Node::AnyOf(xs)) if !exact_scalar(a) || !exact_scalar(b) => {
-            xs.iter().all(|x| disjoint(x, other))
+            xs.iter().all(|x| disjoint(x, other, automata))
         }
         // Scalars whose grammar is exactly their schema (no caps, no format subsets):
         // disjoint when their automata share no text.
         _ if exact_scalar(a) && exact_scalar(b) => {
             const MAX_PAIRS: usize = 4096;
             let d = &super::super::regex::Json;
-            let dfa = |n: &Node| {
-                Dfa::from_rules(
-                    &super::super::regex::to_regex(n, d),
-                    &super::super::rules::Rules::none(),
-                    super::super::dfa::NFA_SIZE_LIMIT,
-                )
-                .ok()
-            };
-            match (dfa(a), dfa(b)) {
-                (Some(da), Some(db)) => da.intersects(&db, MAX_PAIRS) == Some(false),
+            let [ta, tb] = [a, b].map(|n| super::super::regex::to_regex(n, d));
+            for t in [&ta, &tb] {
+                if !automata.contains_key(t) {
+                    let dfa = Dfa::from_rules(t, &super::super::rules::Rules::none(), super::super::dfa::NFA_SIZE_LIMIT);
+                    automata.insert(t.clone(), dfa.ok());
+                }
+            }
+            match (&automata[&ta], &automata[&tb]) {
+                (Some(da), Some(db)) => da.intersects(db, MAX_PAIRS) == Some(false),
                 _ => false,
             }
         }
