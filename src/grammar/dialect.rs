@@ -166,7 +166,7 @@ pub const MAX_BUILT_KEY_CHARS: usize = 256;
 /// use toolgate::grammar::rules::Built;
 /// let built = key_except_built("[a-z]", "[a-z]", &["ab", "b"]).unwrap();
 /// assert_eq!(built.text, key_except("[a-z]", "[a-z]", &["ab", "b"]));
-/// assert_eq!(built.hir, Built::parse(&built.text)?.hir);
+/// assert_eq!(built.hir(), Built::parse(&built.text)?.hir());
 /// # Ok::<(), toolgate::Error>(())
 /// ```
 pub fn key_except_built(first: &str, rest: &str, names: &[&str]) -> Option<Built> {
@@ -182,7 +182,7 @@ pub fn key_except_built(first: &str, rest: &str, names: &[&str]) -> Option<Built
         std::sync::LazyLock::new(Default::default);
     let class = |text: &str| {
         let mut cache = CLASSES.lock().unwrap_or_else(|p| p.into_inner());
-        let parsed = cache.entry(text.to_string()).or_insert_with(|| match Built::parse(text).ok()?.hir.into_kind() {
+        let parsed = cache.entry(text.to_string()).or_insert_with(|| match Built::parse(text).ok()?.hir()?.into_kind() {
             HirKind::Class(c) => Some(c),
             _ => None,
         });
@@ -228,7 +228,7 @@ pub fn key_except_built(first: &str, rest: &str, names: &[&str]) -> Option<Built
     });
     let trie = Trie::of(names);
     let hir = rec(&trie, &first_class, &rest_class, &rest_star)?;
-    Some(Built { text: key_except_text(&trie, first, rest), hir })
+    Some(Built::from_hir(key_except_text(&trie, first, rest), hir))
 }
 
 /// The names' trie: each node says whether a name ends there and where each next
@@ -282,19 +282,15 @@ impl Dialect for Json {
         // As `any_key`, the trie built as `Hir`.
         let names: Vec<&str> = except.iter().copied().filter(|n| n.chars().all(is_plain_char)).collect();
         let plain = key_except_built(PLAIN_CHAR, PLAIN_CHAR, &names)?;
-        let quote = || Hir::literal(*b"\"");
+        let quote = Built::from_hir("\"".into(), Hir::literal(*b"\""));
         match names.len() == except.len() {
             true => {
-                static ESCAPED: std::sync::LazyLock<Option<Hir>> =
-                    std::sync::LazyLock::new(|| Built::parse(JSON_ESCAPED_KEY).ok().map(|b| b.hir));
-                Some(Built {
-                    text: format!("\"(?:{}|{JSON_ESCAPED_KEY})\"", plain.text),
-                    hir: Hir::concat(vec![quote(), Hir::alternation(vec![plain.hir, ESCAPED.clone()?]), quote()]),
-                })
+                static ESCAPED: std::sync::LazyLock<Option<Built>> =
+                    std::sync::LazyLock::new(|| Built::parse(JSON_ESCAPED_KEY).ok());
+                let either = Built::bar(vec![plain, ESCAPED.clone()?]).group();
+                Some(Built::cat(vec![quote.clone(), either, quote]))
             }
-            false => {
-                Some(Built { text: format!("\"{}\"", plain.text), hir: Hir::concat(vec![quote(), plain.hir, quote()]) })
-            }
+            false => Some(Built::cat(vec![quote.clone(), plain, quote])),
         }
     }
     fn literal(&self, v: &Value) -> String {

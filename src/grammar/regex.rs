@@ -14,7 +14,7 @@ pub use super::numbers::{format_regex, int_range, number_range};
 use super::ir::{MachineKind, Node, ANY_VALUE_LEVELS};
 use super::machine::Machine;
 pub use super::rules::MAX_REPEAT;
-use super::rules::{alt, cap, repeat, NEVER};
+use super::rules::{cap, NEVER};
 use super::rules::{Built, Rules, SHARE_MIN_COUNT};
 
 /// The regex for `node` in dialect `d` (unanchored text; callers anchor).
@@ -25,172 +25,191 @@ use super::rules::{Built, Rules, SHARE_MIN_COUNT};
 /// [`to_rules`].
 pub fn to_regex(node: &Node, d: &dyn Dialect) -> String {
     let mut rules = Rules::none();
-    let main = emit(node, d, &mut rules);
+    let main = emit(node, d, &mut rules).text;
     if rules.bodies().is_empty() {
         return main;
     }
-    rules.inline(&main, MAX_INLINE).unwrap_or_else(|| emit(&Node::Never, d, &mut Rules::none()))
+    rules.inline(&main, MAX_INLINE).unwrap_or_else(|| NEVER.into())
 }
 
 /// Largest regex [`to_regex`] writes for a [`Node::Machine`].
 pub const MAX_INLINE: usize = 1 << 16;
 
 /// [`to_regex`], with large parts emitted once into `rules` and referenced (see
-/// [`Rules`]). Compile the result with [`super::Grammar::from_rules`].
+/// [`Rules`]). Compile the result with [`super::Grammar::from_rules`]. Every part is
+/// built as regex-syntax `Hir` beside its text ([`Built`]), so the compile parses
+/// none of it back; a long result is itself a rule, and the returned regex
+/// references it.
 ///
 /// Cost: linear in the schema's size, where [`to_regex`] copies shared parts.
 pub fn to_rules(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
-    emit(node, d, rules)
+    let main = emit(node, d, rules);
+    rules.share_part(main).text
 }
 
-fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
+fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> Built {
     match node {
-        Node::Never => NEVER.into(),
-        Node::Null => d.null(),
-        Node::Boolean => d.boolean(),
-        Node::Integer { min, max } => int_range(*min, *max),
+        Node::Never => Built::never(),
+        Node::Null => rules.leaf(d.null()),
+        Node::Boolean => rules.leaf(d.boolean()),
+        Node::Integer { min, max } => rules.leaf(int_range(*min, *max)),
         // The exponent stops at ±292: with at most 16 integer digits every number the
         // grammar allows is a finite f64 (`6.5e555` is RFC 8259 JSON, but no JSON
         // parser that reads into doubles accepts it). Integer parts of 17 or 18 digits
         // (64-bit ids, nanosecond times) take no exponent.
-        Node::Number { min: None, max: None } => concat!(
-            r"-?(?:(?:0|[1-9][0-9]{0,15})(?:\.[0-9]{1,16})?(?:[eE][+-]?(?:[0-9]{1,2}|1[0-9]{2}|2[0-8][0-9]|29[0-2]))?",
-            r"|[1-9][0-9]{16,17}(?:\.[0-9]{1,16})?)"
-        )
-        .into(),
-        Node::Number { min, max } => number_range(*min, *max),
+        Node::Number { min: None, max: None } => rules.leaf(
+            concat!(
+                r"-?(?:(?:0|[1-9][0-9]{0,15})(?:\.[0-9]{1,16})?(?:[eE][+-]?(?:[0-9]{1,2}|1[0-9]{2}|2[0-8][0-9]|29[0-2]))?",
+                r"|[1-9][0-9]{16,17}(?:\.[0-9]{1,16})?)"
+            )
+            .into(),
+        ),
+        Node::Number { min, max } => rules.leaf(number_range(*min, *max)),
         Node::String { min_len, max_len, pattern, format } => {
-            let q = d.quote();
+            let q = rules.leaf(d.quote());
             // A count past a few dozen (`maxLength`, a pattern's `{1,255}`).
             let long = (*min_len).max(max_len.unwrap_or(0)) > SHARE_MIN_COUNT;
             let body = match (format, pattern) {
-                (Some(f), _) => format_regex(*f),
+                (Some(f), _) => rules.leaf(format_regex(*f)),
                 // Length bounds beside a pattern hold where they meet exactly
                 // ([`pattern_with_length`]); elsewhere (lenient mode only) the pattern.
                 (None, Some(p)) => match pattern_with_length(p, *min_len, *max_len, d) {
-                    Ok(Some(re)) if *min_len > 0 || max_len.is_some() => re,
-                    _ => pattern_body(p, d).unwrap_or_else(|_| to_regex(&Node::Never, d)),
+                    Ok(Some(re)) if *min_len > 0 || max_len.is_some() => rules.leaf(re),
+                    _ => pattern_body(p, d).map_or_else(|_| Built::never(), |b| rules.leaf(b)),
                 },
                 // Past a few dozen, each count calls the one character rule instead of
                 // holding a copy of it.
                 (None, None) if long && rules.shares() => {
-                    let char = rules.share_always(d.string_char());
-                    repeat(&char, *min_len, *max_len)
+                    let char = rules.leaf(d.string_char());
+                    rules.share_part_always(char).repeat(*min_len, *max_len)
                 }
-                (None, None) => repeat(&d.string_char(), *min_len, *max_len),
+                (None, None) => rules.leaf(d.string_char()).repeat(*min_len, *max_len),
             };
+            let string = Built::cat(vec![q.clone(), body, q]);
             // A long count or a pattern is thousands of NFA states: compiled once,
             // however many properties share it.
             if (long || pattern.is_some()) && rules.shares() {
-                rules.share_always(format!("{q}{body}{q}"))
+                rules.share_part_always(string)
             } else {
-                format!("{q}{body}{q}")
+                string
             }
         }
         Node::Machine { machine, kind } => {
             let start = machine_rules(machine, *kind == MachineKind::String, d, rules);
             if *kind == MachineKind::String {
-                format!("{q}{start}{q}", q = d.quote())
+                let q = rules.leaf(d.quote());
+                Built::cat(vec![q.clone(), start, q])
             } else {
                 start
             }
         }
-        Node::Literals(vs) => alt(vs.iter().map(|v| d.literal(v)).collect()),
-        Node::AnyOf(ns) => alt(ns.iter().map(|n| emit(n, d, rules)).collect()),
+        Node::Literals(vs) => Built::alt(vs.iter().map(|v| rules.leaf(d.literal(v))).collect()),
+        Node::AnyOf(ns) => Built::alt(ns.iter().map(|n| emit(n, d, rules)).collect()),
         // One rule, its body referencing itself where the schema recurses. A plain
         // regex cannot hold it: `to_regex` writes such a grammar as matching nothing.
         Node::Def { key, body } => {
             let rule = rules.reserve(1);
             let outer = rules.defs.insert(key.clone(), rule);
-            let text = emit(body, d, rules);
+            let body = emit(body, d, rules);
             match outer {
                 Some(o) => rules.defs.insert(key.clone(), o),
                 None => rules.defs.remove(key),
             };
-            rules.define(rule, text);
-            Rules::reference(rule)
+            rules.define_built(rule, body);
+            Rules::reference_built(rule)
         }
         Node::Recurse(key) => match rules.defs.get(key) {
-            Some(&rule) => Rules::reference(rule),
-            None => NEVER.into(),
+            Some(&rule) => Rules::reference_built(rule),
+            None => Built::never(),
         },
         Node::AnyValue { levels } => {
             let string = Node::String { min_len: 0, max_len: None, pattern: None, format: None };
             let scalars = [Node::Null, Node::Boolean, Node::Number { min: None, max: None }, string];
-            let scalars = alt(scalars.iter().map(|n| emit(n, d, rules)).collect());
-            let (comma, colon, key) = (d.comma(), d.colon(), d.any_key(&[]));
-            let containers = |inner: &str| {
-                let member = format!("{key}{colon}{inner}");
-                format!(r"\[(?:{inner}(?:{comma}{inner})*)?\]|\{{(?:{member}(?:{comma}{member})*)?\}}")
+            let scalars = Built::alt(scalars.iter().map(|n| emit(n, d, rules)).collect());
+            let (comma, colon, key) = (rules.leaf(d.comma()), rules.leaf(d.colon()), rules.leaf(d.any_key(&[])));
+            let [open_list, close_list, open_map, close_map] =
+                [r"\[", r"\]", r"\{", r"\}"].map(|t| rules.leaf(t.into()));
+            // `[inner(,inner)*]|{member(,member)*}`, each list optional.
+            let containers = |inner: &Built| {
+                let list = |x: Built| {
+                    Built::cat(vec![x.clone(), Built::cat(vec![comma.clone(), x]).group().star()]).group().opt()
+                };
+                let member = Built::cat(vec![key.clone(), colon.clone(), inner.clone()]);
+                Built::bar(vec![
+                    Built::cat(vec![open_list.clone(), list(inner.clone()), close_list.clone()]),
+                    Built::cat(vec![open_map.clone(), list(member), close_map.clone()]),
+                ])
             };
             if rules.shares() && *levels >= super::dfa::MAX_STACK {
                 // One rule that calls itself: the DFA's stack bounds the nesting.
-                return rules.share_recursive(|me| format!("{scalars}|{}", containers(me)));
+                return rules.share_recursive(|me| Built::bar(vec![scalars.clone(), containers(me)]));
             }
             // One level after the other, down to scalars; a plain regex holds at
             // most `ANY_VALUE_LEVELS` (each level copies the one below four times).
             let levels = if rules.shares() { *levels } else { (*levels).min(ANY_VALUE_LEVELS) };
-            let scalars = rules.share(scalars);
+            let scalars = rules.share_part(scalars);
             let mut value = scalars.clone();
             for _ in 0..levels {
-                let inner = rules.share(value);
-                value = format!("{scalars}|{}", containers(&inner));
+                let inner = rules.share_part(value);
+                value = Built::bar(vec![scalars.clone(), containers(&inner)]);
             }
-            format!("(?:{value})")
+            value.group()
         }
         Node::Array { prefix, items, min, max } => {
             // Positional items are optional from `minItems` on (`[1]` satisfies two
             // `prefixItems`); the others follow, as many as the bounds allow.
-            let comma = d.comma();
+            let comma = rules.leaf(d.comma());
             let k = prefix.len().min(max.unwrap_or(usize::MAX));
             let item = items.as_ref().map(|n| {
                 let re = emit(n, d, rules);
-                rules.share(re)
+                rules.share_part(re)
             });
-            let never = to_regex(&Node::Never, d);
             let inner = if k == 0 {
-                match &item {
+                match item {
                     Some(item) => list(item, &comma, *min, *max),
-                    None if *min > 0 => never,
-                    None => String::new(),
+                    None if *min > 0 => Built::never(),
+                    None => Built::empty(),
                 }
             } else {
                 // After all `k` positional items.
-                let mut seq = match &item {
-                    Some(item) => repeat(&format!("(?:{comma}{item})"), min.saturating_sub(k), max.map(|m| m - k)),
-                    None if *min > k => never,
-                    None => String::new(),
+                let mut seq = match item {
+                    Some(item) => Built::cat(vec![comma.clone(), item])
+                        .group()
+                        .repeat(min.saturating_sub(k), max.map(|m| m - k)),
+                    None if *min > k => Built::never(),
+                    None => Built::empty(),
                 };
                 for i in (1..k).rev() {
                     let item = emit(&prefix[i], d, rules);
-                    let step = format!("{comma}{}{seq}", rules.share(item));
-                    seq = if i >= *min { format!("(?:{step})?") } else { step };
+                    let step = Built::cat(vec![comma.clone(), rules.share_part(item), seq]);
+                    seq = if i >= *min { step.group().opt() } else { step };
                 }
                 let first = emit(&prefix[0], d, rules);
-                let body = format!("{}{seq}", rules.share(first));
+                let body = Built::cat(vec![rules.share_part(first), seq]);
                 if *min == 0 {
-                    format!("(?:{body})?")
+                    body.group().opt()
                 } else {
                     body
                 }
             };
-            format!(r"\[{inner}\]")
+            Built::cat(vec![rules.leaf(r"\[".into()), inner, rules.leaf(r"\]".into())])
         }
         Node::Object { properties, additional, patterns, extra_keys, dependencies, non_empty } => {
-            let colon = d.colon();
-            let comma = d.comma();
+            let colon = rules.leaf(d.colon());
+            let comma = rules.leaf(d.comma());
             // A declared property with no value (`Never`, left by `prune` where extras
             // are allowed) is never written, but its name stays out of the extras.
             let writable: Vec<&(String, Node, bool)> = properties.iter().filter(|p| p.1 != Node::Never).collect();
-            let elems: Vec<(String, bool)> = writable
+            let elems: Vec<(Built, bool)> = writable
                 .iter()
                 .map(|(name, n, req)| {
                     let value = emit(n, d, rules);
-                    (format!("{}{colon}{}", d.key(name), rules.share(value)), *req)
+                    let value = rules.share_part(value);
+                    (Built::cat(vec![rules.leaf(d.key(name)), colon.clone(), value]), *req)
                 })
                 .collect();
             let names: Vec<&str> = properties.iter().map(|(n, _, _)| n.as_str()).collect();
-            let mut extras: Vec<String> = Vec::new();
+            let mut extras: Vec<Built> = Vec::new();
             // The extras' key, only when extras are allowed (a shared rule that nothing
             // calls would still be compiled).
             let key = additional.as_ref().and_then(|_| match extra_keys {
@@ -202,18 +221,19 @@ fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
                 Some(_) => None,
                 // Past one name, the key trie is its own rule, built without parsing
                 // (see `Dialect::any_key_built`), keyed by the names and by how the
-                // dialect spells a key.
-                None => {
+                // dialect spells a key; names too long for that are left to the
+                // parser (its nesting limit refuses them).
+                None if names.len() > 1 => {
                     let key = || format!("{}\u{0}{}", d.any_key(&[]), names.join("\u{0}"));
-                    let shared = (rules.shares() && names.len() > 1)
-                        .then(|| rules.share_built_keyed(key(), || d.any_key_built(&names)))
-                        .flatten();
-                    Some(shared.unwrap_or_else(|| d.any_key(&names)))
+                    let shared = rules.shares().then(|| rules.share_built_keyed(key(), || d.any_key_built(&names)));
+                    Some(shared.flatten().unwrap_or_else(|| Built::text_only(d.any_key(&names))))
                 }
+                None => Some(rules.leaf(d.any_key(&names))),
             });
             if let (Some(n), Some(key)) = (additional, key) {
                 let value = emit(n, d, rules);
-                extras.push(format!("{key}{colon}{}", rules.share(value)));
+                let value = rules.share_part(value);
+                extras.push(Built::cat(vec![key, colon.clone(), value]));
             }
             for (p, n) in patterns {
                 // Declared names the pattern also matches go through their own
@@ -222,8 +242,11 @@ fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
                     Ok(m) => names.iter().copied().filter(|name| m.matches(name)).collect(),
                     Err(_) => Vec::new(),
                 };
+                let plain_key = |rules: &mut Rules| {
+                    pattern_body(p, &Json).ok().and_then(|b| d.pattern_key(&b)).map(|k| rules.leaf(k))
+                };
                 let key = match declared.is_empty() {
-                    true => pattern_body(p, &Json).ok().and_then(|b| d.pattern_key(&b)),
+                    true => plain_key(rules),
                     false if d.keys_are_strings() && rules.shares() => {
                         names_machine(Some(p), &[], &declared).map(|m| {
                             let machine = std::sync::Arc::new(m);
@@ -232,17 +255,18 @@ fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
                     }
                     // A plain regex cannot skip them (strict mode refused the schema;
                     // lenient lets the pattern's keys take them too).
-                    false => pattern_body(p, &Json).ok().and_then(|b| d.pattern_key(&b)),
+                    false => plain_key(rules),
                 };
                 if let Some(key) = key {
                     let value = emit(n, d, rules);
-                    extras.push(format!("{key}{colon}{}", rules.share(value)));
+                    let value = rules.share_part(value);
+                    extras.push(Built::cat(vec![key, colon.clone(), value]));
                 }
             }
             let extra = match extras.len() {
                 0 => None,
                 1 => extras.pop(),
-                _ => Some(format!("(?:{})", extras.join("|"))),
+                _ => Some(Built::alt(extras)),
             };
             // `dependencies` as bit masks over the properties (every name is one).
             let index = |name: &str| writable.iter().position(|(n, _, _)| n == name);
@@ -256,9 +280,10 @@ fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
                 .filter(|d| d.as_ref().is_none_or(|&(i, mask)| mask & !(1u128 << i) != 0))
                 .collect();
             // A dependency that cannot be said as a mask: nothing matches.
-            let Some(deps) = deps else { return NEVER.into() };
+            let Some(deps) = deps else { return Built::never() };
             let members = Members { comma: &comma, non_empty: *non_empty, deps: &deps };
-            format!(r"\{{{}\}}", props_first(&elems, extra.as_deref(), members, rules))
+            let body = props_first(&elems, extra, members, rules);
+            Built::cat(vec![rules.leaf(r"\{".into()), body, rules.leaf(r"\}".into())])
         }
     }
 }
@@ -268,15 +293,9 @@ fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
 /// `mask`).
 #[derive(Clone, Copy)]
 struct Members<'a> {
-    comma: &'a str,
+    comma: &'a Built,
     non_empty: bool,
     deps: &'a [(usize, u128)],
-}
-
-impl<'a> Members<'a> {
-    fn new(comma: &'a str, non_empty: bool) -> Self {
-        Self { comma, non_empty, deps: &[] }
-    }
 }
 
 /// `m` as right-linear rules: one rule per state, an alternative per target state (the
@@ -284,25 +303,20 @@ impl<'a> Members<'a> {
 /// alternative where the state accepts. Returns the start state's reference. In a
 /// string (`string`), the bytes JSON escapes are spelled as the dialect spells them.
 /// Cost: linear in the machine's edges.
-fn machine_rules(m: &Machine, string: bool, d: &dyn Dialect, rules: &mut Rules) -> String {
+fn machine_rules(m: &Machine, string: bool, d: &dyn Dialect, rules: &mut Rules) -> Built {
     use regex_syntax::hir::{Class, ClassBytes, ClassBytesRange, Hir};
     if m.states.is_empty() {
-        return emit(&Node::Never, d, rules);
+        return Built::never();
     }
-    // Each rule is built as text (its name, for sharing and display) and as `Hir`
-    // (what the grammar compiles: a machine's rules were most of the regex parser's
-    // work). An escaped byte's spelling is parsed once per machine.
-    let mut spellings: std::collections::HashMap<u8, Option<Built>> = Default::default();
     let base = rules.reserve(m.states.len());
     for (i, state) in m.states.iter().enumerate() {
         let mut by_target: std::collections::BTreeMap<u32, Vec<(u8, u8)>> = Default::default();
         for &(lo, hi, t) in &state.edges {
             by_target.entry(t).or_default().push((lo, hi));
         }
-        let (mut alts, mut hirs) = (Vec::new(), Some(Vec::new()));
+        let mut alts = Vec::new();
         if state.accepting {
-            alts.push(String::new());
-            hirs.iter_mut().for_each(|h| h.push(Hir::empty()));
+            alts.push(Built::empty());
         }
         for (t, ranges) in by_target {
             let escaped = |b: u8| string && !d.plain_byte(b);
@@ -310,17 +324,16 @@ fn machine_rules(m: &Machine, string: bool, d: &dyn Dialect, rules: &mut Rules) 
             for (lo, hi) in ranges {
                 (lo..=hi).for_each(|b| taken[usize::from(b)] = true);
             }
-            let (mut spelled, mut class) = (Vec::new(), String::new());
-            let (mut spelled_hir, mut class_hir) = (Vec::new(), Vec::new());
+            // Escaped bytes as the dialect spells them (each parsed once per table),
+            // runs of plain bytes as one byte class.
+            let mut spelled = Vec::new();
+            let (mut class, mut class_hir) = (String::new(), Vec::new());
             let mut b = 0usize;
             while b < 256 {
                 if !taken[b] {
                     b += 1;
                 } else if escaped(b as u8) {
-                    let text = d.string_literal_char(char::from(b as u8));
-                    let parsed = spellings.entry(b as u8).or_insert_with(|| Built::parse(&text).ok());
-                    spelled_hir.push(parsed.as_ref().map(|p| p.hir.clone()));
-                    spelled.push(text);
+                    spelled.push(rules.leaf(d.string_literal_char(char::from(b as u8))));
                     b += 1;
                 } else {
                     // A run of plain bytes.
@@ -334,25 +347,17 @@ fn machine_rules(m: &Machine, string: bool, d: &dyn Dialect, rules: &mut Rules) 
                 }
             }
             if !class.is_empty() {
-                spelled.push(format!("(?-u:[{class}])"));
-                spelled_hir.push(Some(Hir::class(Class::Bytes(ClassBytes::new(class_hir)))));
+                let text = format!("(?-u:[{class}])");
+                spelled.push(match rules.shares() {
+                    true => Built::from_hir(text, Hir::class(Class::Bytes(ClassBytes::new(class_hir)))),
+                    false => Built::text_only(text),
+                });
             }
-            let target = base + t as usize;
-            alts.push(format!("(?:{}){}", spelled.join("|"), Rules::reference(target)));
-            // A spelling that does not parse is left as text (the grammar's compile
-            // reports it).
-            hirs = hirs.zip(spelled_hir.into_iter().collect::<Option<Vec<Hir>>>()).map(|(mut hirs, h)| {
-                hirs.push(Hir::concat(vec![Hir::alternation(h), Rules::reference_hir(target)]));
-                hirs
-            });
+            alts.push(Built::cat(vec![Built::bar(spelled).group(), Rules::reference_built(base + t as usize)]));
         }
-        let text = alts.join("|");
-        match hirs {
-            Some(h) => rules.define_built(base + i, Built { text, hir: Hir::alternation(h) }),
-            None => rules.define(base + i, text),
-        }
+        rules.define_built(base + i, Built::bar(alts));
     }
-    Rules::reference(base)
+    Rules::reference_built(base)
 }
 
 /// An upper estimate of the length of `to_regex(node, _)` in bytes, computed without
@@ -425,11 +430,11 @@ pub fn size_estimate(node: &Node) -> usize {
 pub const MAX_OPENING_PROPERTIES: usize = 8;
 
 /// Nothing emitted yet: the whole property list (`non_empty`: not the empty one).
-fn props_first(e: &[(String, bool)], extra: Option<&str>, m: Members, rules: &mut Rules) -> String {
+fn props_first(e: &[(Built, bool)], extra: Option<Built>, m: Members, rules: &mut Rules) -> Built {
     let Members { comma, non_empty, deps } = m;
     // `dependencies` only hold in a property set (see `schema::Node::Object`).
     if !deps.is_empty() && !rules.takes_any_order(e.len()) {
-        return NEVER.into();
+        return Built::never();
     }
     if rules.shares() {
         return props_first_shared(e, extra, comma, non_empty, deps, rules);
@@ -438,7 +443,7 @@ fn props_first(e: &[(String, bool)], extra: Option<&str>, m: Members, rules: &mu
     let mut all_optional = true;
     for (j, (re, required)) in e.iter().enumerate() {
         if *required || j < MAX_OPENING_PROPERTIES {
-            alts.push(format!("{re}{}", props_rest(e, j + 1, extra, comma)));
+            alts.push(Built::cat(vec![re.clone(), props_rest(e, j + 1, extra.as_ref(), comma)]));
         }
         if *required {
             all_optional = false;
@@ -446,14 +451,15 @@ fn props_first(e: &[(String, bool)], extra: Option<&str>, m: Members, rules: &mu
         }
     }
     if all_optional {
+        let many = |x: Built| Built::cat(vec![x.clone(), Built::cat(vec![comma.clone(), x]).group().star()]);
         match (extra, non_empty) {
-            (Some(x), false) => alts.push(format!("(?:{x}(?:{comma}{x})*)?")),
-            (Some(x), true) => alts.push(format!("{x}(?:{comma}{x})*")),
-            (None, false) => alts.push(String::new()),
+            (Some(x), false) => alts.push(many(x).group().opt()),
+            (Some(x), true) => alts.push(many(x)),
+            (None, false) => alts.push(Built::empty()),
             (None, true) => {}
         }
     }
-    alt(alts)
+    Built::alt(alts)
 }
 
 /// [`props_first`] with "the rest of the object from property `i` on" shared through
@@ -462,72 +468,75 @@ fn props_first(e: &[(String, bool)], extra: Option<&str>, m: Members, rules: &mu
 /// extra properties may stand anywhere between the declared ones, as JSON Schema
 /// allows.
 fn props_first_shared(
-    e: &[(String, bool)],
-    extra: Option<&str>,
-    comma: &str,
+    e: &[(Built, bool)],
+    extra: Option<Built>,
+    comma: &Built,
     non_empty: bool,
     deps: &[(usize, u128)],
     rules: &mut Rules,
-) -> String {
+) -> Built {
     // An extra property is written once, as a rule, however often it may appear.
-    let extra = extra.map(|x| rules.share(x.to_string()));
-    let extra = extra.as_deref();
-    let extras = extra.map(|x| format!("(?:{comma}{x})*")).unwrap_or_default();
+    let extra = extra.map(|x| rules.share_part(x));
     if rules.takes_any_order(e.len()) {
-        return rules.property_set(e, extra, comma, non_empty, deps);
+        return rules.property_set(e, extra.as_ref(), comma, non_empty, deps);
     }
-    let mut rest = vec![String::new(); e.len() + 1];
+    let extras = match &extra {
+        Some(x) => Built::cat(vec![comma.clone(), x.clone()]).group().star(),
+        None => Built::empty(),
+    };
+    let mut rest = vec![Built::empty(); e.len() + 1];
     rest[e.len()] = extras.clone();
     // `rest[0]` is only needed after an extra property opened the object.
     let first = if extra.is_some() { 0 } else { 1 };
     for i in (first..e.len()).rev() {
         let own = rest_element(&e[i].0, e[i].1, comma);
-        rest[i] = rules.share(format!("{extras}{own}{}", rest[i + 1]));
+        rest[i] = rules.share_part(Built::cat(vec![extras.clone(), own, rest[i + 1].clone()]));
     }
     let mut alts = Vec::new();
     for (j, (re, required)) in e.iter().enumerate() {
-        alts.push(format!("{re}{}", rest[j + 1]));
+        alts.push(Built::cat(vec![re.clone(), rest[j + 1].clone()]));
         if *required {
             break;
         }
     }
     if let Some(x) = extra {
-        alts.push(format!("{x}{}", rest[0]));
+        alts.push(Built::cat(vec![x, rest[0].clone()]));
     }
     if !non_empty && e.iter().all(|(_, required)| !required) {
-        alts.push(String::new());
+        alts.push(Built::empty());
     }
-    alt(alts)
+    Built::alt(alts)
 }
 
 /// Something emitted, at element `i`.
-fn props_rest(e: &[(String, bool)], i: usize, extra: Option<&str>, comma: &str) -> String {
-    let mut out = String::new();
-    for (re, required) in &e[i..] {
-        out.push_str(&rest_element(re, *required, comma));
-    }
+fn props_rest(e: &[(Built, bool)], i: usize, extra: Option<&Built>, comma: &Built) -> Built {
+    let mut out: Vec<Built> = e[i..].iter().map(|(re, required)| rest_element(re, *required, comma)).collect();
     if let Some(x) = extra {
-        out.push_str(&format!("(?:{comma}{x})*"));
+        out.push(Built::cat(vec![comma.clone(), x.clone()]).group().star());
     }
-    out
+    Built::cat(out)
 }
 
-fn rest_element(re: &str, required: bool, comma: &str) -> String {
+fn rest_element(re: &Built, required: bool, comma: &Built) -> Built {
+    let element = Built::cat(vec![comma.clone(), re.clone()]);
     if required {
-        format!("{comma}{re}")
+        element
     } else {
-        format!("(?:{comma}{re})?")
+        element.group().opt()
     }
 }
 
-fn list(item: &str, comma: &str, lo: usize, hi: Option<usize>) -> String {
+/// `item` `lo..=hi` times (`hi` capped as [`super::rules::repeat`] caps), `comma`
+/// between.
+fn list(item: Built, comma: &Built, lo: usize, hi: Option<usize>) -> Built {
     let hi = hi.map(|_| cap(lo, hi));
+    let more = Built::cat(vec![comma.clone(), item.clone()]).group();
     match (lo, hi) {
-        (0, Some(0)) => String::new(),
-        (0, Some(h)) => format!("(?:{item}(?:{comma}{item}){{0,{}}})?", h - 1),
-        (0, None) => format!("(?:{item}(?:{comma}{item})*)?"),
-        (l, Some(h)) => format!("{item}(?:{comma}{item}){{{},{}}}", l - 1, h.max(l) - 1),
-        (l, None) => format!("{item}(?:{comma}{item}){{{},}}", l - 1),
+        (0, Some(0)) => Built::empty(),
+        (0, Some(h)) => Built::cat(vec![item, more.times(0, Some(h - 1))]).group().opt(),
+        (0, None) => Built::cat(vec![item, more.star()]).group().opt(),
+        (l, Some(h)) => Built::cat(vec![item, more.times(l - 1, Some(h.max(l) - 1))]),
+        (l, None) => Built::cat(vec![item, more.times(l - 1, None)]),
     }
 }
 
@@ -545,5 +554,9 @@ pub fn members(
     non_empty: bool,
     rules: &mut Rules,
 ) -> String {
-    props_first(elems, extra, Members::new(comma, non_empty), rules)
+    // Members given as text stay text: the grammar's compile parses them.
+    let elems: Vec<(Built, bool)> = elems.iter().map(|(e, r)| (Built::text_only(e.clone()), *r)).collect();
+    let extra = extra.map(|x| Built::text_only(x.into()));
+    let comma = Built::text_only(comma.into());
+    props_first(&elems, extra, Members { comma: &comma, non_empty, deps: &[] }, rules).text
 }

@@ -35,15 +35,92 @@ pub(crate) const NEVER: &str = r"[^\x00-\x{10FFFF}]";
 /// character per count.
 pub const SHARE_MIN_COUNT: usize = 32;
 
-/// A regex both as text and as regex-syntax's [`Hir`] of the same language: emitters
-/// that generate large regexes build both, so the grammar compiles the `Hir` and
-/// the text only names the rule ([`Rules::share_built`]) and shows it.
+/// A regex both as text and as regex-syntax's [`Hir`] of the same language: the
+/// emitters build both, so the grammar compiles the `Hir` and the text only names
+/// the rule ([`Rules::share_built`]) and shows it. The combinators below write the
+/// text exactly as the regex syntax spells it and record the `Hir` the parser would
+/// make of that text, so nothing is parsed back.
+///
+/// The `Hir` is kept as a tree of the combinators' steps over shared parts, and made
+/// ([`Built::hir`]) only for the rules a grammar keeps: an emitter that writes the
+/// same part twice (a `$ref` expanded in many places) pays for the tree, not for a
+/// second `Hir`. A part has none where it was given as text only (a table that
+/// shares nothing, [`Rules::none`]; a text that is not a regex; nesting past
+/// [`MAX_BUILT_DEPTH`]): the grammar's compile parses its text, and reports it if it
+/// does not parse.
+///
+/// ```
+/// use toolgate::grammar::rules::{Built, Rules};
+/// let mut rules = Rules::new();
+/// let digits = rules.leaf("[0-9]".into());
+/// let list = Built::cat(vec![digits.clone(), Built::cat(vec![rules.leaf(",".into()), digits]).group().star()]);
+/// assert_eq!(list.text, "[0-9](?:,[0-9])*");
+/// assert_eq!(list.hir(), Built::parse(&list.text)?.hir());
+/// # Ok::<(), toolgate::Error>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct Built {
     /// The regex's text.
     pub text: String,
-    /// The same regex, parsed (with the grammar's syntax: Unicode on, UTF-8 off).
-    pub hir: Hir,
+    /// How its `Hir` is made; `None`: parsed from the text when the grammar compiles.
+    part: Option<std::sync::Arc<Part>>,
+}
+
+/// Two parts are equal when their texts and their `Hir`s are (a `Hir` made for each:
+/// for tests).
+impl PartialEq for Built {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text && self.hir() == other.hir()
+    }
+}
+
+/// A [`Built`] part's `Hir`, as the steps that make it.
+#[derive(Debug)]
+enum Part {
+    Hir(Hir, usize),
+    Concat(Vec<std::sync::Arc<Part>>, usize),
+    Alternation(Vec<std::sync::Arc<Part>>, usize),
+    Repetition { sub: std::sync::Arc<Part>, min: u32, max: Option<u32>, depth: usize },
+}
+
+impl Part {
+    /// How deeply the `Hir` nests.
+    fn depth(&self) -> usize {
+        match self {
+            Part::Hir(_, d) | Part::Concat(_, d) | Part::Alternation(_, d) | Part::Repetition { depth: d, .. } => *d,
+        }
+    }
+
+    fn hir(&self) -> Hir {
+        match self {
+            Part::Hir(h, _) => h.clone(),
+            Part::Concat(parts, _) => Hir::concat(parts.iter().map(|p| p.hir()).collect()),
+            Part::Alternation(parts, _) => Hir::alternation(parts.iter().map(|p| p.hir()).collect()),
+            Part::Repetition { sub, min, max, .. } => Hir::repetition(regex_syntax::hir::Repetition {
+                min: *min,
+                max: *max,
+                greedy: true,
+                sub: Box::new(sub.hir()),
+            }),
+        }
+    }
+}
+
+/// Deepest nesting a [`Built`] part's `Hir` may have: the NFA compiler recurses once
+/// per level, and deeper parts are left to the regex parser, whose nesting limit
+/// refuses them cleanly. (Key tries of names up to
+/// [`super::dialect::MAX_BUILT_KEY_CHARS`] characters stay under it.)
+pub const MAX_BUILT_DEPTH: usize = 640;
+
+/// How deeply `h` nests (a walk of its nodes).
+fn hir_depth(h: &Hir) -> usize {
+    use regex_syntax::hir::HirKind;
+    match h.kind() {
+        HirKind::Concat(subs) | HirKind::Alternation(subs) => 1 + subs.iter().map(hir_depth).max().unwrap_or(0),
+        HirKind::Repetition(r) => 1 + hir_depth(&r.sub),
+        HirKind::Capture(c) => 1 + hir_depth(&c.sub),
+        _ => 1,
+    }
 }
 
 impl Built {
@@ -56,7 +133,115 @@ impl Built {
     pub fn parse(text: &str) -> crate::Result<Self> {
         let hir = parse_rule(text)
             .map_err(|e| BuildError::new(BuildErrorKind::Pattern, format!("not a regex: {e}")).at("#"))?;
-        Ok(Self { text: text.to_string(), hir })
+        Ok(Self::from_hir(text.to_string(), hir))
+    }
+
+    /// A part whose `Hir` its emitter built (`hir` must be what the grammar's parser
+    /// makes of `text`). Cost: a walk of `hir` for its depth.
+    pub fn from_hir(text: String, hir: Hir) -> Self {
+        let depth = hir_depth(&hir);
+        Self { text, part: (depth <= MAX_BUILT_DEPTH).then(|| std::sync::Arc::new(Part::Hir(hir, depth))) }
+    }
+
+    /// A regex given as text only (parsed when the grammar compiles).
+    pub fn text_only(text: String) -> Self {
+        Self { text, part: None }
+    }
+
+    /// The part's `Hir`, or `None` where it is text only. Cost: a copy of every node.
+    pub fn hir(&self) -> Option<Hir> {
+        self.part.as_ref().map(|p| p.hir())
+    }
+
+    /// The empty regex (matches the empty text).
+    pub fn empty() -> Self {
+        Self { text: String::new(), part: Some(std::sync::Arc::new(Part::Hir(Hir::empty(), 1))) }
+    }
+
+    /// [`NEVER`]: matches nothing.
+    pub fn never() -> Self {
+        Self { text: NEVER.into(), part: Some(std::sync::Arc::new(Part::Hir(Hir::fail(), 1))) }
+    }
+
+    fn joined(
+        parts: Vec<Built>,
+        sep: &str,
+        make: fn(Vec<std::sync::Arc<Part>>, usize) -> Part,
+    ) -> Self {
+        let text = parts.iter().map(|p| p.text.as_str()).collect::<Vec<_>>().join(sep);
+        let subs = parts.into_iter().map(|p| p.part).collect::<Option<Vec<_>>>();
+        let part = subs.and_then(|subs| {
+            let depth = 1 + subs.iter().map(|p| p.depth()).max().unwrap_or(0);
+            (depth <= MAX_BUILT_DEPTH).then(|| std::sync::Arc::new(make(subs, depth)))
+        });
+        Self { text, part }
+    }
+
+    /// `parts` one after the other, as written (a part holding a top-level `|` must
+    /// be a [`Built::group`]). Cost: linear in the parts.
+    pub fn cat(parts: Vec<Built>) -> Self {
+        Self::joined(parts, "", Part::Concat)
+    }
+
+    /// `a|b|…` without a group around it (see [`Built::alt`] for the grouped form).
+    pub fn bar(parts: Vec<Built>) -> Self {
+        Self::joined(parts, "|", Part::Alternation)
+    }
+
+    /// `(?:a|b|…)`; no alternatives: [`Built::never`] (as [`alt`] writes text).
+    pub fn alt(parts: Vec<Built>) -> Self {
+        if parts.is_empty() {
+            return Self::never();
+        }
+        Self::bar(parts).group()
+    }
+
+    /// `(?:self)`: the same language, one atom.
+    pub fn group(self) -> Self {
+        Self { text: format!("(?:{})", self.text), part: self.part }
+    }
+
+    /// `self?` (`self` must be an atom: a group, class or reference).
+    pub fn opt(self) -> Self {
+        self.counted("?", 0, Some(1))
+    }
+
+    /// `self*` (`self` must be an atom).
+    pub fn star(self) -> Self {
+        self.counted("*", 0, None)
+    }
+
+    /// `self{min,max}` written as [`repeat`] writes it (`max` capped at
+    /// [`MAX_REPEAT`]; `self` must be an atom).
+    pub fn repeat(self, min: usize, max: Option<usize>) -> Self {
+        match max {
+            None if min == 0 => self.star(),
+            None => self.times(min, None),
+            Some(_) => self.times(min, Some(cap(min, max).max(min))),
+        }
+    }
+
+    /// `self{min,max}` (`self{min,}` without a maximum), exactly these counts.
+    pub fn times(self, min: usize, max: Option<usize>) -> Self {
+        let op = match max {
+            Some(max) => format!("{{{min},{max}}}"),
+            None => format!("{{{min},}}"),
+        };
+        self.counted(&op, min, max)
+    }
+
+    fn counted(self, op: &str, min: usize, max: Option<usize>) -> Self {
+        let text = format!("{}{op}", self.text);
+        let counts = match (u32::try_from(min), max.map(u32::try_from)) {
+            (Ok(min), None) => Some((min, None)),
+            (Ok(min), Some(Ok(max))) => Some((min, Some(max))),
+            _ => None,
+        };
+        let part = self.part.zip(counts).and_then(|(sub, (min, max))| {
+            let depth = sub.depth() + 1;
+            (depth <= MAX_BUILT_DEPTH).then(|| std::sync::Arc::new(Part::Repetition { sub, min, max, depth }))
+        });
+        Self { text, part }
     }
 }
 
@@ -90,6 +275,9 @@ pub struct Rules {
     /// Rule `i`'s body built as regex-syntax's `Hir` where an emitter made one
     /// ([`Rules::share_built`]), so the compiler skips parsing its text back.
     built: Vec<Option<Hir>>,
+    /// Small regexes the emitters give as text (a dialect's separators, keys,
+    /// number ranges), parsed once per table ([`Rules::leaf`]).
+    leaves: std::collections::HashMap<String, Built>,
     ids: std::collections::HashMap<String, usize>,
     min_len: usize,
     total: usize,
@@ -138,6 +326,7 @@ impl Rules {
         Self {
             bodies: Vec::new(),
             built: Vec::new(),
+            leaves: Default::default(),
             ids: Default::default(),
             min_len: SHARE_MIN_LEN,
             total: 0,
@@ -226,6 +415,60 @@ impl Rules {
         Self::reference(self.rule_of(re))
     }
 
+    /// `text` as a [`Built`] part: parsed once per table (the same text again costs a
+    /// hash and a copy of its `Hir`), or text only in a table that shares nothing
+    /// (whose regex is compiled from its text). For the small regexes emitters take
+    /// as text: a dialect's separators and keys, number ranges, translated patterns.
+    /// A text that does not parse is kept as text only: the grammar's compile
+    /// reports it.
+    ///
+    /// ```
+    /// use toolgate::grammar::rules::{Built, Rules};
+    /// let mut rules = Rules::new();
+    /// assert_eq!(rules.leaf("a+".into()), Built::parse("a+")?);
+    /// assert_eq!(Rules::none().leaf("a+".into()).hir, None);
+    /// # Ok::<(), toolgate::Error>(())
+    /// ```
+    pub fn leaf(&mut self, text: String) -> Built {
+        if !self.shares() {
+            return Built::text_only(text);
+        }
+        if let Some(b) = self.leaves.get(&text) {
+            return b.clone();
+        }
+        let b = Built::parse(&text).unwrap_or_else(|_| Built::text_only(text.clone()));
+        self.leaves.insert(text, b.clone());
+        b
+    }
+
+    /// [`Rules::share`] for a [`Built`] part: itself if short, else a reference to
+    /// the rule holding it (its `Hir` kept for the compile).
+    pub fn share_part(&mut self, part: Built) -> Built {
+        if part.text.len() < self.min_len {
+            return part;
+        }
+        self.share_part_always(part)
+    }
+
+    /// [`Rules::share_always`] for a [`Built`] part.
+    pub fn share_part_always(&mut self, part: Built) -> Built {
+        Self::reference_built(self.rule_of_built(part))
+    }
+
+    /// [`Rules::reference`]`(i)` as a [`Built`] part.
+    pub fn reference_built(i: usize) -> Built {
+        Built { text: Self::reference(i), part: Some(std::sync::Arc::new(Part::Hir(Self::reference_hir(i), 1))) }
+    }
+
+    /// The number of the rule holding `part` (made if new, its `Hir` made then).
+    fn rule_of_built(&mut self, part: Built) -> usize {
+        let i = self.rule_of(part.text);
+        if self.built[i].is_none() {
+            self.built[i] = part.part.map(|p| p.hir());
+        }
+        i
+    }
+
     /// The number of the rule holding `re`, made if new.
     fn rule_of(&mut self, re: String) -> usize {
         if let Some(&i) = self.ids.get(&re) {
@@ -257,9 +500,7 @@ impl Rules {
     /// # Ok::<(), toolgate::Error>(())
     /// ```
     pub fn share_built(&mut self, built: Built) -> String {
-        let i = self.rule_of(built.text);
-        self.built[i] = Some(built.hir);
-        Self::reference(i)
+        Self::reference(self.rule_of_built(built))
     }
 
     /// [`Rules::share_built`] for a regex named by `key` before it is built: `make`
@@ -273,17 +514,15 @@ impl Rules {
     /// let r = rules.share_built_keyed("ab".into(), || Built::parse("a+b").ok());
     /// assert_eq!(rules.share_built_keyed("ab".into(), || unreachable!()), r);
     /// ```
-    pub fn share_built_keyed(&mut self, key: String, make: impl FnOnce() -> Option<Built>) -> Option<String> {
+    pub fn share_built_keyed(&mut self, key: String, make: impl FnOnce() -> Option<Built>) -> Option<Built> {
         // Keys live beside the rules' texts, after a byte no regex text starts with.
         let key = format!("\u{0}built\u{0}{key}");
         if let Some(&i) = self.ids.get(&key) {
-            return Some(Self::reference(i));
+            return Some(Self::reference_built(i));
         }
-        let built = make()?;
-        let i = self.rule_of(built.text);
-        self.built[i] = Some(built.hir);
+        let i = self.rule_of_built(make()?);
         self.ids.insert(key, i);
-        Some(Self::reference(i))
+        Some(Self::reference_built(i))
     }
 
     /// Set the body of rule `i` (made by [`Rules::reserve`]) as text and `Hir`, as
@@ -291,7 +530,7 @@ impl Rules {
     pub fn define_built(&mut self, i: usize, built: Built) {
         self.define(i, built.text);
         if let Some(b) = self.built.get_mut(i) {
-            *b = Some(built.hir);
+            *b = built.part.map(|p| p.hir());
         }
     }
 
@@ -315,37 +554,48 @@ impl Rules {
     /// order, with whether each is required. The same object shares one set.
     pub(crate) fn property_set(
         &mut self,
-        members: &[(String, bool)],
-        extra: Option<&str>,
-        comma: &str,
+        members: &[(Built, bool)],
+        extra: Option<&Built>,
+        comma: &Built,
         non_empty: bool,
         dependencies: &[(usize, u128)],
-    ) -> String {
+    ) -> Built {
         let required = members.iter().enumerate().filter(|(_, m)| m.1).fold(0u128, |r, (i, _)| r | 1 << i);
-        let members: Vec<usize> = members.iter().map(|(re, _)| self.rule_of(re.clone())).collect();
+        let members: Vec<usize> = members.iter().map(|(re, _)| self.rule_of_built(re.clone())).collect();
         // Keyed with `rule` 0: the same object, wherever it is written.
         let key = PropertySet {
             members,
             required,
             dependencies: dependencies.to_vec(),
-            extra: extra.map(String::from),
-            comma: comma.into(),
+            extra: extra.map(|x| x.text.clone()),
+            comma: comma.text.clone(),
             non_empty,
             rule: 0,
         };
         if let Some(&k) = self.set_ids.get(&key) {
-            return Self::reference(self.sets[k].rule);
+            return Self::reference_built(self.sets[k].rule);
         }
         let k = self.sets.len();
-        let [open, next, close] = [0, 1, 2].map(|op| Self::set_marker(op, k));
-        let member = extra.map_or(next.clone(), |x| format!("(?:{next}|{x})"));
-        let list = format!("{member}(?:{comma}{member})*");
-        let list = if non_empty { list } else { format!("(?:{list})?") };
+        let [open, next, close] = [0, 1, 2].map(|op| Self::set_marker_built(op, k));
+        let member = match extra {
+            Some(x) => Built::alt(vec![next, x.clone()]),
+            None => next,
+        };
+        let list = Built::cat(vec![member.clone(), Built::cat(vec![comma.clone(), member]).group().star()]);
+        let list = if non_empty { list } else { list.group().opt() };
         let rule = self.reserve(1);
-        self.define(rule, format!("{open}{list}{close}"));
+        self.define_built(rule, Built::cat(vec![open, list, close]));
         self.set_ids.insert(key.clone(), k);
         self.sets.push(PropertySet { rule, ..key });
-        Self::reference(rule)
+        Self::reference_built(rule)
+    }
+
+    /// [`Rules::set_marker`] as a [`Built`] part.
+    fn set_marker_built(op: u8, set: usize) -> Built {
+        let mut bytes = vec![SET_START, CALL_DIGIT + op];
+        bytes.extend(Self::digit_bytes(set));
+        bytes.push(CALL_END);
+        Built { text: Self::set_marker(op, set), part: Some(std::sync::Arc::new(Part::Hir(Hir::literal(bytes), 1))) }
     }
 
     /// A reference to a rule whose body, `body(reference to itself)`, may call
@@ -353,24 +603,25 @@ impl Rules {
     /// calls of `body` and a hash.
     ///
     /// ```
-    /// use toolgate::grammar::{rules::Rules, Grammar};
+    /// use toolgate::grammar::{rules::{Built, Rules}, Grammar};
     /// let mut rules = Rules::new();
-    /// let list = rules.share_recursive(|me| format!(r"x|\[{me}\]"));
-    /// assert_eq!(rules.share_recursive(|me| format!(r"x|\[{me}\]")), list);
-    /// let g = Grammar::from_rules(&list, &rules)?;
+    /// let body = |me: &Built| Built::text_only(format!(r"x|\[{}\]", me.text));
+    /// let list = rules.share_recursive(body);
+    /// assert_eq!(rules.share_recursive(body), list);
+    /// let g = Grammar::from_rules(&list.text, &rules)?;
     /// assert!(g.matches(b"[[[x]]]") && !g.matches(b"[[x]"));
     /// # Ok::<(), toolgate::Error>(())
     /// ```
-    pub fn share_recursive(&mut self, body: impl Fn(&str) -> String) -> String {
+    pub fn share_recursive(&mut self, body: impl Fn(&Built) -> Built) -> Built {
         // The body around a placeholder no regex holds names the rule.
-        let key = body("\u{0}self\u{0}");
+        let key = body(&Built::text_only("\u{0}self\u{0}".into())).text;
         if let Some(&i) = self.ids.get(&key) {
-            return Self::reference(i);
+            return Self::reference_built(i);
         }
         let i = self.reserve(1);
         self.ids.insert(key, i);
-        self.define(i, body(&Self::reference(i)));
-        Self::reference(i)
+        self.define_built(i, body(&Self::reference_built(i)));
+        Self::reference_built(i)
     }
 
     /// Make `n` empty rules, numbered from the returned one, for bodies that reference
