@@ -57,13 +57,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use regex_automata::nfa::thompson::{self, State, NFA};
+use regex_automata::nfa::thompson::{State, NFA};
 use regex_automata::util::alphabet::ByteClasses;
 use regex_automata::util::primitives::StateID;
-use regex_syntax::hir::Hir;
 
 use super::error::{BuildError, BuildErrorKind as Kind};
-use super::rules::{parse_rule, PropertySet, Rules, CALL_DIGIT, CALL_END, CALL_START, SET_START};
+use super::nfa::{self, Source};
+use super::rules::{Part, PropertySet, Rules, CALL_DIGIT, CALL_END, CALL_START, SET_START};
 use crate::Result;
 
 /// A DFA state: an index into a [`Cache`]'s tables, valid until the cache is cleared.
@@ -232,45 +232,28 @@ impl Dfa {
     /// # Ok::<(), toolgate::Error>(())
     /// ```
     pub fn from_rules(main: &str, rules: &Rules, nfa_size_limit: usize) -> Result<Self> {
-        Self::build(main, rules.bodies(), rules.built(), rules.sets(), nfa_size_limit)
+        Self::build(main, rules.bodies(), rules.parts(), rules.sets(), nfa_size_limit)
     }
 
     fn build(
         main: &str,
         rules: &[String],
-        built: &[Option<Hir>],
+        built: &[Option<Arc<Part>>],
         sets: &[PropertySet],
         nfa_size_limit: usize,
     ) -> Result<Self> {
         let fail = |kind: Kind| move |reason: String| BuildError::new(kind, reason).at("#");
-        // Rules built as `Hir` already (see [`Rules::share_built`]) skip the parser;
-        // the others are parsed here, as the NFA compiler would.
-        let hirs: Vec<std::borrow::Cow<Hir>> = std::iter::once(main)
-            .chain(rules.iter().map(String::as_str))
-            .enumerate()
-            .map(|(i, text)| match i.checked_sub(1).and_then(|r| built.get(r)).and_then(Option::as_ref) {
-                Some(hir) => Ok(std::borrow::Cow::Borrowed(hir)),
-                None => parse_rule(text).map(std::borrow::Cow::Owned).map_err(|e| {
-                    // The kind alone: the error's own display quotes the whole regex.
-                    let kind = match &*e {
-                        regex_syntax::Error::Parse(e) => e.kind().to_string(),
-                        regex_syntax::Error::Translate(e) => e.kind().to_string(),
-                        _ => "error parsing regex".into(),
-                    };
-                    format!("grammar does not compile: error parsing regex: {kind}")
-                }),
-            })
-            .collect::<std::result::Result<_, _>>()
-            .map_err(fail(Kind::Pattern))?;
-        let nfa = thompson::Compiler::new()
-            .configure(
-                thompson::Config::new()
-                    .utf8(false)
-                    .which_captures(thompson::WhichCaptures::None)
-                    .nfa_size_limit(Some(nfa_size_limit)),
-            )
-            .build_many_from_hir(&hirs)
-            .map_err(|e| fail(Kind::TooLarge)(format!("grammar does not compile: {e}")))?;
+        // Rules built as parts already (see [`Rules::share_built`]) compile as they
+        // are; the others are parsed first.
+        let sources: Vec<Source> = std::iter::once(Source::Text(main))
+            .chain(rules.iter().zip(built.iter().map(Some).chain(std::iter::repeat(None))).map(|(text, part)| {
+                match part.and_then(Option::as_ref) {
+                    Some(p) => Source::Part(p),
+                    None => Source::Text(text),
+                }
+            }))
+            .collect();
+        let nfa = nfa::compile(&sources, nfa_size_limit).map_err(|e| e.at("#"))?;
         if !nfa.look_set_any().is_empty() {
             return Err(fail(Kind::Pattern)(
                 "grammar uses look-around (`^`, `$`, `\\b`), which a token mask cannot follow".into(),

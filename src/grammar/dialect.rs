@@ -4,7 +4,7 @@
 //! (a quote, a string character, a key, a literal); the emitters
 //! ([`super::regex`]) assemble them into a value's grammar.
 
-use super::rules::{Built, NEVER};
+use super::rules::{Built, Rules, NEVER};
 use regex_syntax::escape;
 use serde_json::Value;
 
@@ -19,11 +19,11 @@ pub trait Dialect {
     /// Regex for an object key other than `except` (additional properties: a
     /// declared name must go through its own schema).
     fn any_key(&self, except: &[&str]) -> String;
-    /// [`Dialect::any_key`] as text and regex-syntax `Hir` both, for dialects that
-    /// build it so (the key trie is large for objects with many declared names, and
-    /// parsing it back was a large part of compiling such a schema); `None`: the
-    /// dialect gives text only.
-    fn any_key_built(&self, _except: &[&str]) -> Option<Built> {
+    /// [`Dialect::any_key`] as a [`Built`] part made without parsing (its shared
+    /// parts put in `rules`), for dialects that build it so: the key trie is large
+    /// for objects with many declared names, and parsing it back was a large part
+    /// of compiling such a schema. `None`: the dialect gives text only.
+    fn any_key_built(&self, _except: &[&str], _rules: &mut Rules) -> Option<Built> {
         None
     }
     /// Regex for a literal JSON value (`enum`, `const`).
@@ -153,23 +153,30 @@ fn key_except_text(trie: &Trie, first: &str, rest: &str) -> String {
 /// Longest declared name [`key_except_built`] builds a trie `Hir` for.
 pub const MAX_BUILT_KEY_CHARS: usize = 256;
 
-/// [`key_except`] as text and `Hir` both ([`Built`]), the `Hir` made without parsing
-/// the text. `None` when `first` or `rest` is not a bracketed class, a byte class
-/// meets a name holding a character past ASCII, or a name is longer than
-/// [`MAX_BUILT_KEY_CHARS`].
+/// [`key_except`] followed by `close`, as a [`Built`] part made without parsing:
+/// at each node of the names' trie the key may close (unless a name ends there),
+/// leave every name (a character no name continues with) or follow a name one
+/// character further. Once it left every name, the rest of the key (`rest*` then
+/// `close`) is one rule of `rules` that every node calls, so it is compiled once
+/// rather than once per node. `None` when `first` or `rest` is not a bracketed
+/// class, a byte class meets a name holding a character past ASCII, or a name is
+/// longer than [`MAX_BUILT_KEY_CHARS`].
 ///
-/// Cost: linear in the names' total length, as [`key_except`], plus two parses of the
-/// classes.
+/// Cost: linear in the names' total length, as [`key_except`].
 ///
 /// ```
 /// use toolgate::grammar::regex::{key_except, key_except_built};
-/// use toolgate::grammar::rules::Built;
-/// let built = key_except_built("[a-z]", "[a-z]", &["ab", "b"]).unwrap();
-/// assert_eq!(built.text, key_except("[a-z]", "[a-z]", &["ab", "b"]));
-/// assert_eq!(built.hir(), Built::parse(&built.text)?.hir());
+/// use toolgate::grammar::rules::{Built, Rules};
+/// use toolgate::grammar::Grammar;
+/// let mut rules = Rules::new();
+/// let end = rules.leaf("!".into());
+/// let built = key_except_built("[a-z]", "[a-z]", &["ab", "b"], end, &mut rules).unwrap();
+/// let g = Grammar::from_rules(&built.text, &rules)?;
+/// assert!(["a!", "abc!", "ba!", "c!", "!"].iter().all(|k| g.matches(k.as_bytes())));
+/// assert!(!g.matches(b"ab!") && !g.matches(b"b!") && !g.matches(b"a"));
 /// # Ok::<(), toolgate::Error>(())
 /// ```
-pub fn key_except_built(first: &str, rest: &str, names: &[&str]) -> Option<Built> {
+pub fn key_except_built(first: &str, rest: &str, names: &[&str], close: Built, rules: &mut Rules) -> Option<Built> {
     // The trie nests one level per character, and the NFA compiler recurses per
     // level: past this many characters the text form (and the parser's nesting limit)
     // decides.
@@ -205,30 +212,36 @@ pub fn key_except_built(first: &str, rest: &str, names: &[&str]) -> Option<Built
             }
         })
     }
-    // `rest_star`: the rest of the key once it left every name.
-    fn rec(t: &Trie, class: &Class, rest: &Class, rest_star: &Hir) -> Option<Hir> {
+    struct Node<'a> {
+        rest: (&'a str, &'a Class),
+        close: &'a Built,
+        tail: &'a Built,
+    }
+    fn rec(t: &Trie, class: (&str, &Class), n: &Node) -> Option<Built> {
         let mut alts = Vec::with_capacity(t.next.len() + 2);
         if !t.end {
-            alts.push(Hir::empty());
+            alts.push(n.close.clone());
         }
         let taken: Vec<char> = t.next.keys().copied().collect();
-        alts.push(Hir::concat(vec![Hir::class(minus(class, &taken)?), rest_star.clone()]));
+        let leave = match taken.is_empty() {
+            true => Built::from_hir(class.0.to_string(), Hir::class(class.1.clone())),
+            false => {
+                let spelled: String = taken.iter().map(|c| escape(&c.to_string())).collect();
+                Built::from_hir(format!("[{}&&[^{spelled}]]", class.0), Hir::class(minus(class.1, &taken)?))
+            }
+        };
+        alts.push(Built::cat(vec![leave, n.tail.clone()]));
         for (c, child) in &t.next {
             let mut utf8 = [0; 4];
-            let c = Hir::literal(c.encode_utf8(&mut utf8).as_bytes());
-            alts.push(Hir::concat(vec![c, rec(child, rest, rest, rest_star)?]));
+            let c = Built::from_hir(escape(&c.to_string()), Hir::literal(c.encode_utf8(&mut utf8).as_bytes()));
+            alts.push(Built::cat(vec![c, rec(child, n.rest, n)?]));
         }
-        Some(Hir::alternation(alts))
+        Some(Built::alt(alts))
     }
-    let rest_star = Hir::repetition(regex_syntax::hir::Repetition {
-        min: 0,
-        max: None,
-        greedy: true,
-        sub: Box::new(Hir::class(rest_class.clone())),
-    });
-    let trie = Trie::of(names);
-    let hir = rec(&trie, &first_class, &rest_class, &rest_star)?;
-    Some(Built::from_hir(key_except_text(&trie, first, rest), hir))
+    let rest_star = Built::from_hir(rest.to_string(), Hir::class(rest_class.clone())).star();
+    let tail = rules.share_part_always(Built::cat(vec![rest_star, close.clone()]));
+    let node = Node { rest: (rest, &rest_class), close: &close, tail: &tail };
+    rec(&Trie::of(names), (first, &first_class), &node)
 }
 
 /// The names' trie: each node says whether a name ends there and where each next
@@ -277,20 +290,21 @@ impl Dialect for Json {
             false => format!("\"{plain}\""),
         }
     }
-    fn any_key_built(&self, except: &[&str]) -> Option<Built> {
+    fn any_key_built(&self, except: &[&str], rules: &mut Rules) -> Option<Built> {
         use regex_syntax::hir::Hir;
-        // As `any_key`, the trie built as `Hir`.
+        // As `any_key`, the closing quote carried into the trie (so the rest of a key
+        // is one rule in tail position).
         let names: Vec<&str> = except.iter().copied().filter(|n| n.chars().all(is_plain_char)).collect();
-        let plain = key_except_built(PLAIN_CHAR, PLAIN_CHAR, &names)?;
         let quote = Built::from_hir("\"".into(), Hir::literal(*b"\""));
+        let plain = key_except_built(PLAIN_CHAR, PLAIN_CHAR, &names, quote.clone(), rules)?;
         match names.len() == except.len() {
             true => {
                 static ESCAPED: std::sync::LazyLock<Option<Built>> =
                     std::sync::LazyLock::new(|| Built::parse(JSON_ESCAPED_KEY).ok());
-                let either = Built::bar(vec![plain, ESCAPED.clone()?]).group();
-                Some(Built::cat(vec![quote.clone(), either, quote]))
+                let escaped = Built::cat(vec![ESCAPED.clone()?, quote.clone()]);
+                Some(Built::cat(vec![quote, Built::bar(vec![plain, escaped]).group()]))
             }
-            false => Some(Built::cat(vec![quote.clone(), plain, quote])),
+            false => Some(Built::cat(vec![quote, plain])),
         }
     }
     fn literal(&self, v: &Value) -> String {
@@ -409,8 +423,8 @@ impl Dialect for XmlText {
     fn any_key(&self, except: &[&str]) -> String {
         Json.any_key(except)
     }
-    fn any_key_built(&self, except: &[&str]) -> Option<Built> {
-        Json.any_key_built(except)
+    fn any_key_built(&self, except: &[&str], rules: &mut Rules) -> Option<Built> {
+        Json.any_key_built(except, rules)
     }
     fn literal(&self, v: &Value) -> String {
         match v {
@@ -488,8 +502,8 @@ impl Dialect for Python {
     fn any_key(&self, except: &[&str]) -> String {
         Json.any_key(except)
     }
-    fn any_key_built(&self, except: &[&str]) -> Option<Built> {
-        Json.any_key_built(except)
+    fn any_key_built(&self, except: &[&str], rules: &mut Rules) -> Option<Built> {
+        Json.any_key_built(except, rules)
     }
     fn literal(&self, v: &Value) -> String {
         escape(&python_repr(v))

@@ -7,7 +7,8 @@
 //! |---|---|
 //! | [`error`] | [`error::BuildError`]: why a grammar cannot be built, typed by kind (every stage returns it) |
 //! | [`rules`] | the rule and marker protocol: how a regex references shared parts and property sets (written here, read by `dfa`); regex-text helpers |
-//! | [`dfa`] | the lazy DFA over regex-automata's NFA, following rule references as calls |
+//! | [`nfa`] | rules (built part trees, or text parsed) → one Thompson NFA, a pattern per rule |
+//! | [`dfa`] | the lazy DFA over that NFA, following rule references as calls |
 //! | [`machine`] | explicit automata (patterns with lengths, `multipleOf`, key sets) built on the DFA |
 //! | [`ir`] | the value grammar ([`ir::Node`]), compile options and limits |
 //! | [`prune`] | emptiness: the parts of a value grammar that admit no value, removed |
@@ -41,6 +42,7 @@ pub mod error;
 pub mod ir;
 pub mod machine;
 pub mod mask;
+pub mod nfa;
 pub mod numbers;
 pub mod prune;
 pub mod regex;

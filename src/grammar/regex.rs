@@ -225,7 +225,7 @@ fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> Built {
                 // parser (its nesting limit refuses them).
                 None if names.len() > 1 => {
                     let key = || format!("{}\u{0}{}", d.any_key(&[]), names.join("\u{0}"));
-                    let shared = rules.shares().then(|| rules.share_built_keyed(key(), || d.any_key_built(&names)));
+                    let shared = rules.shares().then(|| rules.share_built_keyed(key(), |r| d.any_key_built(&names, r)));
                     Some(shared.flatten().unwrap_or_else(|| Built::text_only(d.any_key(&names))))
                 }
                 None => Some(rules.leaf(d.any_key(&names))),

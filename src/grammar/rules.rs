@@ -74,9 +74,11 @@ impl PartialEq for Built {
     }
 }
 
-/// A [`Built`] part's `Hir`, as the steps that make it.
+/// A [`Built`] part's `Hir`, as the steps that make it (each with its depth):
+/// compiled to NFA states as it is ([`super::nfa`]), or made into a `Hir`
+/// ([`Built::hir`]).
 #[derive(Debug)]
-enum Part {
+pub(crate) enum Part {
     Hir(Hir, usize),
     Concat(Vec<std::sync::Arc<Part>>, usize),
     Alternation(Vec<std::sync::Arc<Part>>, usize),
@@ -272,9 +274,9 @@ pub(crate) fn parse_rule(text: &str) -> Result<Hir, Box<regex_syntax::Error>> {
 #[derive(Debug, Clone)]
 pub struct Rules {
     bodies: Vec<String>,
-    /// Rule `i`'s body built as regex-syntax's `Hir` where an emitter made one
+    /// Rule `i`'s body as a [`Built`] part where an emitter made one
     /// ([`Rules::share_built`]), so the compiler skips parsing its text back.
-    built: Vec<Option<Hir>>,
+    built: Vec<Option<std::sync::Arc<Part>>>,
     /// Small regexes the emitters give as text (a dialect's separators, keys,
     /// number ranges), parsed once per table ([`Rules::leaf`]).
     leaves: std::collections::HashMap<String, Built>,
@@ -464,7 +466,7 @@ impl Rules {
     fn rule_of_built(&mut self, part: Built) -> usize {
         let i = self.rule_of(part.text);
         if self.built[i].is_none() {
-            self.built[i] = part.part.map(|p| p.hir());
+            self.built[i] = part.part;
         }
         i
     }
@@ -505,22 +507,28 @@ impl Rules {
 
     /// [`Rules::share_built`] for a regex named by `key` before it is built: `make`
     /// runs only the first time a key is asked for (a large generated regex, such as
-    /// the key trie of an object repeated throughout a schema, is built once). `None`
-    /// when `make` gives nothing (not remembered). `key` must determine the regex.
+    /// the key trie of an object repeated throughout a schema, is built once), and
+    /// may put parts of its own into the table. `None` when `make` gives nothing (not
+    /// remembered). `key` must determine the regex.
     ///
     /// ```
     /// use toolgate::grammar::rules::{Built, Rules};
     /// let mut rules = Rules::new();
-    /// let r = rules.share_built_keyed("ab".into(), || Built::parse("a+b").ok());
-    /// assert_eq!(rules.share_built_keyed("ab".into(), || unreachable!()), r);
+    /// let r = rules.share_built_keyed("ab".into(), |_| Built::parse("a+b").ok());
+    /// assert_eq!(rules.share_built_keyed("ab".into(), |_| unreachable!()), r);
     /// ```
-    pub fn share_built_keyed(&mut self, key: String, make: impl FnOnce() -> Option<Built>) -> Option<Built> {
+    pub fn share_built_keyed(
+        &mut self,
+        key: String,
+        make: impl FnOnce(&mut Rules) -> Option<Built>,
+    ) -> Option<Built> {
         // Keys live beside the rules' texts, after a byte no regex text starts with.
         let key = format!("\u{0}built\u{0}{key}");
         if let Some(&i) = self.ids.get(&key) {
             return Some(Self::reference_built(i));
         }
-        let i = self.rule_of_built(make()?);
+        let built = make(self)?;
+        let i = self.rule_of_built(built);
         self.ids.insert(key, i);
         Some(Self::reference_built(i))
     }
@@ -530,13 +538,19 @@ impl Rules {
     pub fn define_built(&mut self, i: usize, built: Built) {
         self.define(i, built.text);
         if let Some(b) = self.built.get_mut(i) {
-            *b = built.part.map(|p| p.hir());
+            *b = built.part;
         }
     }
 
     /// The rule bodies built as `Hir` ([`Rules::share_built`]), by number; `None` for
-    /// those given as text only.
-    pub fn built(&self) -> &[Option<Hir>] {
+    /// those given as text only. Cost: a `Hir` made for each (the grammar's compile
+    /// does not make them: for tests and tools).
+    pub fn built(&self) -> Vec<Option<Hir>> {
+        self.built.iter().map(|p| p.as_ref().map(|p| p.hir())).collect()
+    }
+
+    /// The rule bodies as [`Built`] parts, by number, for the NFA compiler.
+    pub(crate) fn parts(&self) -> &[Option<std::sync::Arc<Part>>] {
         &self.built
     }
 
