@@ -371,6 +371,13 @@ impl Dfa {
     /// `q` reaches through epsilon moves alone. Build-time only (the closures of DFA
     /// states, which carry stacks, are [`Dfa::close`]).
     fn epsilon_ends(&self, q: StateID) -> Vec<StateID> {
+        // Most states asked about (a marker's digits, a call's resume point) consume.
+        if !matches!(
+            self.nfa.state(q),
+            State::Union { .. } | State::BinaryUnion { .. } | State::Capture { .. } | State::Look { .. }
+        ) {
+            return vec![q];
+        }
         let (mut stack, mut seen, mut ends) = (vec![q], std::collections::HashSet::new(), Vec::new());
         while let Some(q) = stack.pop() {
             if !seen.insert(q) {

@@ -341,7 +341,8 @@ fn machine_rules(m: &Machine, string: bool, d: &dyn Dialect, rules: &mut Rules) 
                     while b + 1 < 256 && taken[b + 1] && !escaped(b as u8 + 1) {
                         b += 1;
                     }
-                    class.push_str(&format!("\\x{start:02X}-\\x{b:02X}"));
+                    use std::fmt::Write;
+                    let _ = write!(class, "\\x{start:02X}-\\x{b:02X}");
                     class_hir.push(ClassBytesRange::new(start as u8, b as u8));
                     b += 1;
                 }

@@ -200,7 +200,11 @@ impl Built {
 
     /// `(?:self)`: the same language, one atom.
     pub fn group(self) -> Self {
-        Self { text: format!("(?:{})", self.text), part: self.part }
+        let mut text = String::with_capacity(self.text.len() + 4);
+        text.push_str("(?:");
+        text.push_str(&self.text);
+        text.push(')');
+        Self { text, part: self.part }
     }
 
     /// `self?` (`self` must be an atom: a group, class or reference).
@@ -233,7 +237,9 @@ impl Built {
     }
 
     fn counted(self, op: &str, min: usize, max: Option<usize>) -> Self {
-        let text = format!("{}{op}", self.text);
+        let mut text = String::with_capacity(self.text.len() + op.len());
+        text.push_str(&self.text);
+        text.push_str(op);
         let counts = match (u32::try_from(min), max.map(u32::try_from)) {
             (Ok(min), None) => Some((min, None)),
             (Ok(min), Some(Ok(max))) => Some((min, Some(max))),
@@ -279,8 +285,8 @@ pub struct Rules {
     built: Vec<Option<std::sync::Arc<Part>>>,
     /// Small regexes the emitters give as text (a dialect's separators, keys,
     /// number ranges), parsed once per table ([`Rules::leaf`]).
-    leaves: std::collections::HashMap<String, Built>,
-    ids: std::collections::HashMap<String, usize>,
+    leaves: std::collections::HashMap<String, Built, foldhash::fast::RandomState>,
+    ids: std::collections::HashMap<String, usize, foldhash::fast::RandomState>,
     min_len: usize,
     total: usize,
     any_order: bool,
@@ -361,34 +367,46 @@ impl Rules {
     /// How a regex references rule `i`: bytes no input holds (see
     /// [`super::dfa`]'s module docs).
     pub fn reference(i: usize) -> String {
-        format!(r"(?-u:\x{:02X}{}\x{:02X})", CALL_START, Self::digits(i), CALL_END)
+        let (digits, n) = Self::digit_bytes(i);
+        Self::marker_text(&[CALL_START], &digits[..n])
     }
 
-    /// `n` in base 4, as the digit bytes from [`CALL_DIGIT`] on, most
-    /// significant first, spelled for a regex.
-    fn digits(n: usize) -> String {
-        Self::digit_bytes(n).iter().map(|d| format!(r"\x{d:02X}")).collect()
-    }
-
-    /// `n` in base 4 as the digit bytes themselves.
-    fn digit_bytes(mut n: usize) -> Vec<u8> {
-        let mut digits = Vec::new();
+    /// `n` in base 4 as the digit bytes from [`CALL_DIGIT`] on, most significant
+    /// first: the first `len` bytes of the array.
+    fn digit_bytes(mut n: usize) -> ([u8; 32], usize) {
+        let (mut digits, mut len) = ([0u8; 32], 0);
         loop {
-            digits.push(CALL_DIGIT + (n % 4) as u8);
+            digits[len] = CALL_DIGIT + (n % 4) as u8;
+            len += 1;
             n /= 4;
             if n == 0 {
                 break;
             }
         }
-        digits.reverse();
-        digits
+        digits[..len].reverse();
+        (digits, len)
+    }
+
+    /// A marker's bytes (`head`, then `digits`, then [`CALL_END`]) spelled for a
+    /// regex: `(?-u:\xF8\xF9…\xFD)`.
+    fn marker_text(head: &[u8], digits: &[u8]) -> String {
+        const HEX: &[u8; 16] = b"0123456789ABCDEF";
+        let mut text = String::with_capacity(8 + 4 * (head.len() + digits.len()));
+        text.push_str("(?-u:");
+        for &b in head.iter().chain(digits).chain([CALL_END].iter()) {
+            text.push_str("\\x");
+            text.push(char::from(HEX[usize::from(b >> 4)]));
+            text.push(char::from(HEX[usize::from(b & 15)]));
+        }
+        text.push(')');
+        text
     }
 
     /// How a regex spells operation `op` (0 open, 1 next, 2 close) on property set
     /// `set` (see [`PropertySet`] and [`super::dfa`]'s module docs).
     pub fn set_marker(op: u8, set: usize) -> String {
-        let (start, op, end) = (SET_START, CALL_DIGIT + op, CALL_END);
-        format!(r"(?-u:\x{start:02X}\x{op:02X}{}\x{end:02X})", Self::digits(set))
+        let (digits, n) = Self::digit_bytes(set);
+        Self::marker_text(&[SET_START, CALL_DIGIT + op], &digits[..n])
     }
 
     /// Whether an object of `n` declared properties is written as a
@@ -557,8 +575,10 @@ impl Rules {
     /// The bytes of [`Rules::reference`]`(i)` as a `Hir` literal, for emitters that
     /// build `Hir`.
     pub fn reference_hir(i: usize) -> Hir {
-        let mut bytes = vec![CALL_START];
-        bytes.extend(Self::digit_bytes(i));
+        let (digits, n) = Self::digit_bytes(i);
+        let mut bytes = Vec::with_capacity(n + 2);
+        bytes.push(CALL_START);
+        bytes.extend_from_slice(&digits[..n]);
         bytes.push(CALL_END);
         Hir::literal(bytes)
     }
@@ -606,8 +626,9 @@ impl Rules {
 
     /// [`Rules::set_marker`] as a [`Built`] part.
     fn set_marker_built(op: u8, set: usize) -> Built {
+        let (digits, n) = Self::digit_bytes(set);
         let mut bytes = vec![SET_START, CALL_DIGIT + op];
-        bytes.extend(Self::digit_bytes(set));
+        bytes.extend_from_slice(&digits[..n]);
         bytes.push(CALL_END);
         Built { text: Self::set_marker(op, set), part: Some(std::sync::Arc::new(Part::Hir(Hir::literal(bytes), 1))) }
     }
