@@ -189,10 +189,11 @@ pub fn key_except_built(first: &str, rest: &str, names: &[&str], close: Built, r
         std::sync::LazyLock::new(Default::default);
     let class = |text: &str| {
         let mut cache = CLASSES.lock().unwrap_or_else(|p| p.into_inner());
-        let parsed = cache.entry(text.to_string()).or_insert_with(|| match Built::parse(text).ok()?.hir()?.into_kind() {
-            HirKind::Class(c) => Some(c),
-            _ => None,
-        });
+        let parsed =
+            cache.entry(text.to_string()).or_insert_with(|| match Built::parse(text).ok()?.hir()?.into_kind() {
+                HirKind::Class(c) => Some(c),
+                _ => None,
+            });
         parsed.clone()
     };
     let (first_class, rest_class) = (class(first)?, class(rest)?);

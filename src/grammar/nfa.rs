@@ -238,9 +238,9 @@ impl Compiler {
                 let mut node = 0;
                 for (k, r) in bytes.iter().enumerate() {
                     let last = k + 1 == bytes.len();
-                    let shared = nodes[node].last().filter(|&&(lo, hi, child)| {
-                        lo == r.start && hi == r.end && child.is_some() && !last
-                    });
+                    let shared = nodes[node]
+                        .last()
+                        .filter(|&&(lo, hi, child)| lo == r.start && hi == r.end && child.is_some() && !last);
                     node = match shared {
                         Some(&(_, _, Some(child))) => child,
                         _ => {

@@ -8,7 +8,9 @@ pub use super::dialect::{
     key_except, key_except_built, python_repr, python_repr_single, without_literal, Dialect, Gemma4, Json, Python,
     PythonSingle, XmlText, MAX_BUILT_KEY_CHARS,
 };
-pub use super::ecma::{decoded_pattern, names_machine, pattern_body, pattern_matches, pattern_with_length, NameMatcher};
+pub use super::ecma::{
+    decoded_pattern, names_machine, pattern_body, pattern_matches, pattern_with_length, NameMatcher,
+};
 pub use super::numbers::{format_regex, int_range, number_range};
 
 use super::ir::{MachineKind, Node, ANY_VALUE_LEVELS};

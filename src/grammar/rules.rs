@@ -165,11 +165,7 @@ impl Built {
         Self { text: NEVER.into(), part: Some(std::sync::Arc::new(Part::Hir(Hir::fail(), 1))) }
     }
 
-    fn joined(
-        parts: Vec<Built>,
-        sep: &str,
-        make: fn(Vec<std::sync::Arc<Part>>, usize) -> Part,
-    ) -> Self {
+    fn joined(parts: Vec<Built>, sep: &str, make: fn(Vec<std::sync::Arc<Part>>, usize) -> Part) -> Self {
         let text = parts.iter().map(|p| p.text.as_str()).collect::<Vec<_>>().join(sep);
         let subs = parts.into_iter().map(|p| p.part).collect::<Option<Vec<_>>>();
         let part = subs.and_then(|subs| {
@@ -446,7 +442,7 @@ impl Rules {
     /// use toolgate::grammar::rules::{Built, Rules};
     /// let mut rules = Rules::new();
     /// assert_eq!(rules.leaf("a+".into()), Built::parse("a+")?);
-    /// assert_eq!(Rules::none().leaf("a+".into()).hir, None);
+    /// assert_eq!(Rules::none().leaf("a+".into()).hir(), None);
     /// # Ok::<(), toolgate::Error>(())
     /// ```
     pub fn leaf(&mut self, text: String) -> Built {
@@ -535,11 +531,7 @@ impl Rules {
     /// let r = rules.share_built_keyed("ab".into(), |_| Built::parse("a+b").ok());
     /// assert_eq!(rules.share_built_keyed("ab".into(), |_| unreachable!()), r);
     /// ```
-    pub fn share_built_keyed(
-        &mut self,
-        key: String,
-        make: impl FnOnce(&mut Rules) -> Option<Built>,
-    ) -> Option<Built> {
+    pub fn share_built_keyed(&mut self, key: String, make: impl FnOnce(&mut Rules) -> Option<Built>) -> Option<Built> {
         // Keys live beside the rules' texts, after a byte no regex text starts with.
         let key = format!("\u{0}built\u{0}{key}");
         if let Some(&i) = self.ids.get(&key) {

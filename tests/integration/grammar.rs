@@ -1183,7 +1183,12 @@ fn rules_built_without_parsing_equal_their_text() {
                 if let Some(hir) = hir {
                     built += 1;
                     let text = &rules.bodies()[i];
-                    assert_eq!(Built::parse(text).unwrap().hir().as_ref(), Some(hir), "{}: rule {i}: {text}", entry["name"]);
+                    assert_eq!(
+                        Built::parse(text).unwrap().hir().as_ref(),
+                        Some(hir),
+                        "{}: rule {i}: {text}",
+                        entry["name"]
+                    );
                 }
             }
         }

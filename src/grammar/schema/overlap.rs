@@ -63,8 +63,9 @@ pub(super) fn disjoint(a: &Node, b: &Node, automata: &mut Automata) -> bool {
             Node::Object { properties: pa, additional: xa, patterns: qa, .. },
             Node::Object { properties: pb, additional: xb, patterns: qb, .. },
         ) => {
-            let discriminated =
-                pa.iter().any(|(k, va, ra)| *ra && pb.iter().any(|(kb, vb, rb)| *rb && kb == k && disjoint(va, vb, automata)));
+            let discriminated = pa
+                .iter()
+                .any(|(k, va, ra)| *ra && pb.iter().any(|(kb, vb, rb)| *rb && kb == k && disjoint(va, vb, automata)));
             // A property one side requires and the other, closed, cannot hold.
             let closed_out = |p: &[(String, Node, bool)],
                               other: &[(String, Node, bool)],
@@ -91,7 +92,8 @@ pub(super) fn disjoint(a: &Node, b: &Node, automata: &mut Automata) -> bool {
             let [ta, tb] = [a, b].map(|n| super::super::regex::to_regex(n, d));
             for t in [&ta, &tb] {
                 if !automata.contains_key(t) {
-                    let dfa = Dfa::from_rules(t, &super::super::rules::Rules::none(), super::super::dfa::NFA_SIZE_LIMIT);
+                    let dfa =
+                        Dfa::from_rules(t, &super::super::rules::Rules::none(), super::super::dfa::NFA_SIZE_LIMIT);
                     automata.insert(t.clone(), dfa.ok());
                 }
             }
