@@ -292,11 +292,10 @@ impl Dialect for Json {
         }
     }
     fn any_key_built(&self, except: &[&str], rules: &mut Rules) -> Option<Built> {
-        use regex_syntax::hir::Hir;
         // As `any_key`, the closing quote carried into the trie (so the rest of a key
         // is one rule in tail position).
         let names: Vec<&str> = except.iter().copied().filter(|n| n.chars().all(is_plain_char)).collect();
-        let quote = Built::from_hir("\"".into(), Hir::literal(*b"\""));
+        let quote = Built::bytes("\"".into(), b"\"");
         let plain = key_except_built(PLAIN_CHAR, PLAIN_CHAR, &names, quote.clone(), rules)?;
         match names.len() == except.len() {
             true => {

@@ -111,6 +111,7 @@ impl Compiler {
 
     fn part(&mut self, p: &Part) -> std::result::Result<Frag, BuildError> {
         match p {
+            Part::Bytes(b) => self.literal(b),
             Part::Hir(h, _) => self.hir(h),
             Part::Concat(ps, _) => self.concat(ps.len(), |c, i| c.part(&ps[i])),
             Part::Alternation(ps, _) => self.alternation(ps.len(), |c, i| c.part(&ps[i])),
@@ -121,14 +122,7 @@ impl Compiler {
     fn hir(&mut self, h: &Hir) -> std::result::Result<Frag, BuildError> {
         match h.kind() {
             HirKind::Empty => self.empty(),
-            HirKind::Literal(lit) => {
-                let end = self.b.add_empty().map_err(too_large)?;
-                let mut next = end;
-                for &byte in lit.0.iter().rev() {
-                    next = self.b.add_range(Transition { start: byte, end: byte, next }).map_err(too_large)?;
-                }
-                Ok(Frag { start: next, end })
-            }
+            HirKind::Literal(lit) => self.literal(&lit.0),
             HirKind::Class(Class::Bytes(class)) => {
                 let end = self.b.add_empty().map_err(too_large)?;
                 let trans = class.iter().map(|r| Transition { start: r.start(), end: r.end(), next: end }).collect();
@@ -144,6 +138,20 @@ impl Compiler {
             HirKind::Concat(hs) => self.concat(hs.len(), |c, i| c.hir(&hs[i])),
             HirKind::Alternation(hs) => self.alternation(hs.len(), |c, i| c.hir(&hs[i])),
         }
+    }
+
+    /// The bytes of `lit` in a chain; the last byte's state is the end (patching it
+    /// sets where it leads).
+    fn literal(&mut self, lit: &[u8]) -> std::result::Result<Frag, BuildError> {
+        let Some((&first, rest)) = lit.split_first() else { return self.empty() };
+        let start = self.b.add_range(Transition { start: first, end: first, next: StateID::ZERO }).map_err(too_large)?;
+        let mut end = start;
+        for &byte in rest {
+            let s = self.b.add_range(Transition { start: byte, end: byte, next: StateID::ZERO }).map_err(too_large)?;
+            self.patch(end, s)?;
+            end = s;
+        }
+        Ok(Frag { start, end })
     }
 
     /// Pieces `0..n` one after the other.

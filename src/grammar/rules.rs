@@ -79,6 +79,8 @@ impl PartialEq for Built {
 /// ([`Built::hir`]).
 #[derive(Debug)]
 pub(crate) enum Part {
+    /// A literal byte string (rule references and markers, quotes): depth 1.
+    Bytes(Box<[u8]>),
     Hir(Hir, usize),
     Concat(Vec<std::sync::Arc<Part>>, usize),
     Alternation(Vec<std::sync::Arc<Part>>, usize),
@@ -89,12 +91,14 @@ impl Part {
     /// How deeply the `Hir` nests.
     fn depth(&self) -> usize {
         match self {
+            Part::Bytes(_) => 1,
             Part::Hir(_, d) | Part::Concat(_, d) | Part::Alternation(_, d) | Part::Repetition { depth: d, .. } => *d,
         }
     }
 
     fn hir(&self) -> Hir {
         match self {
+            Part::Bytes(b) => Hir::literal(b.clone()),
             Part::Hir(h, _) => h.clone(),
             Part::Concat(parts, _) => Hir::concat(parts.iter().map(|p| p.hir()).collect()),
             Part::Alternation(parts, _) => Hir::alternation(parts.iter().map(|p| p.hir()).collect()),
@@ -157,12 +161,22 @@ impl Built {
 
     /// The empty regex (matches the empty text).
     pub fn empty() -> Self {
-        Self { text: String::new(), part: Some(std::sync::Arc::new(Part::Hir(Hir::empty(), 1))) }
+        static EMPTY: std::sync::LazyLock<std::sync::Arc<Part>> =
+            std::sync::LazyLock::new(|| std::sync::Arc::new(Part::Hir(Hir::empty(), 1)));
+        Self { text: String::new(), part: Some(EMPTY.clone()) }
     }
 
     /// [`NEVER`]: matches nothing.
     pub fn never() -> Self {
-        Self { text: NEVER.into(), part: Some(std::sync::Arc::new(Part::Hir(Hir::fail(), 1))) }
+        static NEVER_PART: std::sync::LazyLock<std::sync::Arc<Part>> =
+            std::sync::LazyLock::new(|| std::sync::Arc::new(Part::Hir(Hir::fail(), 1)));
+        Self { text: NEVER.into(), part: Some(NEVER_PART.clone()) }
+    }
+
+    /// The bytes `bytes` (not empty), spelled `text` (which the grammar's parser must
+    /// read as exactly these bytes). Cost: one allocation, no `Hir`.
+    pub fn bytes(text: String, bytes: &[u8]) -> Self {
+        Self { text, part: Some(std::sync::Arc::new(Part::Bytes(bytes.into()))) }
     }
 
     fn joined(parts: Vec<Built>, sep: &str, make: fn(Vec<std::sync::Arc<Part>>, usize) -> Part) -> Self {
@@ -473,7 +487,12 @@ impl Rules {
 
     /// [`Rules::reference`]`(i)` as a [`Built`] part.
     pub fn reference_built(i: usize) -> Built {
-        Built { text: Self::reference(i), part: Some(std::sync::Arc::new(Part::Hir(Self::reference_hir(i), 1))) }
+        let (digits, n) = Self::digit_bytes(i);
+        let mut bytes = [0u8; 34];
+        bytes[0] = CALL_START;
+        bytes[1..=n].copy_from_slice(&digits[..n]);
+        bytes[n + 1] = CALL_END;
+        Built::bytes(Self::marker_text(&[CALL_START], &digits[..n]), &bytes[..n + 2])
     }
 
     /// The number of the rule holding `part` (made if new, its `Hir` made then).
@@ -622,7 +641,7 @@ impl Rules {
         let mut bytes = vec![SET_START, CALL_DIGIT + op];
         bytes.extend_from_slice(&digits[..n]);
         bytes.push(CALL_END);
-        Built { text: Self::set_marker(op, set), part: Some(std::sync::Arc::new(Part::Hir(Hir::literal(bytes), 1))) }
+        Built::bytes(Self::set_marker(op, set), &bytes)
     }
 
     /// A reference to a rule whose body, `body(reference to itself)`, may call
