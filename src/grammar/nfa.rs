@@ -144,7 +144,8 @@ impl Compiler {
     /// sets where it leads).
     fn literal(&mut self, lit: &[u8]) -> std::result::Result<Frag, BuildError> {
         let Some((&first, rest)) = lit.split_first() else { return self.empty() };
-        let start = self.b.add_range(Transition { start: first, end: first, next: StateID::ZERO }).map_err(too_large)?;
+        let start =
+            self.b.add_range(Transition { start: first, end: first, next: StateID::ZERO }).map_err(too_large)?;
         let mut end = start;
         for &byte in rest {
             let s = self.b.add_range(Transition { start: byte, end: byte, next: StateID::ZERO }).map_err(too_large)?;

@@ -84,7 +84,12 @@ pub(crate) enum Part {
     Hir(Hir, usize),
     Concat(Vec<std::sync::Arc<Part>>, usize),
     Alternation(Vec<std::sync::Arc<Part>>, usize),
-    Repetition { sub: std::sync::Arc<Part>, min: u32, max: Option<u32>, depth: usize },
+    Repetition {
+        sub: std::sync::Arc<Part>,
+        min: u32,
+        max: Option<u32>,
+        depth: usize,
+    },
 }
 
 impl Part {

@@ -15,6 +15,10 @@
 //! `gemm` crate already uses AVX-512 there) and their decode is bound by memory, so
 //! they keep the AVX2 dot products.
 //!
+//! Also the F16/BF16 prefill register tiles ([`f16_tile`], [`bf16_tile`]; see
+//! [`super::float_tiles_path`]): 4 weight rows × 6 activation rows per step, the
+//! weights read in their 16-bit format.
+//!
 //! The integer sums of a block are exact, so a block's value differs from the AVX2
 //! kernel's only in the f32 rounding of the per-block scale products (≤ 1 ulp per
 //! block): the tests hold each ISA to the same exact reference.
@@ -311,5 +315,135 @@ pub unsafe fn tile_rows(ty: WeightType, job: &TileJob) {
         WeightType::Q8_0 => rows!(T_Q8_0),
         WeightType::IQ4NL => rows!(T_IQ4NL),
         _ => unreachable!("TileJob::check admits no other type"),
+    }
+}
+
+/// Activation rows per BF16 register tile ([`bf16_tile`]).
+pub(super) const BF16_RM: usize = 6;
+/// Weight rows per BF16 register tile: `BF16_RM × BF16_RN` accumulators (24 of the 32
+/// registers) plus the tile's weight vectors and one activation vector.
+pub(super) const BF16_RN: usize = 4;
+
+/// Whether this CPU has AVX-512 BF16 (`vdpbf16ps`, `vcvtne2ps2bf16`) besides
+/// [`super::Isa::Avx512`]'s features. Cached by the standard library.
+pub fn has_bf16() -> bool {
+    is_x86_feature_detected!("avx512bf16")
+}
+
+/// `x` rounded to BF16, nearest-even (as `vcvtne2ps2bf16`), into `out`, zero past `x`
+/// (`out` is `x` rounded up to 32 values).
+///
+/// # Safety
+/// The CPU supports AVX-512 F/BW and BF16 ([`has_bf16`]); `out.len() >= x.len()`.
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+pub(super) unsafe fn to_bf16(x: &[f32], out: &mut [u16]) {
+    let full = x.len() / 32;
+    for c in 0..full {
+        let lo = _mm512_loadu_ps(x.as_ptr().add(c * 32));
+        let hi = _mm512_loadu_ps(x.as_ptr().add(c * 32 + 16));
+        let v: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo));
+        _mm512_storeu_si512(out.as_mut_ptr().add(c * 32) as *mut __m512i, v);
+    }
+    for (o, &v) in out[full * 32..].iter_mut().zip(&x[full * 32..]) {
+        *o = super::formats::bf16_bits(v);
+    }
+    out[x.len()..].fill(0);
+}
+
+/// One register tile of a BF16 matmul: `out[i][j] = Σ x_i · w_j` over `k` values,
+/// for `RM` activation rows (`xs`, BF16, zero-padded to a multiple of 32) and `RN`
+/// weight rows (`ws`, BF16, exactly `k` long: the last 32-value step loads them
+/// masked). Products of BF16 pairs are exact in f32; `vdpbf16ps` adds two per lane.
+///
+/// # Safety
+/// The CPU supports AVX-512 F/BW and BF16 ([`has_bf16`]); each `xs[i]` points at
+/// `k` rounded up to 32 readable values, each `ws[j]` at `k`.
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+pub(super) unsafe fn bf16_tile<const RM: usize, const RN: usize>(
+    xs: [*const u16; RM],
+    ws: [*const u16; RN],
+    k: usize,
+    out: &mut [[f32; RN]; RM],
+) {
+    let mut acc = [[_mm512_setzero_ps(); RN]; RM];
+    let full = k / 32;
+    let mut wv = [_mm512_setzero_si512(); RN];
+    for c in 0..full {
+        for j in 0..RN {
+            wv[j] = _mm512_loadu_si512(ws[j].add(c * 32) as *const __m512i);
+        }
+        for i in 0..RM {
+            let xv: __m512bh = std::mem::transmute(_mm512_loadu_si512(xs[i].add(c * 32) as *const __m512i));
+            for j in 0..RN {
+                acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xv, std::mem::transmute::<__m512i, __m512bh>(wv[j]));
+            }
+        }
+    }
+    let tail = k % 32;
+    if tail > 0 {
+        let mask: __mmask32 = (1u32 << tail) - 1;
+        for j in 0..RN {
+            wv[j] = _mm512_maskz_loadu_epi16(mask, ws[j].add(full * 32) as *const i16);
+        }
+        for i in 0..RM {
+            let xv: __m512bh = std::mem::transmute(_mm512_loadu_si512(xs[i].add(full * 32) as *const __m512i));
+            for j in 0..RN {
+                acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xv, std::mem::transmute::<__m512i, __m512bh>(wv[j]));
+            }
+        }
+    }
+    for i in 0..RM {
+        for j in 0..RN {
+            out[i][j] = _mm512_reduce_add_ps(acc[i][j]);
+        }
+    }
+}
+
+/// [`bf16_tile`] for F16 weights: each step widens 16 weights per row to f32
+/// (`vcvtph2ps`) and multiplies them with 16 f32 activations per row (FMA), the
+/// activations as they are. `xs[i]` and `ws[j]` each point at `k` values; the last
+/// step loads both masked.
+///
+/// # Safety
+/// The CPU supports AVX-512 F/BW ([`super::Isa::Avx512`]); each `xs[i]` points at `k`
+/// readable f32 values, each `ws[j]` at `k` F16 values.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+pub(super) unsafe fn f16_tile<const RM: usize, const RN: usize>(
+    xs: [*const f32; RM],
+    ws: [*const u16; RN],
+    k: usize,
+    out: &mut [[f32; RN]; RM],
+) {
+    let mut acc = [[_mm512_setzero_ps(); RN]; RM];
+    let full = k / 16;
+    let mut wv = [_mm512_setzero_ps(); RN];
+    for c in 0..full {
+        for j in 0..RN {
+            wv[j] = _mm512_cvtph_ps(_mm256_loadu_si256(ws[j].add(c * 16) as *const __m256i));
+        }
+        for i in 0..RM {
+            let xv = _mm512_loadu_ps(xs[i].add(c * 16));
+            for j in 0..RN {
+                acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
+            }
+        }
+    }
+    let tail = k % 16;
+    if tail > 0 {
+        let mask: __mmask16 = (1u16 << tail) - 1;
+        for j in 0..RN {
+            wv[j] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, ws[j].add(full * 16) as *const i16));
+        }
+        for i in 0..RM {
+            let xv = _mm512_maskz_loadu_ps(mask, xs[i].add(full * 16));
+            for j in 0..RN {
+                acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
+            }
+        }
+    }
+    for i in 0..RM {
+        for j in 0..RN {
+            out[i][j] = _mm512_reduce_add_ps(acc[i][j]);
+        }
     }
 }

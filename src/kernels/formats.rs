@@ -430,3 +430,20 @@ pub fn dequantize_row(ty: WeightType, row: &[u8], out: &mut [f32]) {
         dequantize_block(ty, b, o);
     }
 }
+
+/// `v` rounded to BF16, nearest-even (as `vcvtne2ps2bf16`; a NaN stays a quiet NaN),
+/// as its 16 bits: how [`super::bf16_path`] rounds the activations.
+///
+/// ```
+/// use toolgate::kernels::formats::bf16_bits;
+/// assert_eq!(bf16_bits(1.0), 0x3F80);
+/// assert_eq!(bf16_bits(f32::from_bits(0x3F80_8000)), 0x3F80); // a tie: to even
+/// assert_eq!(bf16_bits(f32::from_bits(0x3F81_8000)), 0x3F82);
+/// ```
+pub fn bf16_bits(v: f32) -> u16 {
+    let b = v.to_bits();
+    if v.is_nan() {
+        return ((b >> 16) as u16) | 0x40;
+    }
+    (b.wrapping_add(0x7FFF + ((b >> 16) & 1)) >> 16) as u16
+}

@@ -35,6 +35,10 @@ pub const GEMM_TILE: usize = 160;
 
 /// `y (m, n) = x (m, k) · Wᵀ` where `w` is `(n, k)`.
 pub(super) fn matmul(w: &QWeight, x: &[f32], m: usize, y: &mut [f32], isa: Isa) {
+    #[cfg(target_arch = "x86_64")]
+    if super::float_tiles_path(isa, w.ty, m) {
+        return matmul_float_tiles(w, x, m, y);
+    }
     if super::f32_path(isa, w.ty, m) {
         return matmul_dequantized(w, x, m, y, dispatch::dequantize_for(isa));
     }
@@ -83,6 +87,120 @@ thread_local! {
     static SUMS: Cell<Vec<i32>> = const { Cell::new(Vec::new()) };
     /// Each pool thread's tile of dequantized weight rows.
     static WEIGHTS: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
+    /// The activations rounded to BF16 ([`matmul_float_tiles`]).
+    static BF16_ACTS: Cell<Vec<u16>> = const { Cell::new(Vec::new()) };
+}
+
+/// The F16/BF16 prefill path ([`super::float_tiles_path`]): BF16 rounds the
+/// activations to BF16 once (each row zero-padded to a multiple of 32), F16 reads them
+/// as they are; then each task walks its weight rows [`BF16_RN`] at a time against
+/// every activation row, [`BF16_RM`] at a time, in register tiles
+/// ([`super::avx512::bf16_tile`], [`super::avx512::f16_tile`]).
+#[cfg(target_arch = "x86_64")]
+fn matmul_float_tiles(w: &QWeight, x: &[f32], m: usize, y: &mut [f32]) {
+    use super::avx512::{to_bf16, BF16_RM, BF16_RN};
+    let (n, k) = (w.out_features, w.in_features);
+    assert_eq!(x.len(), m * k, "input of {m} rows of {k}");
+    assert_eq!(y.len(), m * n, "output of {m} rows of {n}");
+    let bf16 = w.ty == super::WeightType::BF16;
+    let kp = k.div_ceil(32) * 32;
+    with_scratch(&BF16_ACTS, if bf16 { m * kp } else { 0 }, 0, |xb| {
+        if bf16 {
+            for (xr, br) in x.chunks_exact(k).zip(xb.chunks_exact_mut(kp)) {
+                // SAFETY: `float_tiles_path` checked that the CPU has AVX-512 F/BW and
+                // BF16; `br` holds `kp >= k` values.
+                unsafe { to_bf16(xr, br) };
+            }
+        }
+        let xb = &*xb;
+        let chunk = n.div_ceil(threads()).next_multiple_of(BF16_RN);
+        let cols = Columns(y.as_mut_ptr());
+        for_each_task(n.div_ceil(chunk), |ci| {
+            let (j0, j1) = (ci * chunk, ((ci + 1) * chunk).min(n));
+            for jb in (j0..j1).step_by(BF16_RN) {
+                let rn = BF16_RN.min(j1 - jb);
+                for ib in (0..m).step_by(BF16_RM) {
+                    let rm = BF16_RM.min(m - ib);
+                    let at = FloatTile { w, x, xb, kp, ib, jb, cols };
+                    macro_rules! rows {
+                        ($rn:literal) => {
+                            match rm {
+                                6 => at.run::<6, $rn>(),
+                                5 => at.run::<5, $rn>(),
+                                4 => at.run::<4, $rn>(),
+                                3 => at.run::<3, $rn>(),
+                                2 => at.run::<2, $rn>(),
+                                _ => at.run::<1, $rn>(),
+                            }
+                        };
+                    }
+                    // SAFETY: the CPU checks as above; activation rows `ib..ib + rm`
+                    // and weight rows `jb..jb + rn` exist; this task alone writes
+                    // columns `j0..j1` of `y` (m × n, checked above), which outlives
+                    // the task.
+                    unsafe {
+                        match rn {
+                            4 => rows!(4),
+                            3 => rows!(3),
+                            2 => rows!(2),
+                            _ => rows!(1),
+                        }
+                    }
+                }
+            }
+        });
+    });
+}
+
+/// Where one register tile of [`matmul_float_tiles`] reads and writes.
+#[cfg(target_arch = "x86_64")]
+struct FloatTile<'a> {
+    w: &'a QWeight,
+    /// The activations (F16 weights read them).
+    x: &'a [f32],
+    /// The activations as BF16, rows of `kp` (BF16 weights read them).
+    xb: &'a [u16],
+    kp: usize,
+    ib: usize,
+    jb: usize,
+    cols: Columns,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl FloatTile<'_> {
+    /// Outputs `(ib + i, jb + j)` for `i < RM`, `j < RN`.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F/BW (and BF16 for BF16 weights); activation rows
+    /// `ib..ib + RM` and weight rows `jb..jb + RN` exist; no other task writes those
+    /// outputs, and `y` is alive.
+    unsafe fn run<const RM: usize, const RN: usize>(&self) {
+        let (n, k) = (self.w.out_features, self.w.in_features);
+        let mut ws = [std::ptr::null::<u16>(); RN];
+        for (j, p) in ws.iter_mut().enumerate() {
+            // A 16-bit float row is `k` little-endian u16 values (read unaligned).
+            *p = self.w.row(self.jb + j).as_ptr() as *const u16;
+        }
+        let mut out = [[0f32; RN]; RM];
+        if self.w.ty == super::WeightType::BF16 {
+            let mut xs = [std::ptr::null::<u16>(); RM];
+            for (i, p) in xs.iter_mut().enumerate() {
+                *p = self.xb[(self.ib + i) * self.kp..][..self.kp].as_ptr();
+            }
+            super::avx512::bf16_tile::<RM, RN>(xs, ws, k, &mut out);
+        } else {
+            let mut xs = [std::ptr::null::<f32>(); RM];
+            for (i, p) in xs.iter_mut().enumerate() {
+                *p = self.x[(self.ib + i) * k..][..k].as_ptr();
+            }
+            super::avx512::f16_tile::<RM, RN>(xs, ws, k, &mut out);
+        }
+        for (i, row) in out.iter().enumerate() {
+            for (j, &v) in row.iter().enumerate() {
+                self.cols.write((self.ib + i) * n + self.jb + j, v);
+            }
+        }
+    }
 }
 
 /// The prefill path (see [`GEMM_MIN_ROWS`]): each task owns a run of weight rows

@@ -4,9 +4,10 @@
 //! A [`QWeight`] keeps a weight matrix `(out_features, in_features)` in its GGUF block
 //! layout. [`QWeight::matmul`] quantizes the activations to 8 bits (blocks of 32 or
 //! 256, see [`activation`]), then computes every dot product in integer arithmetic per
-//! block (F16/BF16 weights: in f32, against the activations as they are) with the
-//! best kernels the CPU has ([`Isa::detect`]): [`avx512`] for the k-quants where
-//! AVX-512 VNNI is present, AVX2+FMA+F16C ([`avx2`]) for the rest on x86-64,
+//! block (F16/BF16 weights: in f32, against the activations as they are; BF16 prefill
+//! on AVX-512 BF16 against them rounded to BF16, [`bf16_path`]) with the
+//! best kernels the CPU has ([`Isa::detect`]): [`avx512`] for the k-quants and the
+//! F16/BF16 prefill tiles where AVX-512 is present, AVX2+FMA+F16C ([`avx2`]) for the rest on x86-64,
 //! otherwise the portable [`scalar`] code (`TOOLGATE_ISA` forces one). Work is split over candle's barrier pool
 //! (see `pool.rs`), weight rows per task, and during prefill each weight row is
 //! decoded once for four activation rows. [`attention`] is the fused causal attention
@@ -98,12 +99,60 @@ pub use matmul::{GEMM_MIN_ROWS, GEMM_TILE};
 /// use toolgate::kernels::{f32_path, Isa, WeightType};
 /// assert!(!f32_path(Isa::Portable, WeightType::Q5_0, 1) && f32_path(Isa::Portable, WeightType::Q5_0, 128));
 /// assert!(!f32_path(Isa::Avx2, WeightType::Q5_0, 128) && f32_path(Isa::Avx2, WeightType::IQ4NL, 128));
-/// assert!(f32_path(Isa::Avx512, WeightType::F16, 128) && !f32_path(Isa::Avx512, WeightType::Q6K, 128));
+/// assert!(f32_path(Isa::Avx2, WeightType::F16, 128) && !f32_path(Isa::Avx512, WeightType::Q6K, 128));
 /// ```
 pub fn f32_path(isa: Isa, ty: WeightType, m: usize) -> bool {
     m >= GEMM_MIN_ROWS
         && matches!(ty.act_kind(), formats::ActKind::Blocks32 | formats::ActKind::Floats)
         && !tiles::tiled(isa, ty)
+        && !float_tiles_path(isa, ty, m)
+}
+
+/// Whether a matmul of `m` activation rows with `ty` weights runs on the float
+/// register tiles instead of the f32 GEMM: F16 or BF16 weights, prefill-sized `m`
+/// ([`GEMM_MIN_ROWS`] and up), [`Isa::Avx512`] (BF16 also needs AVX-512 BF16). Each
+/// task multiplies 4 weight rows with 6 activation rows at a time in 24 registers,
+/// reading the weights in their own 16-bit format (no dequantized copy): F16 widened
+/// to f32 (`vcvtph2ps`) against the f32 activations, BF16 by `vdpbf16ps` against the
+/// activations rounded to BF16 ([`bf16_path`]).
+///
+/// ```
+/// use toolgate::kernels::{float_tiles_path, Isa, WeightType};
+/// assert!(!float_tiles_path(Isa::Avx2, WeightType::F16, 128) && !float_tiles_path(Isa::Avx512, WeightType::Q8_0, 128));
+/// assert!(!float_tiles_path(Isa::Avx512, WeightType::F16, 1));
+/// ```
+pub fn float_tiles_path(isa: Isa, ty: WeightType, m: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        m >= GEMM_MIN_ROWS
+            && isa == Isa::Avx512
+            && match ty {
+                WeightType::F16 => true,
+                WeightType::BF16 => avx512::has_bf16(),
+                _ => false,
+            }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (isa, ty, m);
+        false
+    }
+}
+
+/// Whether a matmul of `m` activation rows with `ty` weights runs on AVX-512 BF16 dot
+/// products (`vdpbf16ps`, [`float_tiles_path`] for BF16 weights). The activations
+/// are rounded to BF16 once per call (as llama.cpp does for BF16 weights); each
+/// product of two BF16 values is exact in f32 and the sums are f32, so an output
+/// differs from the f32 GEMM's by the activations' rounding (about 2⁻⁹ of each,
+/// relative), for twice the multiply-adds per instruction.
+///
+/// ```
+/// use toolgate::kernels::{bf16_path, Isa, WeightType};
+/// assert!(!bf16_path(Isa::Avx2, WeightType::BF16, 128) && !bf16_path(Isa::Avx512, WeightType::F16, 128));
+/// assert!(!bf16_path(Isa::Avx512, WeightType::BF16, 1));
+/// ```
+pub fn bf16_path(isa: Isa, ty: WeightType, m: usize) -> bool {
+    ty == WeightType::BF16 && float_tiles_path(isa, ty, m)
 }
 
 /// The instruction set the kernels run with, from least to most capable.

@@ -23,8 +23,9 @@
 use candle_core::quantized::QTensor;
 use candle_core::{Device, Tensor};
 use toolgate::kernels::activation::{quantize_256, quantize_32, Q8x256, Q8x32};
+use toolgate::kernels::formats::bf16_bits;
 use toolgate::kernels::formats::ActKind;
-use toolgate::kernels::{f32_path, Isa, QWeight, WeightType};
+use toolgate::kernels::{bf16_path, f32_path, float_tiles_path, Isa, QWeight, WeightType};
 
 use crate::common;
 
@@ -115,8 +116,15 @@ fn check_matmul(qw: &QWeight, deq: &[f32]) {
             qw.matmul_with(isa, &x, &mut y).unwrap();
             for r in 0..m {
                 let xr = &x[r * k..(r + 1) * k];
-                // The f32 path multiplies the activations as they are.
-                let xq = if f32_path(isa, ty, m) { xr.to_vec() } else { requantized(ty, xr) };
+                // The f32 path multiplies the activations as they are, the BF16 path
+                // rounded to BF16.
+                let xq = if bf16_path(isa, ty, m) {
+                    xr.iter().map(|&v| f32::from_bits(u32::from(bf16_bits(v)) << 16)).collect()
+                } else if f32_path(isa, ty, m) {
+                    xr.to_vec()
+                } else {
+                    requantized(ty, xr)
+                };
                 let rms = (xr.iter().map(|v| (v * v) as f64).sum::<f64>() / k as f64).sqrt();
                 for j in 0..n {
                     let wr = &deq[j * k..(j + 1) * k];
@@ -153,6 +161,48 @@ fn f16() {
 #[test]
 fn bf16() {
     check_type(WeightType::BF16);
+}
+
+/// F16 and BF16 weights at prefill size (the AVX-512 register tiles where the CPU has
+/// them, else the f32 GEMM), with rows whose length is no multiple of 16 or 32 (the
+/// tiles' steps: the last step loads masked) and row counts that leave partial
+/// register tiles: each output equals the sum of the products, in f64, of the weights
+/// and the activations as the path takes them (BF16 tiles round them to BF16).
+#[test]
+fn float_prefill_rows_of_any_length() {
+    for (k, m, n) in [(1usize, 32usize, 5usize), (15, 33, 4), (31, 33, 7), (33, 37, 9), (70, 40, 6), (100, 45, 11)] {
+        // Multiples of 1/64 below 1: exact in F16 and BF16.
+        let w: Vec<f32> = (0..n * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0).collect();
+        let x: Vec<f32> = (0..m * k).map(|i| ((i * 53 % 97) as f32 - 48.0) / 7.0).collect();
+        let f16: Vec<u8> = w.iter().flat_map(|v| half::f16::from_f32(*v).to_le_bytes()).collect();
+        let bf16: Vec<u8> = w.iter().flat_map(|v| ((v.to_bits() >> 16) as u16).to_le_bytes()).collect();
+        for (ty, bytes) in [(WeightType::F16, f16), (WeightType::BF16, bf16)] {
+            let qw = QWeight::new(ty, bytes, n, k).unwrap();
+            for isa in Isa::available() {
+                let mut y = vec![0f32; m * n];
+                qw.matmul_with(isa, &x, &mut y).unwrap();
+                let rounded = bf16_path(isa, ty, m);
+                for r in 0..m {
+                    for j in 0..n {
+                        let want: f64 = (0..k)
+                            .map(|i| {
+                                let xv = x[r * k + i];
+                                let xv = if rounded { f32::from_bits(u32::from(bf16_bits(xv)) << 16) } else { xv };
+                                f64::from(w[j * k + i]) * f64::from(xv)
+                            })
+                            .sum();
+                        let got = f64::from(y[r * n + j]);
+                        assert!(
+                            (got - want).abs() <= 1e-4 * want.abs().max(1.0),
+                            "{} {isa:?} k={k} m={m} ({r}, {j}): {got} vs {want} (tiles: {})",
+                            ty.name(),
+                            float_tiles_path(isa, ty, m)
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// An F16 row whose length is not a multiple of 8 (the SIMD step): the tail is summed
@@ -407,7 +457,8 @@ fn gated_activations_match_the_scalar_reference() {
 
 /// A row's outputs do not depend on how many rows share the matmul: 37 rows at once
 /// equal each row alone, bit for bit, for every type and instruction set whose
-/// prefill does not take the f32 GEMM (`f32_path`), i.e. tiles and per-row kernels.
+/// prefill does not take the f32 GEMM (`f32_path`) or the F16/BF16 register tiles
+/// (`float_tiles_path`), i.e. integer tiles and per-row kernels.
 #[test]
 fn rows_are_computed_the_same_whatever_the_row_count() {
     let (n, k, m) = (45usize, 512usize, 37usize);
@@ -434,7 +485,7 @@ fn rows_are_computed_the_same_whatever_the_row_count() {
             }
         };
         for isa in Isa::available() {
-            if f32_path(isa, ty, m) {
+            if f32_path(isa, ty, m) || float_tiles_path(isa, ty, m) {
                 continue;
             }
             let mut all = vec![0f32; m * n];
