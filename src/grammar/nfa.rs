@@ -1,6 +1,6 @@
 //! Rules → one Thompson NFA (regex-automata's [`NFA`]), a pattern per rule.
 //!
-//! The emitters hand over each rule as a [`Built`] part tree (concatenations,
+//! The emitters hand over each rule as a [`Built`](super::rules::Built) part tree (concatenations,
 //! alternations and repetitions over shared parts, leaves parsed once per table) or
 //! as text. This stage compiles the trees straight into NFA states with
 //! regex-automata's [`Builder`], so no regex-syntax `Hir` is made for them (making

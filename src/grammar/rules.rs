@@ -35,16 +35,17 @@ pub(crate) const NEVER: &str = r"[^\x00-\x{10FFFF}]";
 /// character per count.
 pub const SHARE_MIN_COUNT: usize = 32;
 
-/// A regex both as text and as regex-syntax's [`Hir`] of the same language: the
-/// emitters build both, so the grammar compiles the `Hir` and the text only names
-/// the rule ([`Rules::share_built`]) and shows it. The combinators below write the
-/// text exactly as the regex syntax spells it and record the `Hir` the parser would
-/// make of that text, so nothing is parsed back.
+/// A regex both as text and as the regex-syntax [`Hir`] of the same language: the
+/// emitters build both, so the grammar compiles the second ([`super::nfa`]) and the
+/// text only names the rule ([`Rules::share_built`]) and shows it. The combinators
+/// below write the text exactly as the regex syntax spells it and record the `Hir`
+/// the parser would make of that text, so nothing is parsed back.
 ///
-/// The `Hir` is kept as a tree of the combinators' steps over shared parts, and made
-/// ([`Built::hir`]) only for the rules a grammar keeps: an emitter that writes the
-/// same part twice (a `$ref` expanded in many places) pays for the tree, not for a
-/// second `Hir`. A part has none where it was given as text only (a table that
+/// The `Hir` is kept as a tree of the combinators' steps over shared parts, which the
+/// NFA compiler reads as it is; a `Hir` is made ([`Built::hir`]) only on request (for
+/// tests and tools), and an emitter that writes the same part twice (a `$ref`
+/// expanded in many places) pays for the tree alone. A part has none where it was
+/// given as text only (a table that
 /// shares nothing, [`Rules::none`]; a text that is not a regex; nesting past
 /// [`MAX_BUILT_DEPTH`]): the grammar's compile parses its text, and reports it if it
 /// does not parse.
@@ -171,7 +172,7 @@ impl Built {
         Self { text: String::new(), part: Some(EMPTY.clone()) }
     }
 
-    /// [`NEVER`]: matches nothing.
+    /// The regex that matches nothing (`[^\x00-\x{10FFFF}]`).
     pub fn never() -> Self {
         static NEVER_PART: std::sync::LazyLock<std::sync::Arc<Part>> =
             std::sync::LazyLock::new(|| std::sync::Arc::new(Part::Hir(Hir::fail(), 1)));
@@ -205,7 +206,7 @@ impl Built {
         Self::joined(parts, "|", Part::Alternation)
     }
 
-    /// `(?:a|b|…)`; no alternatives: [`Built::never`] (as [`alt`] writes text).
+    /// `(?:a|b|…)`; no alternatives: [`Built::never`].
     pub fn alt(parts: Vec<Built>) -> Self {
         if parts.is_empty() {
             return Self::never();
@@ -232,7 +233,7 @@ impl Built {
         self.counted("*", 0, None)
     }
 
-    /// `self{min,max}` written as [`repeat`] writes it (`max` capped at
+    /// `self{min,max}` as the emitters write a count (`max` capped at
     /// [`MAX_REPEAT`]; `self` must be an atom).
     pub fn repeat(self, min: usize, max: Option<usize>) -> Self {
         match max {
