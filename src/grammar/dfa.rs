@@ -246,19 +246,13 @@ impl Dfa {
         // Rules built as parts already (see [`Rules::share_built`]) compile as they
         // are; the others are parsed first.
         let sources: Vec<Source> = std::iter::once(Source::Text(main))
-            .chain(rules.iter().zip(built.iter().map(Some).chain(std::iter::repeat(None))).map(|(text, part)| {
-                match part.and_then(Option::as_ref) {
-                    Some(p) => Source::Part(p),
-                    None => Source::Text(text),
-                }
+            .chain(rules.iter().enumerate().map(|(i, text)| match built.get(i).and_then(Option::as_ref) {
+                Some(p) => Source::Part(p),
+                None => Source::Text(text),
             }))
             .collect();
+        // Look-around is refused there (a token mask cannot follow it).
         let nfa = nfa::compile(&sources, nfa_size_limit).map_err(|e| e.at("#"))?;
-        if !nfa.look_set_any().is_empty() {
-            return Err(fail(Kind::Pattern)(
-                "grammar uses look-around (`^`, `$`, `\\b`), which a token mask cannot follow".into(),
-            ));
-        }
         let classes = *nfa.byte_classes();
         // `alphabet_len` counts the end-of-input class as well.
         let stride = classes.alphabet_len() - 1;

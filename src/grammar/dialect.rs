@@ -295,7 +295,7 @@ impl Dialect for Json {
         // As `any_key`, the closing quote carried into the trie (so the rest of a key
         // is one rule in tail position).
         let names: Vec<&str> = except.iter().copied().filter(|n| n.chars().all(is_plain_char)).collect();
-        let quote = Built::bytes("\"".into(), b"\"");
+        let quote = Built::bytes("\"".into(), &b"\""[..]);
         let plain = key_except_built(PLAIN_CHAR, PLAIN_CHAR, &names, quote.clone(), rules)?;
         match names.len() == except.len() {
             true => {

@@ -23,6 +23,9 @@
 //! let mut cache = dfa.create_cache(1 << 20);
 //! let end = "été-ab".bytes().fold(dfa.start(&mut cache), |s, b| dfa.next(&mut cache, s, b));
 //! assert!(dfa.is_accepting(&cache, end));
+//! // Look-around is refused: a token mask cannot follow it.
+//! let err = Dfa::new(r"a\b", 1 << 20).unwrap_err().to_string();
+//! assert!(err.contains("look-around"), "{err}");
 //! # Ok::<(), toolgate::Error>(())
 //! ```
 

@@ -133,9 +133,7 @@ fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> Built {
                 [r"\[", r"\]", r"\{", r"\}"].map(|t| rules.leaf(t.into()));
             // `[inner(,inner)*]|{member(,member)*}`, each list optional.
             let containers = |inner: &Built| {
-                let list = |x: Built| {
-                    Built::cat(vec![x.clone(), Built::cat(vec![comma.clone(), x]).group().star()]).group().opt()
-                };
+                let list = |x: Built| Built::separated(x, &comma).group().opt();
                 let member = Built::cat(vec![key.clone(), colon.clone(), inner.clone()]);
                 Built::bar(vec![
                     Built::cat(vec![open_list.clone(), list(inner.clone()), close_list.clone()]),
@@ -454,10 +452,9 @@ fn props_first(e: &[(Built, bool)], extra: Option<Built>, m: Members, rules: &mu
         }
     }
     if all_optional {
-        let many = |x: Built| Built::cat(vec![x.clone(), Built::cat(vec![comma.clone(), x]).group().star()]);
         match (extra, non_empty) {
-            (Some(x), false) => alts.push(many(x).group().opt()),
-            (Some(x), true) => alts.push(many(x)),
+            (Some(x), false) => alts.push(Built::separated(x, comma).group().opt()),
+            (Some(x), true) => alts.push(Built::separated(x, comma)),
             (None, false) => alts.push(Built::empty()),
             (None, true) => {}
         }
@@ -484,7 +481,7 @@ fn props_first_shared(
         return rules.property_set(e, extra.as_ref(), comma, non_empty, deps);
     }
     let extras = match &extra {
-        Some(x) => Built::cat(vec![comma.clone(), x.clone()]).group().star(),
+        Some(x) => any_more(x, comma),
         None => Built::empty(),
     };
     let mut rest = vec![Built::empty(); e.len() + 1];
@@ -515,9 +512,14 @@ fn props_first_shared(
 fn props_rest(e: &[(Built, bool)], i: usize, extra: Option<&Built>, comma: &Built) -> Built {
     let mut out: Vec<Built> = e[i..].iter().map(|(re, required)| rest_element(re, *required, comma)).collect();
     if let Some(x) = extra {
-        out.push(Built::cat(vec![comma.clone(), x.clone()]).group().star());
+        out.push(any_more(x, comma));
     }
     Built::cat(out)
+}
+
+/// `(?:comma x)*`: extra properties, as many as come, each after a separator.
+fn any_more(x: &Built, comma: &Built) -> Built {
+    Built::cat(vec![comma.clone(), x.clone()]).group().star()
 }
 
 fn rest_element(re: &Built, required: bool, comma: &Built) -> Built {

@@ -180,9 +180,14 @@ impl Built {
     }
 
     /// The bytes `bytes` (not empty), spelled `text` (which the grammar's parser must
-    /// read as exactly these bytes). Cost: one allocation, no `Hir`.
-    pub fn bytes(text: String, bytes: &[u8]) -> Self {
+    /// read as exactly these bytes). Cost: no `Hir`; a `Vec` is kept as it is.
+    pub fn bytes(text: String, bytes: impl Into<Box<[u8]>>) -> Self {
         Self { text, part: Some(std::sync::Arc::new(Part::Bytes(bytes.into()))) }
+    }
+
+    /// `item (separator item)*`: one or more items, separated.
+    pub fn separated(item: Built, separator: &Built) -> Self {
+        Self::cat(vec![item.clone(), Self::cat(vec![separator.clone(), item]).group().star()])
     }
 
     fn joined(parts: Vec<Built>, sep: &str, make: fn(Vec<std::sync::Arc<Part>>, usize) -> Part) -> Self {
@@ -383,33 +388,32 @@ impl Rules {
     /// How a regex references rule `i`: bytes no input holds (see
     /// [`super::dfa`]'s module docs).
     pub fn reference(i: usize) -> String {
-        let (digits, n) = Self::digit_bytes(i);
-        Self::marker_text(&[CALL_START], &digits[..n])
+        Self::marker_text(&Self::marker_bytes(&[CALL_START], i))
     }
 
-    /// `n` in base 4 as the digit bytes from [`CALL_DIGIT`] on, most significant
-    /// first: the first `len` bytes of the array.
-    fn digit_bytes(mut n: usize) -> ([u8; 32], usize) {
-        let (mut digits, mut len) = ([0u8; 32], 0);
+    /// A marker's bytes: `head`, then `number` in base 4 as digit bytes from
+    /// [`CALL_DIGIT`] on (most significant first), then [`CALL_END`].
+    fn marker_bytes(head: &[u8], mut number: usize) -> Vec<u8> {
+        let mut bytes = Vec::with_capacity(head.len() + 34);
+        bytes.extend_from_slice(head);
         loop {
-            digits[len] = CALL_DIGIT + (n % 4) as u8;
-            len += 1;
-            n /= 4;
-            if n == 0 {
+            bytes.push(CALL_DIGIT + (number % 4) as u8);
+            number /= 4;
+            if number == 0 {
                 break;
             }
         }
-        digits[..len].reverse();
-        (digits, len)
+        bytes[head.len()..].reverse();
+        bytes.push(CALL_END);
+        bytes
     }
 
-    /// A marker's bytes (`head`, then `digits`, then [`CALL_END`]) spelled for a
-    /// regex: `(?-u:\xF8\xF9…\xFD)`.
-    fn marker_text(head: &[u8], digits: &[u8]) -> String {
+    /// A marker's bytes spelled for a regex: `(?-u:\xF8\xF9…\xFD)`.
+    fn marker_text(bytes: &[u8]) -> String {
         const HEX: &[u8; 16] = b"0123456789ABCDEF";
-        let mut text = String::with_capacity(8 + 4 * (head.len() + digits.len()));
+        let mut text = String::with_capacity(6 + 4 * bytes.len());
         text.push_str("(?-u:");
-        for &b in head.iter().chain(digits).chain([CALL_END].iter()) {
+        for &b in bytes {
             text.push_str("\\x");
             text.push(char::from(HEX[usize::from(b >> 4)]));
             text.push(char::from(HEX[usize::from(b & 15)]));
@@ -421,8 +425,7 @@ impl Rules {
     /// How a regex spells operation `op` (0 open, 1 next, 2 close) on property set
     /// `set` (see [`PropertySet`] and [`super::dfa`]'s module docs).
     pub fn set_marker(op: u8, set: usize) -> String {
-        let (digits, n) = Self::digit_bytes(set);
-        Self::marker_text(&[SET_START, CALL_DIGIT + op], &digits[..n])
+        Self::marker_text(&Self::marker_bytes(&[SET_START, CALL_DIGIT + op], set))
     }
 
     /// Whether an object of `n` declared properties is written as a
@@ -493,12 +496,8 @@ impl Rules {
 
     /// [`Rules::reference`]`(i)` as a [`Built`] part.
     pub fn reference_built(i: usize) -> Built {
-        let (digits, n) = Self::digit_bytes(i);
-        let mut bytes = [0u8; 34];
-        bytes[0] = CALL_START;
-        bytes[1..=n].copy_from_slice(&digits[..n]);
-        bytes[n + 1] = CALL_END;
-        Built::bytes(Self::marker_text(&[CALL_START], &digits[..n]), &bytes[..n + 2])
+        let bytes = Self::marker_bytes(&[CALL_START], i);
+        Built::bytes(Self::marker_text(&bytes), bytes)
     }
 
     /// The number of the rule holding `part` (made if new, its `Hir` made then).
@@ -589,17 +588,6 @@ impl Rules {
         &self.built
     }
 
-    /// The bytes of [`Rules::reference`]`(i)` as a `Hir` literal, for emitters that
-    /// build `Hir`.
-    pub fn reference_hir(i: usize) -> Hir {
-        let (digits, n) = Self::digit_bytes(i);
-        let mut bytes = Vec::with_capacity(n + 2);
-        bytes.push(CALL_START);
-        bytes.extend_from_slice(&digits[..n]);
-        bytes.push(CALL_END);
-        Hir::literal(bytes)
-    }
-
     /// A reference to the rule holding an object's members in any order (see
     /// [`PropertySet`]): `members` are the declared properties' regexes, in schema
     /// order, with whether each is required. The same object shares one set.
@@ -632,7 +620,7 @@ impl Rules {
             Some(x) => Built::alt(vec![next, x.clone()]),
             None => next,
         };
-        let list = Built::cat(vec![member.clone(), Built::cat(vec![comma.clone(), member]).group().star()]);
+        let list = Built::separated(member, comma);
         let list = if non_empty { list } else { list.group().opt() };
         let rule = self.reserve(1);
         self.define_built(rule, Built::cat(vec![open, list, close]));
@@ -643,11 +631,8 @@ impl Rules {
 
     /// [`Rules::set_marker`] as a [`Built`] part.
     fn set_marker_built(op: u8, set: usize) -> Built {
-        let (digits, n) = Self::digit_bytes(set);
-        let mut bytes = vec![SET_START, CALL_DIGIT + op];
-        bytes.extend_from_slice(&digits[..n]);
-        bytes.push(CALL_END);
-        Built::bytes(Self::set_marker(op, set), &bytes)
+        let bytes = Self::marker_bytes(&[SET_START, CALL_DIGIT + op], set);
+        Built::bytes(Self::marker_text(&bytes), bytes)
     }
 
     /// A reference to a rule whose body, `body(reference to itself)`, may call
