@@ -193,7 +193,10 @@ impl DeviceChoice {
                         reason: "built without the `cuda` feature".into(),
                     });
                 }
-                Device::new_cuda(n).map_err(|e| Error::Device { device: format!("cuda:{n}"), reason: first_line(&e) })
+                let device = Device::new_cuda(n)
+                    .map_err(|e| Error::Device { device: format!("cuda:{n}"), reason: first_line(&e) })?;
+                cuda_matmul_from_env()?;
+                Ok(device)
             }
             Self::Metal => {
                 if !cfg!(feature = "metal") {
@@ -206,6 +209,31 @@ impl DeviceChoice {
             }
         }
     }
+}
+
+/// How quantized weights are multiplied on CUDA, from `TOOLGATE_CUDA_MATMUL`:
+/// `quantized` (default: candle's MMQ/MMVQ kernels, which round the activations to
+/// 8 bits per block as llama.cpp's CUDA backend does) or `f32` (the weights are
+/// dequantized and multiplied in f32: activations keep full precision, at a cost in
+/// speed). The choice is process-wide.
+///
+/// # Errors
+/// [`Error::Device`] for any other value.
+fn cuda_matmul_from_env() -> Result<()> {
+    let f32_matmul = match std::env::var("TOOLGATE_CUDA_MATMUL").as_deref() {
+        Err(_) | Ok("quantized") => false,
+        Ok("f32") => true,
+        Ok(other) => {
+            return Err(Error::Device {
+                device: "cuda".into(),
+                reason: format!("TOOLGATE_CUDA_MATMUL={other}: expected quantized or f32"),
+            })
+        }
+    };
+    #[cfg(feature = "cuda")]
+    candle_core::quantized::cuda::set_force_dmmv(f32_matmul);
+    let _ = f32_matmul;
+    Ok(())
 }
 
 /// A candle error's message without the backtrace candle appends to it.

@@ -19,7 +19,7 @@
 //!    one and with two accumulator chains) moved one prompt's top 5 by a shared −0.4,
 //!    +0.1 and −1.2, while their spread stayed within 0.4.
 //!
-//! The per-model tolerance ([`SMOLLM2_TOL`], [`GEMMA3_TOL`]) is the measured logit
+//! The per-model tolerance ([`smollm2_tol`], [`GEMMA3_TOL`]) is the measured logit
 //! noise between implementations of the same math: activations are re-quantized to 8
 //! bits before every matmul, so a float difference of 1e-6 anywhere can flip a rounding
 //! and move the final logits by a quantization step. Two toolgate attention paths
@@ -32,8 +32,17 @@ use toolgate::engine::{Engine, GenerateParams};
 use toolgate::sampling::{argmax, SamplingParams};
 use toolgate::tokenizer::EncodeOptions;
 
-/// SmolLM2's logit tolerance (measured first-step deviation from llama.cpp: 0.35).
-const SMOLLM2_TOL: f32 = 0.5;
+/// SmolLM2's logit tolerance. Measured first-step deviation from llama.cpp: 0.23–0.35
+/// on the CPU, 0.34 on CUDA with `TOOLGATE_CUDA_MATMUL=f32`, and 0.66 on CUDA with
+/// candle's quantized matmuls (the default there: MMQ/MMVQ, which round activations
+/// to 8 bits in their own layout), on an H100 (`docs/devices.md`).
+fn smollm2_tol() -> f32 {
+    if common::cuda_quantized_matmul() {
+        0.75
+    } else {
+        0.5
+    }
+}
 /// Gemma 3's logit tolerance (measured first-step deviation from llama.cpp: 1.10).
 const GEMMA3_TOL: f32 = 1.25;
 /// Teacher-forced steps whose argmax must equal llama.cpp's token exactly.
@@ -156,7 +165,7 @@ fn first_step_logits(model_file: &str, fixture: &str, tol: f32) {
 
 #[test]
 fn smollm2_teacher_forced_greedy_agrees() {
-    teacher_forced(common::SMOLLM2, "smollm2.greedy.json", SMOLLM2_TOL);
+    teacher_forced(common::SMOLLM2, "smollm2.greedy.json", smollm2_tol());
 }
 
 #[test]
@@ -166,7 +175,7 @@ fn gemma3_teacher_forced_greedy_agrees() {
 
 #[test]
 fn smollm2_free_running_greedy_diverges_only_at_near_ties() {
-    free_running(common::SMOLLM2, "smollm2.greedy.json", SMOLLM2_TOL);
+    free_running(common::SMOLLM2, "smollm2.greedy.json", smollm2_tol());
 }
 
 #[test]
@@ -176,7 +185,7 @@ fn gemma3_free_running_greedy_diverges_only_at_near_ties() {
 
 #[test]
 fn smollm2_logits_close_to_llama_cpp() {
-    first_step_logits(common::SMOLLM2, "smollm2.greedy.json", SMOLLM2_TOL);
+    first_step_logits(common::SMOLLM2, "smollm2.greedy.json", smollm2_tol());
 }
 
 #[test]

@@ -34,6 +34,21 @@ pub fn device() -> toolgate::model::DeviceChoice {
     }
 }
 
+/// Whether the device under test multiplies quantized weights with candle's CUDA
+/// MMQ/MMVQ kernels, which round activations to 8 bits in their own layout (CUDA,
+/// `TOOLGATE_CUDA_MATMUL` unset or `quantized`).
+pub fn cuda_quantized_matmul() -> bool {
+    matches!(device(), toolgate::model::DeviceChoice::Cuda(_))
+        && std::env::var("TOOLGATE_CUDA_MATMUL").map_or(true, |v| v == "quantized")
+}
+
+/// Whether the device under test dequantizes weights and multiplies in f32, with
+/// activations at full precision (CUDA, `TOOLGATE_CUDA_MATMUL=f32`).
+pub fn cuda_f32_matmul() -> bool {
+    matches!(device(), toolgate::model::DeviceChoice::Cuda(_))
+        && std::env::var("TOOLGATE_CUDA_MATMUL").is_ok_and(|v| v == "f32")
+}
+
 pub const SMOLLM2: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 pub const GEMMA3: &str = "gemma-3-270m-q4_k_m.gguf";
 /// SmolLM2 with Qwen 2.5's tool-calling template in its metadata (made by `scripts/fetch-models`).
