@@ -341,12 +341,18 @@ impl Automaton for Length {
 /// `m / 10^e`. The syntax itself is another automaton's job: this one tracks the
 /// remainder of the value × 10^e modulo `m`, and refuses a non-zero digit past the
 /// `e`-th decimal (the value × 10^e would not be whole).
+///
+/// In the integer part only the integer modulo `m / gcd(m, 10^e)` matters (a multiple
+/// of that, times 10^e, is a multiple of `m`), so `multipleOf: 0.25` needs one
+/// integer state, not 25, and `2.5` five.
 #[derive(Debug, Clone, Copy)]
 pub struct MultipleOf {
     m: u64,
     e: u32,
     /// 10^e mod m.
     scale: u64,
+    /// The modulus the integer part is tracked in: m / gcd(m, 10^e).
+    m_int: u64,
 }
 
 /// Largest `m` (the multiple's digits without its decimal point) accepted: the
@@ -367,6 +373,14 @@ impl MultipleOf {
     /// let m = Machine::intersect(&mut parts, 1024)?;
     /// assert!(["0", "2.5", "-5", "7.50", "10.0"].iter().all(|x| m.matches(x.as_bytes())));
     /// assert!(["1", "2.25", "7.55", "2.51"].iter().all(|x| !m.matches(x.as_bytes())));
+    /// // Multiples of 0.25: the integer part needs one remainder state, not 25 (any
+    /// // integer times 100 is a multiple of 25), so the product stays small.
+    /// let mut parts: Vec<Box<dyn Automaton>> =
+    ///     vec![Box::new(Pattern::new(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?")?), Box::new(MultipleOf::new("0.25")?)];
+    /// let m = Machine::intersect(&mut parts, 1024)?;
+    /// assert_eq!(m.states.len(), 8);
+    /// assert!(["0", "-3.75", "12.50", "7.2500"].iter().all(|x| m.matches(x.as_bytes())));
+    /// assert!(["0.2", "1.05", "-0.255"].iter().all(|x| !m.matches(x.as_bytes())));
     /// # Ok::<(), toolgate::grammar::error::BuildError>(())
     /// ```
     pub fn new(k: &str) -> Result<Self, BuildError> {
@@ -398,7 +412,15 @@ impl MultipleOf {
         }
         let e = frac.len() as u32;
         let scale = (0..e).fold(1 % m, |acc, _| acc * 10 % m);
-        Ok(Self { m, e, scale })
+        // gcd(m, 10^e) = gcd(m, 10^e mod m), with gcd(m, 0) = m.
+        let gcd = |mut a: u64, mut b: u64| {
+            while b != 0 {
+                (a, b) = (b, a % b);
+            }
+            a
+        };
+        let m_int = m / gcd(m, scale);
+        Ok(Self { m, e, scale, m_int })
     }
 
     // A state: bits 0..40 the remainder, then the decimals read + 1 (0: in the
@@ -421,7 +443,7 @@ impl Automaton for MultipleOf {
         match (b, decimals) {
             (b'-', _) => Some(s),
             (b'.', None) => Some(Self::pack(r * self.scale % self.m, Some(0))),
-            (b'0'..=b'9', None) => Some(Self::pack((r * 10 + u64::from(b - b'0')) % self.m, None)),
+            (b'0'..=b'9', None) => Some(Self::pack((r * 10 + u64::from(b - b'0')) % self.m_int, None)),
             (b'0'..=b'9', Some(j)) => {
                 let d = u64::from(b - b'0');
                 if j < self.e {

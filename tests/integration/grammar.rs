@@ -204,6 +204,11 @@ fn machines_agree_with_jsonschema_on_random_values() {
         json!({"type": "number", "multipleOf": 0.25, "minimum": -2.5, "maximum": 3.75}),
         json!({"type": "number", "multipleOf": 1.5, "exclusiveMinimum": -3}),
         json!({"type": "number", "exclusiveMinimum": -1.05, "maximum": 2.375}),
+        // Past 4096 product states before the integer part was tracked modulo
+        // 125 / gcd(125, 1000) = 1.
+        json!({"type": "number", "multipleOf": 0.125}),
+        json!({"type": "number", "multipleOf": 2.5, "maximum": 40}),
+        json!({"type": "number", "multipleOf": 0.05, "minimum": -1}),
     ];
     for schema in numbers {
         let oracle = jsonschema::options().should_validate_formats(true).build(&schema).unwrap();
