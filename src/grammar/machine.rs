@@ -126,10 +126,7 @@ impl Machine {
                         id
                     }
                 };
-                match edges.last_mut() {
-                    Some(e) if e.2 == id && e.1 == b - 1 => e.1 = last,
-                    _ => edges.push((b, last, id)),
-                }
+                push_run(&mut edges, b, last, id);
             }
             states.push(MachineState { edges, accepting });
         }
@@ -210,19 +207,14 @@ impl Machine {
         for (i, &s) in elems.iter().enumerate() {
             pos[s as usize] = i as u32;
         }
-        let (mut start, mut end) = (vec![0u32], vec![n_acc as u32]);
+        // Block 0 the accepting states, block 1 the others. Both are non-empty: a
+        // trimmed machine of two or more states accepts somewhere, and the dead state
+        // does not accept.
+        debug_assert!(0 < n_acc && n_acc < total);
+        let (mut start, mut end) = (vec![0, n_acc as u32], vec![n_acc as u32, total as u32]);
         let mut block_of = vec![0u32; total];
-        if n_acc < total {
-            if n_acc > 0 {
-                start.push(n_acc as u32);
-                end.push(total as u32);
-            } else {
-                end[0] = total as u32;
-            }
-            let rest = start.len() as u32 - 1;
-            for &s in &elems[n_acc..] {
-                block_of[s as usize] = rest;
-            }
+        for &s in &elems[n_acc..] {
+            block_of[s as usize] = 1;
         }
         // Splitters waiting: (block, symbol), and which are waiting, by block · k + symbol.
         let mut pending: Vec<(u32, u32)> =
@@ -305,11 +297,7 @@ impl Machine {
                     number[to as usize] = order.len() as u32;
                     order.push(to);
                 }
-                let id = number[to as usize];
-                match edges.last_mut() {
-                    Some(e) if e.2 == id && u16::from(e.1) + 1 == u16::from(lo) => e.1 = hi,
-                    _ => edges.push((lo, hi, id)),
-                }
+                push_run(&mut edges, lo, hi, number[to as usize]);
             }
             states.push(MachineState { edges, accepting: self.states[rep].accepting });
         }
@@ -374,6 +362,15 @@ impl Machine {
             }
         }
         self.states[at].accepting
+    }
+}
+
+/// Append the edge `lo..=hi → target` to `edges` (sorted, disjoint), joined with the
+/// last edge when that one ends at `lo - 1` and has the same target.
+fn push_run(edges: &mut Vec<(u8, u8, u32)>, lo: u8, hi: u8, target: u32) {
+    match edges.last_mut() {
+        Some(e) if e.2 == target && u16::from(e.1) + 1 == u16::from(lo) => e.1 = hi,
+        _ => edges.push((lo, hi, target)),
     }
 }
 

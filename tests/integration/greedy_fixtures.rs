@@ -37,7 +37,7 @@ use toolgate::tokenizer::EncodeOptions;
 /// candle's quantized matmuls (the default there: MMQ/MMVQ, which round activations
 /// to 8 bits in their own layout), on an H100 (`docs/devices.md`).
 fn smollm2_tol() -> f32 {
-    if common::cuda_quantized_matmul() {
+    if common::cuda_matmul().as_deref() == Some("quantized") {
         0.75
     } else {
         0.5

@@ -34,19 +34,11 @@ pub fn device() -> toolgate::model::DeviceChoice {
     }
 }
 
-/// Whether the device under test multiplies quantized weights with candle's CUDA
-/// MMQ/MMVQ kernels, which round activations to 8 bits in their own layout (CUDA,
-/// `TOOLGATE_CUDA_MATMUL` unset or `quantized`).
-pub fn cuda_quantized_matmul() -> bool {
+/// The CUDA matmul mode under test, `TOOLGATE_CUDA_MATMUL` (`quantized`, candle's
+/// MMQ/MMVQ kernels, when unset; or `f32`), or `None` when the device is not CUDA.
+pub fn cuda_matmul() -> Option<String> {
     matches!(device(), toolgate::model::DeviceChoice::Cuda(_))
-        && std::env::var("TOOLGATE_CUDA_MATMUL").map_or(true, |v| v == "quantized")
-}
-
-/// Whether the device under test dequantizes weights and multiplies in f32, with
-/// activations at full precision (CUDA, `TOOLGATE_CUDA_MATMUL=f32`).
-pub fn cuda_f32_matmul() -> bool {
-    matches!(device(), toolgate::model::DeviceChoice::Cuda(_))
-        && std::env::var("TOOLGATE_CUDA_MATMUL").is_ok_and(|v| v == "f32")
+        .then(|| std::env::var("TOOLGATE_CUDA_MATMUL").unwrap_or_else(|_| "quantized".into()))
 }
 
 pub const SMOLLM2: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
