@@ -390,13 +390,17 @@ impl GgufFile {
     }
 
     /// Read one tensor onto `device` as a candle [`QTensor`], keeping its quantized
-    /// type (for the types candle reads; see [`GgmlType::candle`]).
+    /// type where candle reads it ([`GgmlType::candle`]). IQ4_NL, IQ4_XS and MXFP4,
+    /// which candle does not read, arrive as Q8_0
+    /// ([`crate::kernels::formats::to_q8_0`]: twice their bytes, the same weights but
+    /// for IQ4_XS's scales rounded to f16).
     ///
-    /// Cost: one copy of the tensor's bytes (two onto a GPU).
+    /// Cost: one copy of the tensor's bytes (two onto a GPU; one more for the
+    /// rewritten types).
     ///
     /// # Errors
-    /// [`Error::Tensor`] if the tensor is absent, is of a type only toolgate's CPU
-    /// kernels read (IQ4_NL, IQ4_XS, MXFP4), or candle rejects it.
+    /// [`Error::Tensor`] if the tensor is absent, candle rejects it, or a rewritten
+    /// type's scale is out of Q8_0's range.
     pub fn tensor(&self, name: &str, device: &Device) -> Result<QTensor> {
         let info = self.header.tensors.get(name).ok_or_else(|| self.tensor_err(name, "missing"))?;
         self.qtensor_of(name, info.ty, &self.tensor_data(name)?, info.dims.clone(), device)
@@ -407,8 +411,8 @@ impl GgufFile {
     /// tensor.
     ///
     /// # Errors
-    /// [`Error::Tensor`] if `ty` is a type only toolgate's CPU kernels read or candle
-    /// rejects the bytes.
+    /// [`Error::Tensor`] if candle rejects the bytes, or a table type's scale is out of
+    /// Q8_0's range.
     pub(crate) fn qtensor_of(
         &self,
         name: &str,
@@ -417,14 +421,20 @@ impl GgufFile {
         dims: Vec<usize>,
         device: &Device,
     ) -> Result<QTensor> {
-        let Some(dtype) = ty.candle() else {
-            return Err(self.tensor_err(
-                name,
-                format!("{} weights run only on toolgate's CPU kernels, not on {device:?}", ty.name),
-            ));
+        let load = |dtype, data: &[u8]| {
+            candle_core::quantized::ggml_file::qtensor_from_ggml(dtype, data, dims, device)
+                .map_err(|e| self.tensor_err(name, e))
         };
-        candle_core::quantized::ggml_file::qtensor_from_ggml(dtype, bytes.as_slice(), dims, device)
-            .map_err(|e| self.tensor_err(name, e))
+        if let Some(dtype) = ty.candle() {
+            return load(dtype, bytes.as_slice());
+        }
+        // A table type candle does not read (IQ4_NL, IQ4_XS, MXFP4): as Q8_0, which
+        // holds each of their 32-weight blocks exactly or nearly (`to_q8_0`).
+        let kernel_type = crate::kernels::WeightType::from_ggml_id(ty.id);
+        match kernel_type.and_then(|kt| crate::kernels::formats::to_q8_0(kt, bytes.as_slice())) {
+            Some(q8) => load(candle_core::quantized::GgmlDType::Q8_0, &q8),
+            None => Err(self.tensor_err(name, format!("{} weights cannot be read as Q8_0 for {device:?}", ty.name))),
+        }
     }
 }
 

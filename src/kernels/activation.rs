@@ -2,18 +2,27 @@
 //!
 //! A row of `k` f32 activations becomes `k / 32` [`Q8x32`] blocks (for the 32-weight
 //! types) or `k / 256` [`Q8x256`] blocks (for the k-quants). Scales are symmetric
-//! (`q = round(x / d)`, `d = max|x| / 127`), so every code is in `-127..=127`, which
-//! the sign trick of the `Q8_0` kernels needs.
+//! (`q = x · 127 / max|x|` rounded half to even, `d ≈ max|x| / 127`), so every code is
+//! in `-127..=127`, which the sign trick of the `Q8_0` kernels needs. Codes and scales
+//! are exactly ggml's (`block_q8_0`, `block_q8_1`, `block_q8_K`, scales rounded as
+//! ggml stores them), so a product equals llama.cpp's up to the order of its sums.
 
-/// 32 activations: `x ≈ d·q`; `s = d·Σq` lets the kernels apply a weight block's
-/// offset (`m` in `w = q·d + m`) with one multiply.
+use half::f16;
+
+/// 32 activations: `x ≈ d·q`, with `d` an f16 value as ggml's `block_q8_0` and
+/// `block_q8_1` store it (so products equal llama.cpp's).
 #[derive(Debug, Clone, Copy)]
 #[repr(C)]
 pub struct Q8x32 {
-    /// Scale.
+    /// Scale (an f16 value).
     pub d: f32,
-    /// `d · Σ qs`.
+    /// `d · Σ qs`: the Q4_0/Q5_0 kernels apply the codes' offset (`-8·d_w`,
+    /// `-16·d_w`) with one multiply.
     pub s: f32,
+    /// `Σ qs` times the scale before its rounding, rounded to f16: ggml's
+    /// `block_q8_1::s`, which multiplies the minimum of Q4_1/Q5_1 weights
+    /// (`m` in `w = q·d + m`).
+    pub s_min: f32,
     /// Codes.
     pub qs: [i8; 32],
 }
@@ -33,7 +42,7 @@ pub struct Q8x256 {
 
 impl Q8x32 {
     /// An all-zero block.
-    pub const ZERO: Q8x32 = Q8x32 { d: 0.0, s: 0.0, qs: [0; 32] };
+    pub const ZERO: Q8x32 = Q8x32 { d: 0.0, s: 0.0, s_min: 0.0, qs: [0; 32] };
 }
 
 impl Q8x256 {
@@ -41,18 +50,19 @@ impl Q8x256 {
     pub const ZERO: Q8x256 = Q8x256 { d: 0.0, qs: [0; 256], bsums: [0; 16] };
 }
 
+/// `(d, 1/d)` of a block as ggml's quantizers compute them: `127 / max|x|` for the
+/// codes (not `1 / d`, which can differ by an ulp).
 #[inline(always)]
 fn scale_of(x: &[f32]) -> (f32, f32) {
     let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
-    let d = amax / 127.0;
-    (d, if d > 0.0 { 1.0 / d } else { 0.0 })
+    (amax / 127.0, if amax > 0.0 { 127.0 / amax } else { 0.0 })
 }
 
 /// Quantize `x` (length `32 · out.len()`) into `out`, with the best code the CPU runs
 /// ([`super::Isa::detect`]).
 ///
 /// Cost: one pass over `x`; vectorized with AVX2 where the CPU has it (same results:
-/// the rounding is `f32::round`, ties away from zero, on every path).
+/// the rounding is `f32::round_ties_even` on every path).
 pub fn quantize_32(x: &[f32], out: &mut [Q8x32]) {
     super::dispatch::quantize32_for(super::Isa::detect())(x, out)
 }
@@ -65,7 +75,7 @@ pub fn quantize_256(x: &[f32], out: &mut [Q8x256]) {
 }
 
 // The same code compiled with AVX2 enabled: the compiler vectorizes the rounding
-// (`round` lowers to SSE4.1 `roundps`, exactly) instead of calling `roundf` per value.
+// (`round_ties_even` lowers to SSE4.1 `roundps`, exactly) instead of a call per value.
 /// # Safety
 /// The CPU must have AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
@@ -90,12 +100,16 @@ pub(super) fn quantize_32_portable(x: &[f32], out: &mut [Q8x32]) {
         let (d, id) = scale_of(xs);
         let mut sum = 0i32;
         for (q, v) in o.qs.iter_mut().zip(xs) {
-            let c = (v * id).round() as i32;
+            let c = (v * id).round_ties_even() as i32;
             *q = c as i8;
             sum += c;
         }
-        o.d = d;
-        o.s = d * sum as f32;
+        // Rounded as ggml rounds its Q8_0/Q8_1 blocks: an f32 scale is closer to `x`,
+        // but moved a tiny random model's logits by 2% of their scale away from
+        // llama.cpp's (`tiny_models_match_llama_cpp`).
+        o.d = f16::from_f32(d).to_f32();
+        o.s = o.d * sum as f32;
+        o.s_min = f16::from_f32(d * sum as f32).to_f32();
     }
 }
 
@@ -104,13 +118,14 @@ pub(super) fn quantize_32_portable(x: &[f32], out: &mut [Q8x32]) {
 pub(super) fn quantize_256_portable(x: &[f32], out: &mut [Q8x256]) {
     debug_assert_eq!(x.len(), out.len() * 256);
     for (xs, o) in x.chunks_exact(256).zip(out.iter_mut()) {
-        let (d, id) = scale_of(xs);
+        let (_, id) = scale_of(xs);
         for (q, v) in o.qs.iter_mut().zip(xs) {
-            *q = (v * id).round() as i8;
+            *q = (v * id).round_ties_even() as i8;
         }
         for (s, qs) in o.bsums.iter_mut().zip(o.qs.chunks_exact(16)) {
             *s = qs.iter().map(|&q| q as i16).sum();
         }
-        o.d = d;
+        // `block_q8_K` keeps `1 / id` in f32.
+        o.d = if id > 0.0 { 1.0 / id } else { 0.0 };
     }
 }

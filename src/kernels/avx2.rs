@@ -133,7 +133,7 @@ unsafe fn dot32<const TY: u8, const R: usize>(w: &[u8], xs: &[&[Q8x32]], out: &m
                 let p = _mm256_madd_epi16(_mm256_maddubs_epi16(abs, q), ones);
                 $acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d), _mm256_cvtepi32_ps(p), $acc[r]);
                 if !signed {
-                    $corr[r] += m * a.s;
+                    $corr[r] += m * if TY == T_Q4_1 || TY == T_Q5_1 { a.s_min } else { a.s };
                 }
             }
         }};
@@ -618,7 +618,7 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(job: &TileJob, half: usize) 
             let t = _mm256_cvtepi32_ps(acc);
             y[r] = _mm256_fmadd_ps(d, _mm256_mul_ps(t, _mm256_set1_ps(a.d)), y[r]);
             if has_m {
-                y[r] = _mm256_fmadd_ps(m, _mm256_set1_ps(a.s), y[r]);
+                y[r] = _mm256_fmadd_ps(m, _mm256_set1_ps(a.s_min), y[r]);
             }
         }
     }

@@ -272,7 +272,7 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(job: &TileJob) {
             let t = _mm512_cvtepi32_ps(acc[0]);
             y[r] = _mm512_fmadd_ps(d, _mm512_mul_ps(t, _mm512_set1_ps(a.d)), y[r]);
             if has_m {
-                y[r] = _mm512_fmadd_ps(m, _mm512_set1_ps(a.s), y[r]);
+                y[r] = _mm512_fmadd_ps(m, _mm512_set1_ps(a.s_min), y[r]);
             }
         }
     }

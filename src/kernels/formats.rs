@@ -431,6 +431,90 @@ pub fn dequantize_row(ty: WeightType, row: &[u8], out: &mut [f32]) {
     }
 }
 
+/// A row of IQ4_NL, IQ4_XS or MXFP4 weights (`row.len()` a multiple of the type's
+/// `block_bytes`) rewritten as Q8_0 blocks of 34 bytes per 32 weights, for devices
+/// whose matmul reads Q8_0 but not these table types (candle's CUDA and Metal).
+///
+/// All three store each 32 weights as `unit · code` with a small integer `code`
+/// (`|code| ≤ 127`), which is exactly a Q8_0 block whenever `unit` is an f16:
+/// - IQ4_NL: `unit` is the block's f16 scale — always exact;
+/// - MXFP4: `unit` is a power of two, `2^(e-128)` — exact for `e` from 104 to 146
+///   (the codes are shifted left when the unit alone is too large for an f16); a
+///   smaller unit (weights under about 1e-7) is rounded to f16's steps of 2^-24;
+/// - IQ4_XS: `unit = d·(ls - 32)` needs up to 17 significant bits; it is rounded to
+///   the nearest f16, a relative change of at most 2^-11 per 32 weights (the type's
+///   own rounding is about 2^-4).
+///
+/// Cost: O(`row.len()`), one output allocation of `34 · weights / 32` bytes —
+/// twice the bytes of these 4.25–4.5-bit types.
+///
+/// # Errors
+/// `None` for other types, a row that is not whole blocks, or an MXFP4 unit past
+/// f16's range even with the codes shifted (`e` over 146, weights over 2^21; none
+/// seen in real files).
+///
+/// ```
+/// use toolgate::kernels::formats::{dequantize_row, to_q8_0, WeightType};
+/// // One IQ4_NL block: scale 0.5, nibbles 0..16 twice.
+/// let mut b = vec![0x00, 0x38];
+/// b.extend((0..16u8).map(|j| j | (j << 4)));
+/// let q8 = to_q8_0(WeightType::IQ4NL, &b).unwrap();
+/// let (mut want, mut got) = ([0f32; 32], [0f32; 32]);
+/// dequantize_row(WeightType::IQ4NL, &b, &mut want);
+/// dequantize_row(WeightType::Q8_0, &q8, &mut got);
+/// assert_eq!(want, got);
+/// ```
+pub fn to_q8_0(ty: WeightType, row: &[u8]) -> Option<Vec<u8>> {
+    let bb = ty.block_bytes();
+    if !matches!(ty, WeightType::IQ4NL | WeightType::IQ4XS | WeightType::MXFP4) || !row.len().is_multiple_of(bb) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(row.len() / bb * ty.block_len() / 32 * 34);
+    let mut codes = [0i32; 32];
+    for b in row.chunks_exact(bb) {
+        let groups = ty.block_len() / 32;
+        for g in 0..groups {
+            let (unit, qs, table) = match ty {
+                WeightType::IQ4XS => {
+                    let unit = f16_at(b, 0) * iq4xs_scale(b, g) as f32;
+                    (unit, &b[8 + 16 * g..24 + 16 * g], &IQ4_VALUES)
+                }
+                _ => table_block(ty, b),
+            };
+            for j in 0..16 {
+                codes[j] = i32::from(table[(qs[j] & 0xF) as usize]);
+                codes[j + 16] = i32::from(table[(qs[j] >> 4) as usize]);
+            }
+            push_q8_0(&mut out, unit, &codes)?;
+        }
+    }
+    Some(out)
+}
+
+/// Append the Q8_0 block of the 32 weights `unit · codes[i]`: exact when `unit`, or
+/// `unit / 2^t` with the codes shifted left by `t` (still within ±127), is an f16;
+/// else `unit` rounded to f16. `None` if no finite f16 scale fits.
+fn push_q8_0(out: &mut Vec<u8>, unit: f32, codes: &[i32; 32]) -> Option<()> {
+    let cmax = codes.iter().map(|c| c.unsigned_abs()).max().unwrap_or(0).max(1);
+    // The largest left shift of the codes that stays within ±127.
+    let room = (0..8).rev().find(|&t| cmax << t <= 127)?;
+    let scale = |t: u32| unit / (1u32 << t) as f32;
+    let t = match (0..=room).find(|&t| f16::from_f32(scale(t)).to_f32() == scale(t)) {
+        Some(t) => t,
+        // No exact scale: round the unit (or, past f16's range, the smallest unit the
+        // codes' room allows).
+        None if f16::from_f32(unit).is_finite() => 0,
+        None => room,
+    };
+    let d = f16::from_f32(scale(t));
+    if !d.is_finite() {
+        return None;
+    }
+    out.extend_from_slice(&d.to_bits().to_le_bytes());
+    out.extend(codes.iter().map(|&c| ((c << t) as i8) as u8));
+    Some(())
+}
+
 /// `v` rounded to BF16, nearest-even (as `vcvtne2ps2bf16`; a NaN stays a quiet NaN),
 /// as its 16 bits: how [`super::bf16_path`] rounds the activations.
 ///

@@ -147,7 +147,8 @@ pub fn dot32(ty: WeightType, w: &[u8], xs: &[&[Q8x32]], out: &mut [f32]) {
         for (x, o) in xs.iter().zip(out.iter_mut()) {
             let a = &x[bi];
             let sumi: i32 = codes.iter().zip(&a.qs).map(|(&c, &q)| c * q as i32).sum();
-            *o += d * a.d * sumi as f32 + m * a.s;
+            let s = if matches!(ty, WeightType::Q4_1 | WeightType::Q5_1) { a.s_min } else { a.s };
+            *o += d * a.d * sumi as f32 + m * s;
         }
     }
 }

@@ -63,7 +63,7 @@ fn stalled_clients_time_out_and_never_hold_up_shutdown() {
     let _idle = TcpStream::connect(addr(&s)).unwrap();
     let mut stalled = TcpStream::connect(addr(&s)).unwrap();
     stalled.write_all(b"POST /v1/chat/completions HTTP/1.1\r\n").unwrap();
-    let req = json!({"messages": [{"role": "user", "content": "Count from one to fifty in words."}],
+    let req = json!({"messages": [{"role": "user", "content": "Write a long story about a dragon who learns to fly."}],
         "max_tokens": 48, "temperature": 0})
     .to_string();
     let mut gen = TcpStream::connect(addr(&s)).unwrap();

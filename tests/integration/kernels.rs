@@ -23,8 +23,8 @@
 use candle_core::quantized::QTensor;
 use candle_core::{Device, Tensor};
 use toolgate::kernels::activation::{quantize_256, quantize_32, Q8x256, Q8x32};
-use toolgate::kernels::formats::bf16_bits;
 use toolgate::kernels::formats::ActKind;
+use toolgate::kernels::formats::{bf16_bits, dequantize_row, to_q8_0};
 use toolgate::kernels::{bf16_path, f32_path, float_tiles_path, Isa, QWeight, WeightType};
 
 use crate::common;
@@ -67,7 +67,18 @@ fn check_type(ty: WeightType) {
             assert!((a - b).abs() <= 1e-6 * (1.0 + b.abs()), "{}: dequantized {a} vs candle {b}", ty.name());
         }
     }
-    check_matmul(&qw, &deq);
+    check_matmul(&qw, &deq, &block_mins(ty, &qt.data().unwrap()));
+}
+
+/// The minimum `m` (`w = q·d + m`) of every block of Q4_1 or Q5_1 weights `bytes`, in
+/// order; empty for other types. The kernels multiply it by the activations' `s_min`
+/// (ggml's `block_q8_1::s`, rounded to f16), not by their exact sum.
+fn block_mins(ty: WeightType, bytes: &[u8]) -> Vec<f32> {
+    if !matches!(ty, WeightType::Q4_1 | WeightType::Q5_1) {
+        return Vec::new();
+    }
+    let m = |b: &[u8]| half::f16::from_le_bytes([b[2], b[3]]).to_f32();
+    bytes.chunks_exact(ty.block_bytes()).map(m).collect()
 }
 
 fn unhex(s: &str) -> Vec<u8> {
@@ -99,12 +110,13 @@ fn check_ggml_fixture(ty: WeightType) {
     }
     let big: Vec<u8> = (0..N).flat_map(|j| bytes[(j % rows) * row_bytes..][..row_bytes].iter().copied()).collect();
     let deq: Vec<f32> = (0..N).flat_map(|j| ggml[(j % rows) * k..][..k].iter().copied()).collect();
-    check_matmul(&QWeight::new(ty, big, N, K).unwrap(), &deq);
+    check_matmul(&QWeight::new(ty, big, N, K).unwrap(), &deq, &[]);
 }
 
-/// The kernels' matmul of `qw` (`N × K`, dequantized: `deq`) against the exact and the
-/// f32 references, for several activation row counts and both kernel sets.
-fn check_matmul(qw: &QWeight, deq: &[f32]) {
+/// The kernels' matmul of `qw` (`N × K`, dequantized: `deq`; Q4_1 and Q5_1 with the
+/// blocks' minimums `mins`, [`block_mins`]) against the exact and the f32 references,
+/// for several activation row counts and both kernel sets.
+fn check_matmul(qw: &QWeight, deq: &[f32], mins: &[f32]) {
     let (dev, ty, n, k) = (Device::Cpu, qw.weight_type(), N, K);
 
     for m in [1, 2, 3, 4, 5, 17, 33] {
@@ -125,11 +137,20 @@ fn check_matmul(qw: &QWeight, deq: &[f32]) {
                 } else {
                     requantized(ty, xr)
                 };
+                // Each block's minimum meets the 8-bit activations' rounded sum (`s_min`).
+                let eight_bit = !bf16_path(isa, ty, m) && !f32_path(isa, ty, m);
+                let mut blocks = vec![Q8x32::ZERO; if eight_bit && !mins.is_empty() { k / 32 } else { 0 }];
+                quantize_32(xr, &mut blocks);
                 let rms = (xr.iter().map(|v| (v * v) as f64).sum::<f64>() / k as f64).sqrt();
                 for j in 0..n {
                     let wr = &deq[j * k..(j + 1) * k];
                     let norm = wr.iter().map(|v| (v * v) as f64).sum::<f64>().sqrt();
-                    let exact: f64 = wr.iter().zip(&xq).map(|(a, b)| *a as f64 * *b as f64).sum();
+                    let min_rounding: f64 = blocks
+                        .iter()
+                        .zip(mins.get(j * k / 32..).unwrap_or(&[]))
+                        .map(|(a, &m)| m as f64 * (a.s_min as f64 - a.s as f64))
+                        .sum();
+                    let exact: f64 = wr.iter().zip(&xq).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() + min_rounding;
                     let full: f64 = wr.iter().zip(xr).map(|(a, b)| *a as f64 * *b as f64).sum();
                     let got = y[r * n + j] as f64;
                     let scale = norm * rms;
@@ -296,6 +317,42 @@ fn mxfp4_against_ggml() {
     check_ggml_fixture(WeightType::MXFP4);
 }
 
+/// The table types candle does not read (IQ4_NL, IQ4_XS, MXFP4) rewritten as Q8_0 for
+/// CUDA and Metal (`formats::to_q8_0`): ggml's blocks come back as the same weights —
+/// bit for bit for IQ4_NL and MXFP4, within 2^-11 of each 32 weights' largest for
+/// IQ4_XS, whose scale products are rounded to f16 — and other types are refused.
+#[test]
+fn table_types_as_q8_0_keep_their_weights() {
+    let fx = common::fixture("kernels.ggml.json");
+    for (ty, tol) in [(WeightType::IQ4NL, 0.0), (WeightType::MXFP4, 0.0), (WeightType::IQ4XS, 1.0 / 2048.0)] {
+        let t = &fx["types"][ty.name().to_uppercase()];
+        let bytes = unhex(t["bytes"].as_str().unwrap());
+        let q8 = to_q8_0(ty, &bytes).unwrap();
+        let n = bytes.len() / ty.block_bytes() * ty.block_len();
+        assert_eq!(q8.len(), n / 32 * 34, "{}", ty.name());
+        let (mut want, mut got) = (vec![0f32; n], vec![0f32; n]);
+        dequantize_row(ty, &bytes, &mut want);
+        dequantize_row(WeightType::Q8_0, &q8, &mut got);
+        let mut changed = 0;
+        for (g, (w, q)) in want.chunks(32).zip(got.chunks(32)).enumerate() {
+            let amax = w.iter().fold(0f32, |a, v| a.max(v.abs()));
+            for (a, b) in w.iter().zip(q) {
+                assert!((a - b).abs() <= tol * amax, "{} group {g}: {a} became {b}", ty.name());
+                changed += usize::from(a != b);
+            }
+        }
+        eprintln!("{}: {n} weights as Q8_0, {changed} changed", ty.name());
+    }
+    for ty in [WeightType::Q4_0, WeightType::Q8_0, WeightType::Q4K, WeightType::F16] {
+        assert!(to_q8_0(ty, &vec![0; ty.block_bytes()]).is_none(), "{}", ty.name());
+    }
+    assert!(to_q8_0(WeightType::IQ4NL, &[0; 17]).is_none(), "not whole blocks");
+    // An MXFP4 unit past f16 even with the codes shifted: refused, not wrapped.
+    let mut huge = vec![250u8];
+    huge.extend([0x77; 16]);
+    assert!(to_q8_0(WeightType::MXFP4, &huge).is_none());
+}
+
 #[test]
 fn every_type_is_tested() {
     // A new WeightType must get a test above: this list is the reminder.
@@ -384,10 +441,12 @@ fn bad_shapes_are_errors() {
 }
 
 /// The activation quantizers (vectorized with AVX2 where the CPU has it) give exactly
-/// the codes of the scalar definition `q = round(x / d)`, `d = max|x| / 127`, rounding
-/// halves away from zero (SIMD's native round-to-even would turn 0.5 into 0).
+/// ggml's codes and scales, so products equal llama.cpp's: `q = x · (127 / max|x|)`
+/// rounded half to even (as ggml's SIMD quantizers and its `nearest_int`), scale
+/// `max|x| / 127` rounded to f16 for 32-blocks (`block_q8_0`), `1 / (127 / max|x|)`
+/// for 256-blocks (`block_q8_K`).
 #[test]
-fn activation_quantization_is_exact_with_ties_away_from_zero() {
+fn activation_quantization_is_ggml_s_with_ties_to_even() {
     // Block 0: max 127 (scale 1), so x/d is x itself and the halves are exact ties.
     let mut x: Vec<f32> = vec![0.0; 512];
     x[..8].copy_from_slice(&[127.0, 0.5, 1.5, 2.5, -0.5, -2.5, 126.49, -3.5]);
@@ -398,23 +457,26 @@ fn activation_quantization_is_exact_with_ties_away_from_zero() {
         seed ^= seed << 5;
         *v = (seed as f32 / u32::MAX as f32 - 0.5) * 7.0;
     }
-    let expect = |xs: &[f32]| -> (f32, Vec<i8>) {
-        let d = xs.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0;
-        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-        (d, xs.iter().map(|v| (v * id).round() as i8).collect())
+    let codes = |xs: &[f32]| -> (f32, Vec<i8>) {
+        let amax = xs.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let id = if amax > 0.0 { 127.0 / amax } else { 0.0 };
+        (amax, xs.iter().map(|v| (v * id).round_ties_even() as i8).collect())
     };
     let mut b32 = vec![Q8x32::ZERO; x.len() / 32];
     quantize_32(&x, &mut b32);
     for (i, (b, xs)) in b32.iter().zip(x.chunks_exact(32)).enumerate() {
-        let (d, qs) = expect(xs);
+        let (amax, qs) = codes(xs);
+        let d = half::f16::from_f32(amax / 127.0).to_f32();
         assert_eq!((b.d, b.qs.to_vec()), (d, qs), "32-block {i}");
-        assert_eq!(b.s, d * b.qs.iter().map(|&q| q as i32).sum::<i32>() as f32);
+        let sum = b.qs.iter().map(|&q| q as i32).sum::<i32>() as f32;
+        assert_eq!((b.s, b.s_min), (d * sum, half::f16::from_f32(amax / 127.0 * sum).to_f32()));
     }
-    assert_eq!(&b32[0].qs[..8], &[127, 1, 2, 3, -1, -3, 126, -4]);
+    assert_eq!(&b32[0].qs[..8], &[127, 0, 2, 2, 0, -2, 126, -4]);
     let mut b256 = vec![Q8x256::ZERO; x.len() / 256];
     quantize_256(&x, &mut b256);
     for (i, (b, xs)) in b256.iter().zip(x.chunks_exact(256)).enumerate() {
-        let (d, qs) = expect(xs);
+        let (amax, qs) = codes(xs);
+        let d = if amax > 0.0 { 1.0 / (127.0 / amax) } else { 0.0 };
         assert_eq!((b.d, b.qs.to_vec()), (d, qs), "256-block {i}");
         for (s, q) in b.bsums.iter().zip(b.qs.chunks_exact(16)) {
             assert_eq!(*s, q.iter().map(|&q| q as i16).sum::<i16>());

@@ -12,6 +12,7 @@ use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 use toolgate::engine::{Engine, GenerateParams};
+use toolgate::kernels::WeightType;
 use toolgate::model::DeviceChoice;
 use toolgate::sampling::SamplingParams;
 use toolgate::Error;
@@ -70,6 +71,15 @@ struct Spec {
     overrides: &'static [(&'static str, u32)],
     /// `{arch}.KEY = VALUE` float metadata (multipliers).
     floats: &'static [(&'static str, f32)],
+    /// Model width, head width, FFN width.
+    embd: usize,
+    head_dim: usize,
+    ff: usize,
+    /// The type of the projections (all but `attn_v`, embeddings, norms, routers).
+    proj: GgmlDType,
+    /// A table type candle cannot write (IQ4_NL, IQ4_XS, MXFP4): the projections are
+    /// written as Q4_0 and rewritten as this type ([`write_table_type`]).
+    table: Option<WeightType>,
 }
 
 fn spec(arch: &'static str) -> Spec {
@@ -98,6 +108,11 @@ fn spec(arch: &'static str) -> Spec {
         ctx: 256,
         overrides: &[],
         floats: &[],
+        embd: EMBD,
+        head_dim: HEAD_DIM,
+        ff: FF,
+        proj: W,
+        table: None,
     }
 }
 
@@ -155,11 +170,11 @@ fn write_model(dir: &Path, s: &Spec) -> PathBuf {
         ("general.architecture".into(), Value::String(a.into())),
         (format!("{a}.block_count"), Value::U32(s.layers as u32)),
         (format!("{a}.context_length"), Value::U32(s.ctx)),
-        (format!("{a}.embedding_length"), Value::U32(EMBD as u32)),
-        (format!("{a}.feed_forward_length"), Value::U32(FF as u32)),
+        (format!("{a}.embedding_length"), Value::U32(s.embd as u32)),
+        (format!("{a}.feed_forward_length"), Value::U32(s.ff as u32)),
         (format!("{a}.attention.head_count"), Value::U32(HEADS as u32)),
         (format!("{a}.attention.head_count_kv"), Value::U32(KV_HEADS as u32)),
-        (format!("{a}.attention.key_length"), Value::U32(HEAD_DIM as u32)),
+        (format!("{a}.attention.key_length"), Value::U32(s.head_dim as u32)),
         (format!("{a}.attention.layer_norm_rms_epsilon"), Value::F32(1e-6)),
         (format!("{a}.rope.freq_base"), Value::F32(10000.0)),
         ("tokenizer.ggml.model".into(), Value::String("gpt2".into())),
@@ -198,28 +213,28 @@ fn write_model(dir: &Path, s: &Spec) -> PathBuf {
         // head with 8-bit activations, which would blur the comparison).
         (
             "token_embd.weight".into(),
-            q(&rng.tensor(&[VOCAB, EMBD], 1.0), if s.tied_output { W } else { GgmlDType::Q8_0 }),
+            q(&rng.tensor(&[VOCAB, s.embd], 1.0), if s.tied_output { W } else { GgmlDType::Q8_0 }),
         ),
-        ("output_norm.weight".into(), q(&(rng.tensor(&[EMBD], 0.2) + 1.0).unwrap(), GgmlDType::F32)),
+        ("output_norm.weight".into(), q(&(rng.tensor(&[s.embd], 0.2) + 1.0).unwrap(), GgmlDType::F32)),
     ];
-    let output = q(&rng.tensor(&[VOCAB, EMBD], 0.5), W);
+    let output = q(&rng.tensor(&[VOCAB, s.embd], 0.5), s.proj);
     if !s.tied_output {
         tensors.push(("output.weight".into(), output));
     }
     let norm = |rng: &mut Rng, n: usize| q(&(rng.tensor(&[n], 0.2) + 1.0).unwrap(), GgmlDType::F32);
-    let (qw, kvw) = (HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM);
+    let (qw, kvw) = (HEADS * s.head_dim, KV_HEADS * s.head_dim);
     for i in 0..s.layers {
         let p = |n: &str| format!("blk.{i}.{n}");
         if s.pre_norms {
-            tensors.push((p("attn_norm.weight"), norm(&mut rng, EMBD)));
-            tensors.push((p(&format!("{}.weight", s.ffn_norm)), norm(&mut rng, EMBD)));
+            tensors.push((p("attn_norm.weight"), norm(&mut rng, s.embd)));
+            tensors.push((p(&format!("{}.weight", s.ffn_norm)), norm(&mut rng, s.embd)));
         }
         if s.fused_qkv {
-            tensors.push((p("attn_qkv.weight"), q(&rng.tensor(&[qw + 2 * kvw, EMBD], 0.3), W)));
+            tensors.push((p("attn_qkv.weight"), q(&rng.tensor(&[qw + 2 * kvw, s.embd], 0.3), s.proj)));
         } else {
-            tensors.push((p("attn_q.weight"), q(&rng.tensor(&[qw, EMBD], 0.3), W)));
-            tensors.push((p("attn_k.weight"), q(&rng.tensor(&[kvw, EMBD], 0.3), W)));
-            tensors.push((p("attn_v.weight"), q(&rng.tensor(&[kvw, EMBD], 0.3), GgmlDType::F32)));
+            tensors.push((p("attn_q.weight"), q(&rng.tensor(&[qw, s.embd], 0.3), s.proj)));
+            tensors.push((p("attn_k.weight"), q(&rng.tensor(&[kvw, s.embd], 0.3), s.proj)));
+            tensors.push((p("attn_v.weight"), q(&rng.tensor(&[kvw, s.embd], 0.3), GgmlDType::F32)));
         }
         if s.qkv_bias {
             tensors.push((p("attn_q.bias"), q(&rng.tensor(&[qw], 0.1), GgmlDType::F32)));
@@ -227,17 +242,17 @@ fn write_model(dir: &Path, s: &Spec) -> PathBuf {
             tensors.push((p("attn_v.bias"), q(&rng.tensor(&[kvw], 0.1), GgmlDType::F32)));
         }
         if s.qk_norm {
-            let (qn, kn) = if s.full_qk_norm { (qw, kvw) } else { (HEAD_DIM, HEAD_DIM) };
+            let (qn, kn) = if s.full_qk_norm { (qw, kvw) } else { (s.head_dim, s.head_dim) };
             tensors.push((p("attn_q_norm.weight"), norm(&mut rng, qn)));
             tensors.push((p("attn_k_norm.weight"), norm(&mut rng, kn)));
         }
         if s.sandwich {
-            tensors.push((p("post_attention_norm.weight"), norm(&mut rng, EMBD)));
-            tensors.push((p("post_ffw_norm.weight"), norm(&mut rng, EMBD)));
+            tensors.push((p("post_attention_norm.weight"), norm(&mut rng, s.embd)));
+            tensors.push((p("post_ffw_norm.weight"), norm(&mut rng, s.embd)));
         }
-        tensors.push((p("attn_output.weight"), q(&rng.tensor(&[EMBD, qw], 0.3), W)));
+        tensors.push((p("attn_output.weight"), q(&rng.tensor(&[s.embd, qw], 0.3), s.proj)));
         if s.out_bias {
-            tensors.push((p("attn_output.bias"), q(&rng.tensor(&[EMBD], 0.1), GgmlDType::F32)));
+            tensors.push((p("attn_output.bias"), q(&rng.tensor(&[s.embd], 0.1), GgmlDType::F32)));
         }
         if s.sinks {
             // Around the scores' size, so each head's sink takes a real share.
@@ -245,40 +260,86 @@ fn write_model(dir: &Path, s: &Spec) -> PathBuf {
         }
         if let Some((n, _, width)) = s.moe.filter(|_| i >= s.dense_lead) {
             // A router with clear preferences: the top-k choice is no near-tie.
-            tensors.push((p("ffn_gate_inp.weight"), q(&rng.tensor(&[n, EMBD], 3.0), GgmlDType::F32)));
+            tensors.push((p("ffn_gate_inp.weight"), q(&rng.tensor(&[n, s.embd], 3.0), GgmlDType::F32)));
             let et = s.expert_type;
-            tensors.push((p("ffn_gate_exps.weight"), q(&rng.tensor(&[n, width, EMBD], 0.3), et)));
-            tensors.push((p("ffn_up_exps.weight"), q(&rng.tensor(&[n, width, EMBD], 0.3), et)));
-            tensors.push((p("ffn_down_exps.weight"), q(&rng.tensor(&[n, EMBD, width], 0.3), et)));
+            tensors.push((p("ffn_gate_exps.weight"), q(&rng.tensor(&[n, width, s.embd], 0.3), et)));
+            tensors.push((p("ffn_up_exps.weight"), q(&rng.tensor(&[n, width, s.embd], 0.3), et)));
+            tensors.push((p("ffn_down_exps.weight"), q(&rng.tensor(&[n, s.embd, width], 0.3), et)));
             if let Some(w) = s.shared_expert {
                 tensors.push((p("exp_probs_b.bias"), q(&rng.tensor(&[n], 0.5), GgmlDType::F32)));
-                tensors.push((p("ffn_gate_shexp.weight"), q(&rng.tensor(&[w, EMBD], 0.3), W)));
-                tensors.push((p("ffn_up_shexp.weight"), q(&rng.tensor(&[w, EMBD], 0.3), W)));
-                tensors.push((p("ffn_down_shexp.weight"), q(&rng.tensor(&[EMBD, w], 0.3), W)));
+                tensors.push((p("ffn_gate_shexp.weight"), q(&rng.tensor(&[w, s.embd], 0.3), s.proj)));
+                tensors.push((p("ffn_up_shexp.weight"), q(&rng.tensor(&[w, s.embd], 0.3), s.proj)));
+                tensors.push((p("ffn_down_shexp.weight"), q(&rng.tensor(&[s.embd, w], 0.3), s.proj)));
             }
             if s.expert_bias {
                 let f32 = GgmlDType::F32;
                 tensors.push((p("ffn_gate_inp.bias"), q(&rng.tensor(&[n], 1.0), f32)));
                 tensors.push((p("ffn_gate_exps.bias"), q(&rng.tensor(&[n, width], 0.5), f32)));
                 tensors.push((p("ffn_up_exps.bias"), q(&rng.tensor(&[n, width], 0.5), f32)));
-                tensors.push((p("ffn_down_exps.bias"), q(&rng.tensor(&[n, EMBD], 0.5), f32)));
+                tensors.push((p("ffn_down_exps.bias"), q(&rng.tensor(&[n, s.embd], 0.5), f32)));
             }
             continue;
         }
         if s.fused_gate_up {
-            tensors.push((p("ffn_up.weight"), q(&rng.tensor(&[2 * FF, EMBD], 0.3), W)));
+            tensors.push((p("ffn_up.weight"), q(&rng.tensor(&[2 * s.ff, s.embd], 0.3), s.proj)));
         } else {
-            tensors.push((p("ffn_gate.weight"), q(&rng.tensor(&[FF, EMBD], 0.3), W)));
-            tensors.push((p("ffn_up.weight"), q(&rng.tensor(&[FF, EMBD], 0.3), W)));
+            tensors.push((p("ffn_gate.weight"), q(&rng.tensor(&[s.ff, s.embd], 0.3), s.proj)));
+            tensors.push((p("ffn_up.weight"), q(&rng.tensor(&[s.ff, s.embd], 0.3), s.proj)));
         }
-        tensors.push((p("ffn_down.weight"), q(&rng.tensor(&[EMBD, FF], 0.3), W)));
+        tensors.push((p("ffn_down.weight"), q(&rng.tensor(&[s.embd, s.ff], 0.3), s.proj)));
     }
     let path = dir.join(format!("tiny-{a}.gguf"));
     let mut f = std::fs::File::create(&path).unwrap();
     let meta_refs: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let tensor_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
     gguf_file::write(&mut f, &meta_refs, &tensor_refs).unwrap();
+    drop(f);
+    if let Some(ty) = s.table {
+        write_table_type(&path, ty, &mut rng);
+    }
     path
+}
+
+/// Rewrite every Q4_0 tensor of the GGUF file at `path` as `ty` (IQ4_NL, IQ4_XS or
+/// MXFP4): its type id in the tensor directory, random blocks of `ty` as its data
+/// (with scales that keep the weights about the size of the F32 projections', |w| <
+/// 0.4), and every tensor's offset, as the data section is laid out again with the
+/// new sizes (llama.cpp requires each tensor to follow the last, 32-byte aligned).
+fn write_table_type(path: &Path, ty: WeightType, rng: &mut Rng) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let content = gguf_file::Content::read(&mut std::io::Cursor::new(&bytes)).unwrap();
+    let data_at = content.tensor_data_offset as usize;
+    let mut byte = || ((rng.next() + 0.5) * 256.0) as u8;
+    let mut infos: Vec<_> = content.tensor_infos.iter().collect();
+    infos.sort_by_key(|(_, info)| info.offset);
+    let mut data = Vec::new();
+    for (name, info) in infos {
+        // The directory entry: name, n_dims (u32), dims (u64 each), type (u32), offset (u64).
+        let at = bytes[..data_at].windows(name.len()).position(|w| w == name.as_bytes()).unwrap() + name.len();
+        let type_at = at + 4 + 8 * info.shape.rank();
+        let start = data_at + info.offset as usize;
+        let old_len = info.shape.elem_count() / info.ggml_dtype.block_size() * info.ggml_dtype.type_size();
+        bytes[type_at + 4..type_at + 12].copy_from_slice(&(data.len() as u64).to_le_bytes());
+        if info.ggml_dtype != GgmlDType::Q4_0 {
+            data.extend_from_slice(&bytes[start..start + old_len]);
+        } else {
+            bytes[type_at..type_at + 4].copy_from_slice(&ty.ggml_id().to_le_bytes());
+            for _ in 0..info.shape.elem_count() / ty.block_len() {
+                let mut b: Vec<u8> = (0..ty.block_bytes()).map(|_| byte()).collect();
+                match ty {
+                    // 0.4 / 127 and 1e-4 (with a 6-bit scale up to ±32) as f16; 2^-5.
+                    WeightType::IQ4NL => b[..2].copy_from_slice(&0x1A73u16.to_le_bytes()),
+                    WeightType::IQ4XS => b[..2].copy_from_slice(&0x068Eu16.to_le_bytes()),
+                    _ => b[0] = 123,
+                }
+                data.extend(b);
+            }
+        }
+        data.resize(data.len().next_multiple_of(32), 0);
+    }
+    bytes.truncate(data_at);
+    bytes.extend(data);
+    std::fs::write(path, bytes).unwrap();
 }
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
@@ -517,6 +578,36 @@ fn tiny_gemma3_sliding_window_prefill_equals_decode() {
     exercise(gemma3_spec(), 20);
 }
 
+/// Llama with every projection of one weight type, wide enough (256) for the 256-weight
+/// blocks: each type llama.cpp and toolgate read, end to end through a model.
+fn weight_type_specs() -> Vec<(&'static str, Spec)> {
+    let typed = |proj, table| Spec { embd: 256, head_dim: 64, ff: 512, proj, table, ..spec("llama") };
+    let mut out: Vec<(&'static str, Spec)> = [
+        GgmlDType::F16,
+        GgmlDType::BF16,
+        GgmlDType::Q4_0,
+        GgmlDType::Q4_1,
+        GgmlDType::Q5_0,
+        GgmlDType::Q5_1,
+        GgmlDType::Q8_0,
+        GgmlDType::Q2K,
+        GgmlDType::Q3K,
+        GgmlDType::Q4K,
+        GgmlDType::Q5K,
+        GgmlDType::Q6K,
+    ]
+    .into_iter()
+    .map(|t| {
+        let name = WeightType::ALL.into_iter().find(|w| w.to_candle() == Some(t)).unwrap().name();
+        (name, typed(t, None))
+    })
+    .collect();
+    for t in [WeightType::IQ4NL, WeightType::IQ4XS, WeightType::MXFP4] {
+        out.push((t.name(), typed(GgmlDType::Q4_0, Some(t))));
+    }
+    out
+}
+
 fn prompt_of(len: usize) -> Vec<u32> {
     (0..len as u32).map(|i| (i * 37 + 11) % 256).collect()
 }
@@ -528,11 +619,20 @@ fn prompt_of(len: usize) -> Vec<u32> {
 /// and their prompts in `DIR`, where `scripts/make-tiny-fixtures.py` (dev-time,
 /// llama-cpp-python) records llama.cpp's logits for them.
 ///
-/// Tolerance per position, as a share of `max(1, max |logit|)`, with the same top
-/// token: `1e-4` (F32 projections both sides, the Q8_0 embedding dequantized exactly
-/// by both, llama.cpp's KV cache in f32: the two agree to ~2e-6); `2e-3` for the GeGLU
-/// architectures (llama.cpp's GELU reads an f16 table: ~7e-4); `2e-2` for the cases
-/// with Q8_0 experts.
+/// Tolerance per position, as a share of `max(1, max |logit|)`:
+/// - F32 weights: `1e-4` with the same top token (F32 projections both sides, the Q8_0
+///   embedding dequantized exactly by both, llama.cpp's KV cache in f32: the two agree
+///   to ~2e-6); `2e-3` for the GeGLU architectures (llama.cpp's GELU reads an f16
+///   table: ~7e-4).
+/// - F16 and BF16 projections: `2e-3` and `2e-2`. llama.cpp rounds the activations to
+///   the weight's type (measured 8.6e-4 and 1.2e-2), toolgate multiplies them as f32.
+/// - the 8-bit-activation types (all others, and the Q8_0 experts): both engines round
+///   the activations to 8 bits the same way and agree to ~1e-6 — except where a value
+///   lies within an ulp of a rounding boundary and the two round it apart: that
+///   position, and those attending to it, move by up to ~1.5e-2 (measured: one
+///   position of Q4_1's five, one of Q5_K's). So: every position within `2e-2` and at
+///   least half within `1e-4`, no top-token check. On a GPU (candle's kernels sum in
+///   their own order) the `2e-2` bound alone.
 #[test]
 fn tiny_models_match_llama_cpp() {
     let fixture = common::fixture("tiny_models.llama_cpp.json");
@@ -554,22 +654,28 @@ fn tiny_models_match_llama_cpp() {
         ("glm4moe", glm4moe_spec(), 9),
         ("mistral3", mistral3_spec(), 20),
     ];
+    let mut cases: Vec<(String, Spec, usize)> = cases.into_iter().map(|(n, s, l)| (n.to_string(), s, l)).collect();
+    cases.extend(weight_type_specs().into_iter().map(|(n, s)| (format!("llama-{n}"), s, 5)));
     for (name, s, len) in cases {
-        // Q8_0 weights: both engines multiply them with 8-bit activations, whose
-        // rounding can flip on a 1e-7 difference upstream: a looser bound, no top-token
-        // check (a wrong expert, weight or activation still errs by the logits' size).
-        let (tol, top) = match (s.expert_type == W, s.arch.starts_with("gemma")) {
-            (false, _) => (2e-2, false),
-            (true, true) => (2e-3, true),
-            (true, false) => (1e-4, true),
+        let name = name.as_str();
+        let eight_bit = s.expert_type != W || !matches!(s.proj, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
+        let (every, top) = match s.proj {
+            _ if eight_bit => (2e-2, false),
+            GgmlDType::F16 => (2e-3, false),
+            GgmlDType::BF16 => (2e-2, false),
+            _ if s.arch.starts_with("gemma") => (2e-3, true),
+            _ => (1e-4, true),
         };
-        if s.expert_type != W && common::cuda_matmul().as_deref() == Some("f32") {
-            // llama.cpp rounds the activations of Q8_0 weights to 8 bits, f32 matmuls do
-            // not, so the bound above (which assumes both round) does not apply: on an
-            // H100, qwen3moe-q8 stayed at 5.6e-3 of the logit scale, gpt-oss-q8 went
-            // past 2e-2. The F32-weight cases still run.
+        // Within 1e-4 at half the positions or more, for the 8-bit types on the CPU.
+        let close_half = eight_bit && common::device() == DeviceChoice::Cpu;
+        if (eight_bit || s.proj != W) && common::cuda_matmul().as_deref() == Some("f32") {
+            // llama.cpp rounds the activations of quantized weights to 8 bits (of F16 and
+            // BF16 weights to those types), f32 matmuls do not, so the bounds above
+            // (which assume both round) do not apply: on an H100, qwen3moe-q8 stayed at
+            // 5.6e-3 of the logit scale, gpt-oss-q8 went past 2e-2. The F32-weight cases
+            // still run.
             eprintln!(
-                "{name}: skipped (Q8_0 experts against llama.cpp's 8-bit activations, and TOOLGATE_CUDA_MATMUL=f32)"
+                "{name}: skipped (weights llama.cpp multiplies with rounded activations, and TOOLGATE_CUDA_MATMUL=f32)"
             );
             continue;
         }
@@ -589,18 +695,20 @@ fn tiny_models_match_llama_cpp() {
         let mut engine = Engine::load(&path, common::device()).unwrap();
         let rows = engine.model().forward_tail(&prompt, len).unwrap();
         assert_eq!(rows.len(), want.len());
-        let mut worst = 0f32;
+        let (mut worst, mut close) = (0f32, 0);
         for (i, (got, want)) in rows.iter().zip(want).enumerate() {
             let want: Vec<f32> = want.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
             let scale = want.iter().fold(1f32, |a, v| a.max(v.abs()));
             let d = max_abs_diff(got, &want);
-            assert!(d <= tol * scale, "{name} position {i}: logits differ from llama.cpp's by {d} (scale {scale})");
+            assert!(d <= every * scale, "{name} position {i}: logits differ from llama.cpp's by {d} (scale {scale})");
+            close += usize::from(d <= 1e-4 * scale);
             if top {
                 let top_token = toolgate::sampling::argmax(got);
                 assert_eq!(top_token, toolgate::sampling::argmax(&want), "{name} position {i}: top token");
             }
             worst = worst.max(d / scale);
         }
+        assert!(!close_half || 2 * close >= len, "{name}: only {close} of {len} positions within 1e-4 of llama.cpp's");
         eprintln!("{name}: {len} positions, largest logit difference from llama.cpp {worst:.1e} of the logit scale");
     }
 }
