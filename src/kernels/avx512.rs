@@ -318,6 +318,88 @@ pub unsafe fn tile_rows(ty: WeightType, job: &TileJob) {
     }
 }
 
+/// One IQ4_XS tile (16 weight rows, layout in [`super::tiles`]) against `R` activation
+/// rows of [`Q8x256`]: per 256-weight block, each 32-weight sub-block's codes (IQ4_NL's
+/// table, shifted to unsigned) go through 8 `vpdpbusd` per row, the shift comes back
+/// in integers (`Σ q·qₓ − 128·Σ qₓ`), the sum is multiplied by the rows' integer
+/// sub-block scales and added up over the block; then one float step per block,
+/// `y += (d ⊙ dₓ) · Σ`, as ggml's IQ4_XS kernel computes it. An output's sum is the
+/// same for any `R`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn iq4xs_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
+    use super::tiles::IQ4XS_SCALES_AT;
+    let TileJob { tile, acts, sums, blocks, out, ld, cols } = *job;
+    let bb = IQ4XS_SCALES_AT + 128 + 32;
+    let chains = if R == 1 {
+        4
+    } else if R == 2 {
+        2
+    } else {
+        1
+    };
+    let m4 = _mm512_set1_epi8(0x0F);
+    let table = _mm512_broadcast_i32x4(_mm_loadu_si128(super::tiles::IQ4_SHIFTED.as_ptr() as *const __m128i));
+    let x: [*const Q8x256; R] = std::array::from_fn(|r| acts.as_ptr().add(r * blocks));
+    let mut y = [_mm512_setzero_ps(); R];
+    for b in 0..blocks {
+        let blk = tile.as_ptr().add(b * bb);
+        let mut total = [_mm512_setzero_si512(); R];
+        for s in 0..8 {
+            let mut codes = [_mm512_setzero_si512(); 8];
+            for v in 0..4 {
+                let z = _mm512_loadu_si512(blk.add(256 * s + 64 * v) as *const _);
+                codes[v] = _mm512_shuffle_epi8(table, _mm512_and_si512(z, m4));
+                codes[v + 4] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16::<4>(z), m4));
+            }
+            let ls = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(IQ4XS_SCALES_AT + 16 * s) as *const __m128i));
+            for r in 0..R {
+                let q = (*x[r].add(b)).qs.as_ptr().add(32 * s) as *const i32;
+                let mut acc = [_mm512_setzero_si512(); 4];
+                for c in 0..8 {
+                    let xq = _mm512_set1_epi32(std::ptr::read_unaligned(q.add(c)));
+                    acc[c % chains] = _mm512_dpbusd_epi32(acc[c % chains], codes[c], xq);
+                }
+                for i in 1..chains {
+                    acc[0] = _mm512_add_epi32(acc[0], acc[i]);
+                }
+                let shift = 128 * *sums.get_unchecked((r * blocks + b) * 8 + s);
+                let sub = _mm512_sub_epi32(acc[0], _mm512_set1_epi32(shift));
+                total[r] = _mm512_add_epi32(total[r], _mm512_mullo_epi32(sub, ls));
+            }
+        }
+        let d = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(IQ4XS_SCALES_AT + 128) as *const __m256i));
+        for r in 0..R {
+            let dd = _mm512_mul_ps(d, _mm512_set1_ps((*x[r].add(b)).d));
+            y[r] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(total[r]), y[r]);
+        }
+    }
+    let keep: __mmask16 = if cols >= 16 { 0xFFFF } else { (1u16 << cols) - 1 };
+    for r in 0..R {
+        _mm512_mask_storeu_ps(out.add(r * ld), keep, y[r]);
+    }
+}
+
+/// [`iq4xs_tile_kernel`] for the job's 1..=8 activation rows.
+///
+/// # Safety
+/// As [`tile_rows`].
+///
+/// # Panics
+/// If `ty` is not IQ4_XS, or as [`TileJob::check`].
+pub unsafe fn tile_rows_iq4xs(ty: WeightType, job: &TileJob<Q8x256>) {
+    assert_eq!(ty, WeightType::IQ4XS, "the Q8x256 tile kernel is IQ4_XS's");
+    match job.check(ty) {
+        1 => iq4xs_tile_kernel::<1>(job),
+        2 => iq4xs_tile_kernel::<2>(job),
+        3 => iq4xs_tile_kernel::<3>(job),
+        4 => iq4xs_tile_kernel::<4>(job),
+        5 => iq4xs_tile_kernel::<5>(job),
+        6 => iq4xs_tile_kernel::<6>(job),
+        7 => iq4xs_tile_kernel::<7>(job),
+        _ => iq4xs_tile_kernel::<8>(job),
+    }
+}
+
 /// Activation rows per BF16 register tile ([`bf16_tile`]).
 pub(super) const BF16_RM: usize = 6;
 /// Weight rows per BF16 register tile: `BF16_RM × BF16_RN` accumulators (24 of the 32

@@ -1,6 +1,7 @@
-//! Weights of the 32-weight block types regrouped into 16-row tiles for the AVX-512
-//! VNNI and AVX2 kernels ([`super::avx512::tile_rows`], [`super::avx2::tile_rows`]),
-//! and the matmul over them.
+//! Weights of the 32-weight block types, and of IQ4_XS, regrouped into 16-row tiles
+//! for the AVX-512 VNNI and AVX2 kernels ([`super::avx512::tile_rows`],
+//! [`super::avx2::tile_rows`], [`super::avx512::tile_rows_iq4xs`]), and the matmul
+//! over them.
 //!
 //! Why regroup: in GGUF's layout a block is one row's 32 weights, so a dot product
 //! ends every block in a horizontal sum across SIMD lanes, for every activation row.
@@ -25,6 +26,7 @@
 //! | Q5_0 | 256 B of nibbles, 8 × u64 fifth-bit masks | 16 × f16 `d` |
 //! | Q5_1 | 256 B of nibbles, 8 × u64 fifth-bit masks | 16 × f16 `d`, 16 × f16 `m` |
 //! | Q8_0 | 512 B of bytes (`q + 128`) | 16 × f16 `d` |
+//! | IQ4_XS (256 weights) | 8 × 256 B of nibbles, one run per 32 | 8 × 16 × i8 `ls − 32`, 16 × f16 `d` |
 //!
 //! Code vector `c` (0..8) covers weights `4c .. 4c + 4` of the block: byte `4j + b` is
 //! row `j`'s weight `4c + b`. The nibble types store vectors `c` and `c + 4` in one
@@ -32,6 +34,12 @@
 //! `i + 16` high, so a run is GGUF's bytes regrouped, not re-encoded); Q5's fifth bits
 //! are one 64-bit mask per code vector. Sizes equal GGUF's up to the 32-bit masks'
 //! regrouping: no type grows by more than its `d`/`m` halves already took.
+//!
+//! IQ4_XS keeps its 256-weight blocks and the 8-bit activations of the k-quants
+//! ([`Q8x256`], one f32 scale per 256, as llama.cpp multiplies it): each 32-weight
+//! sub-block is an IQ4_NL-style run whose integer sum is scaled by its integer
+//! `ls − 32` per row before the block's one float step, so the sums are exact integers
+//! as in ggml's kernel.
 //!
 //! Codes are unsigned (`vpdpbusd` takes unsigned × signed bytes); a type whose value
 //! is `d·(q − offset)` (Q4_0: 8, Q5_0: 16, Q8_0 and IQ4_NL: 128 after the shift) takes
@@ -45,7 +53,7 @@
 
 use std::sync::Arc;
 
-use super::activation::Q8x32;
+use super::activation::{Q8x256, Q8x32};
 use super::formats::{WeightType, IQ4_VALUES};
 use super::pool::{for_each_task, threads};
 use super::{Isa, QWeight};
@@ -65,23 +73,25 @@ const RELEASE_TILES: usize = 64;
 
 /// Whether the kernels of `isa` run `ty` on tiles: on AVX-512 VNNI every type with a
 /// tiled layout, on AVX2 those whose codes `maddubs` takes without overflow (all but
-/// IQ4_NL), on the portable code none.
+/// IQ4_NL and IQ4_XS), on the portable code none.
 ///
 /// ```
 /// use toolgate::kernels::{tiles::tiled, Isa, WeightType};
 /// assert!(tiled(Isa::Avx512, WeightType::IQ4NL) && !tiled(Isa::Avx2, WeightType::IQ4NL));
+/// assert!(tiled(Isa::Avx512, WeightType::IQ4XS) && !tiled(Isa::Avx2, WeightType::IQ4XS));
 /// assert!(tiled(Isa::Avx2, WeightType::Q5_0) && !tiled(Isa::Portable, WeightType::Q5_0));
 /// assert!(!tiled(Isa::Avx512, WeightType::Q4K));
 /// ```
 pub fn tiled(isa: Isa, ty: WeightType) -> bool {
     match isa {
         Isa::Avx512 => block_bytes(ty).is_some(),
-        Isa::Avx2 => block_bytes(ty).is_some() && ty != WeightType::IQ4NL,
+        Isa::Avx2 => block_bytes(ty).is_some() && !matches!(ty, WeightType::IQ4NL | WeightType::IQ4XS),
         Isa::Portable => false,
     }
 }
 
-/// Bytes of one tiled block (16 rows × 32 weights), `None` for types without tiles.
+/// Bytes of one tiled block (16 rows × one block of `ty`: 32 weights, IQ4_XS 256),
+/// `None` for types without tiles.
 pub(super) fn block_bytes(ty: WeightType) -> Option<usize> {
     Some(match ty {
         WeightType::Q4_0 | WeightType::IQ4NL => 256 + 32,
@@ -89,9 +99,13 @@ pub(super) fn block_bytes(ty: WeightType) -> Option<usize> {
         WeightType::Q5_0 => 256 + 64 + 32,
         WeightType::Q5_1 => 256 + 64 + 64,
         WeightType::Q8_0 => 512 + 32,
+        WeightType::IQ4XS => IQ4XS_SCALES_AT + 128 + 32,
         _ => return None,
     })
 }
+
+/// Where an IQ4_XS tiled block's 8 × 16 sub-block scales start (its `d` follow them).
+pub(super) const IQ4XS_SCALES_AT: usize = 8 * 256;
 
 /// A weight matrix in tiles (see the module docs).
 pub(crate) struct Tiles {
@@ -116,7 +130,7 @@ impl Tiles {
     pub(crate) fn pack(w: &QWeight) -> Option<Arc<Tiles>> {
         let ty = w.weight_type();
         let bb = block_bytes(ty)?;
-        let (n, blocks) = (w.out_features(), w.in_features() / 32);
+        let (n, blocks) = (w.out_features(), w.in_features() / ty.block_len());
         let tiles = n.div_ceil(TILE_ROWS);
         let mut bytes = vec![0u8; tiles * blocks * bb];
         let src_bb = ty.block_bytes();
@@ -146,6 +160,19 @@ impl Tiles {
 
 /// Write row `j`'s GGUF block `src` into its lanes of the tiled block `dst`.
 fn pack_block(ty: WeightType, src: &[u8], j: usize, dst: &mut [u8]) {
+    if ty == WeightType::IQ4XS {
+        // Each 32-weight sub-block as IQ4_NL's nibble runs, then its scale, then `d`.
+        for s in 0..8 {
+            for v in 0..4 {
+                for b in 0..4 {
+                    dst[256 * s + 64 * v + 4 * j + b] = src[8 + 16 * s + 4 * v + b];
+                }
+            }
+            dst[IQ4XS_SCALES_AT + 16 * s + j] = super::formats::iq4xs_scale(src, s) as i8 as u8;
+        }
+        dst[IQ4XS_SCALES_AT + 128 + 2 * j..IQ4XS_SCALES_AT + 128 + 2 * j + 2].copy_from_slice(&src[0..2]);
+        return;
+    }
     // (byte offset of the scales in `src`, of the codes, of Q5's fifth bits).
     let (m_at, qh_at, qs_at) = match ty {
         WeightType::Q4_0 | WeightType::IQ4NL => (None, None, 2),
@@ -220,18 +247,20 @@ pub(super) const fn block_layout(tag: u8) -> BlockLayout {
     BlockLayout { nibbles, fifth, has_m, scales_at, bytes: scales_at + if has_m { 64 } else { 32 } }
 }
 
-/// One call of a tile kernel ([`super::avx512::tile_rows`], [`super::avx2::tile_rows`]):
-/// a tile against 1..=8 activation rows, `out[r · ld + j] = w_j · x_r` for the tile's
-/// first `cols` weight rows `j`.
+/// One call of a tile kernel ([`super::avx512::tile_rows`], [`super::avx2::tile_rows`],
+/// [`super::avx512::tile_rows_iq4xs`]): a tile against 1..=8 activation rows,
+/// `out[r · ld + j] = w_j · x_r` for the tile's first `cols` weight rows `j`.
 #[derive(Debug, Clone, Copy)]
-pub struct TileJob<'a> {
+pub struct TileJob<'a, A = Q8x32> {
     /// The tile's bytes: `blocks` tiled blocks.
     pub tile: &'a [u8],
-    /// The activation rows, `blocks` quantized blocks each.
-    pub acts: &'a [Q8x32],
-    /// Each activation block's code sum `Σ qₓ` (one per element of `acts`).
+    /// The activation rows, `blocks` quantized blocks each ([`Q8x32`], or [`Q8x256`]
+    /// for IQ4_XS).
+    pub acts: &'a [A],
+    /// The code sum `Σ qₓ` of every 32 activations (one per [`Q8x32`], eight per
+    /// [`Q8x256`]).
     pub sums: &'a [i32],
-    /// Blocks per row (`in_features / 32`).
+    /// Blocks per row (`in_features` / the type's block length).
     pub blocks: usize,
     /// Where row 0's first output goes.
     pub out: *mut f32,
@@ -241,17 +270,18 @@ pub struct TileJob<'a> {
     pub cols: usize,
 }
 
-impl TileJob<'_> {
+impl<A> TileJob<'_, A> {
     /// Check the job against `ty`'s layout; returns the number of activation rows.
     ///
     /// # Panics
     /// If `ty` has no tiled layout, `cols > 16`, `tile` is not `blocks` whole tiled
-    /// blocks, `acts` is not 1..=8 rows of `blocks`, or `sums` not one per block.
+    /// blocks, `acts` is not 1..=8 rows of `blocks`, or `sums` not one per 32
+    /// activations.
     pub(super) fn check(&self, ty: WeightType) -> usize {
         let TileJob { tile, acts, sums, blocks, cols, .. } = *self;
         let rows = acts.len() / blocks.max(1);
         assert!(blocks > 0 && acts.len() == rows * blocks && (1..=8).contains(&rows), "1..=8 rows of {blocks} blocks");
-        assert_eq!(sums.len(), acts.len(), "one code sum per activation block");
+        assert_eq!(sums.len(), acts.len() * (ty.block_len() / 32), "one code sum per 32 activations");
         let bb = block_bytes(ty).unwrap_or_else(|| panic!("{} has no tiled layout", ty.name()));
         assert!(cols <= 16 && tile.len() == blocks * bb, "a tile of {blocks} blocks and at most 16 columns");
         rows
@@ -270,15 +300,54 @@ pub(super) const IQ4_SHIFTED: [u8; 16] = {
     t
 };
 
+/// A tile kernel for the activations `A` (see [`TileJob`]).
+pub(super) type TileKernel<A> = unsafe fn(WeightType, &TileJob<A>);
+
+/// The activation blocks tiles are multiplied with, and the kernel for each.
+#[cfg(target_arch = "x86_64")]
+pub(super) trait TileActs: Sized + Sync {
+    /// `isa`'s tile kernel for these activations.
+    fn kernel(isa: Isa) -> TileKernel<Self>;
+}
+
+#[cfg(target_arch = "x86_64")]
+impl TileActs for Q8x32 {
+    fn kernel(isa: Isa) -> TileKernel<Self> {
+        if isa == Isa::Avx512 {
+            super::avx512::tile_rows
+        } else {
+            super::avx2::tile_rows
+        }
+    }
+}
+
+/// IQ4_XS's (AVX-512 only: [`tiled`]).
+#[cfg(target_arch = "x86_64")]
+impl TileActs for Q8x256 {
+    fn kernel(_isa: Isa) -> TileKernel<Self> {
+        super::avx512::tile_rows_iq4xs
+    }
+}
+
 /// `y (m, n) = x · Wᵀ` over tiles, `acts` being `x` quantized (`m` rows of
-/// `blocks` [`Q8x32`]) and `sums` each block's code sum. Each task owns a run of tiles (16 output columns each) and
+/// `blocks` blocks: [`Q8x32`], or [`Q8x256`] for IQ4_XS) and `sums` the code sum of
+/// every 32 activations. Each task owns a run of tiles (16 output columns each) and
 /// passes over the activation rows [`ROW_TILE`] at a time, [`TILE_ACT_ROWS`] per
 /// kernel call.
 #[cfg(target_arch = "x86_64")]
-pub(super) fn matmul(isa: Isa, tiles: &Tiles, n: usize, acts: &[Q8x32], sums: &[i32], m: usize, y: &mut [f32]) {
+pub(super) fn matmul<A: TileActs>(
+    isa: Isa,
+    tiles: &Tiles,
+    n: usize,
+    acts: &[A],
+    sums: &[i32],
+    m: usize,
+    y: &mut [f32],
+) {
     assert!(tiled(isa, tiles.ty), "{} has no {isa:?} tiles", tiles.ty.name());
-    assert_eq!(sums.len(), acts.len(), "one code sum per activation block");
-    let kernel = if isa == Isa::Avx512 { super::avx512::tile_rows } else { super::avx2::tile_rows };
+    let kernel = A::kernel(isa);
+    let per = tiles.ty.block_len() / 32;
+    assert_eq!(sums.len(), acts.len() * per, "one code sum per 32 activations");
     assert_eq!(y.len(), m * n, "output of {m} rows of {n}");
     assert_eq!(acts.len(), m * tiles.blocks, "{m} activation rows of {} blocks", tiles.blocks);
     let count = tiles.count;
@@ -302,7 +371,7 @@ pub(super) fn matmul(isa: Isa, tiles: &Tiles, n: usize, acts: &[Q8x32], sums: &[
                     let job = TileJob {
                         tile: tiles.tile(t),
                         acts: &acts[g0 * blocks..g1 * blocks],
-                        sums: &sums[g0 * blocks..g1 * blocks],
+                        sums: &sums[g0 * blocks * per..g1 * blocks * per],
                         blocks,
                         out: out.at(g0 * n + t * TILE_ROWS),
                         ld: n,
