@@ -319,9 +319,10 @@ mod dispatch {
 /// let a = QWeight::new(WeightType::Q8_0, row(0x3C), 1, 32)?; // scale 1
 /// let b = QWeight::new(WeightType::Q8_0, row(0x40), 1, 32)?; // scale 2
 /// let (mut ya, mut yb) = ([0f32; 1], [0f32; 2]);
-/// let xb = [[1.0f32; 32], [2.0; 32]].concat(); // two rows
-/// matmul_batch(&mut [(&a, &[1.0; 32], &mut ya), (&b, &xb, &mut yb)])?;
-/// assert_eq!((ya, yb), ([32.0], [64.0, 128.0]));
+/// // Multiples of 127: the activations' 8-bit scales are exact (1 and 2).
+/// let xb = [[127.0f32; 32], [254.0; 32]].concat(); // two rows
+/// matmul_batch(&mut [(&a, &[127.0; 32], &mut ya), (&b, &xb, &mut yb)])?;
+/// assert_eq!((ya, yb), ([4064.0], [8128.0, 16256.0]));
 /// # Ok::<(), toolgate::Error>(())
 /// ```
 pub fn matmul_batch(products: &mut [(&QWeight, &[f32], &mut [f32])]) -> Result<()> {
@@ -524,8 +525,8 @@ impl QWeight {
     /// let b = QWeight::new(WeightType::Q8_0, row(0x40), 1, 32)?; // scale 2
     /// let ab = QWeight::stack(&[&a, &b])?;
     /// let mut y = [0f32; 2];
-    /// ab.matmul(&[1.0; 32], &mut y)?;
-    /// assert_eq!(y, [32.0, 64.0]);
+    /// ab.matmul(&[127.0; 32], &mut y)?; // 127: the activations' 8-bit scale is exactly 1
+    /// assert_eq!(y, [4064.0, 8128.0]);
     /// # Ok::<(), toolgate::Error>(())
     /// ```
     pub fn stack(parts: &[&QWeight]) -> Result<Self> {
