@@ -17,7 +17,7 @@ use std::arch::x86_64::*;
 
 use super::activation::{Q8x256, Q8x32};
 use super::formats::{
-    e8m0_half, float_at, iq4xs_scale, q2k_scale_min, q3k_scales, scale_min_k4, WeightType, FP4_VALUES, IQ4_VALUES,
+    e8m0_half, float_at, iq4xs_scale, q2k_scale_min, q3k_scale_bytes, scale_min_k4, WeightType, FP4_VALUES, IQ4_VALUES,
 };
 use super::tiles::TileJob;
 
@@ -337,9 +337,13 @@ unsafe fn dot_q23k<const TY: u8, const R: usize>(w: &[u8], xs: &[&[Q8x256]], out
             }
             (f16_at(b.as_ptr().add(80)), f16_at(b.as_ptr().add(82)), b.as_ptr().add(16))
         } else {
-            for (g, s) in q3k_scales(&b[96..108]).into_iter().enumerate() {
-                (sc[g], mn[g]) = (s as i16, 4 * s as i16);
-            }
+            let raw = q3k_scale_bytes(&b[96..108]);
+            let s = _mm256_sub_epi16(
+                _mm256_cvtepu8_epi16(_mm_loadu_si128(raw.as_ptr() as *const __m128i)),
+                _mm256_set1_epi16(32),
+            );
+            _mm256_storeu_si256(sc.as_mut_ptr() as *mut __m256i, s);
+            _mm256_storeu_si256(mn.as_mut_ptr() as *mut __m256i, _mm256_slli_epi16::<2>(s));
             let d = f16_at(b.as_ptr().add(108));
             (d, d, b.as_ptr().add(32))
         };

@@ -379,24 +379,109 @@ unsafe fn iq4xs_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
     }
 }
 
-/// [`iq4xs_tile_kernel`] for the job's 1..=8 activation rows.
+/// One Q2_K tile (16 weight rows, layout in [`super::tiles`]) against `R` activation
+/// rows of [`Q8x256`]: per 16-weight group, 4 `vpdpbusd` of the 2-bit codes against
+/// the row's activations, times the rows' integer group scales, and the groups'
+/// minimums times the activations' per-16 sums, both summed in integers over the
+/// block; then `y += (d ⊙ dₓ)·Σ − (dmin ⊙ dₓ)·Σm` per block, as ggml's Q2_K kernel.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q2k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
+    use super::tiles::Q2K_SCALES_AT;
+    let TileJob { tile, acts, blocks, out, ld, cols, .. } = *job;
+    let bb = Q2K_SCALES_AT + 256 + 64;
+    let chains = if R == 1 {
+        4
+    } else if R == 2 {
+        2
+    } else {
+        1
+    };
+    let m3 = _mm512_set1_epi8(3);
+    let low4 = _mm512_set1_epi32(0xF);
+    let x: [*const Q8x256; R] = std::array::from_fn(|r| acts.as_ptr().add(r * blocks));
+    let mut y = [_mm512_setzero_ps(); R];
+    for b in 0..blocks {
+        let blk = tile.as_ptr().add(b * bb);
+        let (mut sums, mut mins) = ([_mm512_setzero_si512(); R], [_mm512_setzero_si512(); R]);
+        // The minimums times the activations' per-16 sums: two groups per `vpdpwssd`
+        // (each lane the row's two minimums as i16, against the two sums broadcast).
+        for p in 0..8 {
+            let mn = |g: usize| {
+                let sm = _mm512_cvtepu8_epi32(_mm_loadu_si128(blk.add(Q2K_SCALES_AT + 16 * g) as *const __m128i));
+                _mm512_srli_epi32::<4>(sm)
+            };
+            let pair = _mm512_or_si512(mn(2 * p), _mm512_slli_epi32::<16>(mn(2 * p + 1)));
+            for r in 0..R {
+                let bsums = (*x[r].add(b)).bsums.as_ptr().add(2 * p) as *const i32;
+                mins[r] = _mm512_dpwssd_epi32(mins[r], pair, _mm512_set1_epi32(std::ptr::read_unaligned(bsums)));
+            }
+        }
+        for g in 0..16 {
+            let z = _mm512_loadu_si512(blk.add(64 * g) as *const _);
+            let codes = [
+                _mm512_and_si512(z, m3),
+                _mm512_and_si512(_mm512_srli_epi16::<2>(z), m3),
+                _mm512_and_si512(_mm512_srli_epi16::<4>(z), m3),
+                _mm512_and_si512(_mm512_srli_epi16::<6>(z), m3),
+            ];
+            let sm = _mm512_cvtepu8_epi32(_mm_loadu_si128(blk.add(Q2K_SCALES_AT + 16 * g) as *const __m128i));
+            let sc = _mm512_and_si512(sm, low4);
+            for r in 0..R {
+                let a = &*x[r].add(b);
+                let q = a.qs.as_ptr().add(16 * g) as *const i32;
+                let mut acc = [_mm512_setzero_si512(); 4];
+                for c in 0..4 {
+                    let xq = _mm512_set1_epi32(std::ptr::read_unaligned(q.add(c)));
+                    acc[c % chains] = _mm512_dpbusd_epi32(acc[c % chains], codes[c], xq);
+                }
+                for i in 1..chains {
+                    acc[0] = _mm512_add_epi32(acc[0], acc[i]);
+                }
+                sums[r] = _mm512_add_epi32(sums[r], _mm512_mullo_epi32(acc[0], sc));
+            }
+        }
+        let d = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(Q2K_SCALES_AT + 256) as *const __m256i));
+        let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(Q2K_SCALES_AT + 288) as *const __m256i));
+        for r in 0..R {
+            let dx = _mm512_set1_ps((*x[r].add(b)).d);
+            y[r] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(mins[r]), y[r]);
+            y[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(sums[r]), y[r]);
+        }
+    }
+    let keep: __mmask16 = if cols >= 16 { 0xFFFF } else { (1u16 << cols) - 1 };
+    for r in 0..R {
+        _mm512_mask_storeu_ps(out.add(r * ld), keep, y[r]);
+    }
+}
+
+/// The tile kernel of a 256-weight type (IQ4_XS: [`iq4xs_tile_kernel`], Q2_K:
+/// [`q2k_tile_kernel`]) for the job's 1..=8 activation rows.
 ///
 /// # Safety
 /// As [`tile_rows`].
 ///
 /// # Panics
-/// If `ty` is not IQ4_XS, or as [`TileJob::check`].
-pub unsafe fn tile_rows_iq4xs(ty: WeightType, job: &TileJob<Q8x256>) {
-    assert_eq!(ty, WeightType::IQ4XS, "the Q8x256 tile kernel is IQ4_XS's");
-    match job.check(ty) {
-        1 => iq4xs_tile_kernel::<1>(job),
-        2 => iq4xs_tile_kernel::<2>(job),
-        3 => iq4xs_tile_kernel::<3>(job),
-        4 => iq4xs_tile_kernel::<4>(job),
-        5 => iq4xs_tile_kernel::<5>(job),
-        6 => iq4xs_tile_kernel::<6>(job),
-        7 => iq4xs_tile_kernel::<7>(job),
-        _ => iq4xs_tile_kernel::<8>(job),
+/// If `ty` is neither IQ4_XS nor Q2_K, or as [`TileJob::check`].
+pub unsafe fn tile_rows_256(ty: WeightType, job: &TileJob<Q8x256>) {
+    let rows = job.check(ty);
+    macro_rules! rows {
+        ($k:ident) => {
+            match rows {
+                1 => $k::<1>(job),
+                2 => $k::<2>(job),
+                3 => $k::<3>(job),
+                4 => $k::<4>(job),
+                5 => $k::<5>(job),
+                6 => $k::<6>(job),
+                7 => $k::<7>(job),
+                _ => $k::<8>(job),
+            }
+        };
+    }
+    match ty {
+        WeightType::IQ4XS => rows!(iq4xs_tile_kernel),
+        WeightType::Q2K => rows!(q2k_tile_kernel),
+        _ => panic!("{} has no 256-weight tile kernel", ty.name()),
     }
 }
 

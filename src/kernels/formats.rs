@@ -81,7 +81,7 @@ pub(crate) fn table_block(ty: WeightType, b: &[u8]) -> (f32, &[u8], &'static [i8
 }
 
 /// The 6-bit scale of sub-block `ib` (0..8) of an IQ4_XS block `b`, minus 32.
-#[inline]
+#[inline(always)]
 pub(crate) fn iq4xs_scale(b: &[u8], ib: usize) -> i32 {
     let scales_h = u16::from_le_bytes([b[2], b[3]]);
     let lo = (b[4 + ib / 2] >> (4 * (ib % 2))) & 0xF;
@@ -232,13 +232,13 @@ impl WeightType {
     }
 }
 
-#[inline]
+#[inline(always)]
 pub(crate) fn f16_at(b: &[u8], at: usize) -> f32 {
     f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
 }
 
 /// The 4-bit scale and min of group `g` (0..16) of a Q2_K block `b`.
-#[inline]
+#[inline(always)]
 pub(crate) fn q2k_scale_min(b: &[u8], g: usize) -> (u8, u8) {
     (b[g] & 0xF, b[g] >> 4)
 }
@@ -246,13 +246,23 @@ pub(crate) fn q2k_scale_min(b: &[u8], g: usize) -> (u8, u8) {
 /// The 16 scales of a Q3_K block's 12 packed bytes `s`, minus 32: scale `j` has its
 /// low 4 bits in `s[j % 8]` (low nibble for `j < 8`, high nibble after) and its high 2
 /// bits in `s[8 + j % 4]` at bit `2·(j / 4)`.
-#[inline]
+#[inline(always)]
 pub(crate) fn q3k_scales(s: &[u8]) -> [i32; 16] {
-    std::array::from_fn(|j| {
-        let low = if j < 8 { s[j] & 0xF } else { s[j - 8] >> 4 };
-        let high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
-        i32::from(low | (high << 4)) - 32
-    })
+    q3k_scale_bytes(s).map(|b| i32::from(b) - 32)
+}
+
+/// [`q3k_scales`] before the `- 32`, as 16 bytes, computed branch-free in integer
+/// registers (a loop over `j` with its variable shifts left LLVM a scalar loop in the
+/// AVX2 kernel, 3× slower than this).
+#[inline(always)]
+pub(crate) fn q3k_scale_bytes(s: &[u8]) -> [u8; 16] {
+    let low = u64::from_le_bytes(s[0..8].try_into().expect("12 bytes"));
+    let high = u32::from_le_bytes(s[8..12].try_into().expect("12 bytes"));
+    let nibbles = 0x0F0F_0F0F_0F0F_0F0Fu64;
+    let low = u128::from(low & nibbles) | u128::from((low >> 4) & nibbles) << 64;
+    let pairs = 0x0303_0303u32;
+    let high = (0..4).fold(0u128, |acc, q| acc | u128::from((high >> (2 * q)) & pairs) << (32 * q));
+    (low | high << 4).to_le_bytes()
 }
 
 /// Group `g` (0..16, 16 weights each) of a Q2_K/Q3_K block reads its 2-bit codes from
@@ -272,7 +282,7 @@ pub(crate) fn q23k_code(ty: WeightType, b: &[u8], g: usize, l: usize) -> i32 {
 }
 
 /// The 6-bit scale and min of sub-block `j` (0..8) of a Q4_K/Q5_K block's 12 packed bytes.
-#[inline]
+#[inline(always)]
 pub(crate) fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)

@@ -1,6 +1,6 @@
 //! Weights of the 32-weight block types, and of IQ4_XS, regrouped into 16-row tiles
 //! for the AVX-512 VNNI and AVX2 kernels ([`super::avx512::tile_rows`],
-//! [`super::avx2::tile_rows`], [`super::avx512::tile_rows_iq4xs`]), and the matmul
+//! [`super::avx2::tile_rows`], [`super::avx512::tile_rows_256`]), and the matmul
 //! over them.
 //!
 //! Why regroup: in GGUF's layout a block is one row's 32 weights, so a dot product
@@ -27,6 +27,7 @@
 //! | Q5_1 | 256 B of nibbles, 8 × u64 fifth-bit masks | 16 × f16 `d`, 16 × f16 `m` |
 //! | Q8_0 | 512 B of bytes (`q + 128`) | 16 × f16 `d` |
 //! | IQ4_XS (256 weights) | 8 × 256 B of nibbles, one run per 32 | 8 × 16 × i8 `ls − 32`, 16 × f16 `d` |
+//! | Q2_K (256 weights) | 16 × 64 B of 2-bit codes, one run per 16 | 16 × 16 × u8 `sc | m << 4`, 16 × f16 `d`, 16 × f16 `dmin` |
 //!
 //! Code vector `c` (0..8) covers weights `4c .. 4c + 4` of the block: byte `4j + b` is
 //! row `j`'s weight `4c + b`. The nibble types store vectors `c` and `c + 4` in one
@@ -39,7 +40,10 @@
 //! ([`Q8x256`], one f32 scale per 256, as llama.cpp multiplies it): each 32-weight
 //! sub-block is an IQ4_NL-style run whose integer sum is scaled by its integer
 //! `ls − 32` per row before the block's one float step, so the sums are exact integers
-//! as in ggml's kernel.
+//! as in ggml's kernel. Q2_K likewise: per 16-weight group, 4 `vpdpbusd` of its
+//! 2-bit codes (byte `4j + b` of a run holds row `j`'s weights `b`, `4 + b`, `8 + b`,
+//! `12 + b` at bits 0, 2, 4, 6), times the group's integer scale; its minimums meet
+//! the activations' per-16 sums, in integers too.
 //!
 //! Codes are unsigned (`vpdpbusd` takes unsigned × signed bytes); a type whose value
 //! is `d·(q − offset)` (Q4_0: 8, Q5_0: 16, Q8_0 and IQ4_NL: 128 after the shift) takes
@@ -85,7 +89,9 @@ const RELEASE_TILES: usize = 64;
 pub fn tiled(isa: Isa, ty: WeightType) -> bool {
     match isa {
         Isa::Avx512 => block_bytes(ty).is_some(),
-        Isa::Avx2 => block_bytes(ty).is_some() && !matches!(ty, WeightType::IQ4NL | WeightType::IQ4XS),
+        Isa::Avx2 => {
+            block_bytes(ty).is_some() && !matches!(ty, WeightType::IQ4NL | WeightType::IQ4XS | WeightType::Q2K)
+        }
         Isa::Portable => false,
     }
 }
@@ -100,12 +106,16 @@ pub(super) fn block_bytes(ty: WeightType) -> Option<usize> {
         WeightType::Q5_1 => 256 + 64 + 64,
         WeightType::Q8_0 => 512 + 32,
         WeightType::IQ4XS => IQ4XS_SCALES_AT + 128 + 32,
+        WeightType::Q2K => Q2K_SCALES_AT + 256 + 64,
         _ => return None,
     })
 }
 
 /// Where an IQ4_XS tiled block's 8 × 16 sub-block scales start (its `d` follow them).
 pub(super) const IQ4XS_SCALES_AT: usize = 8 * 256;
+
+/// Where a Q2_K tiled block's 16 × 16 scale/min bytes start (`d`, then `dmin`, follow).
+pub(super) const Q2K_SCALES_AT: usize = 16 * 64;
 
 /// A weight matrix in tiles (see the module docs).
 pub(crate) struct Tiles {
@@ -160,6 +170,18 @@ impl Tiles {
 
 /// Write row `j`'s GGUF block `src` into its lanes of the tiled block `dst`.
 fn pack_block(ty: WeightType, src: &[u8], j: usize, dst: &mut [u8]) {
+    if ty == WeightType::Q2K {
+        for g in 0..16 {
+            for l in 0..16 {
+                let code = super::formats::q23k_code(ty, src, g, l) as u8;
+                dst[64 * g + 4 * j + l % 4] |= code << (2 * (l / 4));
+            }
+            dst[Q2K_SCALES_AT + 16 * g + j] = src[g];
+        }
+        dst[Q2K_SCALES_AT + 256 + 2 * j..Q2K_SCALES_AT + 258 + 2 * j].copy_from_slice(&src[80..82]);
+        dst[Q2K_SCALES_AT + 288 + 2 * j..Q2K_SCALES_AT + 290 + 2 * j].copy_from_slice(&src[82..84]);
+        return;
+    }
     if ty == WeightType::IQ4XS {
         // Each 32-weight sub-block as IQ4_NL's nibble runs, then its scale, then `d`.
         for s in 0..8 {
@@ -248,7 +270,7 @@ pub(super) const fn block_layout(tag: u8) -> BlockLayout {
 }
 
 /// One call of a tile kernel ([`super::avx512::tile_rows`], [`super::avx2::tile_rows`],
-/// [`super::avx512::tile_rows_iq4xs`]): a tile against 1..=8 activation rows,
+/// [`super::avx512::tile_rows_256`]): a tile against 1..=8 activation rows,
 /// `out[r · ld + j] = w_j · x_r` for the tile's first `cols` weight rows `j`.
 #[derive(Debug, Clone, Copy)]
 pub struct TileJob<'a, A = Q8x32> {
@@ -321,11 +343,11 @@ impl TileActs for Q8x32 {
     }
 }
 
-/// IQ4_XS's (AVX-512 only: [`tiled`]).
+/// IQ4_XS's and Q2_K's (AVX-512 only: [`tiled`]).
 #[cfg(target_arch = "x86_64")]
 impl TileActs for Q8x256 {
     fn kernel(_isa: Isa) -> TileKernel<Self> {
-        super::avx512::tile_rows_iq4xs
+        super::avx512::tile_rows_256
     }
 }
 
