@@ -196,6 +196,35 @@ pub unsafe fn dot256_rows(ty: WeightType, w: &[u8], xs: &[&[Q8x256]], out: &mut 
     }
 }
 
+/// Independent `vpdpbusd` sums per activation row for [`dot_codes`] when a kernel
+/// multiplies `rows` rows: 4 for one row, 2 for two, else 1 (the rows themselves are
+/// independent chains then).
+const fn chains(rows: usize) -> usize {
+    match rows {
+        1 => 4,
+        2 => 2,
+        _ => 1,
+    }
+}
+
+/// `Σ_c codes[c] · x[c]` per 32-bit lane: `N` code vectors (unsigned bytes, 16 rows ×
+/// 4 codes) against the activation codes at `q`, 4 per vector (broadcast), in `chains`
+/// independent sums (1, 2 or 4: with few rows they hide `vpdpbusd`'s latency; integer
+/// sums are exact, so the split does not change the result).
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn dot_codes<const N: usize>(codes: &[__m512i; N], q: *const i32, chains: usize) -> __m512i {
+    let mut acc = [_mm512_setzero_si512(); 4];
+    for c in 0..N {
+        let xq = _mm512_set1_epi32(std::ptr::read_unaligned(q.add(c)));
+        acc[c % chains] = _mm512_dpbusd_epi32(acc[c % chains], codes[c], xq);
+    }
+    for i in 1..chains {
+        acc[0] = _mm512_add_epi32(acc[0], acc[i]);
+    }
+    acc[0]
+}
+
 /// One tile (16 weight rows, layout in [`super::tiles`]) against `R` activation rows:
 /// `out[r · ld + j] = w_j · x_r` for the tile's first `cols` rows `j`.
 ///
@@ -214,13 +243,7 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(job: &TileJob) {
         T_Q8_0 | T_IQ4NL => 128,
         _ => 0,
     };
-    let chains = if R == 1 {
-        4
-    } else if R == 2 {
-        2
-    } else {
-        1
-    };
+    let chains = chains(R);
     let m4 = _mm512_set1_epi8(0x0F);
     let sixteen = _mm512_set1_epi8(0x10);
     let table = _mm512_broadcast_i32x4(_mm_loadu_si128(super::tiles::IQ4_SHIFTED.as_ptr() as *const __m128i));
@@ -255,21 +278,11 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(job: &TileJob) {
         let m = if has_m { _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(scales_at + 32) as *const __m256i)) } else { d };
         for r in 0..R {
             let a = &*x[r].add(b);
-            let q = a.qs.as_ptr() as *const i32;
-            // With few rows, independent chains hide `vpdpbusd`'s latency; integer sums
-            // are exact, so the split does not change the result.
-            let mut acc = [_mm512_setzero_si512(); 4];
-            for c in 0..8 {
-                let xq = _mm512_set1_epi32(std::ptr::read_unaligned(q.add(c)));
-                acc[c % chains] = _mm512_dpbusd_epi32(acc[c % chains], codes[c], xq);
-            }
-            for i in 1..chains {
-                acc[0] = _mm512_add_epi32(acc[0], acc[i]);
-            }
+            let mut acc = dot_codes(&codes, a.qs.as_ptr() as *const i32, chains);
             if offset != 0 {
-                acc[0] = _mm512_sub_epi32(acc[0], _mm512_set1_epi32(offset * *sums.get_unchecked(r * blocks + b)));
+                acc = _mm512_sub_epi32(acc, _mm512_set1_epi32(offset * *sums.get_unchecked(r * blocks + b)));
             }
-            let t = _mm512_cvtepi32_ps(acc[0]);
+            let t = _mm512_cvtepi32_ps(acc);
             y[r] = _mm512_fmadd_ps(d, _mm512_mul_ps(t, _mm512_set1_ps(a.d)), y[r]);
             if has_m {
                 y[r] = _mm512_fmadd_ps(m, _mm512_set1_ps(a.s_min), y[r]);
@@ -330,13 +343,7 @@ unsafe fn iq4xs_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
     use super::tiles::IQ4XS_SCALES_AT;
     let TileJob { tile, acts, sums, blocks, out, ld, cols } = *job;
     let bb = IQ4XS_SCALES_AT + 128 + 32;
-    let chains = if R == 1 {
-        4
-    } else if R == 2 {
-        2
-    } else {
-        1
-    };
+    let chains = chains(R);
     let m4 = _mm512_set1_epi8(0x0F);
     let table = _mm512_broadcast_i32x4(_mm_loadu_si128(super::tiles::IQ4_SHIFTED.as_ptr() as *const __m128i));
     let x: [*const Q8x256; R] = std::array::from_fn(|r| acts.as_ptr().add(r * blocks));
@@ -353,17 +360,9 @@ unsafe fn iq4xs_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
             }
             let ls = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(IQ4XS_SCALES_AT + 16 * s) as *const __m128i));
             for r in 0..R {
-                let q = (*x[r].add(b)).qs.as_ptr().add(32 * s) as *const i32;
-                let mut acc = [_mm512_setzero_si512(); 4];
-                for c in 0..8 {
-                    let xq = _mm512_set1_epi32(std::ptr::read_unaligned(q.add(c)));
-                    acc[c % chains] = _mm512_dpbusd_epi32(acc[c % chains], codes[c], xq);
-                }
-                for i in 1..chains {
-                    acc[0] = _mm512_add_epi32(acc[0], acc[i]);
-                }
+                let acc = dot_codes(&codes, (*x[r].add(b)).qs.as_ptr().add(32 * s) as *const i32, chains);
                 let shift = 128 * *sums.get_unchecked((r * blocks + b) * 8 + s);
-                let sub = _mm512_sub_epi32(acc[0], _mm512_set1_epi32(shift));
+                let sub = _mm512_sub_epi32(acc, _mm512_set1_epi32(shift));
                 total[r] = _mm512_add_epi32(total[r], _mm512_mullo_epi32(sub, ls));
             }
         }
@@ -389,13 +388,7 @@ unsafe fn q2k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
     use super::tiles::Q2K_SCALES_AT;
     let TileJob { tile, acts, blocks, out, ld, cols, .. } = *job;
     let bb = Q2K_SCALES_AT + 256 + 64;
-    let chains = if R == 1 {
-        4
-    } else if R == 2 {
-        2
-    } else {
-        1
-    };
+    let chains = chains(R);
     let m3 = _mm512_set1_epi8(3);
     let low4 = _mm512_set1_epi32(0xF);
     let x: [*const Q8x256; R] = std::array::from_fn(|r| acts.as_ptr().add(r * blocks));
@@ -428,16 +421,8 @@ unsafe fn q2k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
             let sc = _mm512_and_si512(sm, low4);
             for r in 0..R {
                 let a = &*x[r].add(b);
-                let q = a.qs.as_ptr().add(16 * g) as *const i32;
-                let mut acc = [_mm512_setzero_si512(); 4];
-                for c in 0..4 {
-                    let xq = _mm512_set1_epi32(std::ptr::read_unaligned(q.add(c)));
-                    acc[c % chains] = _mm512_dpbusd_epi32(acc[c % chains], codes[c], xq);
-                }
-                for i in 1..chains {
-                    acc[0] = _mm512_add_epi32(acc[0], acc[i]);
-                }
-                sums[r] = _mm512_add_epi32(sums[r], _mm512_mullo_epi32(acc[0], sc));
+                let acc = dot_codes(&codes, a.qs.as_ptr().add(16 * g) as *const i32, chains);
+                sums[r] = _mm512_add_epi32(sums[r], _mm512_mullo_epi32(acc, sc));
             }
         }
         let d = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(Q2K_SCALES_AT + 256) as *const __m256i));
