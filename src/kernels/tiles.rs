@@ -1,4 +1,4 @@
-//! Weights of the 32-weight block types, and of IQ4_XS, regrouped into 16-row tiles
+//! Weights of the 32-weight block types, IQ4_XS and Q2_K regrouped into 16-row tiles
 //! for the AVX-512 VNNI and AVX2 kernels ([`super::avx512::tile_rows`],
 //! [`super::avx2::tile_rows`], [`super::avx512::tile_rows_256`]), and the matmul
 //! over them.
@@ -76,13 +76,15 @@ const ROW_TILE: usize = 64;
 const RELEASE_TILES: usize = 64;
 
 /// Whether the kernels of `isa` run `ty` on tiles: on AVX-512 VNNI every type with a
-/// tiled layout, on AVX2 those whose codes `maddubs` takes without overflow (all but
-/// IQ4_NL and IQ4_XS), on the portable code none.
+/// tiled layout, on AVX2 the 32-weight types whose codes `maddubs` takes without
+/// overflow (all but IQ4_NL; IQ4_XS and Q2_K have AVX-512 tile kernels only), on the
+/// portable code none.
 ///
 /// ```
 /// use toolgate::kernels::{tiles::tiled, Isa, WeightType};
 /// assert!(tiled(Isa::Avx512, WeightType::IQ4NL) && !tiled(Isa::Avx2, WeightType::IQ4NL));
 /// assert!(tiled(Isa::Avx512, WeightType::IQ4XS) && !tiled(Isa::Avx2, WeightType::IQ4XS));
+/// assert!(tiled(Isa::Avx512, WeightType::Q2K) && !tiled(Isa::Avx2, WeightType::Q2K));
 /// assert!(tiled(Isa::Avx2, WeightType::Q5_0) && !tiled(Isa::Portable, WeightType::Q5_0));
 /// assert!(!tiled(Isa::Avx512, WeightType::Q4K));
 /// ```
@@ -96,7 +98,8 @@ pub fn tiled(isa: Isa, ty: WeightType) -> bool {
     }
 }
 
-/// Bytes of one tiled block (16 rows × one block of `ty`: 32 weights, IQ4_XS 256),
+/// Bytes of one tiled block (16 rows × one block of `ty`: 32 weights, IQ4_XS and Q2_K
+/// 256),
 /// `None` for types without tiles.
 pub(super) fn block_bytes(ty: WeightType) -> Option<usize> {
     Some(match ty {
