@@ -439,14 +439,58 @@ unsafe fn q2k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
     }
 }
 
+/// One Q3_K tile (16 weight rows, layout in [`super::tiles`]) against `R` activation
+/// rows of [`Q8x256`]: per 16-weight group, the 2-bit codes plus 4 where the third bit
+/// is set (unsigned `q + 4`), 4 `vpdpbusd`, `4·Σ qₓ` taken back with the activations'
+/// per-16 sum, times the rows' integer scales, summed in integers over the block; one
+/// float step per block, as ggml's Q3_K kernel.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q3k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
+    use super::tiles::{Q3K_MASKS_AT, Q3K_SCALES_AT};
+    let TileJob { tile, acts, blocks, out, ld, cols, .. } = *job;
+    let bb = Q3K_SCALES_AT + 256 + 32;
+    let chains = chains(R);
+    let (m3, four) = (_mm512_set1_epi8(3), _mm512_set1_epi8(4));
+    let x: [*const Q8x256; R] = std::array::from_fn(|r| acts.as_ptr().add(r * blocks));
+    let mut y = [_mm512_setzero_ps(); R];
+    for b in 0..blocks {
+        let blk = tile.as_ptr().add(b * bb);
+        let mut total = [_mm512_setzero_si512(); R];
+        for g in 0..16 {
+            let z = _mm512_loadu_si512(blk.add(64 * g) as *const _);
+            let codes: [__m512i; 4] = std::array::from_fn(|c| {
+                let low = _mm512_and_si512(_mm512_srl_epi16(z, _mm_cvtsi32_si128(2 * c as i32)), m3);
+                let third = std::ptr::read_unaligned(blk.add(Q3K_MASKS_AT + 32 * g + 8 * c) as *const u64);
+                _mm512_mask_add_epi8(low, third, low, four)
+            });
+            let sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(Q3K_SCALES_AT + 16 * g) as *const __m128i));
+            for r in 0..R {
+                let a = &*x[r].add(b);
+                let acc = dot_codes(&codes, a.qs.as_ptr().add(16 * g) as *const i32, chains);
+                let shift = _mm512_set1_epi32(4 * i32::from(*a.bsums.get_unchecked(g)));
+                total[r] = _mm512_add_epi32(total[r], _mm512_mullo_epi32(_mm512_sub_epi32(acc, shift), sc));
+            }
+        }
+        let d = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(Q3K_SCALES_AT + 256) as *const __m256i));
+        for r in 0..R {
+            let dd = _mm512_mul_ps(d, _mm512_set1_ps((*x[r].add(b)).d));
+            y[r] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(total[r]), y[r]);
+        }
+    }
+    let keep: __mmask16 = if cols >= 16 { 0xFFFF } else { (1u16 << cols) - 1 };
+    for r in 0..R {
+        _mm512_mask_storeu_ps(out.add(r * ld), keep, y[r]);
+    }
+}
+
 /// The tile kernel of a 256-weight type (IQ4_XS: [`iq4xs_tile_kernel`], Q2_K:
-/// [`q2k_tile_kernel`]) for the job's 1..=8 activation rows.
+/// [`q2k_tile_kernel`], Q3_K: [`q3k_tile_kernel`]) for the job's 1..=8 activation rows.
 ///
 /// # Safety
 /// As [`tile_rows`].
 ///
 /// # Panics
-/// If `ty` is neither IQ4_XS nor Q2_K, or as [`TileJob::check`].
+/// If `ty` is not IQ4_XS, Q2_K or Q3_K, or as [`TileJob::check`].
 pub unsafe fn tile_rows_256(ty: WeightType, job: &TileJob<Q8x256>) {
     let rows = job.check(ty);
     macro_rules! rows {
@@ -466,6 +510,7 @@ pub unsafe fn tile_rows_256(ty: WeightType, job: &TileJob<Q8x256>) {
     match ty {
         WeightType::IQ4XS => rows!(iq4xs_tile_kernel),
         WeightType::Q2K => rows!(q2k_tile_kernel),
+        WeightType::Q3K => rows!(q3k_tile_kernel),
         _ => panic!("{} has no 256-weight tile kernel", ty.name()),
     }
 }

@@ -1,4 +1,4 @@
-//! Weights of the 32-weight block types, IQ4_XS and Q2_K regrouped into 16-row tiles
+//! Weights of the 32-weight block types, IQ4_XS, Q2_K and Q3_K regrouped into 16-row tiles
 //! for the AVX-512 VNNI and AVX2 kernels ([`super::avx512::tile_rows`],
 //! [`super::avx2::tile_rows`], [`super::avx512::tile_rows_256`]), and the matmul
 //! over them.
@@ -28,6 +28,7 @@
 //! | Q8_0 | 512 B of bytes (`q + 128`) | 16 × f16 `d` |
 //! | IQ4_XS (256 weights) | 8 × 256 B of nibbles, one run per 32 | 8 × 16 × i8 `ls − 32`, 16 × f16 `d` |
 //! | Q2_K (256 weights) | 16 × 64 B of 2-bit codes, one run per 16 | 16 × 16 × u8 `sc | m << 4`, 16 × f16 `d`, 16 × f16 `dmin` |
+//! | Q3_K (256 weights) | as Q2_K, then 16 × 4 × u64 third-bit masks | 16 × 16 × i8 `sc − 32`, 16 × f16 `d` |
 //!
 //! Code vector `c` (0..8) covers weights `4c .. 4c + 4` of the block: byte `4j + b` is
 //! row `j`'s weight `4c + b`. The nibble types store vectors `c` and `c + 4` in one
@@ -43,7 +44,9 @@
 //! as in ggml's kernel. Q2_K likewise: per 16-weight group, 4 `vpdpbusd` of its
 //! 2-bit codes (byte `4j + b` of a run holds row `j`'s weights `b`, `4 + b`, `8 + b`,
 //! `12 + b` at bits 0, 2, 4, 6), times the group's integer scale; its minimums meet
-//! the activations' per-16 sums, in integers too.
+//! the activations' per-16 sums, in integers too. Q3_K is Q2_K's runs plus a mask of
+//! third bits per code vector (code `q + 4`, so unsigned), its `−4` taken back through
+//! the same per-16 sums.
 //!
 //! Codes are unsigned (`vpdpbusd` takes unsigned × signed bytes); a type whose value
 //! is `d·(q − offset)` (Q4_0: 8, Q5_0: 16, Q8_0 and IQ4_NL: 128 after the shift) takes
@@ -77,8 +80,8 @@ const RELEASE_TILES: usize = 64;
 
 /// Whether the kernels of `isa` run `ty` on tiles: on AVX-512 VNNI every type with a
 /// tiled layout, on AVX2 the 32-weight types whose codes `maddubs` takes without
-/// overflow (all but IQ4_NL; IQ4_XS and Q2_K have AVX-512 tile kernels only), on the
-/// portable code none.
+/// overflow (all but IQ4_NL; IQ4_XS, Q2_K and Q3_K have AVX-512 tile kernels only), on
+/// the portable code none.
 ///
 /// ```
 /// use toolgate::kernels::{tiles::tiled, Isa, WeightType};
@@ -91,15 +94,13 @@ const RELEASE_TILES: usize = 64;
 pub fn tiled(isa: Isa, ty: WeightType) -> bool {
     match isa {
         Isa::Avx512 => block_bytes(ty).is_some(),
-        Isa::Avx2 => {
-            block_bytes(ty).is_some() && !matches!(ty, WeightType::IQ4NL | WeightType::IQ4XS | WeightType::Q2K)
-        }
+        Isa::Avx2 => block_bytes(ty).is_some() && ty.block_len() == 32 && ty != WeightType::IQ4NL,
         Isa::Portable => false,
     }
 }
 
-/// Bytes of one tiled block (16 rows × one block of `ty`: 32 weights, IQ4_XS and Q2_K
-/// 256),
+/// Bytes of one tiled block (16 rows × one block of `ty`: 32 weights, IQ4_XS, Q2_K and
+/// Q3_K 256),
 /// `None` for types without tiles.
 pub(super) fn block_bytes(ty: WeightType) -> Option<usize> {
     Some(match ty {
@@ -110,6 +111,7 @@ pub(super) fn block_bytes(ty: WeightType) -> Option<usize> {
         WeightType::Q8_0 => 512 + 32,
         WeightType::IQ4XS => IQ4XS_SCALES_AT + 128 + 32,
         WeightType::Q2K => Q2K_SCALES_AT + 256 + 64,
+        WeightType::Q3K => Q3K_SCALES_AT + 256 + 32,
         _ => return None,
     })
 }
@@ -119,6 +121,12 @@ pub(super) const IQ4XS_SCALES_AT: usize = 8 * 256;
 
 /// Where a Q2_K tiled block's 16 × 16 scale/min bytes start (`d`, then `dmin`, follow).
 pub(super) const Q2K_SCALES_AT: usize = 16 * 64;
+
+/// Where a Q3_K tiled block's third-bit masks start (4 × u64 per group).
+pub(super) const Q3K_MASKS_AT: usize = 16 * 64;
+
+/// Where a Q3_K tiled block's 16 × 16 scales start (`d` follows).
+pub(super) const Q3K_SCALES_AT: usize = Q3K_MASKS_AT + 16 * 32;
 
 /// A weight matrix in tiles (see the module docs).
 pub(crate) struct Tiles {
@@ -173,6 +181,24 @@ impl Tiles {
 
 /// Write row `j`'s GGUF block `src` into its lanes of the tiled block `dst`.
 fn pack_block(ty: WeightType, src: &[u8], j: usize, dst: &mut [u8]) {
+    if ty == WeightType::Q3K {
+        let scales = super::formats::q3k_scales(&src[96..108]);
+        for g in 0..16 {
+            for l in 0..16 {
+                let code = (super::formats::q23k_code(ty, src, g, l) + 4) as u8;
+                let (c, b) = (l / 4, l % 4);
+                dst[64 * g + 4 * j + b] |= (code & 3) << (2 * c);
+                if code & 4 != 0 {
+                    let at = Q3K_MASKS_AT + 32 * g + 8 * c;
+                    let mask = u64::from_le_bytes(dst[at..at + 8].try_into().expect("8 bytes")) | 1 << (4 * j + b);
+                    dst[at..at + 8].copy_from_slice(&mask.to_le_bytes());
+                }
+            }
+            dst[Q3K_SCALES_AT + 16 * g + j] = scales[g] as i8 as u8;
+        }
+        dst[Q3K_SCALES_AT + 256 + 2 * j..Q3K_SCALES_AT + 258 + 2 * j].copy_from_slice(&src[108..110]);
+        return;
+    }
     if ty == WeightType::Q2K {
         for g in 0..16 {
             for l in 0..16 {
@@ -346,7 +372,7 @@ impl TileActs for Q8x32 {
     }
 }
 
-/// IQ4_XS's and Q2_K's (AVX-512 only: [`tiled`]).
+/// IQ4_XS's, Q2_K's and Q3_K's (AVX-512 only: [`tiled`]).
 #[cfg(target_arch = "x86_64")]
 impl TileActs for Q8x256 {
     fn kernel(_isa: Isa) -> TileKernel<Self> {
