@@ -196,6 +196,19 @@ pub unsafe fn dot256_rows(ty: WeightType, w: &[u8], xs: &[&[Q8x256]], out: &mut 
     }
 }
 
+/// Store each row's 16 tile outputs `y[r]` at `out + r·ld`, the first `cols` of them.
+///
+/// # Safety
+/// As the tile kernels: `out + r·ld` valid for `cols` floats per row.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn store_tile<const R: usize>(y: &[__m512; R], out: *mut f32, ld: usize, cols: usize) {
+    let keep: __mmask16 = if cols >= 16 { 0xFFFF } else { (1u16 << cols) - 1 };
+    for r in 0..R {
+        _mm512_mask_storeu_ps(out.add(r * ld), keep, y[r]);
+    }
+}
+
 /// Independent `vpdpbusd` sums per activation row for [`dot_codes`] when a kernel
 /// multiplies `rows` rows: 4 for one row, 2 for two, else 1 (the rows themselves are
 /// independent chains then).
@@ -289,10 +302,7 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(job: &TileJob) {
             }
         }
     }
-    let keep: __mmask16 = if cols >= 16 { 0xFFFF } else { (1u16 << cols) - 1 };
-    for r in 0..R {
-        _mm512_mask_storeu_ps(out.add(r * ld), keep, y[r]);
-    }
+    store_tile(&y, out, ld, cols);
 }
 
 /// [`tile_kernel`] for `ty` and the job's 1..=8 activation rows.
@@ -372,10 +382,7 @@ unsafe fn iq4xs_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
             y[r] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(total[r]), y[r]);
         }
     }
-    let keep: __mmask16 = if cols >= 16 { 0xFFFF } else { (1u16 << cols) - 1 };
-    for r in 0..R {
-        _mm512_mask_storeu_ps(out.add(r * ld), keep, y[r]);
-    }
+    store_tile(&y, out, ld, cols);
 }
 
 /// One Q2_K tile (16 weight rows, layout in [`super::tiles`]) against `R` activation
@@ -433,10 +440,7 @@ unsafe fn q2k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
             y[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(sums[r]), y[r]);
         }
     }
-    let keep: __mmask16 = if cols >= 16 { 0xFFFF } else { (1u16 << cols) - 1 };
-    for r in 0..R {
-        _mm512_mask_storeu_ps(out.add(r * ld), keep, y[r]);
-    }
+    store_tile(&y, out, ld, cols);
 }
 
 /// One Q3_K tile (16 weight rows, layout in [`super::tiles`]) against `R` activation
@@ -477,10 +481,7 @@ unsafe fn q3k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
             y[r] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(total[r]), y[r]);
         }
     }
-    let keep: __mmask16 = if cols >= 16 { 0xFFFF } else { (1u16 << cols) - 1 };
-    for r in 0..R {
-        _mm512_mask_storeu_ps(out.add(r * ld), keep, y[r]);
-    }
+    store_tile(&y, out, ld, cols);
 }
 
 /// The tile kernel of a 256-weight type (IQ4_XS: [`iq4xs_tile_kernel`], Q2_K:
