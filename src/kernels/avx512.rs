@@ -344,14 +344,14 @@ pub unsafe fn tile_rows(ty: WeightType, job: &TileJob) {
 /// One IQ4_XS tile (16 weight rows, layout in [`super::tiles`]) against `R` activation
 /// rows of [`Q8x256`]: per 256-weight block, each 32-weight sub-block's codes (IQ4_NL's
 /// table, shifted to unsigned) go through 8 `vpdpbusd` per row, the shift comes back
-/// in integers (`Σ q·qₓ − 128·Σ qₓ`), the sum is multiplied by the rows' integer
+/// in integers (`Σ q·qₓ − 128·Σ qₓ`, from the block's per-16 sums), the sum is multiplied by the rows' integer
 /// sub-block scales and added up over the block; then one float step per block,
 /// `y += (d ⊙ dₓ) · Σ`, as ggml's IQ4_XS kernel computes it. An output's sum is the
 /// same for any `R`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn iq4xs_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
     use super::tiles::IQ4XS_SCALES_AT;
-    let TileJob { tile, acts, sums, blocks, out, ld, cols } = *job;
+    let TileJob { tile, acts, blocks, out, ld, cols, .. } = *job;
     let bb = IQ4XS_SCALES_AT + 128 + 32;
     let chains = chains(R);
     let m4 = _mm512_set1_epi8(0x0F);
@@ -370,8 +370,9 @@ unsafe fn iq4xs_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
             }
             let ls = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(IQ4XS_SCALES_AT + 16 * s) as *const __m128i));
             for r in 0..R {
-                let acc = dot_codes(&codes, (*x[r].add(b)).qs.as_ptr().add(32 * s) as *const i32, chains);
-                let shift = 128 * *sums.get_unchecked((r * blocks + b) * 8 + s);
+                let a = &*x[r].add(b);
+                let acc = dot_codes(&codes, a.qs.as_ptr().add(32 * s) as *const i32, chains);
+                let shift = 128 * (i32::from(a.bsums[2 * s]) + i32::from(a.bsums[2 * s + 1]));
                 let sub = _mm512_sub_epi32(acc, _mm512_set1_epi32(shift));
                 total[r] = _mm512_add_epi32(total[r], _mm512_mullo_epi32(sub, ls));
             }

@@ -46,19 +46,13 @@ pub(super) fn matmul(w: &QWeight, x: &[f32], m: usize, y: &mut [f32], isa: Isa) 
     #[cfg(target_arch = "x86_64")]
     if super::tiles::tiled(isa, w.ty) {
         if let Some(tiles) = w.tiles() {
-            // Every 32 activations' code sum, for the tiles' integer offsets.
             return match w.ty.act_kind() {
+                // The 256-weight tiles read the blocks' own per-16 code sums.
                 ActKind::Blocks256 => with_scratch(&ACTS256, m * k / 256, Q8x256::ZERO, |acts| {
                     quantize_rows(x, k, k / 256, acts, dispatch::quantize256_for(isa));
-                    with_scratch(&SUMS, m * k / 32, 0, |sums| {
-                        for (s, a) in sums.chunks_exact_mut(8).zip(acts.iter()) {
-                            for (i, s) in s.iter_mut().enumerate() {
-                                *s = i32::from(a.bsums[2 * i]) + i32::from(a.bsums[2 * i + 1]);
-                            }
-                        }
-                        super::tiles::matmul(isa, tiles, w.out_features, acts, sums, m, y);
-                    });
+                    super::tiles::matmul(isa, tiles, w.out_features, acts, &[], m, y);
                 }),
+                // Each block's code sum, for the tiles' integer offsets.
                 _ => with_scratch(&ACTS32, m * k / 32, Q8x32::ZERO, |acts| {
                     quantize_rows(x, k, k / 32, acts, dispatch::quantize32_for(isa));
                     with_scratch(&SUMS, acts.len(), 0, |sums| {

@@ -308,8 +308,8 @@ pub struct TileJob<'a, A = Q8x32> {
     /// The activation rows, `blocks` quantized blocks each ([`Q8x32`], or [`Q8x256`]
     /// for IQ4_XS).
     pub acts: &'a [A],
-    /// The code sum `Σ qₓ` of every 32 activations (one per [`Q8x32`], eight per
-    /// [`Q8x256`]).
+    /// Each [`Q8x32`] block's code sum `Σ qₓ`; empty with [`Q8x256`], whose blocks
+    /// carry their own per-16 sums.
     pub sums: &'a [i32],
     /// Blocks per row (`in_features` / the type's block length).
     pub blocks: usize,
@@ -326,13 +326,13 @@ impl<A> TileJob<'_, A> {
     ///
     /// # Panics
     /// If `ty` has no tiled layout, `cols > 16`, `tile` is not `blocks` whole tiled
-    /// blocks, `acts` is not 1..=8 rows of `blocks`, or `sums` not one per 32
-    /// activations.
+    /// blocks, `acts` is not 1..=8 rows of `blocks`, or `sums` not one per [`Q8x32`]
+    /// block (none with [`Q8x256`]).
     pub(super) fn check(&self, ty: WeightType) -> usize {
         let TileJob { tile, acts, sums, blocks, cols, .. } = *self;
         let rows = acts.len() / blocks.max(1);
         assert!(blocks > 0 && acts.len() == rows * blocks && (1..=8).contains(&rows), "1..=8 rows of {blocks} blocks");
-        assert_eq!(sums.len(), acts.len() * (ty.block_len() / 32), "one code sum per 32 activations");
+        assert_eq!(sums.len(), acts.len() * sums_per_block(ty), "one code sum per Q8x32 block");
         let bb = block_bytes(ty).unwrap_or_else(|| panic!("{} has no tiled layout", ty.name()));
         assert!(cols <= 16 && tile.len() == blocks * bb, "a tile of {blocks} blocks and at most 16 columns");
         rows
@@ -380,9 +380,15 @@ impl TileActs for Q8x256 {
     }
 }
 
+/// Code sums a tile job carries per activation block of `ty`: one for the 32-weight
+/// types, none for the 256-weight ones (their [`Q8x256`] blocks hold per-16 sums).
+fn sums_per_block(ty: WeightType) -> usize {
+    usize::from(ty.block_len() == 32)
+}
+
 /// `y (m, n) = x · Wᵀ` over tiles, `acts` being `x` quantized (`m` rows of
-/// `blocks` blocks: [`Q8x32`], or [`Q8x256`] for IQ4_XS) and `sums` the code sum of
-/// every 32 activations. Each task owns a run of tiles (16 output columns each) and
+/// `blocks` blocks: [`Q8x32`], or [`Q8x256`] for the 256-weight types) and `sums`
+/// each [`Q8x32`] block's code sum (empty with [`Q8x256`]). Each task owns a run of tiles (16 output columns each) and
 /// passes over the activation rows [`ROW_TILE`] at a time, [`TILE_ACT_ROWS`] per
 /// kernel call.
 #[cfg(target_arch = "x86_64")]
@@ -397,8 +403,8 @@ pub(super) fn matmul<A: TileActs>(
 ) {
     assert!(tiled(isa, tiles.ty), "{} has no {isa:?} tiles", tiles.ty.name());
     let kernel = A::kernel(isa);
-    let per = tiles.ty.block_len() / 32;
-    assert_eq!(sums.len(), acts.len() * per, "one code sum per 32 activations");
+    let per = sums_per_block(tiles.ty);
+    assert_eq!(sums.len(), acts.len() * per, "one code sum per Q8x32 block");
     assert_eq!(y.len(), m * n, "output of {m} rows of {n}");
     assert_eq!(acts.len(), m * tiles.blocks, "{m} activation rows of {} blocks", tiles.blocks);
     let count = tiles.count;
