@@ -111,8 +111,9 @@ impl Strided<'_> {
 /// `out (queries, n_head · v_head_dim)` = attention of `q (n_head, queries, head_dim)`
 /// over `k (n_kv_head, keys, head_dim)` and `v (n_kv_head, keys, v_head_dim)`.
 ///
-/// Cost: `queries · n_head · visible_keys · (head_dim + v_head_dim)` multiply-adds,
-/// one scratch vector of `keys` floats per task; parallel over (query, head) pairs.
+/// Cost: `queries · n_head · visible_keys · (head_dim + v_head_dim)` multiply-adds and
+/// one `exp` per visible score; scratch of at most ~4 MiB of scores per thread, plus
+/// one staging copy of `out`. Parallel over the blocks of [`Plan`].
 ///
 /// # Errors
 /// [`Error::InvalidParameter`] if the head counts do not divide, a view does not cover
@@ -140,85 +141,286 @@ pub fn attention(shape: &AttentionShape, q: Strided, k: Strided, v: Strided, out
     if s.queries > 0 && (s.keys == 0 || s.first_key > s.pos || s.first_key + s.keys <= last_query) {
         return Err(bad(format!("queries at {}..={last_query} but keys at {}..+{}", s.pos, s.first_key, s.keys)));
     }
-    let n_rep = s.n_head / s.n_kv_head;
-    let dv = s.v_head_dim;
+    if out.is_empty() {
+        return Ok(());
+    }
+    // Too little work (a short decode step) is not worth waking the other threads.
+    let work = s.queries * s.n_head * s.keys * (s.head_dim + s.v_head_dim);
+    let threads = if work < 1 << 15 { 1 } else { super::pool::threads() };
+    let plan = Plan::new(s, threads);
     let isa = super::Isa::detect();
-    let one = |item: usize, o: &mut [f32], scores: &mut Vec<f32>| {
-        let (i, h) = (item / s.n_head, item % s.n_head);
-        let kvh = h / n_rep;
+    let chunk = plan.bq * plan.hs * s.v_head_dim;
+    let mut staged = vec![0f32; plan.items * chunk];
+    let run = |item: usize, o: &mut [f32]| SCRATCH.with(|c| plan.run(item, isa, q, k, v, o, &mut c.borrow_mut()));
+    if threads == 1 {
+        staged.chunks_exact_mut(chunk).enumerate().for_each(|(item, o)| run(item, o));
+    } else {
+        super::pool::for_each_chunk(&mut staged, chunk, run);
+    }
+    plan.scatter(&staged, out);
+    Ok(())
+}
+
+/// Rows (query, head) that share one key/value head and a run of queries: each key
+/// and value row is read once for all of them (from cache, in tiles), not once per row.
+const ROWS_PER_BLOCK: usize = 32;
+/// Scores held per block at most (4 MiB): long contexts get fewer rows per block.
+const SCORES_PER_BLOCK: usize = 1 << 20;
+/// Bytes of keys (or values) per tile, reused by every row of a block while in L1.
+const TILE_FLOATS: usize = 4096;
+
+/// How one call is cut into blocks ("items"): `bq` consecutive queries × `hs` query
+/// heads of one key/value head. Every row's arithmetic is the same whatever block it
+/// lands in (its scores, softmax and weighted sum run over its own visible keys, in key
+/// order), so the answer does not depend on the cut — nor on the number of queries
+/// in the call (decode or a prefill chunk) or the thread count.
+struct Plan<'a> {
+    s: AttentionShape<'a>,
+    n_rep: usize,
+    /// Queries per block, and the number of query blocks.
+    bq: usize,
+    n_qb: usize,
+    /// Query heads per block, and blocks per key/value head.
+    hs: usize,
+    n_hs: usize,
+    items: usize,
+}
+
+impl<'a> Plan<'a> {
+    fn new(s: AttentionShape<'a>, threads: usize) -> Self {
+        let n_rep = s.n_head / s.n_kv_head;
+        let rows = ROWS_PER_BLOCK.min(SCORES_PER_BLOCK / s.keys.max(1)).max(1);
+        let mut hs = n_rep.min(rows);
+        let mut bq = (rows / hs).clamp(1, s.queries);
+        // Enough blocks to keep every thread busy: fewer queries per block first (the
+        // heads of a key/value head stay together), then fewer heads.
+        let blocks = |bq: usize, hs: usize| s.queries.div_ceil(bq) * s.n_kv_head * n_rep.div_ceil(hs);
+        while blocks(bq, hs) < 2 * threads && bq > 1 {
+            bq = bq.div_ceil(2);
+        }
+        while blocks(bq, hs) < 2 * threads && hs > 1 {
+            hs = hs.div_ceil(2);
+        }
+        let (n_qb, n_hs) = (s.queries.div_ceil(bq), n_rep.div_ceil(hs));
+        Plan { s, n_rep, bq, n_qb, hs, n_hs, items: n_qb * s.n_kv_head * n_hs }
+    }
+
+    /// Block `item`'s queries, query heads and key/value head. The last query blocks
+    /// (the most keys) come first, so the threads' last grabs are the short ones.
+    fn block(&self, item: usize) -> (std::ops::Range<usize>, std::ops::Range<usize>, usize) {
+        let per_qb = self.s.n_kv_head * self.n_hs;
+        let qb = self.n_qb - 1 - item / per_qb;
+        let (g, hsub) = (item % per_qb / self.n_hs, item % self.n_hs);
+        let h0 = g * self.n_rep + hsub * self.hs;
+        let queries = qb * self.bq..((qb + 1) * self.bq).min(self.s.queries);
+        (queries, h0..(h0 + self.hs).min((g + 1) * self.n_rep), g)
+    }
+
+    /// Key indices query `i` sees: `[lo, its own position]` within the keys.
+    fn visible(&self, i: usize) -> (usize, usize) {
+        let s = &self.s;
         let qp = s.pos + i;
-        // Visible key positions: [lo, qp] ∩ [first_key, first_key + keys).
         let lo = match s.window {
             Some(w) if qp + 1 > w => (qp + 1 - w).max(s.first_key),
             _ => s.first_key,
         };
-        let (j0, j1) = (lo - s.first_key, qp - s.first_key + 1);
-        let qr = q.row(h, i, s.head_dim);
-        scores.clear();
-        let sink = s.sinks.map(|z| z[h]);
-        let mut max = sink.unwrap_or(f32::NEG_INFINITY);
-        for j in j0..j1 {
-            let sc = s.score(dot(isa, qr, k.row(kvh, j, s.head_dim)));
-            max = max.max(sc);
-            scores.push(sc);
-        }
-        let sum = sink.map_or(0.0, |z| (z - max).exp()) + super::glu::exp_shifted(isa, scores, max);
-        o.fill(0.0);
-        for (p, j) in scores.iter().zip(j0..j1) {
-            axpy(isa, p / sum, v.row(kvh, j, dv), o);
-        }
-    };
-    let items = s.queries * s.n_head;
-    let per_item = s.keys * (s.head_dim + dv);
-    if items * per_item < 1 << 15 {
-        // Too little work to be worth waking the other threads.
-        let mut scores = Vec::with_capacity(s.keys);
-        for (item, o) in out.chunks_exact_mut(dv).enumerate() {
-            one(item, o, &mut scores);
-        }
-        return Ok(());
+        (lo - s.first_key, qp - s.first_key + 1)
     }
-    super::pool::for_each_chunk(out, dv, |item, o| {
-        SCRATCH.with(|c| one(item, o, &mut c.borrow_mut()));
-    });
-    Ok(())
+
+    /// One block into `o` (its rows in (query, head) order, `v_head_dim` each).
+    #[allow(clippy::too_many_arguments)]
+    fn run(&self, item: usize, isa: super::Isa, q: Strided, k: Strided, v: Strided, o: &mut [f32], sc: &mut Vec<f32>) {
+        let s = &self.s;
+        let (d, dv) = (s.head_dim, s.v_head_dim);
+        let (queries, heads, kvh) = self.block(item);
+        let nh = heads.len();
+        let rows = queries.len() * nh;
+        let row_range = |r: usize| self.visible(queries.start + r / nh);
+        // The keys some row sees: from the first query's lowest to the last one's own.
+        let (ja, jb) = (row_range(0).0, row_range(rows - 1).1);
+        let span = jb - ja;
+        sc.clear();
+        sc.resize(rows * span, 0.0);
+
+        // Scores, key tile by key tile; each row only its own visible keys.
+        let tile = (TILE_FLOATS / d.max(1)).max(8);
+        for t0 in (ja..jb).step_by(tile) {
+            let t1 = (t0 + tile).min(jb);
+            for r in 0..rows {
+                let (j0, j1) = row_range(r);
+                let (a, b) = (t0.max(j0), t1.min(j1));
+                if a < b {
+                    let qr = q.row(heads.start + r % nh, queries.start + r / nh, d);
+                    let out = &mut sc[r * span + a - ja..r * span + b - ja];
+                    scores(isa, qr, k.rows(kvh, a, b - a, d), k.row_stride, out);
+                }
+            }
+        }
+        // Softmax of each row over its visible keys; zeros elsewhere, so the weighted
+        // sum below may run over the union of a few rows' keys and add exact zeros.
+        for r in 0..rows {
+            let (j0, j1) = row_range(r);
+            let row = &mut sc[r * span..(r + 1) * span];
+            let vis = &mut row[j0 - ja..j1 - ja];
+            match s.softcap {
+                None => vis.iter_mut().for_each(|x| *x *= s.scale),
+                Some(_) => vis.iter_mut().for_each(|x| *x = s.score(*x)),
+            }
+            let sink = s.sinks.map(|z| z[heads.start + r % nh]);
+            let max = max_of(vis).max(sink.unwrap_or(f32::NEG_INFINITY));
+            let sum = sink.map_or(0.0, |z| (z - max).exp()) + super::glu::exp_shifted(isa, vis, max);
+            let inv = 1.0 / sum;
+            vis.iter_mut().for_each(|x| *x *= inv);
+        }
+        // Weighted values, value tile by value tile, up to four rows at once.
+        let o = &mut o[..rows * dv];
+        o.fill(0.0);
+        let tile = (TILE_FLOATS / dv.max(1)).max(8);
+        for t0 in (ja..jb).step_by(tile) {
+            let t1 = (t0 + tile).min(jb);
+            for r0 in (0..rows).step_by(4) {
+                let n = (rows - r0).min(4);
+                let (a, b) = (t0.max(row_range(r0).0), t1.min(row_range(r0 + n - 1).1));
+                if a < b {
+                    let p = &sc[r0 * span + a - ja..];
+                    values(
+                        isa,
+                        n,
+                        p,
+                        span,
+                        b - a,
+                        v.rows(kvh, a, b - a, dv),
+                        v.row_stride,
+                        &mut o[r0 * dv..(r0 + n) * dv],
+                    );
+                }
+            }
+        }
+    }
+
+    /// Each block's rows to their places in `out (queries, n_head · v_head_dim)`.
+    fn scatter(&self, staged: &[f32], out: &mut [f32]) {
+        let (dv, chunk) = (self.s.v_head_dim, self.bq * self.hs * self.s.v_head_dim);
+        for item in 0..self.items {
+            let (queries, heads, _) = self.block(item);
+            let mut from = staged[item * chunk..].chunks_exact(dv);
+            for i in queries {
+                for h in heads.clone() {
+                    let at = (i * self.s.n_head + h) * dv;
+                    out[at..at + dv].copy_from_slice(from.next().unwrap_or_default());
+                }
+            }
+        }
+    }
+}
+
+/// The largest of `xs` (16 running maxima, so it vectorizes; `-inf` when empty).
+fn max_of(xs: &[f32]) -> f32 {
+    let mut m = [f32::NEG_INFINITY; 16];
+    let chunks = xs.chunks_exact(16);
+    let tail = chunks.remainder().iter().fold(f32::NEG_INFINITY, |a, &x| a.max(x));
+    for c in chunks {
+        for l in 0..16 {
+            m[l] = if c[l] > m[l] { c[l] } else { m[l] };
+        }
+    }
+    m.iter().fold(tail, |a, &x| a.max(x))
 }
 
 thread_local! {
     static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// `Σ a_i b_i` with eight independent partial sums (AVX2+FMA where the CPU has it, the
-/// same grouping either way).
-fn dot(isa: super::Isa, a: &[f32], b: &[f32]) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    if isa >= super::Isa::Avx2 {
-        // SAFETY: `isa` comes from `Isa::detect`, which reports AVX2 only on a CPU with
-        // AVX2 and FMA.
-        return unsafe { avx2::dot(a, b) };
+impl<'a> Strided<'a> {
+    /// Rows `first..first + n` of head `h`, from the first's start to the last's end.
+    fn rows(&self, h: usize, first: usize, n: usize, width: usize) -> &'a [f32] {
+        let at = h * self.head_stride + first * self.row_stride;
+        &self.data[at..at + (n - 1) * self.row_stride + width]
     }
-    let _ = isa;
-    let mut acc = [0f32; 8];
-    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ac.remainder().iter().zip(bc.remainder()).map(|(x, y)| x * y).sum();
-    for (x, y) in ac.zip(bc) {
-        for l in 0..8 {
-            acc[l] += x[l] * y[l];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
 }
 
-/// `o += a · x`.
-fn axpy(isa: super::Isa, a: f32, x: &[f32], o: &mut [f32]) {
+/// `out[j] = q · k_j` for the `out.len()` key rows of `k` (`stride` apart). Each score
+/// is computed alone, the same way wherever its key falls in a batch, so a row's
+/// scores do not depend on which keys share its call.
+fn scores(isa: super::Isa, q: &[f32], k: &[f32], stride: usize, out: &mut [f32]) {
+    let d = q.len();
+    assert!(out.is_empty() || k.len() >= (out.len() - 1) * stride + d, "key rows out of range");
     #[cfg(target_arch = "x86_64")]
-    if isa >= super::Isa::Avx2 {
-        // SAFETY: as in `dot`.
-        return unsafe { avx2::axpy(a, x, o) };
+    {
+        if isa >= super::Isa::Avx512 {
+            // SAFETY: `isa` reports AVX-512 only on a CPU that has it; rows checked above.
+            return unsafe { avx512::scores(q, k, stride, out) };
+        }
+        if isa >= super::Isa::Avx2 {
+            // SAFETY: `isa` reports AVX2 only on a CPU with AVX2 and FMA; rows checked above.
+            return unsafe { avx2::scores(q, k, stride, out) };
+        }
     }
     let _ = isa;
-    for (o, x) in o.iter_mut().zip(x) {
-        *o += a * x;
+    for (j, o) in out.iter_mut().enumerate() {
+        let kr = &k[j * stride..j * stride + d];
+        let mut acc = [0f32; 8];
+        let (qc, kc) = (q.chunks_exact(8), kr.chunks_exact(8));
+        let tail: f32 = qc.remainder().iter().zip(kc.remainder()).map(|(x, y)| x * y).sum();
+        for (x, y) in qc.zip(kc) {
+            for l in 0..8 {
+                acc[l] += x[l] * y[l];
+            }
+        }
+        *o = acc.iter().sum::<f32>() + tail;
+    }
+}
+
+/// `o_r += Σ_j p_r[j] · v_j` for `rows` (1 to 4) rows: `p_r` is `p[r · p_stride..]`
+/// (`n` weights), `v_j` the `n` value rows of `v` (`v_stride` apart), `o_r` the `r`-th
+/// `o.len() / rows`-wide row of `o`. Each output adds its terms in key order, whatever
+/// `rows` is.
+#[allow(clippy::too_many_arguments)]
+fn values(
+    isa: super::Isa,
+    rows: usize,
+    p: &[f32],
+    p_stride: usize,
+    n: usize,
+    v: &[f32],
+    v_stride: usize,
+    o: &mut [f32],
+) {
+    let dv = o.len() / rows;
+    assert!(
+        (1..=4).contains(&rows) && n > 0 && p.len() >= (rows - 1) * p_stride + n && v.len() >= (n - 1) * v_stride + dv,
+        "weights or value rows out of range"
+    );
+    #[cfg(target_arch = "x86_64")]
+    {
+        macro_rules! by_rows {
+            ($m:ident) => {
+                // SAFETY: the ISA is the CPU's (see `scores`); every row checked above.
+                unsafe {
+                    match rows {
+                        1 => $m::values::<1>(p, p_stride, n, v, v_stride, o, dv),
+                        2 => $m::values::<2>(p, p_stride, n, v, v_stride, o, dv),
+                        3 => $m::values::<3>(p, p_stride, n, v, v_stride, o, dv),
+                        _ => $m::values::<4>(p, p_stride, n, v, v_stride, o, dv),
+                    }
+                }
+            };
+        }
+        if isa >= super::Isa::Avx512 {
+            return by_rows!(avx512);
+        }
+        if isa >= super::Isa::Avx2 {
+            return by_rows!(avx2);
+        }
+    }
+    let _ = isa;
+    for (r, or) in o.chunks_exact_mut(dv).enumerate() {
+        let pr = &p[r * p_stride..r * p_stride + n];
+        for (j, &w) in pr.iter().enumerate() {
+            for (oc, vc) in or.iter_mut().zip(&v[j * v_stride..j * v_stride + dv]) {
+                *oc += w * vc;
+            }
+        }
     }
 }
 
@@ -226,38 +428,218 @@ fn axpy(isa: super::Isa, a: f32, x: &[f32], o: &mut [f32]) {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    /// [`super::dot`] with FMA.
-    ///
-    /// # Safety
-    /// The CPU must support `avx2` and `fma`.
+    /// The sums of eight 8-lane accumulators as one vector (lane `t` = `Σ acc[t]`), in a
+    /// fixed order per lane.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
-        let n = a.len().min(b.len());
-        let full = n / 8 * 8;
-        let mut acc = _mm256_setzero_ps();
-        for i in (0..full).step_by(8) {
-            acc = _mm256_fmadd_ps(_mm256_loadu_ps(a.as_ptr().add(i)), _mm256_loadu_ps(b.as_ptr().add(i)), acc);
-        }
-        let mut lanes = [0f32; 8];
-        _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
-        lanes.iter().sum::<f32>() + (full..n).map(|i| a[i] * b[i]).sum::<f32>()
+    #[inline]
+    pub(super) unsafe fn sum8(a: [__m256; 8]) -> __m256 {
+        let (t0, t1) = (_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+        let (t2, t3) = (_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+        let (u0, u1) = (_mm256_hadd_ps(t0, t1), _mm256_hadd_ps(t2, t3));
+        _mm256_add_ps(_mm256_permute2f128_ps::<0x20>(u0, u1), _mm256_permute2f128_ps::<0x31>(u0, u1))
     }
 
-    /// [`super::axpy`] with FMA.
+    /// [`super::scores`] on AVX2: eight keys at a time (a short batch computes `q · q`
+    /// in its empty lanes and drops them).
     ///
     /// # Safety
-    /// The CPU must support `avx2` and `fma`.
+    /// The CPU must support `avx2` and `fma`; `k` holds `out.len()` rows of `q.len()`
+    /// floats, `stride` apart.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn axpy(a: f32, x: &[f32], o: &mut [f32]) {
-        let n = o.len().min(x.len());
-        let full = n / 8 * 8;
-        let av = _mm256_set1_ps(a);
-        for i in (0..full).step_by(8) {
-            let r = _mm256_fmadd_ps(av, _mm256_loadu_ps(x.as_ptr().add(i)), _mm256_loadu_ps(o.as_ptr().add(i)));
-            _mm256_storeu_ps(o.as_mut_ptr().add(i), r);
+    pub(super) unsafe fn scores(q: &[f32], k: &[f32], stride: usize, out: &mut [f32]) {
+        let (d, n) = (q.len(), out.len());
+        let d8 = d / 8 * 8;
+        for j in (0..n).step_by(8) {
+            let m = (n - j).min(8);
+            let mut rows = [q.as_ptr(); 8];
+            for (t, row) in rows.iter_mut().enumerate().take(m) {
+                *row = k.as_ptr().add((j + t) * stride);
+            }
+            let mut acc = [_mm256_setzero_ps(); 8];
+            for c in (0..d8).step_by(8) {
+                let qc = _mm256_loadu_ps(q.as_ptr().add(c));
+                for t in 0..8 {
+                    acc[t] = _mm256_fmadd_ps(qc, _mm256_loadu_ps(rows[t].add(c)), acc[t]);
+                }
+            }
+            let mut lanes = [0f32; 8];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), sum8(acc));
+            for t in 0..m {
+                out[j + t] = (d8..d).fold(lanes[t], |s, c| q[c].mul_add(*rows[t].add(c), s));
+            }
         }
-        for i in full..n {
-            o[i] += a * x[i];
+    }
+
+    /// [`super::values`] on AVX2 for `R` rows: 32 outputs of each row in registers
+    /// across the keys, then 8, then one at a time.
+    ///
+    /// # Safety
+    /// The CPU must support `avx2` and `fma`; the slices as `super::values` checks.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn values<const R: usize>(
+        p: &[f32],
+        p_stride: usize,
+        n: usize,
+        v: &[f32],
+        v_stride: usize,
+        o: &mut [f32],
+        dv: usize,
+    ) {
+        let (pp, vp, op) = (p.as_ptr(), v.as_ptr(), o.as_mut_ptr());
+        let mut c = 0;
+        while c + 32 <= dv {
+            let mut acc = [[_mm256_setzero_ps(); 4]; R];
+            for (r, a) in acc.iter_mut().enumerate() {
+                for (x, a) in a.iter_mut().enumerate() {
+                    *a = _mm256_loadu_ps(op.add(r * dv + c + 8 * x));
+                }
+            }
+            for j in 0..n {
+                let row = vp.add(j * v_stride + c);
+                let vv = [0, 8, 16, 24].map(|x| _mm256_loadu_ps(row.add(x)));
+                for (r, a) in acc.iter_mut().enumerate() {
+                    let w = _mm256_broadcast_ss(&*pp.add(r * p_stride + j));
+                    for x in 0..4 {
+                        a[x] = _mm256_fmadd_ps(w, vv[x], a[x]);
+                    }
+                }
+            }
+            for (r, a) in acc.iter().enumerate() {
+                for (x, a) in a.iter().enumerate() {
+                    _mm256_storeu_ps(op.add(r * dv + c + 8 * x), *a);
+                }
+            }
+            c += 32;
+        }
+        while c + 8 <= dv {
+            let mut acc = [_mm256_setzero_ps(); R];
+            for (r, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_loadu_ps(op.add(r * dv + c));
+            }
+            for j in 0..n {
+                let vv = _mm256_loadu_ps(vp.add(j * v_stride + c));
+                for (r, a) in acc.iter_mut().enumerate() {
+                    *a = _mm256_fmadd_ps(_mm256_broadcast_ss(&*pp.add(r * p_stride + j)), vv, *a);
+                }
+            }
+            for (r, a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(op.add(r * dv + c), *a);
+            }
+            c += 8;
+        }
+        for c in c..dv {
+            for r in 0..R {
+                let o = &mut *op.add(r * dv + c);
+                for j in 0..n {
+                    *o = (*pp.add(r * p_stride + j)).mul_add(*vp.add(j * v_stride + c), *o);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    /// [`super::scores`] on AVX-512: eight keys at a time, 16 lanes per step (a
+    /// masked last step for a width not a multiple of 16), halves folded, then the
+    /// AVX2 lane sums.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F and AVX2/FMA; `k` as in `super::avx2::scores`.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(super) unsafe fn scores(q: &[f32], k: &[f32], stride: usize, out: &mut [f32]) {
+        let (d, n) = (q.len(), out.len());
+        let tail = (d % 16) as u32;
+        let mask: __mmask16 = ((1u32 << tail) - 1) as u16;
+        let d16 = d - tail as usize;
+        for j in (0..n).step_by(8) {
+            let m = (n - j).min(8);
+            let mut rows = [q.as_ptr(); 8];
+            for (t, row) in rows.iter_mut().enumerate().take(m) {
+                *row = k.as_ptr().add((j + t) * stride);
+            }
+            let mut acc = [_mm512_setzero_ps(); 8];
+            for c in (0..d16).step_by(16) {
+                let qc = _mm512_loadu_ps(q.as_ptr().add(c));
+                for t in 0..8 {
+                    acc[t] = _mm512_fmadd_ps(qc, _mm512_loadu_ps(rows[t].add(c)), acc[t]);
+                }
+            }
+            if tail > 0 {
+                let qc = _mm512_maskz_loadu_ps(mask, q.as_ptr().add(d16));
+                for t in 0..8 {
+                    acc[t] = _mm512_fmadd_ps(qc, _mm512_maskz_loadu_ps(mask, rows[t].add(d16)), acc[t]);
+                }
+            }
+            let halves = acc.map(|a| {
+                let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a)));
+                _mm256_add_ps(_mm512_castps512_ps256(a), hi)
+            });
+            let mut lanes = [0f32; 8];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), super::avx2::sum8(halves));
+            out[j..j + m].copy_from_slice(&lanes[..m]);
+        }
+    }
+
+    /// [`super::values`] on AVX-512 for `R` rows: 64 outputs of each row in registers
+    /// across the keys, then 16, then a masked last step.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F; the slices as `super::values` checks.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(super) unsafe fn values<const R: usize>(
+        p: &[f32],
+        p_stride: usize,
+        n: usize,
+        v: &[f32],
+        v_stride: usize,
+        o: &mut [f32],
+        dv: usize,
+    ) {
+        let (pp, vp, op) = (p.as_ptr(), v.as_ptr(), o.as_mut_ptr());
+        let mut c = 0;
+        while c + 64 <= dv {
+            let mut acc = [[_mm512_setzero_ps(); 4]; R];
+            for (r, a) in acc.iter_mut().enumerate() {
+                for (x, a) in a.iter_mut().enumerate() {
+                    *a = _mm512_loadu_ps(op.add(r * dv + c + 16 * x));
+                }
+            }
+            for j in 0..n {
+                let row = vp.add(j * v_stride + c);
+                let vv = [0, 16, 32, 48].map(|x| _mm512_loadu_ps(row.add(x)));
+                for (r, a) in acc.iter_mut().enumerate() {
+                    let w = _mm512_set1_ps(*pp.add(r * p_stride + j));
+                    for x in 0..4 {
+                        a[x] = _mm512_fmadd_ps(w, vv[x], a[x]);
+                    }
+                }
+            }
+            for (r, a) in acc.iter().enumerate() {
+                for (x, a) in a.iter().enumerate() {
+                    _mm512_storeu_ps(op.add(r * dv + c + 16 * x), *a);
+                }
+            }
+            c += 64;
+        }
+        while c < dv {
+            let mask: __mmask16 = if dv - c >= 16 { 0xffff } else { ((1u32 << (dv - c)) - 1) as u16 };
+            let mut acc = [_mm512_setzero_ps(); R];
+            for (r, a) in acc.iter_mut().enumerate() {
+                *a = _mm512_maskz_loadu_ps(mask, op.add(r * dv + c));
+            }
+            for j in 0..n {
+                let vv = _mm512_maskz_loadu_ps(mask, vp.add(j * v_stride + c));
+                for (r, a) in acc.iter_mut().enumerate() {
+                    *a = _mm512_fmadd_ps(_mm512_set1_ps(*pp.add(r * p_stride + j)), vv, *a);
+                }
+            }
+            for (r, a) in acc.iter().enumerate() {
+                _mm512_mask_storeu_ps(op.add(r * dv + c), mask, *a);
+            }
+            c += 16;
         }
     }
 }

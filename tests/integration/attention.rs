@@ -216,3 +216,50 @@ fn bad_shapes_are_errors() {
     let one_sink = AttentionShape { sinks: Some(&[0.5]), ..s };
     assert!(attention(&one_sink, view(8), view(4), view(4), &mut out).is_err());
 }
+
+/// A query's output is bit-for-bit the same computed alone (decode), inside a prefill
+/// chunk of any length, or from a later first position: the kernel cuts a call into
+/// blocks of rows, and no row's arithmetic may depend on the cut. Covers a head
+/// ratio that does not divide the block size (7, Qwen2.5's), a window, odd widths
+/// (a masked or scalar last step), and soft-capping.
+#[test]
+fn a_query_gets_the_same_bits_in_any_call() {
+    for (n_head, n_kv, d, window, softcap) in
+        [(14, 2, 64, None, None), (4, 1, 72, Some(20), None), (9, 3, 40, None, Some(0.7)), (8, 8, 256, None, None)]
+    {
+        let (pos, t) = (45, 60);
+        let total = pos + t;
+        let mut r = Rand(0x5EED ^ (n_head * 31 + d) as u64);
+        let q = Cache::new(&mut r, n_head, total, d, 0);
+        let k = Cache::new(&mut r, n_kv, total, d, 0);
+        let v = Cache::new(&mut r, n_kv, total, d, 0);
+        let shape = |first: usize, queries: usize| AttentionShape {
+            n_head,
+            n_kv_head: n_kv,
+            head_dim: d,
+            v_head_dim: d,
+            queries,
+            pos: first,
+            first_key: 0,
+            keys: first + queries,
+            window,
+            scale: 1.0 / (d as f32).sqrt(),
+            softcap,
+            sinks: None,
+        };
+        // Queries `first..first + n` of q (their rows start at row `first` of each head).
+        let run = |first: usize, n: usize| {
+            let qv = Strided { data: &q.data[first * d..], head_stride: total * d, row_stride: d };
+            let mut out = vec![0f32; n * n_head * d];
+            attention(&shape(first, n), qv, k.view(), v.view(), &mut out).unwrap();
+            out
+        };
+        let whole = run(pos, t);
+        let row = n_head * d;
+        for (first, n) in [(pos, 1), (pos + 7, 1), (pos + t - 1, 1), (pos + 3, 5), (pos + 10, 33)] {
+            let part = run(first, n);
+            let at = (first - pos) * row;
+            assert!(part == whole[at..at + n * row], "{n_head}/{n_kv} heads, d {d}: queries {first}..+{n} differ");
+        }
+    }
+}
