@@ -437,7 +437,6 @@ macro_rules! by_rows {
         }
     };
 }
-pub(super) use by_rows;
 
 /// The row kernels' argument checks (see their `# Panics`).
 pub(super) fn check<A>(ty: WeightType, w: &[u8], xs: &[&[A]], out: &[f32]) {

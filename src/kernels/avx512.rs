@@ -1,23 +1,15 @@
-//! AVX-512 (F, BW, VL, VNNI) dot products for the k-quant types Q4_K, Q5_K and Q6_K
-//! (x86-64), selected at run time by [`super::dispatch`]; every other kernel of
-//! [`super::Isa::Avx512`] is the AVX2 one ([`super::avx2`]), which every AVX-512 CPU
-//! also runs.
+//! AVX-512 (F, BW, VL, VNNI) kernels (x86-64), selected at run time by
+//! [`super::dispatch`]; every other kernel of [`super::Isa::Avx512`] is the AVX2 one
+//! ([`super::avx2`]), which every AVX-512 CPU also runs.
 //!
-//! Why these three: they are the weights of the Q4_K_M/Q5_K_M files most users
-//! download, and on their integer prefill path (4 activation rows per decoded weight
-//! row) the AVX2 kernels spend three instructions per 32 multiply-adds per row
-//! (`maddubs`, `madd` with the sub-block scales, `add`). Here one 512-bit register
-//! holds the codes of two adjacent sub-blocks — a 32-byte run of Q4_K/Q5_K nibbles
-//! with its low nibbles in the lower half and its high nibbles in the upper half,
-//! which is exactly the order of the 64 activations they multiply — and VNNI's
-//! `vpdpwssd` fuses the scale `madd` with the accumulation: two instructions per 64
-//! multiply-adds per row. The 32-weight types run their prefill as an f32 GEMM (the
-//! `gemm` crate already uses AVX-512 there) and their decode is bound by memory, so
-//! they keep the AVX2 dot products.
-//!
-//! Also the F16/BF16 prefill register tiles ([`f16_tile`], [`bf16_tile`]; see
-//! [`super::float_tiles_path`]): 4 weight rows × 6 activation rows per step, the
-//! weights read in their 16-bit format.
+//! - The **tile kernels** ([`tile_rows`] for the 32-weight types, [`tile_rows_256`]
+//!   for IQ4_XS and the k-quants; layouts in [`super::tiles`]): 16 weight rows per
+//!   512-bit register, one `vpdpbusd` per 4 codes of 16 rows against 4 activation
+//!   codes broadcast, no horizontal sums, the same arithmetic for 1 activation row as
+//!   for 128 — decode and prefill both take them.
+//! - The F16/BF16 prefill register tiles ([`f16_tile`], [`bf16_tile`]; see
+//!   [`super::float_tiles_path`]): 4 weight rows × 6 activation rows per step, the
+//!   weights read in their 16-bit format.
 //!
 //! The integer sums of a block are exact, so a block's value differs from the AVX2
 //! kernel's only in the f32 rounding of the per-block scale products (≤ 1 ulp per
@@ -26,175 +18,14 @@
 //! # Safety
 //! Every function here requires the CPU to support `avx512f`, `avx512bw`, `avx512vl`,
 //! `avx512vnni`, `avx2`, `fma` and `f16c`; [`super::Isa::detect`] checks that once.
-//! Slice lengths are checked by the safe wrapper at the bottom of this file.
+//! Slice lengths are checked by the safe wrappers ([`super::tiles::TileJob::check`]).
 
 use std::arch::x86_64::*;
 
 use super::activation::{Q8x256, Q8x32};
-use super::avx2::{by_rows, f16_at, T_IQ4NL, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0};
-use super::formats::{scale_min_k4, WeightType};
+use super::avx2::{T_IQ4NL, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0};
+use super::formats::WeightType;
 use super::tiles::TileJob;
-
-/// `lo` in the lower 256 bits, `hi` in the upper.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-#[inline]
-unsafe fn join(lo: __m256i, hi: __m256i) -> __m512i {
-    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
-}
-
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-#[inline]
-unsafe fn load512(p: *const i8) -> __m512i {
-    _mm512_loadu_si512(p as *const _)
-}
-
-/// Dot products of a Q4_K (`Q5 = false`) or Q5_K row with `R` rows.
-///
-/// Per block: 8 sub-blocks of 32 weights with 6-bit scales and mins. Run `j` (32
-/// bytes) holds sub-block `2j` in its low nibbles and `2j + 1` in its high nibbles;
-/// Q5_K's fifth bits are bits `2j` and `2j + 1` of the 32 `qh` bytes.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn dot_q45k<const Q5: bool, const R: usize>(w: &[u8], xs: &[&[Q8x256]], out: &mut [f32]) {
-    let bb = if Q5 { 176 } else { 144 };
-    let qs_at = if Q5 { 48 } else { 16 };
-    let nb = w.len() / bb;
-    let m4 = _mm512_set1_epi8(0x0F);
-    let sixteen = _mm512_set1_epi8(0x10);
-    let mut acc = [_mm512_setzero_ps(); R];
-    let mut accm = [_mm256_setzero_ps(); R];
-    let x: [*const Q8x256; R] = std::array::from_fn(|r| xs[r].as_ptr());
-    for i in 0..nb {
-        let b = w.as_ptr().add(i * bb);
-        let (d, dmin) = (f16_at(b), f16_at(b.add(2)));
-        let packed = std::slice::from_raw_parts(b.add(4), 12);
-        let (mut sc, mut mins) = ([0i16; 8], [0i16; 16]);
-        for j in 0..8 {
-            let (s, m) = scale_min_k4(j, packed);
-            sc[j] = i16::from(s);
-            (mins[2 * j], mins[2 * j + 1]) = (i16::from(m), i16::from(m));
-        }
-        let sc = _mm512_castsi128_si512(_mm_loadu_si128(sc.as_ptr() as *const __m128i));
-        let mins = _mm256_loadu_si256(mins.as_ptr() as *const __m256i);
-        let qh = if Q5 {
-            let h = _mm256_loadu_si256(b.add(16) as *const __m256i);
-            join(h, h)
-        } else {
-            _mm512_setzero_si512()
-        };
-        let mut sumi = [_mm512_setzero_si512(); R];
-        for j in 0..4 {
-            let q = _mm256_loadu_si256(b.add(qs_at + 32 * j) as *const __m256i);
-            let mut codes = _mm512_and_si512(join(q, _mm256_srli_epi16::<4>(q)), m4);
-            if Q5 {
-                let bits = join(_mm256_set1_epi8(1 << (2 * j)), _mm256_set1_epi8((1u8 << (2 * j + 1)) as i8));
-                codes = _mm512_mask_add_epi8(codes, _mm512_test_epi8_mask(qh, bits), codes, sixteen);
-            }
-            // Sub-block 2j's scale for the lower 16 i16 lanes, 2j + 1's for the upper.
-            let s = _mm512_permutexvar_epi16(
-                join(_mm256_set1_epi16(2 * j as i16), _mm256_set1_epi16(2 * j as i16 + 1)),
-                sc,
-            );
-            for r in 0..R {
-                let xv = load512((*x[r].add(i)).qs.as_ptr().add(64 * j));
-                sumi[r] = _mm512_dpwssd_epi32(sumi[r], _mm512_maddubs_epi16(codes, xv), s);
-            }
-        }
-        for r in 0..R {
-            let a = &*x[r].add(i);
-            let summ = _mm256_madd_epi16(_mm256_loadu_si256(a.bsums.as_ptr() as *const __m256i), mins);
-            accm[r] = _mm256_fmadd_ps(_mm256_set1_ps(dmin * a.d), _mm256_cvtepi32_ps(summ), accm[r]);
-            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(d * a.d), _mm512_cvtepi32_ps(sumi[r]), acc[r]);
-        }
-    }
-    for r in 0..R {
-        *out.get_unchecked_mut(r) =
-            _mm512_reduce_add_ps(acc[r]) - _mm512_reduce_add_ps(_mm512_zextps256_ps512(accm[r]));
-    }
-}
-
-/// Dot products of a Q6_K row with `R` rows.
-///
-/// Per block: 16 groups of 16 weights with signed 8-bit scales; codes are 6-bit,
-/// stored `+32` (the `-32` is taken off through the activations' per-16 sums). Half
-/// `h` reads 64 bytes of low nibbles: the low nibbles of those 64 bytes are weights
-/// `128h .. 128h + 64`, the high nibbles the next 64; the two top bits come from the
-/// half's 32 `qh` bytes at shifts 0, 2 (low nibbles) and 4, 6 (high nibbles).
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn dot_q6k<const R: usize>(w: &[u8], xs: &[&[Q8x256]], out: &mut [f32]) {
-    let nb = w.len() / 210;
-    let m4 = _mm512_set1_epi8(0x0F);
-    let m2 = _mm512_set1_epi8(3);
-    // Per 16-bit lane, the shift bringing the top bits of each quarter to bits 0..2.
-    let shift_lo = join(_mm256_set1_epi16(0), _mm256_set1_epi16(2));
-    let shift_hi = join(_mm256_set1_epi16(4), _mm256_set1_epi16(6));
-    let mut acc = [_mm512_setzero_ps(); R];
-    let x: [*const Q8x256; R] = std::array::from_fn(|r| xs[r].as_ptr());
-    for i in 0..nb {
-        let b = w.as_ptr().add(i * 210);
-        let d = f16_at(b.add(208));
-        let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(b.add(192) as *const __m128i));
-        // −32 · scale, against the activations' 16 per-group sums.
-        let neg32 = _mm512_zextsi256_si512(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16::<5>(sc16)));
-        let sc = _mm512_castsi256_si512(sc16);
-        let mut sumi = [_mm512_setzero_si512(); R];
-        for r in 0..R {
-            let bs = _mm512_zextsi256_si512(_mm256_loadu_si256((*x[r].add(i)).bsums.as_ptr() as *const __m256i));
-            sumi[r] = _mm512_dpwssd_epi32(sumi[r], bs, neg32);
-        }
-        for h in 0..2 {
-            let ql = load512(b.add(64 * h) as *const i8);
-            let qh = _mm256_loadu_si256(b.add(128 + 32 * h) as *const __m256i);
-            let qh = join(qh, qh);
-            for half in 0..2 {
-                let (low, shift) = if half == 0 {
-                    (_mm512_and_si512(ql, m4), shift_lo)
-                } else {
-                    (_mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4), shift_hi)
-                };
-                let high = _mm512_and_si512(_mm512_srlv_epi16(qh, shift), m2);
-                let codes = _mm512_or_si512(low, _mm512_slli_epi16::<4>(high));
-                // Four groups of 16 weights: groups 8h + 4·half + 0..4, 8 i16 lanes each.
-                let g = (8 * h + 4 * half) as i16;
-                let idx = join(
-                    _mm256_set_m128i(_mm_set1_epi16(g + 1), _mm_set1_epi16(g)),
-                    _mm256_set_m128i(_mm_set1_epi16(g + 3), _mm_set1_epi16(g + 2)),
-                );
-                let s = _mm512_permutexvar_epi16(idx, sc);
-                for r in 0..R {
-                    let xv = load512((*x[r].add(i)).qs.as_ptr().add(128 * h + 64 * half));
-                    sumi[r] = _mm512_dpwssd_epi32(sumi[r], _mm512_maddubs_epi16(codes, xv), s);
-                }
-            }
-        }
-        for r in 0..R {
-            let a = &*x[r].add(i);
-            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(d * a.d), _mm512_cvtepi32_ps(sumi[r]), acc[r]);
-        }
-    }
-    for r in 0..R {
-        *out.get_unchecked_mut(r) = _mm512_reduce_add_ps(acc[r]);
-    }
-}
-
-/// `out[r] = w · xs[r]` for a 256-weight type: Q4_K, Q5_K and Q6_K here, the others
-/// on the AVX2 kernels.
-///
-/// # Safety
-/// The CPU must support `avx512f`, `avx512bw`, `avx512vl`, `avx512vnni`, `avx2`,
-/// `fma` and `f16c`.
-///
-/// # Panics
-/// If `ty` is a 32-weight type, `w` is not whole blocks, an activation row is shorter
-/// than `w`, or `xs`/`out` are not the same length in `1..=4`.
-pub unsafe fn dot256_rows(ty: WeightType, w: &[u8], xs: &[&[Q8x256]], out: &mut [f32]) {
-    super::avx2::check(ty, w, xs, out);
-    match ty {
-        WeightType::Q4K => by_rows!(dot_q45k[false](w, xs, out)),
-        WeightType::Q5K => by_rows!(dot_q45k[true](w, xs, out)),
-        WeightType::Q6K => by_rows!(dot_q6k[](w, xs, out)),
-        _ => super::avx2::dot256_rows(ty, w, xs, out),
-    }
-}
 
 /// Store each row's 16 tile outputs `y[r]` at `out + r·ld`, the first `cols` of them.
 ///
@@ -485,27 +316,131 @@ unsafe fn q3k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
     store_tile(&y, out, ld, cols);
 }
 
+/// One Q4_K or Q5_K tile (16 weight rows, layout in [`super::tiles`]) against `R`
+/// activation rows of [`Q8x256`]: per 32-weight sub-block, 8 `vpdpbusd` of its codes
+/// (Q5_K: plus 16 where the fifth bit is set) per row, times the rows' integer scales;
+/// the minimums times the activations' per-32 sums by `vpdpwssd` (each lane the row's
+/// minimum twice as i16, against the sub-block's two per-16 sums); both summed in
+/// integers over the block, then `y += (d ⊙ dₓ)·Σ − (dmin ⊙ dₓ)·Σm`, as ggml's kernels.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q45k_tile_kernel<const Q5: bool, const R: usize>(job: &TileJob<Q8x256>) {
+    use super::tiles::Q45K_MASKS_AT;
+    let TileJob { tile, acts, blocks, out, ld, cols, .. } = *job;
+    let scales_at = Q45K_MASKS_AT + if Q5 { 512 } else { 0 };
+    let bb = scales_at + 256 + 64;
+    let chains = chains(R);
+    let (m4, sixteen) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x10));
+    let x: [*const Q8x256; R] = std::array::from_fn(|r| acts.as_ptr().add(r * blocks));
+    let mut y = [_mm512_setzero_ps(); R];
+    for b in 0..blocks {
+        let blk = tile.as_ptr().add(b * bb);
+        let (mut total, mut mins) = ([_mm512_setzero_si512(); R], [_mm512_setzero_si512(); R]);
+        let bytes16 = |at: usize| _mm512_cvtepu8_epi32(_mm_loadu_si128(blk.add(at) as *const __m128i));
+        for s in 0..8 {
+            let m = bytes16(scales_at + 128 + 16 * s);
+            let twice = _mm512_or_si512(m, _mm512_slli_epi32::<16>(m));
+            for r in 0..R {
+                let sums = (*x[r].add(b)).bsums.as_ptr().add(2 * s) as *const i32;
+                mins[r] = _mm512_dpwssd_epi32(mins[r], twice, _mm512_set1_epi32(std::ptr::read_unaligned(sums)));
+            }
+        }
+        for i in 0..4 {
+            let (mut lo, mut hi) = ([_mm512_setzero_si512(); 8], [_mm512_setzero_si512(); 8]);
+            for v in 0..8 {
+                let z = _mm512_loadu_si512(blk.add(512 * i + 64 * v) as *const _);
+                lo[v] = _mm512_and_si512(z, m4);
+                hi[v] = _mm512_and_si512(_mm512_srli_epi16::<4>(z), m4);
+                if Q5 {
+                    let mask =
+                        |s: usize| std::ptr::read_unaligned(blk.add(Q45K_MASKS_AT + 64 * s + 8 * v) as *const u64);
+                    lo[v] = _mm512_mask_add_epi8(lo[v], mask(2 * i), lo[v], sixteen);
+                    hi[v] = _mm512_mask_add_epi8(hi[v], mask(2 * i + 1), hi[v], sixteen);
+                }
+            }
+            let (sc_lo, sc_hi) = (bytes16(scales_at + 32 * i), bytes16(scales_at + 32 * i + 16));
+            for r in 0..R {
+                let q = (*x[r].add(b)).qs.as_ptr().add(64 * i) as *const i32;
+                let lo = _mm512_mullo_epi32(dot_codes(&lo, q, chains), sc_lo);
+                let hi = _mm512_mullo_epi32(dot_codes(&hi, q.add(8), chains), sc_hi);
+                total[r] = _mm512_add_epi32(total[r], _mm512_add_epi32(lo, hi));
+            }
+        }
+        let d = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(scales_at + 256) as *const __m256i));
+        let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(scales_at + 288) as *const __m256i));
+        for r in 0..R {
+            let dx = _mm512_set1_ps((*x[r].add(b)).d);
+            y[r] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(mins[r]), y[r]);
+            y[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(total[r]), y[r]);
+        }
+    }
+    store_tile(&y, out, ld, cols);
+}
+
+/// One Q6_K tile (16 weight rows, layout in [`super::tiles`]) against `R` activation
+/// rows of [`Q8x256`]: per 16-weight group, the low nibbles joined to the high two
+/// bits (unsigned `q + 32`), 4 `vpdpbusd`, `32·Σ qₓ` taken back with the activations'
+/// per-16 sum, times the rows' integer scales, summed in integers over the block; one
+/// float step per block, as ggml's Q6_K kernel.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q6k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
+    use super::tiles::{Q6K_HIGH_AT, Q6K_SCALES_AT};
+    let TileJob { tile, acts, blocks, out, ld, cols, .. } = *job;
+    let bb = Q6K_SCALES_AT + 256 + 32;
+    let chains = chains(R);
+    let (m4, m3) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(3));
+    let x: [*const Q8x256; R] = std::array::from_fn(|r| acts.as_ptr().add(r * blocks));
+    let mut y = [_mm512_setzero_ps(); R];
+    for b in 0..blocks {
+        let blk = tile.as_ptr().add(b * bb);
+        let mut total = [_mm512_setzero_si512(); R];
+        for g in 0..16 {
+            let high = _mm512_loadu_si512(blk.add(Q6K_HIGH_AT + 64 * g) as *const _);
+            let codes: [__m512i; 4] = std::array::from_fn(|c| {
+                let z = _mm512_loadu_si512(blk.add(256 * (g / 2) + 64 * c) as *const _);
+                let low = _mm512_and_si512(_mm512_srl_epi16(z, _mm_cvtsi32_si128(4 * (g % 2) as i32)), m4);
+                let hi = _mm512_and_si512(_mm512_srl_epi16(high, _mm_cvtsi32_si128(2 * c as i32)), m3);
+                _mm512_or_si512(low, _mm512_slli_epi16::<4>(hi))
+            });
+            let sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(Q6K_SCALES_AT + 16 * g) as *const __m128i));
+            for r in 0..R {
+                let a = &*x[r].add(b);
+                let acc = dot_codes(&codes, a.qs.as_ptr().add(16 * g) as *const i32, chains);
+                let shift = _mm512_set1_epi32(32 * i32::from(*a.bsums.get_unchecked(g)));
+                total[r] = _mm512_add_epi32(total[r], _mm512_mullo_epi32(_mm512_sub_epi32(acc, shift), sc));
+            }
+        }
+        let d = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(Q6K_SCALES_AT + 256) as *const __m256i));
+        for r in 0..R {
+            let dd = _mm512_mul_ps(d, _mm512_set1_ps((*x[r].add(b)).d));
+            y[r] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(total[r]), y[r]);
+        }
+    }
+    store_tile(&y, out, ld, cols);
+}
+
 /// The tile kernel of a 256-weight type (IQ4_XS: [`iq4xs_tile_kernel`], Q2_K:
-/// [`q2k_tile_kernel`], Q3_K: [`q3k_tile_kernel`]) for the job's 1..=8 activation rows.
+/// [`q2k_tile_kernel`], Q3_K: [`q3k_tile_kernel`], Q4_K and Q5_K:
+/// [`q45k_tile_kernel`], Q6_K: [`q6k_tile_kernel`]) for the job's 1..=8 activation
+/// rows.
 ///
 /// # Safety
 /// As [`tile_rows`].
 ///
 /// # Panics
-/// If `ty` is not IQ4_XS, Q2_K or Q3_K, or as [`TileJob::check`].
+/// If `ty` has no 256-weight tile kernel, or as [`TileJob::check`].
 pub unsafe fn tile_rows_256(ty: WeightType, job: &TileJob<Q8x256>) {
     let rows = job.check(ty);
     macro_rules! rows {
-        ($k:ident) => {
+        ($k:ident $(, $q5:expr)?) => {
             match rows {
-                1 => $k::<1>(job),
-                2 => $k::<2>(job),
-                3 => $k::<3>(job),
-                4 => $k::<4>(job),
-                5 => $k::<5>(job),
-                6 => $k::<6>(job),
-                7 => $k::<7>(job),
-                _ => $k::<8>(job),
+                1 => $k::<$($q5,)? 1>(job),
+                2 => $k::<$($q5,)? 2>(job),
+                3 => $k::<$($q5,)? 3>(job),
+                4 => $k::<$($q5,)? 4>(job),
+                5 => $k::<$($q5,)? 5>(job),
+                6 => $k::<$($q5,)? 6>(job),
+                7 => $k::<$($q5,)? 7>(job),
+                _ => $k::<$($q5,)? 8>(job),
             }
         };
     }
@@ -513,6 +448,9 @@ pub unsafe fn tile_rows_256(ty: WeightType, job: &TileJob<Q8x256>) {
         WeightType::IQ4XS => rows!(iq4xs_tile_kernel),
         WeightType::Q2K => rows!(q2k_tile_kernel),
         WeightType::Q3K => rows!(q3k_tile_kernel),
+        WeightType::Q4K => rows!(q45k_tile_kernel, false),
+        WeightType::Q5K => rows!(q45k_tile_kernel, true),
+        WeightType::Q6K => rows!(q6k_tile_kernel),
         _ => panic!("{} has no 256-weight tile kernel", ty.name()),
     }
 }

@@ -1,4 +1,4 @@
-//! Weights of the 32-weight block types, IQ4_XS, Q2_K and Q3_K regrouped into 16-row tiles
+//! Weights of the 32-weight block types, IQ4_XS and the k-quants regrouped into 16-row tiles
 //! for the AVX-512 VNNI and AVX2 kernels ([`super::avx512::tile_rows`],
 //! [`super::avx2::tile_rows`], [`super::avx512::tile_rows_256`]), and the matmul
 //! over them.
@@ -29,6 +29,9 @@
 //! | IQ4_XS (256 weights) | 8 × 256 B of nibbles, one run per 32 | 8 × 16 × i8 `ls − 32`, 16 × f16 `d` |
 //! | Q2_K (256 weights) | 16 × 64 B of 2-bit codes, one run per 16 | 16 × 16 × u8 `sc | m << 4`, 16 × f16 `d`, 16 × f16 `dmin` |
 //! | Q3_K (256 weights) | as Q2_K, then 16 × 4 × u64 third-bit masks | 16 × 16 × i8 `sc − 32`, 16 × f16 `d` |
+//! | Q4_K (256 weights) | 4 × 8 × 64 B of nibbles, one run per pair of 32-weight sub-blocks | 8 × 16 × u8 `sc`, 8 × 16 × u8 `m`, 16 × f16 `d`, 16 × f16 `dmin` |
+//! | Q5_K (256 weights) | as Q4_K, then 8 × 8 × u64 fifth-bit masks | as Q4_K |
+//! | Q6_K (256 weights) | 8 × 4 × 64 B of nibbles (low 4 bits, two 16-weight groups per run), 16 × 64 B of high 2 bits (one run per group, as Q2_K's) | 16 × 16 × i8 `sc`, 16 × f16 `d` |
 //!
 //! Code vector `c` (0..8) covers weights `4c .. 4c + 4` of the block: byte `4j + b` is
 //! row `j`'s weight `4c + b`. The nibble types store vectors `c` and `c + 4` in one
@@ -46,7 +49,13 @@
 //! `12 + b` at bits 0, 2, 4, 6), times the group's integer scale; its minimums meet
 //! the activations' per-16 sums, in integers too. Q3_K is Q2_K's runs plus a mask of
 //! third bits per code vector (code `q + 4`, so unsigned), its `−4` taken back through
-//! the same per-16 sums.
+//! the same per-16 sums. Q4_K and Q5_K keep GGUF's own nibble pairing (a byte's low
+//! nibble in sub-block `2i`, its high one in `2i + 1`): each sub-block's 8 `vpdpbusd`
+//! per row are multiplied by the rows' integer scales, and the minimums meet the
+//! activations' per-16 sums through `vpdpwssd`, all in integers over the block, then
+//! one float step for each, as ggml's Q4_K/Q5_K kernels. Q6_K's 6-bit codes are its
+//! low nibbles joined to its high two bits (unsigned `q + 32`, the `−32` taken back
+//! through the per-16 sums), then Q3_K's integer scaling per 16-weight group.
 //!
 //! Codes are unsigned (`vpdpbusd` takes unsigned × signed bytes); a type whose value
 //! is `d·(q − offset)` (Q4_0: 8, Q5_0: 16, Q8_0 and IQ4_NL: 128 after the shift) takes
@@ -80,7 +89,7 @@ const RELEASE_TILES: usize = 64;
 
 /// Whether the kernels of `isa` run `ty` on tiles: on AVX-512 VNNI every type with a
 /// tiled layout, on AVX2 the 32-weight types whose codes `maddubs` takes without
-/// overflow (all but IQ4_NL; IQ4_XS, Q2_K and Q3_K have AVX-512 tile kernels only), on
+/// overflow (all but IQ4_NL; the 256-weight types have AVX-512 tile kernels only), on
 /// the portable code none.
 ///
 /// ```
@@ -89,7 +98,8 @@ const RELEASE_TILES: usize = 64;
 /// assert!(tiled(Isa::Avx512, WeightType::IQ4XS) && !tiled(Isa::Avx2, WeightType::IQ4XS));
 /// assert!(tiled(Isa::Avx512, WeightType::Q2K) && !tiled(Isa::Avx2, WeightType::Q2K));
 /// assert!(tiled(Isa::Avx2, WeightType::Q5_0) && !tiled(Isa::Portable, WeightType::Q5_0));
-/// assert!(!tiled(Isa::Avx512, WeightType::Q4K));
+/// assert!(tiled(Isa::Avx512, WeightType::Q4K) && !tiled(Isa::Avx2, WeightType::Q5K));
+/// assert!(tiled(Isa::Avx512, WeightType::Q6K) && !tiled(Isa::Avx512, WeightType::F16));
 /// ```
 pub fn tiled(isa: Isa, ty: WeightType) -> bool {
     match isa {
@@ -99,8 +109,8 @@ pub fn tiled(isa: Isa, ty: WeightType) -> bool {
     }
 }
 
-/// Bytes of one tiled block (16 rows × one block of `ty`: 32 weights, IQ4_XS, Q2_K and
-/// Q3_K 256),
+/// Bytes of one tiled block (16 rows × one block of `ty`: 32 weights, the k-quants and
+/// IQ4_XS 256),
 /// `None` for types without tiles.
 pub(super) fn block_bytes(ty: WeightType) -> Option<usize> {
     Some(match ty {
@@ -112,6 +122,9 @@ pub(super) fn block_bytes(ty: WeightType) -> Option<usize> {
         WeightType::IQ4XS => IQ4XS_SCALES_AT + 128 + 32,
         WeightType::Q2K => Q2K_SCALES_AT + 256 + 64,
         WeightType::Q3K => Q3K_SCALES_AT + 256 + 32,
+        WeightType::Q4K => Q45K_MASKS_AT + 256 + 64,
+        WeightType::Q5K => Q45K_MASKS_AT + 512 + 256 + 64,
+        WeightType::Q6K => Q6K_SCALES_AT + 256 + 32,
         _ => return None,
     })
 }
@@ -127,6 +140,16 @@ pub(super) const Q3K_MASKS_AT: usize = 16 * 64;
 
 /// Where a Q3_K tiled block's 16 × 16 scales start (`d` follows).
 pub(super) const Q3K_SCALES_AT: usize = Q3K_MASKS_AT + 16 * 32;
+
+/// Where a Q4_K/Q5_K tiled block's codes end: Q5_K's fifth-bit masks (8 × u64 per
+/// sub-block) start there, Q4_K's scales (8 × 16 `sc`, 8 × 16 `m`, then `d`, `dmin`).
+pub(super) const Q45K_MASKS_AT: usize = 8 * 256;
+
+/// Where a Q6_K tiled block's high-bit runs start (16 × 64 B, one per group).
+pub(super) const Q6K_HIGH_AT: usize = 8 * 256;
+
+/// Where a Q6_K tiled block's 16 × 16 scales start (`d` follows).
+pub(super) const Q6K_SCALES_AT: usize = Q6K_HIGH_AT + 16 * 64;
 
 /// A weight matrix in tiles (see the module docs).
 pub(crate) struct Tiles {
@@ -181,6 +204,50 @@ impl Tiles {
 
 /// Write row `j`'s GGUF block `src` into its lanes of the tiled block `dst`.
 fn pack_block(ty: WeightType, src: &[u8], j: usize, dst: &mut [u8]) {
+    if ty == WeightType::Q6K {
+        for g in 0..16 {
+            for l in 0..16 {
+                let code = q6k_code(src, 16 * g + l);
+                let (c, b) = (l / 4, l % 4);
+                dst[256 * (g / 2) + 64 * c + 4 * j + b] |= (code & 0xF) << (4 * (g % 2));
+                dst[Q6K_HIGH_AT + 64 * g + 4 * j + b] |= (code >> 4) << (2 * c);
+            }
+            dst[Q6K_SCALES_AT + 16 * g + j] = src[192 + g];
+        }
+        dst[Q6K_SCALES_AT + 256 + 2 * j..Q6K_SCALES_AT + 258 + 2 * j].copy_from_slice(&src[208..210]);
+        return;
+    }
+    if matches!(ty, WeightType::Q4K | WeightType::Q5K) {
+        let q5 = ty == WeightType::Q5K;
+        let (qh, qs) = if q5 { (Some(&src[16..48]), &src[48..176]) } else { (None, &src[16..144]) };
+        let scales_at = Q45K_MASKS_AT + if q5 { 512 } else { 0 };
+        for i in 0..4 {
+            for v in 0..8 {
+                dst[512 * i + 64 * v + 4 * j..512 * i + 64 * v + 4 * j + 4].copy_from_slice(&qs[32 * i + 4 * v..][..4]);
+            }
+        }
+        if let Some(qh) = qh {
+            // Sub-block s's code vector v: row j's fifth bits of weights 4v..4v+4.
+            for s in 0..8 {
+                for v in 0..8 {
+                    let at = Q45K_MASKS_AT + 64 * s + 8 * v;
+                    let mut mask = u64::from_le_bytes(dst[at..at + 8].try_into().expect("8 bytes"));
+                    for b in 0..4 {
+                        mask |= u64::from(qh[4 * v + b] >> s & 1) << (4 * j + b);
+                    }
+                    dst[at..at + 8].copy_from_slice(&mask.to_le_bytes());
+                }
+            }
+        }
+        for s in 0..8 {
+            let (sc, m) = super::formats::scale_min_k4(s, &src[4..16]);
+            dst[scales_at + 16 * s + j] = sc;
+            dst[scales_at + 128 + 16 * s + j] = m;
+        }
+        dst[scales_at + 256 + 2 * j..scales_at + 258 + 2 * j].copy_from_slice(&src[0..2]);
+        dst[scales_at + 288 + 2 * j..scales_at + 290 + 2 * j].copy_from_slice(&src[2..4]);
+        return;
+    }
     if ty == WeightType::Q3K {
         let scales = super::formats::q3k_scales(&src[96..108]);
         for g in 0..16 {
@@ -270,6 +337,16 @@ fn pack_block(ty: WeightType, src: &[u8], j: usize, dst: &mut [u8]) {
     if let Some(m_at) = m_at {
         dst[at + 32 + 2 * j..at + 32 + 2 * j + 2].copy_from_slice(&src[m_at..m_at + 2]);
     }
+}
+
+/// The unsigned 6-bit code (`q + 32`, 0..64) of weight `i` of a GGUF Q6_K block:
+/// weights `128h + 32k + l` (`k` 0..4, `l` 0..32) take nibble `k / 2` of
+/// `ql[64h + l + 32·(k % 2)]` and bits `2k..2k+2` of `qh[32h + l]`.
+fn q6k_code(src: &[u8], i: usize) -> u8 {
+    let (h, k, l) = (i / 128, i % 128 / 32, i % 32);
+    let low = src[64 * h + l + 32 * (k % 2)] >> (4 * (k / 2)) & 0xF;
+    let high = src[128 + 32 * h + l] >> (2 * k) & 3;
+    low | high << 4
 }
 
 /// Where the parts of a tiled block lie, for the kernels (by their type tag,
@@ -372,7 +449,7 @@ impl TileActs for Q8x32 {
     }
 }
 
-/// IQ4_XS's, Q2_K's and Q3_K's (AVX-512 only: [`tiled`]).
+/// The 256-weight types' (AVX-512 only: [`tiled`]).
 #[cfg(target_arch = "x86_64")]
 impl TileActs for Q8x256 {
     fn kernel(_isa: Isa) -> TileKernel<Self> {
