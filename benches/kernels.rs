@@ -10,7 +10,7 @@
 //! candle column; compare them with llama.cpp end to end (`scripts/bench-compare`).
 //!
 //! `KERNELS_SHAPE=n,k` picks another shape (types whose block does not divide `k` are
-//! skipped). Under `cargo test --all-targets` it runs one tiny case as a smoke test.
+//! skipped); `KERNELS_TYPES=q4_K,q6_K` measures only the types named. Under `cargo test --all-targets` it runs one tiny case as a smoke test.
 
 use std::time::Instant;
 
@@ -65,6 +65,11 @@ fn main() {
     } else {
         WeightType::ALL.into_iter().filter(|t| t.block_len() <= k && k % t.block_len() == 0).collect()
     };
+    // `KERNELS_TYPES=q4_K,q6_K` measures only those types.
+    let only: Option<Vec<String>> =
+        std::env::var("KERNELS_TYPES").ok().map(|s| s.split(',').map(str::to_string).collect());
+    let types: Vec<WeightType> =
+        types.into_iter().filter(|t| only.as_ref().is_none_or(|o| o.iter().any(|n| n == t.name()))).collect();
     println!("| type | m | toolgate GMAC/s | candle GMAC/s | ratio |");
     println!("|---|---|---|---|---|");
     for ty in types {

@@ -40,6 +40,23 @@ unsafe fn store_tile<const R: usize>(y: &[__m512; R], out: *mut f32, ld: usize, 
     }
 }
 
+/// Ask for the block `PREFETCH_BLOCKS` ahead of the one at `blk` (`bb` bytes each; the
+/// next tile's, past the current one's end: a task's tiles are contiguous): with one
+/// activation row a tile kernel is bound by memory, and the hardware's streams alone
+/// keep too few lines in flight. A prefetch never faults, so running past the last
+/// tile is harmless.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn prefetch_ahead(blk: *const u8, bb: usize) {
+    let ahead = blk.wrapping_add(PREFETCH_BLOCKS * bb);
+    for line in (0..bb).step_by(64) {
+        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line) as *const i8);
+    }
+}
+
+/// How many blocks ahead [`prefetch_ahead`] asks for.
+const PREFETCH_BLOCKS: usize = 2;
+
 /// Independent `vpdpbusd` sums per activation row for [`dot_codes`] when a kernel
 /// multiplies `rows` rows: 4 for one row, 2 for two, else 1 (the rows themselves are
 /// independent chains then).
@@ -95,6 +112,7 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(job: &TileJob) {
     let mut y = [_mm512_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
+        prefetch_ahead(blk, bb);
         let mut codes = [_mm512_setzero_si512(); 8];
         if nibbles {
             for v in 0..4 {
@@ -191,6 +209,7 @@ unsafe fn iq4xs_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
     let mut y = [_mm512_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
+        prefetch_ahead(blk, bb);
         let mut total = [_mm512_setzero_si512(); R];
         for s in 0..8 {
             let mut codes = [_mm512_setzero_si512(); 8];
@@ -234,6 +253,7 @@ unsafe fn q2k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
     let mut y = [_mm512_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
+        prefetch_ahead(blk, bb);
         let (mut sums, mut mins) = ([_mm512_setzero_si512(); R], [_mm512_setzero_si512(); R]);
         // The minimums times the activations' per-16 sums: two groups per `vpdpwssd`
         // (each lane the row's two minimums as i16, against the two sums broadcast).
@@ -291,6 +311,7 @@ unsafe fn q3k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
     let mut y = [_mm512_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
+        prefetch_ahead(blk, bb);
         let mut total = [_mm512_setzero_si512(); R];
         for g in 0..16 {
             let z = _mm512_loadu_si512(blk.add(64 * g) as *const _);
@@ -334,16 +355,9 @@ unsafe fn q45k_tile_kernel<const Q5: bool, const R: usize>(job: &TileJob<Q8x256>
     let mut y = [_mm512_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
+        prefetch_ahead(blk, bb);
         let (mut total, mut mins) = ([_mm512_setzero_si512(); R], [_mm512_setzero_si512(); R]);
         let bytes16 = |at: usize| _mm512_cvtepu8_epi32(_mm_loadu_si128(blk.add(at) as *const __m128i));
-        for s in 0..8 {
-            let m = bytes16(scales_at + 128 + 16 * s);
-            let twice = _mm512_or_si512(m, _mm512_slli_epi32::<16>(m));
-            for r in 0..R {
-                let sums = (*x[r].add(b)).bsums.as_ptr().add(2 * s) as *const i32;
-                mins[r] = _mm512_dpwssd_epi32(mins[r], twice, _mm512_set1_epi32(std::ptr::read_unaligned(sums)));
-            }
-        }
         for i in 0..4 {
             let (mut lo, mut hi) = ([_mm512_setzero_si512(); 8], [_mm512_setzero_si512(); 8]);
             for v in 0..8 {
@@ -363,6 +377,14 @@ unsafe fn q45k_tile_kernel<const Q5: bool, const R: usize>(job: &TileJob<Q8x256>
                 let lo = _mm512_mullo_epi32(dot_codes(&lo, q, chains), sc_lo);
                 let hi = _mm512_mullo_epi32(dot_codes(&hi, q.add(8), chains), sc_hi);
                 total[r] = _mm512_add_epi32(total[r], _mm512_add_epi32(lo, hi));
+            }
+        }
+        for s in 0..8 {
+            let m = bytes16(scales_at + 128 + 16 * s);
+            let twice = _mm512_or_si512(m, _mm512_slli_epi32::<16>(m));
+            for r in 0..R {
+                let sums = (*x[r].add(b)).bsums.as_ptr().add(2 * s) as *const i32;
+                mins[r] = _mm512_dpwssd_epi32(mins[r], twice, _mm512_set1_epi32(std::ptr::read_unaligned(sums)));
             }
         }
         let d = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(scales_at + 256) as *const __m256i));
@@ -387,26 +409,34 @@ unsafe fn q6k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
     let TileJob { tile, acts, blocks, out, ld, cols, .. } = *job;
     let bb = Q6K_SCALES_AT + 256 + 32;
     let chains = chains(R);
-    let (m4, m3) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(3));
+    let (m4, m30) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
     let x: [*const Q8x256; R] = std::array::from_fn(|r| acts.as_ptr().add(r * blocks));
     let mut y = [_mm512_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
+        prefetch_ahead(blk, bb);
         let mut total = [_mm512_setzero_si512(); R];
-        for g in 0..16 {
-            let high = _mm512_loadu_si512(blk.add(Q6K_HIGH_AT + 64 * g) as *const _);
-            let codes: [__m512i; 4] = std::array::from_fn(|c| {
-                let z = _mm512_loadu_si512(blk.add(256 * (g / 2) + 64 * c) as *const _);
-                let low = _mm512_and_si512(_mm512_srl_epi16(z, _mm_cvtsi32_si128(4 * (g % 2) as i32)), m4);
-                let hi = _mm512_and_si512(_mm512_srl_epi16(high, _mm_cvtsi32_si128(2 * c as i32)), m3);
-                _mm512_or_si512(low, _mm512_slli_epi16::<4>(hi))
-            });
-            let sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(Q6K_SCALES_AT + 16 * g) as *const __m128i));
-            for r in 0..R {
-                let a = &*x[r].add(b);
-                let acc = dot_codes(&codes, a.qs.as_ptr().add(16 * g) as *const i32, chains);
-                let shift = _mm512_set1_epi32(32 * i32::from(*a.bsums.get_unchecked(g)));
-                total[r] = _mm512_add_epi32(total[r], _mm512_mullo_epi32(_mm512_sub_epi32(acc, shift), sc));
+        for p in 0..8 {
+            // Two groups' low nibbles per run: group 2p low, 2p + 1 high.
+            let runs: [__m512i; 4] = std::array::from_fn(|c| _mm512_loadu_si512(blk.add(256 * p + 64 * c) as *const _));
+            for h in 0..2 {
+                let g = 2 * p + h;
+                let high = _mm512_loadu_si512(blk.add(Q6K_HIGH_AT + 64 * g) as *const _);
+                // Code vector c's high bits (bits 2c, 2c + 1 of each byte) moved to 4, 5.
+                let up =
+                    [_mm512_slli_epi16::<4>(high), _mm512_slli_epi16::<2>(high), high, _mm512_srli_epi16::<2>(high)];
+                let codes: [__m512i; 4] = std::array::from_fn(|c| {
+                    let low = if h == 0 { runs[c] } else { _mm512_srli_epi16::<4>(runs[c]) };
+                    // (low & 0x0F) | (up & 0x30): bit select, C = 0x0F ? A = low : B = up & 0x30.
+                    _mm512_ternarylogic_epi32::<0xE4>(low, _mm512_and_si512(up[c], m30), m4)
+                });
+                let sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(Q6K_SCALES_AT + 16 * g) as *const __m128i));
+                for r in 0..R {
+                    let a = &*x[r].add(b);
+                    let acc = dot_codes(&codes, a.qs.as_ptr().add(16 * g) as *const i32, chains);
+                    let shift = _mm512_set1_epi32(32 * i32::from(*a.bsums.get_unchecked(g)));
+                    total[r] = _mm512_add_epi32(total[r], _mm512_mullo_epi32(_mm512_sub_epi32(acc, shift), sc));
+                }
             }
         }
         let d = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(Q6K_SCALES_AT + 256) as *const __m256i));

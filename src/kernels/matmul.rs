@@ -362,18 +362,21 @@ unsafe fn run_rows<A>(
     }
 }
 
-/// The activations of one product, quantized for its weight type.
+/// The activations of one product, quantized for its weight type (and for its tiles,
+/// where the weight runs on them: the 32-weight tiles also take each block's code sum).
 enum Acts {
     B32(Vec<Q8x32>),
     B256(Vec<Q8x256>),
     Floats,
+    Tiles32(Vec<Q8x32>, Vec<i32>),
+    Tiles256(Vec<Q8x256>),
 }
 
 /// Several products in one parallel call: every product's activations are quantized
-/// first, then all products' weight rows are split into one list of tasks, so `p`
-/// small matmuls (a MoE layer's chosen experts) cost one fork/join, not `p`. Products
-/// on the f32 path (prefill-sized, [`super::f32_path`]) or on tiles
-/// ([`super::tiles`]) run as [`matmul`] does.
+/// first, then all products' weight rows (or tiles, [`super::tiles`]) are split into
+/// one list of tasks, so `p` small matmuls (a MoE layer's chosen experts) cost one
+/// fork/join, not `p`. Products on the f32 path (prefill-sized, [`super::f32_path`])
+/// or the float tiles run as [`matmul`] does.
 /// Results are bit-identical to separate [`matmul`] calls.
 /// Each product is `(W, x, y)`: `y (m, n) = x (m, k) · Wᵀ`, shapes checked by the caller.
 pub(super) fn matmul_batch(products: &mut [(&QWeight, &[f32], &mut [f32])], isa: Isa) {
@@ -381,12 +384,24 @@ pub(super) fn matmul_batch(products: &mut [(&QWeight, &[f32], &mut [f32])], isa:
     for (w, x, y) in products.iter_mut() {
         let k = w.in_features;
         let m = x.len() / k;
-        if super::f32_path(isa, w.ty, m) || super::tiles::tiled(isa, w.ty) {
+        if super::f32_path(isa, w.ty, m) || super::float_tiles_path(isa, w.ty, m) {
             matmul(w, x, m, y, isa);
             continue;
         }
+        let tiled = super::tiles::tiled(isa, w.ty) && w.tiles().is_some();
         let acts = match w.ty.act_kind() {
             ActKind::Floats => Acts::Floats,
+            ActKind::Blocks32 if tiled => {
+                let mut a = vec![Q8x32::ZERO; m * k / 32];
+                quantize_rows(x, k, k / 32, &mut a, dispatch::quantize32_for(isa));
+                let sums = a.iter().map(|b| b.qs.iter().map(|&q| i32::from(q)).sum()).collect();
+                Acts::Tiles32(a, sums)
+            }
+            ActKind::Blocks256 if tiled => {
+                let mut a = vec![Q8x256::ZERO; m * k / 256];
+                quantize_rows(x, k, k / 256, &mut a, dispatch::quantize256_for(isa));
+                Acts::Tiles256(a)
+            }
             ActKind::Blocks32 => {
                 let mut a = vec![Q8x32::ZERO; m * k / 32];
                 quantize_rows(x, k, k / 32, &mut a, dispatch::quantize32_for(isa));
@@ -400,17 +415,22 @@ pub(super) fn matmul_batch(products: &mut [(&QWeight, &[f32], &mut [f32])], isa:
         };
         parts.push((w, x, acts, Columns(y.as_mut_ptr())));
     }
-    // Each product is cut into the pieces `run` would cut it into, and the tasks are
-    // ordered piece by piece across the products: the pool hands each thread a
-    // contiguous range of tasks, which then holds the same share of every product,
-    // however unevenly the rows are spread over the products (a prefill routes more
-    // tokens to some experts than to others).
+    // Each product is cut into the pieces `run` (or the tiles' matmul) would cut it
+    // into — runs of weight rows, or of tiles — and the tasks are ordered piece by
+    // piece across the products: the pool hands each thread a contiguous range of
+    // tasks, which then holds the same share of every product, however unevenly the
+    // rows are spread over the products (a prefill routes more tokens to some experts
+    // than to others).
     let pieces = threads() * 4;
-    let chunks: Vec<usize> = parts.iter().map(|p| p.0.out_features.div_ceil(pieces).max(MIN_CHUNK)).collect();
+    let units = |p: &(&QWeight, &[f32], Acts, Columns)| match (&p.2, p.0.tiles()) {
+        (Acts::Tiles32(..) | Acts::Tiles256(_), Some(t)) => (t.count(), 1),
+        _ => (p.0.out_features, MIN_CHUNK),
+    };
+    let chunks: Vec<(usize, usize)> =
+        parts.iter().map(units).map(|(n, least)| (n, n.div_ceil(pieces).max(least))).collect();
     let mut tasks: Vec<(usize, usize, usize)> = Vec::new();
     for piece in 0..pieces {
-        for (i, p) in parts.iter().enumerate() {
-            let (n, chunk) = (p.0.out_features, chunks[i]);
+        for (i, &(n, chunk)) in chunks.iter().enumerate() {
             if piece * chunk < n {
                 tasks.push((i, piece * chunk, ((piece + 1) * chunk).min(n)));
             }
@@ -428,6 +448,19 @@ pub(super) fn matmul_batch(products: &mut [(&QWeight, &[f32], &mut [f32])], isa:
                 Acts::Floats => run_rows(w, x, k, m, *cols, dispatch::dot_floats_for(isa), j0, j1),
                 Acts::B32(a) => run_rows(w, a, k / 32, m, *cols, dispatch::dot32_for(isa), j0, j1),
                 Acts::B256(a) => run_rows(w, a, k / 256, m, *cols, dispatch::dot256_for(isa), j0, j1),
+                // Tiles `j0..j1`: `tiled` above saw them packed.
+                #[cfg(target_arch = "x86_64")]
+                Acts::Tiles32(a, sums) => {
+                    let tiles = w.tiles().expect("packed above");
+                    super::tiles::run_tiles(isa, tiles, w.out_features, a, sums, m, cols.base(), j0..j1)
+                }
+                #[cfg(target_arch = "x86_64")]
+                Acts::Tiles256(a) => {
+                    let tiles = w.tiles().expect("packed above");
+                    super::tiles::run_tiles(isa, tiles, w.out_features, a, &[], m, cols.base(), j0..j1)
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                Acts::Tiles32(..) | Acts::Tiles256(_) => unreachable!("no tiles off x86-64"),
             }
         }
     });

@@ -158,7 +158,13 @@ pub(crate) struct Tiles {
     blocks: usize,
     /// Number of tiles (`⌈out_features / 16⌉`).
     count: usize,
+    /// Bytes of one tile (all its blocks).
+    tile_len: usize,
+    /// The tiles, from `bytes[start]` on: `start` puts them on a 64-byte boundary, so
+    /// a kernel's 64-byte loads never straddle two cache lines (a large `Vec` starts
+    /// 16 bytes past a page boundary).
     bytes: Vec<u8>,
+    start: usize,
 }
 
 impl std::fmt::Debug for Tiles {
@@ -176,9 +182,10 @@ impl Tiles {
         let bb = block_bytes(ty)?;
         let (n, blocks) = (w.out_features(), w.in_features() / ty.block_len());
         let tiles = n.div_ceil(TILE_ROWS);
-        let mut bytes = vec![0u8; tiles * blocks * bb];
+        let mut bytes = vec![0u8; tiles * blocks * bb + 63];
+        let start = bytes.as_ptr().align_offset(64).min(63);
         let src_bb = ty.block_bytes();
-        for (t, tile) in bytes.chunks_exact_mut(blocks * bb).enumerate() {
+        for (t, tile) in bytes[start..].chunks_exact_mut(blocks * bb).enumerate() {
             for j in 0..TILE_ROWS.min(n - t * TILE_ROWS) {
                 let row = w.row(t * TILE_ROWS + j);
                 for (b, dst) in tile.chunks_exact_mut(bb).enumerate() {
@@ -192,13 +199,13 @@ impl Tiles {
                 w.release_rows(first * TILE_ROWS..((t + 1) * TILE_ROWS).min(n));
             }
         }
-        Some(Arc::new(Tiles { ty, blocks, count: tiles, bytes }))
+        Some(Arc::new(Tiles { ty, blocks, count: tiles, tile_len: blocks * bb, bytes, start }))
     }
 
     /// Bytes of tile `t` (all its blocks).
     fn tile(&self, t: usize) -> &[u8] {
-        let len = self.bytes.len() / self.count;
-        &self.bytes[t * len..(t + 1) * len]
+        let at = self.start + t * self.tile_len;
+        &self.bytes[at..at + self.tile_len]
     }
 }
 
@@ -465,9 +472,8 @@ fn sums_per_block(ty: WeightType) -> usize {
 
 /// `y (m, n) = x · Wᵀ` over tiles, `acts` being `x` quantized (`m` rows of
 /// `blocks` blocks: [`Q8x32`], or [`Q8x256`] for the 256-weight types) and `sums`
-/// each [`Q8x32`] block's code sum (empty with [`Q8x256`]). Each task owns a run of tiles (16 output columns each) and
-/// passes over the activation rows [`ROW_TILE`] at a time, [`TILE_ACT_ROWS`] per
-/// kernel call.
+/// each [`Q8x32`] block's code sum (empty with [`Q8x256`]). Each task owns a run of
+/// tiles (16 output columns each, [`run_tiles`]).
 #[cfg(target_arch = "x86_64")]
 pub(super) fn matmul<A: TileActs>(
     isa: Isa,
@@ -478,44 +484,79 @@ pub(super) fn matmul<A: TileActs>(
     m: usize,
     y: &mut [f32],
 ) {
-    assert!(tiled(isa, tiles.ty), "{} has no {isa:?} tiles", tiles.ty.name());
-    let kernel = A::kernel(isa);
-    let per = sums_per_block(tiles.ty);
-    assert_eq!(sums.len(), acts.len() * per, "one code sum per Q8x32 block");
     assert_eq!(y.len(), m * n, "output of {m} rows of {n}");
-    assert_eq!(acts.len(), m * tiles.blocks, "{m} activation rows of {} blocks", tiles.blocks);
     let count = tiles.count;
-    assert_eq!(count, n.div_ceil(TILE_ROWS), "{count} tiles for {n} rows");
     let chunk = count.div_ceil(threads() * 4).max(1);
     let out = Out(y.as_mut_ptr());
-    let blocks = tiles.blocks;
     for_each_task(count.div_ceil(chunk), |ci| {
-        let (t0, t1) = (ci * chunk, ((ci + 1) * chunk).min(count));
-        for r0 in (0..m).step_by(ROW_TILE) {
-            let r1 = (r0 + ROW_TILE).min(m);
-            for t in t0..t1 {
-                let cols = TILE_ROWS.min(n - t * TILE_ROWS);
-                for g0 in (r0..r1).step_by(TILE_ACT_ROWS) {
-                    let g1 = (g0 + TILE_ACT_ROWS).min(r1);
-                    // SAFETY: `isa` is supported (every `Isa` reaching the kernels was
-                    // checked, see `dispatch`) and `kernel` is its tile kernel, which
-                    // takes `tiles.ty` (asserted above); the output rows g0..g1, columns
-                    // 16t..16t+cols lie inside `y` (m × n, checked above) and belong to
-                    // this task alone (its tiles), and `y` outlives every task.
-                    let job = TileJob {
-                        tile: tiles.tile(t),
-                        acts: &acts[g0 * blocks..g1 * blocks],
-                        sums: &sums[g0 * blocks * per..g1 * blocks * per],
-                        blocks,
-                        out: out.at(g0 * n + t * TILE_ROWS),
-                        ld: n,
-                        cols,
-                    };
-                    unsafe { kernel(tiles.ty, &job) };
-                }
+        // SAFETY: `y` is the `m × n` output (checked above), task `ci` alone writes
+        // the columns of its tiles, and `y` outlives every task.
+        unsafe { run_tiles(isa, tiles, n, acts, sums, m, out.at(0), ci * chunk..((ci + 1) * chunk).min(count)) };
+    });
+}
+
+/// Tiles `range` of `tiles` (an `n`-row weight) against the `m` activation rows
+/// `acts`/`sums` (as [`matmul`] takes them), written into columns `16·range.start ..
+/// min(16·range.end, n)` of the `m × n` output at `out`: the activation rows
+/// [`ROW_TILE`] at a time, [`TILE_ACT_ROWS`] per kernel call.
+///
+/// # Safety
+/// `out` points at an `m × n` output no one else writes those columns of during the
+/// call, alive for it.
+///
+/// # Panics
+/// If `isa` has no tiles for the weight's type, `acts`/`sums` are not `m` rows of
+/// the weight's blocks, or `range` passes the last tile.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn run_tiles<A: TileActs>(
+    isa: Isa,
+    tiles: &Tiles,
+    n: usize,
+    acts: &[A],
+    sums: &[i32],
+    m: usize,
+    out: *mut f32,
+    range: std::ops::Range<usize>,
+) {
+    assert!(tiled(isa, tiles.ty), "{} has no {isa:?} tiles", tiles.ty.name());
+    let per = sums_per_block(tiles.ty);
+    let blocks = tiles.blocks;
+    assert_eq!(sums.len(), acts.len() * per, "one code sum per Q8x32 block");
+    assert_eq!(acts.len(), m * blocks, "{m} activation rows of {blocks} blocks");
+    assert!(tiles.count == n.div_ceil(TILE_ROWS) && range.end <= tiles.count, "tiles {range:?} of an {n}-row weight");
+    let kernel = A::kernel(isa);
+    for r0 in (0..m).step_by(ROW_TILE) {
+        let r1 = (r0 + ROW_TILE).min(m);
+        for t in range.clone() {
+            let cols = TILE_ROWS.min(n - t * TILE_ROWS);
+            for g0 in (r0..r1).step_by(TILE_ACT_ROWS) {
+                let g1 = (g0 + TILE_ACT_ROWS).min(r1);
+                let job = TileJob {
+                    tile: tiles.tile(t),
+                    acts: &acts[g0 * blocks..g1 * blocks],
+                    sums: &sums[g0 * blocks * per..g1 * blocks * per],
+                    blocks,
+                    out: out.wrapping_add(g0 * n + t * TILE_ROWS),
+                    ld: n,
+                    cols,
+                };
+                // SAFETY: `isa` is supported (every `Isa` reaching the kernels was
+                // checked, see `dispatch`) and `kernel` is its tile kernel, which takes
+                // `tiles.ty` (asserted above); the output rows g0..g1, columns
+                // 16t..16t+cols lie inside the `m × n` output and are the caller's
+                // alone (its contract).
+                kernel(tiles.ty, &job);
             }
         }
-    });
+    }
+}
+
+impl Tiles {
+    /// Number of tiles (`⌈out_features / 16⌉`).
+    pub(super) fn count(&self) -> usize {
+        self.count
+    }
 }
 
 /// `y`'s base pointer, shared by the tasks, each writing its own columns.
