@@ -295,6 +295,30 @@ unsafe fn q2k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
     store_tile(&y, out, ld, cols);
 }
 
+/// `total[r] += sc ⊙ (Σ codes·qₓ − offset·Σ qₓ)` over 16-weight group `g` of block `b`
+/// of each activation row `x[r]`: one group of the Q3_K and Q6_K tiles (unsigned codes
+/// `q + offset`, integer scales `sc` per weight row), exact in 32-bit integers.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+unsafe fn add_scaled_group<const R: usize>(
+    total: &mut [__m512i; R],
+    codes: &[__m512i; 4],
+    x: &[*const Q8x256; R],
+    b: usize,
+    g: usize,
+    offset: i32,
+    sc: __m512i,
+    chains: usize,
+) {
+    for r in 0..R {
+        let a = &*x[r].add(b);
+        let acc = dot_codes(codes, a.qs.as_ptr().add(16 * g) as *const i32, chains);
+        let shift = _mm512_set1_epi32(offset * i32::from(*a.bsums.get_unchecked(g)));
+        total[r] = _mm512_add_epi32(total[r], _mm512_mullo_epi32(_mm512_sub_epi32(acc, shift), sc));
+    }
+}
+
 /// One Q3_K tile (16 weight rows, layout in [`super::tiles`]) against `R` activation
 /// rows of [`Q8x256`]: per 16-weight group, the 2-bit codes plus 4 where the third bit
 /// is set (unsigned `q + 4`), 4 `vpdpbusd`, `4·Σ qₓ` taken back with the activations'
@@ -321,12 +345,7 @@ unsafe fn q3k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
                 _mm512_mask_add_epi8(low, third, low, four)
             });
             let sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(Q3K_SCALES_AT + 16 * g) as *const __m128i));
-            for r in 0..R {
-                let a = &*x[r].add(b);
-                let acc = dot_codes(&codes, a.qs.as_ptr().add(16 * g) as *const i32, chains);
-                let shift = _mm512_set1_epi32(4 * i32::from(*a.bsums.get_unchecked(g)));
-                total[r] = _mm512_add_epi32(total[r], _mm512_mullo_epi32(_mm512_sub_epi32(acc, shift), sc));
-            }
+            add_scaled_group(&mut total, &codes, &x, b, g, 4, sc, chains);
         }
         let d = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(Q3K_SCALES_AT + 256) as *const __m256i));
         for r in 0..R {
@@ -431,12 +450,7 @@ unsafe fn q6k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
                     _mm512_ternarylogic_epi32::<0xE4>(low, _mm512_and_si512(up[c], m30), m4)
                 });
                 let sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(Q6K_SCALES_AT + 16 * g) as *const __m128i));
-                for r in 0..R {
-                    let a = &*x[r].add(b);
-                    let acc = dot_codes(&codes, a.qs.as_ptr().add(16 * g) as *const i32, chains);
-                    let shift = _mm512_set1_epi32(32 * i32::from(*a.bsums.get_unchecked(g)));
-                    total[r] = _mm512_add_epi32(total[r], _mm512_mullo_epi32(_mm512_sub_epi32(acc, shift), sc));
-                }
+                add_scaled_group(&mut total, &codes, &x, b, g, 32, sc, chains);
             }
         }
         let d = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(Q6K_SCALES_AT + 256) as *const __m256i));

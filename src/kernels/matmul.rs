@@ -368,7 +368,10 @@ enum Acts {
     B32(Vec<Q8x32>),
     B256(Vec<Q8x256>),
     Floats,
+    // Read by the x86-64 tile kernels only (no other target has tiles).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Tiles32(Vec<Q8x32>, Vec<i32>),
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Tiles256(Vec<Q8x256>),
 }
 
