@@ -227,11 +227,7 @@ unsafe fn iq4xs_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
                 total[r] = _mm512_add_epi32(total[r], _mm512_mullo_epi32(sub, ls));
             }
         }
-        let d = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(IQ4XS_SCALES_AT + 128) as *const __m256i));
-        for r in 0..R {
-            let dd = _mm512_mul_ps(d, _mm512_set1_ps((*x[r].add(b)).d));
-            y[r] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(total[r]), y[r]);
-        }
+        add_block(&mut y, blk.add(IQ4XS_SCALES_AT + 128), &x, b, &total, None);
     }
     store_tile(&y, out, ld, cols);
 }
@@ -284,15 +280,33 @@ unsafe fn q2k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
                 sums[r] = _mm512_add_epi32(sums[r], _mm512_mullo_epi32(acc, sc));
             }
         }
-        let d = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(Q2K_SCALES_AT + 256) as *const __m256i));
-        let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(Q2K_SCALES_AT + 288) as *const __m256i));
-        for r in 0..R {
-            let dx = _mm512_set1_ps((*x[r].add(b)).d);
-            y[r] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(mins[r]), y[r]);
-            y[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(sums[r]), y[r]);
-        }
+        add_block(&mut y, blk.add(Q2K_SCALES_AT + 256), &x, b, &sums, Some(&mins));
     }
     store_tile(&y, out, ld, cols);
+}
+
+/// The one float step per block of the 256-weight tile kernels: `y[r] += (d ⊙ dₓ)·Σ[r]`
+/// for activation row `r`'s block `b`, `d` the 16 rows' f16 scales at `d_at`; with
+/// minimums first `y[r] −= (dmin ⊙ dₓ)·Σm[r]`, `dmin` the 16 f16 right after `d`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+unsafe fn add_block<const R: usize>(
+    y: &mut [__m512; R],
+    d_at: *const u8,
+    x: &[*const Q8x256; R],
+    b: usize,
+    total: &[__m512i; R],
+    mins: Option<&[__m512i; R]>,
+) {
+    let d = _mm512_cvtph_ps(_mm256_loadu_si256(d_at as *const __m256i));
+    let dmin = mins.map(|_| _mm512_cvtph_ps(_mm256_loadu_si256(d_at.add(32) as *const __m256i)));
+    for r in 0..R {
+        let dx = _mm512_set1_ps((*x[r].add(b)).d);
+        if let (Some(mins), Some(dmin)) = (mins, dmin) {
+            y[r] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(mins[r]), y[r]);
+        }
+        y[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(total[r]), y[r]);
+    }
 }
 
 /// `total[r] += sc ⊙ (Σ codes·qₓ − offset·Σ qₓ)` over 16-weight group `g` of block `b`
@@ -347,11 +361,7 @@ unsafe fn q3k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
             let sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(Q3K_SCALES_AT + 16 * g) as *const __m128i));
             add_scaled_group(&mut total, &codes, &x, b, g, 4, sc, chains);
         }
-        let d = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(Q3K_SCALES_AT + 256) as *const __m256i));
-        for r in 0..R {
-            let dd = _mm512_mul_ps(d, _mm512_set1_ps((*x[r].add(b)).d));
-            y[r] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(total[r]), y[r]);
-        }
+        add_block(&mut y, blk.add(Q3K_SCALES_AT + 256), &x, b, &total, None);
     }
     store_tile(&y, out, ld, cols);
 }
@@ -406,13 +416,7 @@ unsafe fn q45k_tile_kernel<const Q5: bool, const R: usize>(job: &TileJob<Q8x256>
                 mins[r] = _mm512_dpwssd_epi32(mins[r], twice, _mm512_set1_epi32(std::ptr::read_unaligned(sums)));
             }
         }
-        let d = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(scales_at + 256) as *const __m256i));
-        let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(scales_at + 288) as *const __m256i));
-        for r in 0..R {
-            let dx = _mm512_set1_ps((*x[r].add(b)).d);
-            y[r] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(mins[r]), y[r]);
-            y[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(total[r]), y[r]);
-        }
+        add_block(&mut y, blk.add(scales_at + 256), &x, b, &total, Some(&mins));
     }
     store_tile(&y, out, ld, cols);
 }
@@ -453,11 +457,7 @@ unsafe fn q6k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
                 add_scaled_group(&mut total, &codes, &x, b, g, 32, sc, chains);
             }
         }
-        let d = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(Q6K_SCALES_AT + 256) as *const __m256i));
-        for r in 0..R {
-            let dd = _mm512_mul_ps(d, _mm512_set1_ps((*x[r].add(b)).d));
-            y[r] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(total[r]), y[r]);
-        }
+        add_block(&mut y, blk.add(Q6K_SCALES_AT + 256), &x, b, &total, None);
     }
     store_tile(&y, out, ld, cols);
 }

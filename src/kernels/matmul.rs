@@ -57,7 +57,7 @@ pub(super) fn matmul(w: &QWeight, x: &[f32], m: usize, y: &mut [f32], isa: Isa) 
                     quantize_rows(x, k, k / 32, acts, dispatch::quantize32_for(isa));
                     with_scratch(&SUMS, acts.len(), 0, |sums| {
                         for (s, a) in sums.iter_mut().zip(acts.iter()) {
-                            *s = a.qs.iter().map(|&q| i32::from(q)).sum();
+                            *s = code_sum(a);
                         }
                         super::tiles::matmul(isa, tiles, w.out_features, acts, sums, m, y);
                     });
@@ -77,6 +77,12 @@ pub(super) fn matmul(w: &QWeight, x: &[f32], m: usize, y: &mut [f32], isa: Isa) 
             run(w, acts, k / 256, m, y, dispatch::dot256_for(isa));
         }),
     }
+}
+
+/// A [`Q8x32`] block's code sum `Σ qₓ`, which the 32-weight tiles take their integer
+/// offsets back with.
+fn code_sum(a: &Q8x32) -> i32 {
+    a.qs.iter().map(|&q| i32::from(q)).sum()
 }
 
 /// Quantize each `k`-wide row of `x` into its `blocks` blocks of `acts`.
@@ -394,26 +400,24 @@ pub(super) fn matmul_batch(products: &mut [(&QWeight, &[f32], &mut [f32])], isa:
         let tiled = super::tiles::tiled(isa, w.ty) && w.tiles().is_some();
         let acts = match w.ty.act_kind() {
             ActKind::Floats => Acts::Floats,
-            ActKind::Blocks32 if tiled => {
-                let mut a = vec![Q8x32::ZERO; m * k / 32];
-                quantize_rows(x, k, k / 32, &mut a, dispatch::quantize32_for(isa));
-                let sums = a.iter().map(|b| b.qs.iter().map(|&q| i32::from(q)).sum()).collect();
-                Acts::Tiles32(a, sums)
-            }
-            ActKind::Blocks256 if tiled => {
-                let mut a = vec![Q8x256::ZERO; m * k / 256];
-                quantize_rows(x, k, k / 256, &mut a, dispatch::quantize256_for(isa));
-                Acts::Tiles256(a)
-            }
             ActKind::Blocks32 => {
                 let mut a = vec![Q8x32::ZERO; m * k / 32];
                 quantize_rows(x, k, k / 32, &mut a, dispatch::quantize32_for(isa));
-                Acts::B32(a)
+                if tiled {
+                    let sums = a.iter().map(code_sum).collect();
+                    Acts::Tiles32(a, sums)
+                } else {
+                    Acts::B32(a)
+                }
             }
             ActKind::Blocks256 => {
                 let mut a = vec![Q8x256::ZERO; m * k / 256];
                 quantize_rows(x, k, k / 256, &mut a, dispatch::quantize256_for(isa));
-                Acts::B256(a)
+                if tiled {
+                    Acts::Tiles256(a)
+                } else {
+                    Acts::B256(a)
+                }
             }
         };
         parts.push((w, x, acts, Columns(y.as_mut_ptr())));
