@@ -368,10 +368,11 @@ impl Engine {
                 reason: format!("{} logits for {} tokens", model.vocab_size(), tokenizer.vocab_size()),
             });
         }
-        // One token through the model: the CPU kernels regroup their weights into tiles
-        // at first use (`kernels::tiles`), and that belongs to loading, not to the
-        // first request's latency. Token 0, not an id the file names: nothing read from
-        // the file indexes the embedding before the shapes above are checked.
+        // One token through the model, so that what is made at first use (scratch
+        // buffers, GPU kernels) belongs to loading, not to the first request's latency;
+        // the weights' tiles were made by the loader. Token 0, not an id the file names:
+        // nothing read from the file indexes the embedding before the shapes above are
+        // checked.
         model.forward(&[0])?;
         model.truncate(0);
         release_freed_memory();

@@ -429,8 +429,9 @@ pub(super) fn matmul_batch(products: &mut [(&QWeight, &[f32], &mut [f32])], isa:
     // rows are spread over the products (a prefill routes more tokens to some experts
     // than to others).
     let pieces = threads() * 4;
-    let units = |p: &(&QWeight, &[f32], Acts, Columns)| match (&p.2, p.0.tiles()) {
-        (Acts::Tiles32(..) | Acts::Tiles256(_), Some(t)) => (t.count(), 1),
+    // Only a tiled product asks for its tiles (asking packs them).
+    let units = |p: &(&QWeight, &[f32], Acts, Columns)| match &p.2 {
+        Acts::Tiles32(..) | Acts::Tiles256(_) => (p.0.tiles().expect("packed above").count(), 1),
         _ => (p.0.out_features, MIN_CHUNK),
     };
     let chunks: Vec<(usize, usize)> =

@@ -298,6 +298,40 @@ mod dispatch {
     }
 }
 
+/// Get `weights` ready for the detected kernels ([`Isa::detect`]) now instead of at
+/// their first matmul: where the kernels run a weight's type on tiles
+/// ([`tiles::tiled`]), regroup its rows into tiles and hand back the file's pages they
+/// came from. A loader calls it with every weight it will multiply by, so no request
+/// pays for it (a mixture of experts would otherwise pack each expert in the decode
+/// step that first picks it). Calling it again, or a matmul after it, finds the tiles
+/// made.
+///
+/// Cost: one pass over the tiled weights' bytes, spread over the pool's threads (one
+/// weight per task), and a buffer of about their size; nothing for other types.
+///
+/// ```
+/// use toolgate::kernels::{prepare, QWeight, WeightType};
+/// let row = |scale: u8| { let mut r = vec![0x00, scale]; r.extend([1u8; 32]); r };
+/// let w = QWeight::new(WeightType::Q8_0, row(0x3C), 1, 32)?; // scale 1
+/// prepare(&[&w]);
+/// let mut y = [0f32; 1];
+/// w.matmul(&[127.0; 32], &mut y)?; // the same answer, tiles or not
+/// assert_eq!(y, [4064.0]);
+/// # Ok::<(), toolgate::Error>(())
+/// ```
+pub fn prepare(weights: &[&QWeight]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let isa = Isa::detect();
+        let tiled: Vec<&QWeight> = weights.iter().copied().filter(|w| tiles::tiled(isa, w.ty)).collect();
+        pool::for_each_task(tiled.len(), |i| {
+            tiled[i].tiles();
+        });
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = weights;
+}
+
 /// `y = x · Wᵀ` for every `(W, x, y)` of `products`, as [`QWeight::matmul`] computes
 /// each, in one parallel call: the activations of every product are quantized first,
 /// then all the products' weight rows are split into one list of tasks. Results are

@@ -38,10 +38,34 @@ struct Base<T>(*mut T);
 unsafe impl<T: Send> Sync for Base<T> {}
 
 /// Run `f(i)` for `i in 0..tasks`, spread over the pool's threads; inline when there is
-/// a single task.
+/// a single task, or when called from inside a task (the pool runs one call at a time:
+/// a nested call from the thread that made the outer one would wait for itself).
 pub(super) fn for_each_task(tasks: usize, f: impl Fn(usize) + Sync) {
-    if tasks == 1 {
-        return f(0);
+    if tasks == 1 || IN_TASK.get() {
+        return (0..tasks).for_each(f);
     }
-    candle_core::utils::barrier_pool().execute_chunked(tasks, |range| range.for_each(&f));
+    candle_core::utils::barrier_pool().execute_chunked(tasks, |range| {
+        let _inside = InTask::enter();
+        range.for_each(&f)
+    });
+}
+
+thread_local! {
+    /// Whether this thread is running a task of [`for_each_task`].
+    static IN_TASK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the thread as inside a task until dropped (a panicking task included).
+struct InTask(bool);
+
+impl InTask {
+    fn enter() -> Self {
+        Self(IN_TASK.replace(true))
+    }
+}
+
+impl Drop for InTask {
+    fn drop(&mut self) {
+        IN_TASK.set(self.0);
+    }
 }

@@ -71,7 +71,7 @@ use std::sync::Arc;
 
 use super::activation::{Q8x256, Q8x32};
 use super::formats::{WeightType, IQ4_VALUES};
-use super::pool::{for_each_task, threads};
+use super::pool::{for_each_chunk, for_each_task, threads};
 use super::{Isa, QWeight};
 
 /// Weight rows per tile (the 16 32-bit lanes of a 512-bit register).
@@ -176,7 +176,8 @@ impl std::fmt::Debug for Tiles {
 impl Tiles {
     /// Regroup `w` into tiles; `None` if its type has no tiled layout.
     ///
-    /// Cost: one pass over the weight's bytes, one buffer of about their size.
+    /// Cost: one pass over the weight's bytes, parallel over groups of tiles; one
+    /// buffer of about their size.
     pub(crate) fn pack(w: &QWeight) -> Option<Arc<Tiles>> {
         let ty = w.weight_type();
         let bb = block_bytes(ty)?;
@@ -185,20 +186,23 @@ impl Tiles {
         let mut bytes = vec![0u8; tiles * blocks * bb + 63];
         let start = bytes.as_ptr().align_offset(64).min(63);
         let src_bb = ty.block_bytes();
-        for (t, tile) in bytes[start..].chunks_exact_mut(blocks * bb).enumerate() {
-            for j in 0..TILE_ROWS.min(n - t * TILE_ROWS) {
-                let row = w.row(t * TILE_ROWS + j);
-                for (b, dst) in tile.chunks_exact_mut(bb).enumerate() {
-                    pack_block(ty, &row[b * src_bb..(b + 1) * src_bb], j, dst);
+        // Groups of tiles in parallel (inline inside a pool task), each group handing
+        // back the file's pages of its rows once they live in tiles: the process never
+        // holds a large weight twice (peak memory as without tiles).
+        let tile_len = blocks * bb;
+        for_each_chunk(&mut bytes[start..start + tiles * tile_len], RELEASE_TILES * tile_len, |g, group| {
+            let first = g * RELEASE_TILES;
+            for (i, tile) in group.chunks_exact_mut(tile_len).enumerate() {
+                let t = first + i;
+                for j in 0..TILE_ROWS.min(n - t * TILE_ROWS) {
+                    let row = w.row(t * TILE_ROWS + j);
+                    for (b, dst) in tile.chunks_exact_mut(bb).enumerate() {
+                        pack_block(ty, &row[b * src_bb..(b + 1) * src_bb], j, dst);
+                    }
                 }
             }
-            // Release the file's pages as the tiles take them over, so the process
-            // never holds a large weight twice (peak memory as without tiles).
-            if (t + 1) % RELEASE_TILES == 0 || t + 1 == tiles {
-                let first = (t + 1).saturating_sub(RELEASE_TILES) / RELEASE_TILES * RELEASE_TILES;
-                w.release_rows(first * TILE_ROWS..((t + 1) * TILE_ROWS).min(n));
-            }
-        }
+            w.release_rows(first * TILE_ROWS..((first + RELEASE_TILES) * TILE_ROWS).min(n));
+        });
         Some(Arc::new(Tiles { ty, blocks, count: tiles, tile_len: blocks * bb, bytes, start }))
     }
 

@@ -74,6 +74,21 @@ struct Moe {
 type KernelPart<'a> = (&'a crate::kernels::QWeight, Option<Vec<f32>>);
 
 impl Ffn {
+    /// Push every projection of this FFN (a mixture's router, experts and shared
+    /// expert) onto `out`.
+    fn linears<'a>(&'a self, out: &mut Vec<&'a QLinear>) {
+        match self {
+            Ffn::GateUp { gate, up, down } => out.extend([gate, up, down]),
+            Ffn::FusedGateUp { gate_up, down } => out.extend([gate_up, down]),
+            Ffn::Moe(moe) => {
+                out.push(&moe.router);
+                for ffn in moe.experts.iter().chain(moe.shared.as_deref()) {
+                    ffn.linears(out);
+                }
+            }
+        }
+    }
+
     /// A gated FFN, gate and up stacked into one projection when they can be.
     fn gated(gate: QLinear, up: QLinear, down: QLinear) -> Result<Ffn> {
         Ok(match QLinear::stack(&[&gate, &up])? {
@@ -481,7 +496,7 @@ impl Decoder {
                 caches: vec![KvCache::default()],
             });
         }
-        Ok(Self {
+        let decoder = Self {
             spec,
             hp,
             embed,
@@ -493,7 +508,30 @@ impl Decoder {
             device: device.clone(),
             pos: vec![0],
             slot: 0,
-        })
+        };
+        decoder.prepare();
+        Ok(decoder)
+    }
+
+    /// Get every weight the forward pass multiplies by ready for the CPU kernels
+    /// ([`crate::kernels::prepare`]: their tiles), every expert of a mixture
+    /// included, so no request pays for it; [`Decoder::load`] calls it. The embedding
+    /// table is left as it is (a lookup reads rows), unless it is also the head.
+    ///
+    /// Cost: one pass over the weights' bytes, parallel; nothing for weights on
+    /// candle's matmul (other devices, types without kernels).
+    fn prepare(&self) {
+        let mut linears = vec![&self.output];
+        for layer in &self.layers {
+            match &layer.qkv {
+                Qkv::Separate { q, k, v } => linears.extend([q, k, v]),
+                Qkv::Fused(qkv) => linears.push(qkv),
+            }
+            linears.push(&layer.attn_out);
+            layer.ffn.linears(&mut linears);
+        }
+        let weights: Vec<_> = linears.iter().filter_map(|l| l.kernel_parts()).map(|(w, _)| w).collect();
+        crate::kernels::prepare(&weights);
     }
 
     /// The hyperparameters.

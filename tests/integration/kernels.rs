@@ -425,6 +425,38 @@ fn batched_products_equal_separate_calls_bit_for_bit() {
     assert!(err.is_err() && fine.iter().all(|&v| v == 7.0));
 }
 
+/// `kernels::prepare` (what a loader calls: every weight's tiles made up front, one
+/// weight per pool task, each packed inline inside its task) gives the same products,
+/// bit for bit, as tiles made at a weight's first matmul (packed in parallel groups
+/// of rows); weights of more than one group (1024 rows) and several types at once.
+#[test]
+fn prepared_weights_multiply_as_at_first_use() {
+    let dev = Device::Cpu;
+    let shapes = [(WeightType::Q4K, 1500), (WeightType::Q8_0, 2100), (WeightType::Q6K, 40), (WeightType::F16, 9)];
+    let pairs: Vec<(QWeight, QWeight)> = shapes
+        .iter()
+        .map(|&(ty, n)| {
+            let w = (Tensor::randn(0f32, 1.0, (n, K), &dev).unwrap() * 0.1).unwrap();
+            let qt = QTensor::quantize(&w, ty.to_candle().unwrap()).unwrap();
+            let make = || QWeight::from_qtensor(&qt).unwrap().unwrap();
+            (make(), make())
+        })
+        .collect();
+    let prepared: Vec<&QWeight> = pairs.iter().map(|p| &p.1).collect();
+    toolgate::kernels::prepare(&prepared);
+    toolgate::kernels::prepare(&prepared); // again: nothing to do
+    for m in [1usize, 7] {
+        let x: Vec<f32> = Tensor::randn(0f32, 1.0, (m, K), &dev).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        for (lazy, eager) in &pairs {
+            let (mut a, mut b) = (vec![0f32; m * lazy.out_features()], vec![1f32; m * eager.out_features()]);
+            lazy.matmul(&x, &mut a).unwrap();
+            eager.matmul(&x, &mut b).unwrap();
+            let same = a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits());
+            assert!(same, "{} with {m} rows: prepared weight differs", lazy.weight_type().name());
+        }
+    }
+}
+
 #[test]
 fn bad_shapes_are_errors() {
     // 40 weights are not whole Q8_0 blocks; 33 bytes are not one block.
