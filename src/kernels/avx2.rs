@@ -625,6 +625,14 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(job: &TileJob, half: usize) 
             }
         }
     }
+    store_half(&y, out, ld, cols, half);
+}
+
+/// Store half `half` (weight rows `8·half ..`) of a tile's outputs: `y[r]`'s lanes at
+/// `out + r·ld + 8·half`, only the tile's real rows (`cols` in all).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn store_half<const R: usize>(y: &[__m256; R], out: *mut f32, ld: usize, cols: usize, half: usize) {
     let n = cols.saturating_sub(8 * half).min(8);
     for r in 0..R {
         let dst = out.add(r * ld + 8 * half);
@@ -650,7 +658,6 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(job: &TileJob, half: usize) 
 /// As [`TileJob::check`], and for IQ4_NL.
 pub unsafe fn tile_rows(ty: WeightType, job: &TileJob) {
     let rows = job.check(ty);
-    let b = job.blocks;
     macro_rules! run {
         ($t:expr, $sub:expr, $r:expr, $half:expr) => {
             match $r {
@@ -661,23 +668,221 @@ pub unsafe fn tile_rows(ty: WeightType, job: &TileJob) {
             }
         };
     }
+    in_groups(job, rows, 1, |sub, r, half| match ty {
+        WeightType::Q4_0 => run!(T_Q4_0, sub, r, half),
+        WeightType::Q4_1 => run!(T_Q4_1, sub, r, half),
+        WeightType::Q5_0 => run!(T_Q5_0, sub, r, half),
+        WeightType::Q5_1 => run!(T_Q5_1, sub, r, half),
+        WeightType::Q8_0 => run!(T_Q8_0, sub, r, half),
+        _ => panic!("{} has no AVX2 tile kernel", ty.name()),
+    });
+}
+
+/// `kernel(sub, r, half)` for the job's `rows` activation rows four at a time (`sub`
+/// the job narrowed to `r` of them, `sums_per` code sums per block each) and each
+/// 8-row half of the tile in turn.
+///
+/// # Safety
+/// As the kernels': `job` checked ([`TileJob::check`]), its output valid for every row.
+#[inline]
+unsafe fn in_groups<A>(
+    job: &TileJob<A>,
+    rows: usize,
+    sums_per: usize,
+    mut kernel: impl FnMut(&TileJob<A>, usize, usize),
+) {
+    let b = job.blocks;
     for g in (0..rows).step_by(4) {
         let r = (rows - g).min(4);
         let sub = TileJob {
             acts: &job.acts[g * b..(g + r) * b],
-            sums: &job.sums[g * b..(g + r) * b],
+            sums: &job.sums[g * b * sums_per..(g + r) * b * sums_per],
             out: job.out.add(g * job.ld),
             ..*job
         };
         for half in 0..job.cols.div_ceil(8) {
-            match ty {
-                WeightType::Q4_0 => run!(T_Q4_0, &sub, r, half),
-                WeightType::Q4_1 => run!(T_Q4_1, &sub, r, half),
-                WeightType::Q5_0 => run!(T_Q5_0, &sub, r, half),
-                WeightType::Q5_1 => run!(T_Q5_1, &sub, r, half),
-                WeightType::Q8_0 => run!(T_Q8_0, &sub, r, half),
-                _ => panic!("{} has no AVX2 tile kernel", ty.name()),
-            }
+            kernel(&sub, r, half);
         }
     }
+}
+
+/// The float step per block of the 256-weight tile kernels, on one 8-row half: as
+/// AVX-512's (`y[r] −= (dmin ⊙ dₓ)·Σm[r]` when there are minimums, then `y[r] += (d ⊙
+/// dₓ)·Σ[r]`), so an output has the same bits on either instruction set. `d_at`: the
+/// half's 8 f16 `d`, its `dmin` 32 bytes on (after all 16 rows' `d`).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn add_block<const R: usize>(
+    y: &mut [__m256; R],
+    d_at: *const u8,
+    x: &[*const Q8x256; R],
+    b: usize,
+    total: &[__m256i; R],
+    mins: Option<&[__m256i; R]>,
+) {
+    let d = _mm256_cvtph_ps(_mm_loadu_si128(d_at as *const __m128i));
+    let dmin = mins.map(|_| _mm256_cvtph_ps(_mm_loadu_si128(d_at.add(32) as *const __m128i)));
+    for r in 0..R {
+        let dx = _mm256_set1_ps((*x[r].add(b)).d);
+        if let (Some(mins), Some(dmin)) = (mins, dmin) {
+            y[r] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(mins[r]), y[r]);
+        }
+        y[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(total[r]), y[r]);
+    }
+}
+
+/// 8 rows' unsigned byte values at `at` as `i16` pairs, each lane the row's value
+/// twice: `madd` with it multiplies both 16-bit partial sums of a lane by the row's
+/// scale (or minimum) and adds them.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn twice_u8(at: *const u8) -> __m256i {
+    let v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(at as *const __m128i));
+    _mm256_or_si256(v, _mm256_slli_epi32::<16>(v))
+}
+
+/// Half `half` (8 weight rows) of a Q4_K or Q5_K tile (layout in [`super::tiles`])
+/// against `R` activation rows of [`Q8x256`]: per 32-weight sub-block, 8 `maddubs` of
+/// its codes (Q5_K: plus 16 where the fifth bit is set) with the row's codes
+/// (broadcast), summed in 16 bits (Q4: all 8, codes ≤ 15; Q5: 4 at a time, codes ≤ 31:
+/// no overflow), then `madd` with the rows' integer scales; the minimums against the
+/// activations' per-16 sums by `madd`; the integer sums over the block equal
+/// AVX-512's, and so does the float step.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q45k_tile_kernel<const Q5: bool, const R: usize>(job: &TileJob<Q8x256>, half: usize) {
+    use super::tiles::Q45K_MASKS_AT;
+    let TileJob { tile, acts, blocks, out, ld, cols, .. } = *job;
+    let scales_at = Q45K_MASKS_AT + if Q5 { 512 } else { 0 };
+    let bb = scales_at + 256 + 64;
+    let per = if Q5 { 4 } else { 8 };
+    let (m4, sixteen) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x10));
+    let x: [*const Q8x256; R] = std::array::from_fn(|r| acts.as_ptr().add(r * blocks));
+    let mut y = [_mm256_setzero_ps(); R];
+    for b in 0..blocks {
+        let blk = tile.as_ptr().add(b * bb);
+        let (mut total, mut mins) = ([_mm256_setzero_si256(); R], [_mm256_setzero_si256(); R]);
+        for s in 0..8 {
+            // Sub-block s: the low nibbles of run s / 2 when s is even, else the high.
+            let codes: [__m256i; 8] = std::array::from_fn(|v| {
+                let z = _mm256_loadu_si256(blk.add(512 * (s / 2) + 64 * v + 32 * half) as *const __m256i);
+                let c = if s % 2 == 0 { z } else { _mm256_srli_epi16::<4>(z) };
+                let c = _mm256_and_si256(c, m4);
+                if Q5 {
+                    let mask = std::ptr::read_unaligned(blk.add(Q45K_MASKS_AT + 64 * s + 8 * v) as *const u64);
+                    let set = bits_to_bytes((mask >> (32 * half)) as u32);
+                    _mm256_or_si256(c, _mm256_and_si256(set, sixteen))
+                } else {
+                    c
+                }
+            });
+            let sc = twice_u8(blk.add(scales_at + 16 * s + 8 * half));
+            for r in 0..R {
+                let q = (*x[r].add(b)).qs.as_ptr().add(32 * s) as *const i32;
+                let xq = |v: usize| _mm256_set1_epi32(std::ptr::read_unaligned(q.add(v)));
+                for g in (0..8).step_by(per) {
+                    let mut p = _mm256_maddubs_epi16(codes[g], xq(g));
+                    for v in g + 1..g + per {
+                        p = _mm256_add_epi16(p, _mm256_maddubs_epi16(codes[v], xq(v)));
+                    }
+                    total[r] = _mm256_add_epi32(total[r], _mm256_madd_epi16(p, sc));
+                }
+            }
+        }
+        for s in 0..8 {
+            let m = twice_u8(blk.add(scales_at + 128 + 16 * s + 8 * half));
+            for r in 0..R {
+                let sums = (*x[r].add(b)).bsums.as_ptr().add(2 * s) as *const i32;
+                let pair = _mm256_set1_epi32(std::ptr::read_unaligned(sums));
+                mins[r] = _mm256_add_epi32(mins[r], _mm256_madd_epi16(m, pair));
+            }
+        }
+        add_block(&mut y, blk.add(scales_at + 256 + 16 * half), &x, b, &total, Some(&mins));
+    }
+    store_half(&y, out, ld, cols, half);
+}
+
+/// Half `half` (8 weight rows) of a Q6_K tile (layout in [`super::tiles`]) against `R`
+/// activation rows of [`Q8x256`]: per 16-weight group, the low nibbles joined to the
+/// high two bits (unsigned `q + 32`, ≤ 63), 4 `maddubs` summed in pairs in 16 bits,
+/// `madd` with the rows' signed integer scales; `32·Σ sc·Σ qₓ` taken back at the end of
+/// the block from the activations' per-16 sums. The integer sums equal AVX-512's, and
+/// so does the float step.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) {
+    use super::tiles::{Q6K_HIGH_AT, Q6K_SCALES_AT};
+    let TileJob { tile, acts, blocks, out, ld, cols, .. } = *job;
+    let bb = Q6K_SCALES_AT + 256 + 32;
+    let (m4, m30) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
+    let x: [*const Q8x256; R] = std::array::from_fn(|r| acts.as_ptr().add(r * blocks));
+    let mut y = [_mm256_setzero_ps(); R];
+    for b in 0..blocks {
+        let blk = tile.as_ptr().add(b * bb);
+        let (mut total, mut offsets) = ([_mm256_setzero_si256(); R], [_mm256_setzero_si256(); R]);
+        let scales = |g: usize| _mm_loadl_epi64(blk.add(Q6K_SCALES_AT + 16 * g + 8 * half) as *const __m128i);
+        for g in 0..16 {
+            let high = _mm256_loadu_si256(blk.add(Q6K_HIGH_AT + 64 * g + 32 * half) as *const __m256i);
+            // Code vector c's high bits (bits 2c, 2c + 1 of each byte) moved to 4, 5.
+            let up = [_mm256_slli_epi16::<4>(high), _mm256_slli_epi16::<2>(high), high, _mm256_srli_epi16::<2>(high)];
+            let codes: [__m256i; 4] = std::array::from_fn(|c| {
+                let z = _mm256_loadu_si256(blk.add(256 * (g / 2) + 64 * c + 32 * half) as *const __m256i);
+                let low = if g % 2 == 0 { z } else { _mm256_srli_epi16::<4>(z) };
+                _mm256_or_si256(_mm256_and_si256(low, m4), _mm256_and_si256(up[c], m30))
+            });
+            // The rows' signed scales, each twice in a lane.
+            let v = _mm256_cvtepi8_epi32(scales(g));
+            let sc = _mm256_blend_epi16::<0xAA>(v, _mm256_slli_epi32::<16>(v));
+            for r in 0..R {
+                let q = (*x[r].add(b)).qs.as_ptr().add(16 * g) as *const i32;
+                let xq = |c: usize| _mm256_set1_epi32(std::ptr::read_unaligned(q.add(c)));
+                let p01 =
+                    _mm256_add_epi16(_mm256_maddubs_epi16(codes[0], xq(0)), _mm256_maddubs_epi16(codes[1], xq(1)));
+                let p23 =
+                    _mm256_add_epi16(_mm256_maddubs_epi16(codes[2], xq(2)), _mm256_maddubs_epi16(codes[3], xq(3)));
+                let p = _mm256_add_epi32(_mm256_madd_epi16(p01, sc), _mm256_madd_epi16(p23, sc));
+                total[r] = _mm256_add_epi32(total[r], p);
+            }
+        }
+        for g in (0..16).step_by(2) {
+            // Lane j: (sc of group g, of group g + 1) for row j, against the two sums.
+            let sc = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(scales(g), scales(g + 1)));
+            for r in 0..R {
+                let sums = (*x[r].add(b)).bsums.as_ptr().add(g) as *const i32;
+                let pair = _mm256_set1_epi32(std::ptr::read_unaligned(sums));
+                offsets[r] = _mm256_add_epi32(offsets[r], _mm256_madd_epi16(sc, pair));
+            }
+        }
+        for r in 0..R {
+            total[r] = _mm256_sub_epi32(total[r], _mm256_slli_epi32::<5>(offsets[r]));
+        }
+        add_block(&mut y, blk.add(Q6K_SCALES_AT + 256 + 16 * half), &x, b, &total, None);
+    }
+    store_half(&y, out, ld, cols, half);
+}
+
+/// One tile of a 256-weight type (Q4_K, Q5_K, Q6_K; layout in [`super::tiles`]) against
+/// the job's 1..=8 activation rows, four at a time, each 8-row half of the tile in turn.
+///
+/// # Safety
+/// As [`tile_rows`].
+///
+/// # Panics
+/// As [`TileJob::check`], and for a type without an AVX2 256-weight tile kernel.
+pub unsafe fn tile_rows_256(ty: WeightType, job: &TileJob<Q8x256>) {
+    let rows = job.check(ty);
+    macro_rules! run {
+        ($k:ident $(, $q5:expr)?; $sub:expr, $r:expr, $half:expr) => {
+            match $r {
+                1 => $k::<$($q5,)? 1>($sub, $half),
+                2 => $k::<$($q5,)? 2>($sub, $half),
+                3 => $k::<$($q5,)? 3>($sub, $half),
+                _ => $k::<$($q5,)? 4>($sub, $half),
+            }
+        };
+    }
+    in_groups(job, rows, 0, |sub, r, half| match ty {
+        WeightType::Q4K => run!(q45k_tile_kernel, false; sub, r, half),
+        WeightType::Q5K => run!(q45k_tile_kernel, true; sub, r, half),
+        WeightType::Q6K => run!(q6k_tile_kernel; sub, r, half),
+        _ => panic!("{} has no AVX2 256-weight tile kernel", ty.name()),
+    });
 }

@@ -89,8 +89,8 @@ const RELEASE_TILES: usize = 64;
 
 /// Whether the kernels of `isa` run `ty` on tiles: on AVX-512 VNNI every type with a
 /// tiled layout, on AVX2 the 32-weight types whose codes `maddubs` takes without
-/// overflow (all but IQ4_NL; the 256-weight types have AVX-512 tile kernels only), on
-/// the portable code none.
+/// overflow (all but IQ4_NL) and the k-quants of most downloads (Q4_K, Q5_K, Q6_K;
+/// IQ4_XS, Q2_K and Q3_K have AVX-512 tile kernels only), on the portable code none.
 ///
 /// ```
 /// use toolgate::kernels::{tiles::tiled, Isa, WeightType};
@@ -98,13 +98,17 @@ const RELEASE_TILES: usize = 64;
 /// assert!(tiled(Isa::Avx512, WeightType::IQ4XS) && !tiled(Isa::Avx2, WeightType::IQ4XS));
 /// assert!(tiled(Isa::Avx512, WeightType::Q2K) && !tiled(Isa::Avx2, WeightType::Q2K));
 /// assert!(tiled(Isa::Avx2, WeightType::Q5_0) && !tiled(Isa::Portable, WeightType::Q5_0));
-/// assert!(tiled(Isa::Avx512, WeightType::Q4K) && !tiled(Isa::Avx2, WeightType::Q5K));
+/// assert!(tiled(Isa::Avx512, WeightType::Q4K) && tiled(Isa::Avx2, WeightType::Q5K));
+/// assert!(tiled(Isa::Avx2, WeightType::Q6K) && !tiled(Isa::Portable, WeightType::Q6K));
 /// assert!(tiled(Isa::Avx512, WeightType::Q6K) && !tiled(Isa::Avx512, WeightType::F16));
 /// ```
 pub fn tiled(isa: Isa, ty: WeightType) -> bool {
     match isa {
         Isa::Avx512 => block_bytes(ty).is_some(),
-        Isa::Avx2 => block_bytes(ty).is_some() && ty.block_len() == 32 && ty != WeightType::IQ4NL,
+        Isa::Avx2 => match ty.block_len() {
+            32 => block_bytes(ty).is_some() && ty != WeightType::IQ4NL,
+            _ => matches!(ty, WeightType::Q4K | WeightType::Q5K | WeightType::Q6K),
+        },
         Isa::Portable => false,
     }
 }
@@ -460,11 +464,15 @@ impl TileActs for Q8x32 {
     }
 }
 
-/// The 256-weight types' (AVX-512 only: [`tiled`]).
+/// The 256-weight types' (on AVX2 the k-quants Q4_K, Q5_K and Q6_K only: [`tiled`]).
 #[cfg(target_arch = "x86_64")]
 impl TileActs for Q8x256 {
-    fn kernel(_isa: Isa) -> TileKernel<Self> {
-        super::avx512::tile_rows_256
+    fn kernel(isa: Isa) -> TileKernel<Self> {
+        if isa == Isa::Avx512 {
+            super::avx512::tile_rows_256
+        } else {
+            super::avx2::tile_rows_256
+        }
     }
 }
 

@@ -25,6 +25,7 @@ use candle_core::{Device, Tensor};
 use toolgate::kernels::activation::{quantize_256, quantize_32, Q8x256, Q8x32};
 use toolgate::kernels::formats::ActKind;
 use toolgate::kernels::formats::{bf16_bits, dequantize_row, to_q8_0};
+use toolgate::kernels::tiles::tiled;
 use toolgate::kernels::{bf16_path, f32_path, float_tiles_path, Isa, QWeight, WeightType};
 
 use crate::common;
@@ -454,6 +455,40 @@ fn prepared_weights_multiply_as_at_first_use() {
             let same = a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits());
             assert!(same, "{} with {m} rows: prepared weight differs", lazy.weight_type().name());
         }
+    }
+}
+
+/// A type tiled on both AVX2 and AVX-512 gives the same bits on either: the AVX2
+/// kernels (8 weight rows per register, `maddubs`) reach the same exact integer sums
+/// per block and take the same float step. Needs a CPU with AVX-512 (else it says so
+/// and checks nothing).
+#[test]
+fn tiles_give_the_same_bits_on_avx2_and_avx512() {
+    if !Isa::available().contains(&Isa::Avx512) {
+        eprintln!("no AVX-512 here: nothing to compare the AVX2 tiles with");
+        return;
+    }
+    let dev = Device::Cpu;
+    let (n, m) = (45, 11);
+    let x: Vec<f32> = Tensor::randn(0f32, 1.0, (m, K), &dev).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+    let mut compared = Vec::new();
+    for ty in WeightType::ALL {
+        if !(tiled(Isa::Avx2, ty) && tiled(Isa::Avx512, ty)) {
+            continue;
+        }
+        let w = (Tensor::randn(0f32, 1.0, (n, K), &dev).unwrap() * 0.1).unwrap();
+        let qw = QWeight::from_qtensor(&QTensor::quantize(&w, ty.to_candle().unwrap()).unwrap()).unwrap().unwrap();
+        for rows in [1, m] {
+            let (mut a, mut b) = (vec![0f32; rows * n], vec![1f32; rows * n]);
+            qw.matmul_with(Isa::Avx2, &x[..rows * K], &mut a).unwrap();
+            qw.matmul_with(Isa::Avx512, &x[..rows * K], &mut b).unwrap();
+            let same = a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits());
+            assert!(same, "{} with {rows} rows: AVX2 and AVX-512 tiles differ", ty.name());
+        }
+        compared.push(ty.name());
+    }
+    for ty in ["q4_0", "q8_0", "q4_K", "q5_K", "q6_K"] {
+        assert!(compared.contains(&ty), "{ty} is not tiled on both (compared: {compared:?})");
     }
 }
 
