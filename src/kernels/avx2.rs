@@ -558,6 +558,10 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(job: &TileJob, half: usize) 
     let sixteen = _mm256_set1_epi8(0x10);
     let flip = _mm256_set1_epi8(-128);
     let ones = _mm256_set1_epi16(1);
+    // Signed codes go through the sign trick, one `maddubs` per 16-bit sum: Q8_0's
+    // (stored `q + 128`) and IQ4_NL's values (looked up from the nibbles).
+    let signed = !nibbles || TY == T_IQ4NL;
+    let iq4 = table16(&IQ4_VALUES);
     let x: [*const Q8x32; R] = std::array::from_fn(|r| acts.as_ptr().add(r * blocks));
     let mut y = [_mm256_setzero_ps(); R];
     for b in 0..blocks {
@@ -582,7 +586,13 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(job: &TileJob, half: usize) 
                 codes[c] = _mm256_or_si256(codes[c], _mm256_and_si256(set, sixteen));
             }
         }
-        let abs: [__m256i; 8] = std::array::from_fn(|c| if nibbles { codes[c] } else { _mm256_abs_epi8(codes[c]) });
+        if TY == T_IQ4NL {
+            // The nibbles index IQ4_NL's signed values (the sign trick below, as Q8_0).
+            for c in &mut codes {
+                *c = _mm256_shuffle_epi8(iq4, *c);
+            }
+        }
+        let abs: [__m256i; 8] = std::array::from_fn(|c| if signed { _mm256_abs_epi8(codes[c]) } else { codes[c] });
         let d = _mm256_cvtph_ps(_mm_loadu_si128(blk.add(scales_at + 16 * half) as *const __m128i));
         let m = if has_m {
             _mm256_cvtph_ps(_mm_loadu_si128(blk.add(scales_at + 32 + 16 * half) as *const __m128i))
@@ -593,7 +603,7 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(job: &TileJob, half: usize) 
             let a = &*x[r].add(b);
             let q = a.qs.as_ptr() as *const i32;
             let xq = |c: usize| _mm256_set1_epi32(std::ptr::read_unaligned(q.add(c)));
-            let acc = if !nibbles {
+            let acc = if signed {
                 let mut acc = _mm256_setzero_si256();
                 for c in 0..8 {
                     let p = _mm256_maddubs_epi16(abs[c], _mm256_sign_epi8(xq(c), codes[c]));
@@ -647,15 +657,15 @@ unsafe fn store_half<const R: usize>(y: &[__m256; R], out: *mut f32, ld: usize, 
 }
 
 /// One tile (layout in [`super::tiles`]) against the job's 1..=8 activation rows, four
-/// at a time, each 8-row half of the tile in turn. Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0
-/// (IQ4_NL's shifted codes would overflow `maddubs`).
+/// at a time, each 8-row half of the tile in turn. Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and
+/// IQ4_NL (its values looked up from the nibbles, signed as Q8_0's).
 ///
 /// # Safety
 /// The CPU must support `avx2`, `fma` and `f16c`; `job.out` must be valid for writes
 /// of `job.cols` floats at `out + r·ld` for every activation row `r`.
 ///
 /// # Panics
-/// As [`TileJob::check`], and for IQ4_NL.
+/// As [`TileJob::check`], and for a type without an AVX2 32-weight tile kernel.
 pub unsafe fn tile_rows(ty: WeightType, job: &TileJob) {
     let rows = job.check(ty);
     macro_rules! run {
@@ -674,6 +684,7 @@ pub unsafe fn tile_rows(ty: WeightType, job: &TileJob) {
         WeightType::Q5_0 => run!(T_Q5_0, sub, r, half),
         WeightType::Q5_1 => run!(T_Q5_1, sub, r, half),
         WeightType::Q8_0 => run!(T_Q8_0, sub, r, half),
+        WeightType::IQ4NL => run!(T_IQ4NL, sub, r, half),
         _ => panic!("{} has no AVX2 tile kernel", ty.name()),
     });
 }

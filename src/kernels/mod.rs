@@ -98,7 +98,7 @@ pub use matmul::{GEMM_MIN_ROWS, GEMM_TILE};
 /// ```
 /// use toolgate::kernels::{f32_path, Isa, WeightType};
 /// assert!(!f32_path(Isa::Portable, WeightType::Q5_0, 1) && f32_path(Isa::Portable, WeightType::Q5_0, 128));
-/// assert!(!f32_path(Isa::Avx2, WeightType::Q5_0, 128) && f32_path(Isa::Avx2, WeightType::IQ4NL, 128));
+/// assert!(!f32_path(Isa::Avx2, WeightType::Q5_0, 128) && f32_path(Isa::Avx2, WeightType::MXFP4, 128));
 /// assert!(f32_path(Isa::Avx2, WeightType::F16, 128) && !f32_path(Isa::Avx512, WeightType::Q6K, 128));
 /// ```
 pub fn f32_path(isa: Isa, ty: WeightType, m: usize) -> bool {
@@ -489,8 +489,9 @@ pub struct QWeight {
     parts: Vec<(usize, WeightBytes)>,
     out_features: usize,
     in_features: usize,
-    /// The rows regrouped for [`Isa::Avx512`] ([`tiles`]), made at the first matmul
-    /// that runs on them; `None` inside when the type has no tiled layout.
+    /// The rows regrouped for the tile kernels ([`tiles`]), made by [`prepare`] or at
+    /// the first matmul that runs on them; `None` inside when the type has no tiled
+    /// layout.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     tiles: std::sync::OnceLock<Option<std::sync::Arc<tiles::Tiles>>>,
 }

@@ -476,8 +476,20 @@ fn tiles_give_the_same_bits_on_avx2_and_avx512() {
         if !(tiled(Isa::Avx2, ty) && tiled(Isa::Avx512, ty)) {
             continue;
         }
-        let w = (Tensor::randn(0f32, 1.0, (n, K), &dev).unwrap() * 0.1).unwrap();
-        let qw = QWeight::from_qtensor(&QTensor::quantize(&w, ty.to_candle().unwrap()).unwrap()).unwrap().unwrap();
+        let qw = match ty.to_candle() {
+            Some(dt) => {
+                let w = (Tensor::randn(0f32, 1.0, (n, K), &dev).unwrap() * 0.1).unwrap();
+                QWeight::from_qtensor(&QTensor::quantize(&w, dt).unwrap()).unwrap().unwrap()
+            }
+            None => {
+                // IQ4_NL, which candle cannot quantize: any nibbles are codes; scales 0.01.
+                let mut bytes: Vec<u8> = (0..n * K / 32 * ty.block_bytes()).map(|i| (i * 97 % 251) as u8).collect();
+                for b in bytes.chunks_exact_mut(ty.block_bytes()) {
+                    b[..2].copy_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes());
+                }
+                QWeight::new(ty, bytes, n, K).unwrap()
+            }
+        };
         for rows in [1, m] {
             let (mut a, mut b) = (vec![0f32; rows * n], vec![1f32; rows * n]);
             qw.matmul_with(Isa::Avx2, &x[..rows * K], &mut a).unwrap();
@@ -487,7 +499,7 @@ fn tiles_give_the_same_bits_on_avx2_and_avx512() {
         }
         compared.push(ty.name());
     }
-    for ty in ["q4_0", "q8_0", "q4_K", "q5_K", "q6_K"] {
+    for ty in ["q4_0", "q8_0", "iq4_nl", "q4_K", "q5_K", "q6_K"] {
         assert!(compared.contains(&ty), "{ty} is not tiled on both (compared: {compared:?})");
     }
 }
