@@ -870,7 +870,51 @@ unsafe fn q6k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) {
     store_half(&y, out, ld, cols, half);
 }
 
-/// One tile of a 256-weight type (Q4_K, Q5_K, Q6_K; layout in [`super::tiles`]) against
+/// Half `half` (8 weight rows) of an IQ4_XS tile (layout in [`super::tiles`]) against
+/// `R` activation rows of [`Q8x256`]: per 32-weight sub-block, IQ4_NL's signed values
+/// looked up from the nibbles, one `maddubs` per code vector through the sign trick
+/// (two products of at most 127 · 127 per 16 bits), `madd` with the rows' integer
+/// scales `ls − 32`, summed over the block in integers; the sums equal AVX-512's, and
+/// so does the float step.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn iq4xs_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) {
+    use super::tiles::IQ4XS_SCALES_AT;
+    let TileJob { tile, acts, blocks, out, ld, cols, .. } = *job;
+    let bb = IQ4XS_SCALES_AT + 128 + 32;
+    let m4 = _mm256_set1_epi8(0x0F);
+    let table = table16(&IQ4_VALUES);
+    let x: [*const Q8x256; R] = std::array::from_fn(|r| acts.as_ptr().add(r * blocks));
+    let mut y = [_mm256_setzero_ps(); R];
+    for b in 0..blocks {
+        let blk = tile.as_ptr().add(b * bb);
+        let mut total = [_mm256_setzero_si256(); R];
+        for s in 0..8 {
+            let mut codes = [_mm256_setzero_si256(); 8];
+            for v in 0..4 {
+                let z = _mm256_loadu_si256(blk.add(256 * s + 64 * v + 32 * half) as *const __m256i);
+                codes[v] = _mm256_shuffle_epi8(table, _mm256_and_si256(z, m4));
+                codes[v + 4] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16::<4>(z), m4));
+            }
+            let abs: [__m256i; 8] = std::array::from_fn(|c| _mm256_abs_epi8(codes[c]));
+            // The rows' signed scales, each twice in a lane.
+            let v =
+                _mm256_cvtepi8_epi32(_mm_loadl_epi64(blk.add(IQ4XS_SCALES_AT + 16 * s + 8 * half) as *const __m128i));
+            let ls = _mm256_blend_epi16::<0xAA>(v, _mm256_slli_epi32::<16>(v));
+            for r in 0..R {
+                let q = (*x[r].add(b)).qs.as_ptr().add(32 * s) as *const i32;
+                for c in 0..8 {
+                    let xq = _mm256_set1_epi32(std::ptr::read_unaligned(q.add(c)));
+                    let p = _mm256_maddubs_epi16(abs[c], _mm256_sign_epi8(xq, codes[c]));
+                    total[r] = _mm256_add_epi32(total[r], _mm256_madd_epi16(p, ls));
+                }
+            }
+        }
+        add_block(&mut y, blk.add(IQ4XS_SCALES_AT + 128 + 16 * half), &x, b, &total, None);
+    }
+    store_half(&y, out, ld, cols, half);
+}
+
+/// One tile of a 256-weight type (Q4_K, Q5_K, Q6_K, IQ4_XS; layout in [`super::tiles`]) against
 /// the job's 1..=8 activation rows, four at a time, each 8-row half of the tile in turn.
 ///
 /// # Safety
@@ -894,6 +938,7 @@ pub unsafe fn tile_rows_256(ty: WeightType, job: &TileJob<Q8x256>) {
         WeightType::Q4K => run!(q45k_tile_kernel, false; sub, r, half),
         WeightType::Q5K => run!(q45k_tile_kernel, true; sub, r, half),
         WeightType::Q6K => run!(q6k_tile_kernel; sub, r, half),
+        WeightType::IQ4XS => run!(iq4xs_tile_kernel; sub, r, half),
         _ => panic!("{} has no AVX2 256-weight tile kernel", ty.name()),
     });
 }

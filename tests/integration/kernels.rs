@@ -482,8 +482,10 @@ fn tiles_give_the_same_bits_on_avx2_and_avx512() {
                 QWeight::from_qtensor(&QTensor::quantize(&w, dt).unwrap()).unwrap().unwrap()
             }
             None => {
-                // IQ4_NL, which candle cannot quantize: any nibbles are codes; scales 0.01.
-                let mut bytes: Vec<u8> = (0..n * K / 32 * ty.block_bytes()).map(|i| (i * 97 % 251) as u8).collect();
+                // IQ4_NL and IQ4_XS, which candle cannot quantize: any bytes are codes
+                // (and IQ4_XS's sub-block scales); `d` 0.01.
+                let len = n * K / ty.block_len() * ty.block_bytes();
+                let mut bytes: Vec<u8> = (0..len).map(|i| (i * 97 % 251) as u8).collect();
                 for b in bytes.chunks_exact_mut(ty.block_bytes()) {
                     b[..2].copy_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes());
                 }
@@ -499,7 +501,7 @@ fn tiles_give_the_same_bits_on_avx2_and_avx512() {
         }
         compared.push(ty.name());
     }
-    for ty in ["q4_0", "q8_0", "iq4_nl", "q4_K", "q5_K", "q6_K"] {
+    for ty in ["q4_0", "q8_0", "iq4_nl", "iq4_xs", "q4_K", "q5_K", "q6_K"] {
         assert!(compared.contains(&ty), "{ty} is not tiled on both (compared: {compared:?})");
     }
 }
