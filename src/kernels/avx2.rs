@@ -870,6 +870,59 @@ unsafe fn q6k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) {
     store_half(&y, out, ld, cols, half);
 }
 
+/// Half `half` (8 weight rows) of a Q3_K tile (layout in [`super::tiles`]) against `R`
+/// activation rows of [`Q8x256`]: per 16-weight group, the 2-bit codes plus 4 where the
+/// third bit is set (unsigned `q + 4`, ≤ 7), 4 `maddubs` summed in 16 bits, `madd` with
+/// the rows' signed scales; `4·Σ sc·Σ qₓ` taken back at the end of the block from the
+/// activations' per-16 sums, as in [`q6k_tile_kernel`]. The integer sums equal
+/// AVX-512's, and so does the float step.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q3k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) {
+    use super::tiles::{Q3K_MASKS_AT, Q3K_SCALES_AT};
+    let TileJob { tile, acts, blocks, out, ld, cols, .. } = *job;
+    let bb = Q3K_SCALES_AT + 256 + 32;
+    let (m3, four) = (_mm256_set1_epi8(3), _mm256_set1_epi8(4));
+    let x: [*const Q8x256; R] = std::array::from_fn(|r| acts.as_ptr().add(r * blocks));
+    let mut y = [_mm256_setzero_ps(); R];
+    for b in 0..blocks {
+        let blk = tile.as_ptr().add(b * bb);
+        let (mut total, mut offsets) = ([_mm256_setzero_si256(); R], [_mm256_setzero_si256(); R]);
+        let scales = |g: usize| _mm_loadl_epi64(blk.add(Q3K_SCALES_AT + 16 * g + 8 * half) as *const __m128i);
+        for g in 0..16 {
+            let z = _mm256_loadu_si256(blk.add(64 * g + 32 * half) as *const __m256i);
+            let codes: [__m256i; 4] = std::array::from_fn(|c| {
+                let low = _mm256_and_si256(_mm256_srl_epi16(z, _mm_cvtsi32_si128(2 * c as i32)), m3);
+                let third = std::ptr::read_unaligned(blk.add(Q3K_MASKS_AT + 32 * g + 8 * c) as *const u64);
+                _mm256_or_si256(low, _mm256_and_si256(bits_to_bytes((third >> (32 * half)) as u32), four))
+            });
+            let v = _mm256_cvtepi8_epi32(scales(g));
+            let sc = _mm256_blend_epi16::<0xAA>(v, _mm256_slli_epi32::<16>(v));
+            for r in 0..R {
+                let q = (*x[r].add(b)).qs.as_ptr().add(16 * g) as *const i32;
+                let xq = |c: usize| _mm256_set1_epi32(std::ptr::read_unaligned(q.add(c)));
+                let mut p = _mm256_maddubs_epi16(codes[0], xq(0));
+                for c in 1..4 {
+                    p = _mm256_add_epi16(p, _mm256_maddubs_epi16(codes[c], xq(c)));
+                }
+                total[r] = _mm256_add_epi32(total[r], _mm256_madd_epi16(p, sc));
+            }
+        }
+        for g in (0..16).step_by(2) {
+            let sc = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(scales(g), scales(g + 1)));
+            for r in 0..R {
+                let sums = (*x[r].add(b)).bsums.as_ptr().add(g) as *const i32;
+                let pair = _mm256_set1_epi32(std::ptr::read_unaligned(sums));
+                offsets[r] = _mm256_add_epi32(offsets[r], _mm256_madd_epi16(sc, pair));
+            }
+        }
+        for r in 0..R {
+            total[r] = _mm256_sub_epi32(total[r], _mm256_slli_epi32::<2>(offsets[r]));
+        }
+        add_block(&mut y, blk.add(Q3K_SCALES_AT + 256 + 16 * half), &x, b, &total, None);
+    }
+    store_half(&y, out, ld, cols, half);
+}
+
 /// Half `half` (8 weight rows) of an IQ4_XS tile (layout in [`super::tiles`]) against
 /// `R` activation rows of [`Q8x256`]: per 32-weight sub-block, IQ4_NL's signed values
 /// looked up from the nibbles, one `maddubs` per code vector through the sign trick
@@ -914,7 +967,7 @@ unsafe fn iq4xs_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) 
     store_half(&y, out, ld, cols, half);
 }
 
-/// One tile of a 256-weight type (Q4_K, Q5_K, Q6_K, IQ4_XS; layout in [`super::tiles`]) against
+/// One tile of a 256-weight type (Q3_K … Q6_K, IQ4_XS; layout in [`super::tiles`]) against
 /// the job's 1..=8 activation rows, four at a time, each 8-row half of the tile in turn.
 ///
 /// # Safety
@@ -939,6 +992,7 @@ pub unsafe fn tile_rows_256(ty: WeightType, job: &TileJob<Q8x256>) {
         WeightType::Q5K => run!(q45k_tile_kernel, true; sub, r, half),
         WeightType::Q6K => run!(q6k_tile_kernel; sub, r, half),
         WeightType::IQ4XS => run!(iq4xs_tile_kernel; sub, r, half),
+        WeightType::Q3K => run!(q3k_tile_kernel; sub, r, half),
         _ => panic!("{} has no AVX2 256-weight tile kernel", ty.name()),
     });
 }
