@@ -812,11 +812,71 @@ unsafe fn q45k_tile_kernel<const Q5: bool, const R: usize>(job: &TileJob<Q8x256>
     store_half(&y, out, ld, cols, half);
 }
 
+/// `total[r] += sc ⊙ Σ codes·qₓ` over 16-weight group `g` of block `b` of each
+/// activation row `x[r]`, on one 8-row half of a Q3_K or Q6_K tile: the 4 code vectors
+/// (unsigned) by `maddubs`, `PER` of them summed in 16 bits (Q6_K's codes ≤ 63: 2;
+/// Q3_K's ≤ 7: all 4), then `madd` with `scales`, the 8 rows' signed scales (bytes),
+/// each twice in a lane. Exact in 32-bit integers.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn add_scaled_group<const R: usize, const PER: usize>(
+    total: &mut [__m256i; R],
+    codes: &[__m256i; 4],
+    x: &[*const Q8x256; R],
+    b: usize,
+    g: usize,
+    scales: __m128i,
+) {
+    let v = _mm256_cvtepi8_epi32(scales);
+    let sc = _mm256_blend_epi16::<0xAA>(v, _mm256_slli_epi32::<16>(v));
+    for r in 0..R {
+        let q = (*x[r].add(b)).qs.as_ptr().add(16 * g) as *const i32;
+        let xq = |c: usize| _mm256_set1_epi32(std::ptr::read_unaligned(q.add(c)));
+        for c0 in (0..4).step_by(PER) {
+            let mut p = _mm256_maddubs_epi16(codes[c0], xq(c0));
+            for c in c0 + 1..c0 + PER {
+                p = _mm256_add_epi16(p, _mm256_maddubs_epi16(codes[c], xq(c)));
+            }
+            total[r] = _mm256_add_epi32(total[r], _mm256_madd_epi16(p, sc));
+        }
+    }
+}
+
+/// `total[r] −= offset · Σ_g sc_g · Σ qₓ(g)` over the 16 groups of block `b`: the
+/// `offset` of unsigned codes (`q + offset`) taken back once per block, from the
+/// activations' per-16 sums (`madd` of two groups' scales, `scales(g)`, against two
+/// sums). `offset` is a power of two.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn take_offsets<const R: usize>(
+    total: &mut [__m256i; R],
+    x: &[*const Q8x256; R],
+    b: usize,
+    scales: impl Fn(usize) -> __m128i,
+    offset: u32,
+) {
+    let mut offsets = [_mm256_setzero_si256(); R];
+    for g in (0..16).step_by(2) {
+        // Lane j: (sc of group g, of group g + 1) for row j, against the two sums.
+        let sc = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(scales(g), scales(g + 1)));
+        for r in 0..R {
+            let sums = (*x[r].add(b)).bsums.as_ptr().add(g) as *const i32;
+            let pair = _mm256_set1_epi32(std::ptr::read_unaligned(sums));
+            offsets[r] = _mm256_add_epi32(offsets[r], _mm256_madd_epi16(sc, pair));
+        }
+    }
+    let shift = _mm_cvtsi32_si128(offset.trailing_zeros() as i32);
+    for r in 0..R {
+        total[r] = _mm256_sub_epi32(total[r], _mm256_sll_epi32(offsets[r], shift));
+    }
+}
+
 /// Half `half` (8 weight rows) of a Q6_K tile (layout in [`super::tiles`]) against `R`
 /// activation rows of [`Q8x256`]: per 16-weight group, the low nibbles joined to the
 /// high two bits (unsigned `q + 32`, ≤ 63), 4 `maddubs` summed in pairs in 16 bits,
-/// `madd` with the rows' signed integer scales; `32·Σ sc·Σ qₓ` taken back at the end of
-/// the block from the activations' per-16 sums. The integer sums equal AVX-512's, and
+/// `madd` with the rows' signed integer scales ([`add_scaled_group`]); `32·Σ sc·Σ qₓ`
+/// taken back at the end of the block from the activations' per-16 sums
+/// ([`take_offsets`]). The integer sums equal AVX-512's, and
 /// so does the float step.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q6k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) {
@@ -828,7 +888,7 @@ unsafe fn q6k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) {
     let mut y = [_mm256_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        let (mut total, mut offsets) = ([_mm256_setzero_si256(); R], [_mm256_setzero_si256(); R]);
+        let mut total = [_mm256_setzero_si256(); R];
         let scales = |g: usize| _mm_loadl_epi64(blk.add(Q6K_SCALES_AT + 16 * g + 8 * half) as *const __m128i);
         for g in 0..16 {
             let high = _mm256_loadu_si256(blk.add(Q6K_HIGH_AT + 64 * g + 32 * half) as *const __m256i);
@@ -839,32 +899,9 @@ unsafe fn q6k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) {
                 let low = if g % 2 == 0 { z } else { _mm256_srli_epi16::<4>(z) };
                 _mm256_or_si256(_mm256_and_si256(low, m4), _mm256_and_si256(up[c], m30))
             });
-            // The rows' signed scales, each twice in a lane.
-            let v = _mm256_cvtepi8_epi32(scales(g));
-            let sc = _mm256_blend_epi16::<0xAA>(v, _mm256_slli_epi32::<16>(v));
-            for r in 0..R {
-                let q = (*x[r].add(b)).qs.as_ptr().add(16 * g) as *const i32;
-                let xq = |c: usize| _mm256_set1_epi32(std::ptr::read_unaligned(q.add(c)));
-                let p01 =
-                    _mm256_add_epi16(_mm256_maddubs_epi16(codes[0], xq(0)), _mm256_maddubs_epi16(codes[1], xq(1)));
-                let p23 =
-                    _mm256_add_epi16(_mm256_maddubs_epi16(codes[2], xq(2)), _mm256_maddubs_epi16(codes[3], xq(3)));
-                let p = _mm256_add_epi32(_mm256_madd_epi16(p01, sc), _mm256_madd_epi16(p23, sc));
-                total[r] = _mm256_add_epi32(total[r], p);
-            }
+            add_scaled_group::<R, 2>(&mut total, &codes, &x, b, g, scales(g));
         }
-        for g in (0..16).step_by(2) {
-            // Lane j: (sc of group g, of group g + 1) for row j, against the two sums.
-            let sc = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(scales(g), scales(g + 1)));
-            for r in 0..R {
-                let sums = (*x[r].add(b)).bsums.as_ptr().add(g) as *const i32;
-                let pair = _mm256_set1_epi32(std::ptr::read_unaligned(sums));
-                offsets[r] = _mm256_add_epi32(offsets[r], _mm256_madd_epi16(sc, pair));
-            }
-        }
-        for r in 0..R {
-            total[r] = _mm256_sub_epi32(total[r], _mm256_slli_epi32::<5>(offsets[r]));
-        }
+        take_offsets(&mut total, &x, b, scales, 32);
         add_block(&mut y, blk.add(Q6K_SCALES_AT + 256 + 16 * half), &x, b, &total, None);
     }
     store_half(&y, out, ld, cols, half);
@@ -886,7 +923,7 @@ unsafe fn q3k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) {
     let mut y = [_mm256_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        let (mut total, mut offsets) = ([_mm256_setzero_si256(); R], [_mm256_setzero_si256(); R]);
+        let mut total = [_mm256_setzero_si256(); R];
         let scales = |g: usize| _mm_loadl_epi64(blk.add(Q3K_SCALES_AT + 16 * g + 8 * half) as *const __m128i);
         for g in 0..16 {
             let z = _mm256_loadu_si256(blk.add(64 * g + 32 * half) as *const __m256i);
@@ -895,29 +932,9 @@ unsafe fn q3k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) {
                 let third = std::ptr::read_unaligned(blk.add(Q3K_MASKS_AT + 32 * g + 8 * c) as *const u64);
                 _mm256_or_si256(low, _mm256_and_si256(bits_to_bytes((third >> (32 * half)) as u32), four))
             });
-            let v = _mm256_cvtepi8_epi32(scales(g));
-            let sc = _mm256_blend_epi16::<0xAA>(v, _mm256_slli_epi32::<16>(v));
-            for r in 0..R {
-                let q = (*x[r].add(b)).qs.as_ptr().add(16 * g) as *const i32;
-                let xq = |c: usize| _mm256_set1_epi32(std::ptr::read_unaligned(q.add(c)));
-                let mut p = _mm256_maddubs_epi16(codes[0], xq(0));
-                for c in 1..4 {
-                    p = _mm256_add_epi16(p, _mm256_maddubs_epi16(codes[c], xq(c)));
-                }
-                total[r] = _mm256_add_epi32(total[r], _mm256_madd_epi16(p, sc));
-            }
+            add_scaled_group::<R, 4>(&mut total, &codes, &x, b, g, scales(g));
         }
-        for g in (0..16).step_by(2) {
-            let sc = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(scales(g), scales(g + 1)));
-            for r in 0..R {
-                let sums = (*x[r].add(b)).bsums.as_ptr().add(g) as *const i32;
-                let pair = _mm256_set1_epi32(std::ptr::read_unaligned(sums));
-                offsets[r] = _mm256_add_epi32(offsets[r], _mm256_madd_epi16(sc, pair));
-            }
-        }
-        for r in 0..R {
-            total[r] = _mm256_sub_epi32(total[r], _mm256_slli_epi32::<2>(offsets[r]));
-        }
+        take_offsets(&mut total, &x, b, scales, 4);
         add_block(&mut y, blk.add(Q3K_SCALES_AT + 256 + 16 * half), &x, b, &total, None);
     }
     store_half(&y, out, ld, cols, half);
