@@ -842,10 +842,32 @@ unsafe fn add_scaled_group<const R: usize, const PER: usize>(
     }
 }
 
-/// `total[r] −= offset · Σ_g sc_g · Σ qₓ(g)` over the 16 groups of block `b`: the
-/// `offset` of unsigned codes (`q + offset`) taken back once per block, from the
-/// activations' per-16 sums (`madd` of two groups' scales, `scales(g)`, against two
-/// sums). `offset` is a power of two.
+/// `Σ_g s_g · Σ qₓ(g)` over the 16 groups of block `b`, per activation row: the
+/// rows' per-group values `group(g)` (8 signed bytes: Q3_K's and Q6_K's scales, for
+/// the offset of their unsigned codes; Q2_K's minimums) against the activations'
+/// per-16 sums, two groups per `madd`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn group_sums<const R: usize>(
+    x: &[*const Q8x256; R],
+    b: usize,
+    group: impl Fn(usize) -> __m128i,
+) -> [__m256i; R] {
+    let mut out = [_mm256_setzero_si256(); R];
+    for g in (0..16).step_by(2) {
+        // Lane j: (row j's value of group g, of group g + 1), against the two sums.
+        let pair = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(group(g), group(g + 1)));
+        for r in 0..R {
+            let sums = (*x[r].add(b)).bsums.as_ptr().add(g) as *const i32;
+            out[r] =
+                _mm256_add_epi32(out[r], _mm256_madd_epi16(pair, _mm256_set1_epi32(std::ptr::read_unaligned(sums))));
+        }
+    }
+    out
+}
+
+/// `total[r] −= offset · Σ_g sc_g · Σ qₓ(g)` ([`group_sums`] of the scales): the
+/// `offset` of unsigned codes (`q + offset`, a power of two) taken back once per block.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn take_offsets<const R: usize>(
@@ -855,20 +877,46 @@ unsafe fn take_offsets<const R: usize>(
     scales: impl Fn(usize) -> __m128i,
     offset: u32,
 ) {
-    let mut offsets = [_mm256_setzero_si256(); R];
-    for g in (0..16).step_by(2) {
-        // Lane j: (sc of group g, of group g + 1) for row j, against the two sums.
-        let sc = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(scales(g), scales(g + 1)));
-        for r in 0..R {
-            let sums = (*x[r].add(b)).bsums.as_ptr().add(g) as *const i32;
-            let pair = _mm256_set1_epi32(std::ptr::read_unaligned(sums));
-            offsets[r] = _mm256_add_epi32(offsets[r], _mm256_madd_epi16(sc, pair));
-        }
-    }
+    let offsets = group_sums(x, b, scales);
     let shift = _mm_cvtsi32_si128(offset.trailing_zeros() as i32);
     for r in 0..R {
         total[r] = _mm256_sub_epi32(total[r], _mm256_sll_epi32(offsets[r], shift));
     }
+}
+
+/// Half `half` (8 weight rows) of a Q2_K tile (layout in [`super::tiles`]) against `R`
+/// activation rows of [`Q8x256`]: per 16-weight group, the 2-bit codes by 4 `maddubs`
+/// summed in 16 bits, `madd` with the rows' 4-bit scales ([`add_scaled_group`]); the
+/// 4-bit minimums against the activations' per-16 sums ([`group_sums`]). The integer
+/// sums equal AVX-512's, and so does the float step.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q2k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) {
+    use super::tiles::Q2K_SCALES_AT;
+    let TileJob { tile, acts, blocks, out, ld, cols, .. } = *job;
+    let bb = Q2K_SCALES_AT + 256 + 64;
+    let m3 = _mm256_set1_epi8(3);
+    let low4 = _mm_set1_epi8(0xF);
+    let x: [*const Q8x256; R] = std::array::from_fn(|r| acts.as_ptr().add(r * blocks));
+    let mut y = [_mm256_setzero_ps(); R];
+    for b in 0..blocks {
+        let blk = tile.as_ptr().add(b * bb);
+        // Group g's 8 bytes `sc | m << 4`.
+        let bytes = |g: usize| _mm_loadl_epi64(blk.add(Q2K_SCALES_AT + 16 * g + 8 * half) as *const __m128i);
+        let mut total = [_mm256_setzero_si256(); R];
+        for g in 0..16 {
+            let z = _mm256_loadu_si256(blk.add(64 * g + 32 * half) as *const __m256i);
+            let codes = [
+                _mm256_and_si256(z, m3),
+                _mm256_and_si256(_mm256_srli_epi16::<2>(z), m3),
+                _mm256_and_si256(_mm256_srli_epi16::<4>(z), m3),
+                _mm256_and_si256(_mm256_srli_epi16::<6>(z), m3),
+            ];
+            add_scaled_group::<R, 4>(&mut total, &codes, &x, b, g, _mm_and_si128(bytes(g), low4));
+        }
+        let mins = group_sums(&x, b, |g| _mm_and_si128(_mm_srli_epi16::<4>(bytes(g)), low4));
+        add_block(&mut y, blk.add(Q2K_SCALES_AT + 256 + 16 * half), &x, b, &total, Some(&mins));
+    }
+    store_half(&y, out, ld, cols, half);
 }
 
 /// Half `half` (8 weight rows) of a Q6_K tile (layout in [`super::tiles`]) against `R`
@@ -984,7 +1032,7 @@ unsafe fn iq4xs_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) 
     store_half(&y, out, ld, cols, half);
 }
 
-/// One tile of a 256-weight type (Q3_K … Q6_K, IQ4_XS; layout in [`super::tiles`]) against
+/// One tile of a 256-weight type (Q2_K … Q6_K, IQ4_XS; layout in [`super::tiles`]) against
 /// the job's 1..=8 activation rows, four at a time, each 8-row half of the tile in turn.
 ///
 /// # Safety
@@ -1010,6 +1058,7 @@ pub unsafe fn tile_rows_256(ty: WeightType, job: &TileJob<Q8x256>) {
         WeightType::Q6K => run!(q6k_tile_kernel; sub, r, half),
         WeightType::IQ4XS => run!(iq4xs_tile_kernel; sub, r, half),
         WeightType::Q3K => run!(q3k_tile_kernel; sub, r, half),
+        WeightType::Q2K => run!(q2k_tile_kernel; sub, r, half),
         _ => panic!("{} has no AVX2 256-weight tile kernel", ty.name()),
     });
 }

@@ -89,15 +89,14 @@ const RELEASE_TILES: usize = 64;
 
 /// Whether the kernels of `isa` run `ty` on tiles: on AVX-512 VNNI every type with a
 /// tiled layout, on AVX2 the 32-weight types (`maddubs`; the signed codes of Q8_0 and
-/// IQ4_NL through the sign trick), IQ4_XS and the k-quants from Q3_K up (Q2_K has an
-/// AVX-512 tile kernel only), on the portable code none.
+/// IQ4_NL through the sign trick), IQ4_XS and the k-quants: every type with a tiled
+/// layout, as on AVX-512; on the portable code none.
 ///
 /// ```
 /// use toolgate::kernels::{tiles::tiled, Isa, WeightType};
 /// assert!(tiled(Isa::Avx512, WeightType::IQ4NL) && tiled(Isa::Avx2, WeightType::IQ4NL));
 /// assert!(tiled(Isa::Avx512, WeightType::IQ4XS) && tiled(Isa::Avx2, WeightType::IQ4XS));
-/// assert!(tiled(Isa::Avx512, WeightType::Q2K) && !tiled(Isa::Avx2, WeightType::Q2K));
-/// assert!(tiled(Isa::Avx2, WeightType::Q3K));
+/// assert!(tiled(Isa::Avx512, WeightType::Q2K) && tiled(Isa::Avx2, WeightType::Q2K));
 /// assert!(tiled(Isa::Avx2, WeightType::Q5_0) && !tiled(Isa::Portable, WeightType::Q5_0));
 /// assert!(tiled(Isa::Avx512, WeightType::Q4K) && tiled(Isa::Avx2, WeightType::Q5K));
 /// assert!(tiled(Isa::Avx2, WeightType::Q6K) && !tiled(Isa::Portable, WeightType::Q6K));
@@ -105,11 +104,7 @@ const RELEASE_TILES: usize = 64;
 /// ```
 pub fn tiled(isa: Isa, ty: WeightType) -> bool {
     match isa {
-        Isa::Avx512 => block_bytes(ty).is_some(),
-        Isa::Avx2 => match ty.block_len() {
-            32 => block_bytes(ty).is_some(),
-            _ => block_bytes(ty).is_some() && ty != WeightType::Q2K,
-        },
+        Isa::Avx512 | Isa::Avx2 => block_bytes(ty).is_some(),
         Isa::Portable => false,
     }
 }
@@ -465,7 +460,7 @@ impl TileActs for Q8x32 {
     }
 }
 
-/// The 256-weight types' (on AVX2 all but Q2_K: [`tiled`]).
+/// The 256-weight types'.
 #[cfg(target_arch = "x86_64")]
 impl TileActs for Q8x256 {
     fn kernel(isa: Isa) -> TileKernel<Self> {

@@ -501,7 +501,7 @@ fn tiles_give_the_same_bits_on_avx2_and_avx512() {
         }
         compared.push(ty.name());
     }
-    for ty in ["q4_0", "q8_0", "iq4_nl", "iq4_xs", "q3_K", "q4_K", "q5_K", "q6_K"] {
+    for ty in ["q4_0", "q8_0", "iq4_nl", "iq4_xs", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K"] {
         assert!(compared.contains(&ty), "{ty} is not tiled on both (compared: {compared:?})");
     }
 }
