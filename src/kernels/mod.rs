@@ -45,6 +45,7 @@ pub mod formats;
 pub mod glu;
 mod matmul;
 mod pool;
+pub mod rows;
 pub mod scalar;
 pub mod tiles;
 

@@ -22,6 +22,7 @@ use super::attention::{attend, soft_cap};
 use super::config::{Hyperparams, Yarn};
 use super::kv_cache::KvCache;
 use super::qlinear::QLinear;
+use super::rowwise::{rms_norm, rope};
 use crate::gguf::GgufFile;
 use crate::kernels::attention::AttentionShape;
 use crate::{Error, Result};
@@ -726,7 +727,7 @@ impl Decoder {
 
     /// Final norm and output head: `(1, n, n_embd)` → logits `(n, vocab)`.
     fn head(&self, x: &Tensor) -> Result<Tensor> {
-        let x = candle_nn::ops::rms_norm(x, &self.output_norm, self.hp.rms_eps)?;
+        let x = rms_norm(x, &self.output_norm, self.hp.rms_eps)?;
         let logits = self.output.forward(&x)?.squeeze(0)?;
         let logits = match self.hp.scales.logit_divisor {
             Some(s) => (logits / s as f64)?,
@@ -754,7 +755,7 @@ impl Decoder {
         let (_, t, _) = x.dims3()?;
         let layer = &mut self.layers[li];
         let h = match &layer.attn_norm {
-            Some(w) => candle_nn::ops::rms_norm(x, w, hp.rms_eps)?,
+            Some(w) => rms_norm(x, w, hp.rms_eps)?,
             None => x.clone(),
         };
         let (q, k, v) = match &layer.qkv {
@@ -769,7 +770,7 @@ impl Decoder {
         };
         let norm = |x: Tensor, w: &Option<Tensor>| -> Result<Tensor> {
             Ok(match w {
-                Some(w) => candle_nn::ops::rms_norm(&x.contiguous()?, w, hp.rms_eps)?,
+                Some(w) => rms_norm(&x.contiguous()?, w, hp.rms_eps)?,
                 None => x,
             })
         };
@@ -804,7 +805,7 @@ impl Decoder {
         };
         let mut o = layer.attn_out.forward(&o)?;
         if let Some(w) = &layer.post_attn_norm {
-            o = candle_nn::ops::rms_norm(&o, w, hp.rms_eps)?;
+            o = rms_norm(&o, w, hp.rms_eps)?;
         }
         if let Some(s) = hp.scales.residual {
             o = (o * s as f64)?;
@@ -812,12 +813,12 @@ impl Decoder {
         let x = (x + o)?;
 
         let h = match &layer.ffn_norm {
-            Some(w) => candle_nn::ops::rms_norm(&x, w, hp.rms_eps)?,
+            Some(w) => rms_norm(&x, w, hp.rms_eps)?,
             None => x.clone(),
         };
         let mut f = ffn_forward(&layer.ffn, self.spec.activation, &h)?;
         if let Some(w) = &layer.post_ffn_norm {
-            f = candle_nn::ops::rms_norm(&f, w, hp.rms_eps)?;
+            f = rms_norm(&f, w, hp.rms_eps)?;
         }
         if let Some(s) = hp.scales.residual {
             f = (f * s as f64)?;
@@ -1032,12 +1033,7 @@ fn rope_table(
 
 fn apply_rope(x: &Tensor, (cos, sin): &(Tensor, Tensor), rope_dim: usize, style: RopeStyle) -> Result<Tensor> {
     let (_, _, _, d) = x.dims4()?;
-    let rot = |x: &Tensor| -> Result<Tensor> {
-        Ok(match style {
-            RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(x, cos, sin)?,
-            RopeStyle::Halves => candle_nn::rotary_emb::rope(x, cos, sin)?,
-        })
-    };
+    let rot = |x: &Tensor| rope(x, cos, sin, style);
     if rope_dim == d {
         return rot(x);
     }

@@ -20,6 +20,7 @@ pub mod config;
 pub mod decoder;
 pub mod kv_cache;
 pub mod qlinear;
+mod rowwise;
 
 use candle_core::Device;
 

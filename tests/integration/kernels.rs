@@ -647,3 +647,42 @@ fn rows_are_computed_the_same_whatever_the_row_count() {
     let floor = 6 * Isa::available().len();
     assert!(checked >= floor, "only {checked} type/ISA pairs are row-count invariant (at least {floor} expected)");
 }
+
+/// `kernels::rows` (RMS norm and RoPE on the kernels' pool) gives candle-nn's bits:
+/// rows of odd widths, a prefill's worth of rows (candle-nn then runs on rayon) and a
+/// single one, RoPE in both pair styles.
+#[test]
+fn row_steps_equal_candle_nn_bit_for_bit() {
+    let dev = Device::Cpu;
+    let same = |a: &[f32], b: &[f32]| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+    for (rows, n) in [(1usize, 576usize), (121, 576), (300, 80), (7, 33)] {
+        let x = Tensor::randn(0f32, 1.0, (rows, n), &dev).unwrap();
+        let w = Tensor::randn(0f32, 1.0, n, &dev).unwrap();
+        let want: Vec<f32> = candle_nn::ops::rms_norm(&x, &w, 1e-6).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        let mut got = vec![0f32; rows * n];
+        let xs: Vec<f32> = x.flatten_all().unwrap().to_vec1().unwrap();
+        toolgate::kernels::rows::rms_norm(&xs, &w.to_vec1::<f32>().unwrap(), 1e-6, &mut got).unwrap();
+        assert!(same(&got, &want), "rms_norm of {rows} rows of {n} differs from candle-nn's");
+    }
+    for (heads, t, d) in [(9usize, 121usize, 64usize), (2, 1, 128), (14, 37, 64), (3, 5, 6)] {
+        let x = Tensor::randn(0f32, 1.0, (1, heads, t, d), &dev).unwrap();
+        let cos = Tensor::randn(0f32, 1.0, (t, d / 2), &dev).unwrap();
+        let sin = Tensor::randn(0f32, 1.0, (t, d / 2), &dev).unwrap();
+        let xs: Vec<f32> = x.flatten_all().unwrap().to_vec1().unwrap();
+        let (c, s): (Vec<f32>, Vec<f32>) =
+            (cos.flatten_all().unwrap().to_vec1().unwrap(), sin.flatten_all().unwrap().to_vec1().unwrap());
+        for interleaved in [false, true] {
+            let want = match interleaved {
+                false => candle_nn::rotary_emb::rope(&x, &cos, &sin).unwrap(),
+                true => candle_nn::rotary_emb::rope_i(&x, &cos, &sin).unwrap(),
+            };
+            let want: Vec<f32> = want.flatten_all().unwrap().to_vec1().unwrap();
+            let mut got = vec![0f32; xs.len()];
+            toolgate::kernels::rows::rope(&xs, &c, &s, t, d, interleaved, &mut got).unwrap();
+            assert!(same(&got, &want), "rope ({heads}, {t}, {d}), interleaved {interleaved}, differs from candle-nn's");
+        }
+    }
+    let mut out = [0f32; 3];
+    assert!(toolgate::kernels::rows::rms_norm(&[1.0; 3], &[1.0, 1.0], 0.0, &mut out).is_err());
+    assert!(toolgate::kernels::rows::rope(&[1.0; 3], &[1.0], &[1.0], 1, 3, false, &mut out).is_err());
+}
