@@ -86,10 +86,16 @@ fn code_sum(a: &Q8x32) -> i32 {
 }
 
 /// Quantize each `k`-wide row of `x` into its `blocks` blocks of `acts`.
-fn quantize_rows<A>(x: &[f32], k: usize, blocks: usize, acts: &mut [A], quantize: dispatch::QuantFn<A>) {
-    for (xr, ar) in x.chunks_exact(k).zip(acts.chunks_exact_mut(blocks)) {
-        quantize(xr, ar);
-    }
+fn quantize_rows<A: Send>(x: &[f32], k: usize, blocks: usize, acts: &mut [A], quantize: dispatch::QuantFn<A>) {
+    // Rows in parallel: each row's blocks are its own, so the bits do not depend on the
+    // split (a prefill on many cores spent its time here on one thread).
+    let per = super::pool::rows_per_task(x.len() / k);
+    super::pool::for_each_chunk(acts, per * blocks, |task, acts| {
+        let x = &x[task * per * k..];
+        for (xr, ar) in x.chunks_exact(k).zip(acts.chunks_exact_mut(blocks)) {
+            quantize(xr, ar);
+        }
+    });
 }
 
 thread_local! {

@@ -10,6 +10,14 @@ pub(super) fn threads() -> usize {
     candle_core::utils::barrier_pool().n_workers() + 1
 }
 
+/// Rows per task for `rows` independent rows of a few microseconds' work each (a
+/// prefill's norms, RoPE, activation quantization): about two tasks per thread, at
+/// least 8 rows each (below that, waking the pool costs more than it saves; a decode
+/// step's single row stays on the calling thread).
+pub(super) fn rows_per_task(rows: usize) -> usize {
+    rows.div_ceil(2 * threads()).max(8)
+}
+
 /// Run `f(i, chunk_i)` over the `len`-long chunks of `out` (the last may be shorter),
 /// spread over the pool's threads as [`for_each_task`] spreads tasks (inline when there
 /// is a single chunk). Allocates nothing: each task reborrows its own disjoint chunk.

@@ -8,17 +8,8 @@
 //! `BENCHMARKS.md`, thread scaling). These functions do candle-nn's arithmetic in its
 //! order, so the results are the same bits, split over [`super::pool`].
 
-use super::pool::{for_each_chunk, threads};
+use super::pool::{for_each_chunk, rows_per_task};
 use crate::{Error, Result};
-
-/// Rows per task at least: below this a call's work is a few microseconds, less than
-/// waking the pool.
-const MIN_ROWS_PER_TASK: usize = 8;
-
-/// Rows (of `width` values) per task for `rows` rows: about two tasks per thread.
-fn rows_per_task(rows: usize) -> usize {
-    rows.div_ceil(2 * threads()).max(MIN_ROWS_PER_TASK)
-}
 
 /// `out_r = x_r / √(mean(x_r²) + eps) ⊙ w` for each row `x_r` of `x` (rows of
 /// `w.len()` values), as candle-nn's `rms_norm` computes it: the squares summed in
@@ -81,7 +72,7 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) -> Result<()> {
 #[allow(clippy::too_many_arguments)]
 pub fn rope(x: &[f32], cos: &[f32], sin: &[f32], t: usize, d: usize, interleaved: bool, out: &mut [f32]) -> Result<()> {
     let head = t * d;
-    if d == 0 || d % 2 != 0 || head == 0 || !x.len().is_multiple_of(head) {
+    if d == 0 || !d.is_multiple_of(2) || head == 0 || !x.len().is_multiple_of(head) {
         return Err(Error::InvalidParameter {
             name: "rope",
             reason: format!("{} values as heads of ({t}, {d})", x.len()),
