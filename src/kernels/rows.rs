@@ -11,6 +11,19 @@
 use super::pool::{for_each_chunk, rows_per_task};
 use crate::{Error, Result};
 
+/// Values below which a call stays on the calling thread: a decode step's norm or
+/// RoPE (one row, a few heads) is a microsecond of work, less than waking the pool.
+const MIN_PARALLEL: usize = 1 << 14;
+
+/// Rows per task for `rows` rows of `len` values in all.
+fn split(rows: usize, len: usize) -> usize {
+    if len < MIN_PARALLEL {
+        rows.max(1)
+    } else {
+        rows_per_task(rows)
+    }
+}
+
 /// `out_r = x_r / √(mean(x_r²) + eps) ⊙ w` for each row `x_r` of `x` (rows of
 /// `w.len()` values), as candle-nn's `rms_norm` computes it: the squares summed in
 /// f32, left to right.
@@ -37,7 +50,7 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) -> Result<()> {
             reason: format!("{} values into {} for rows of {n}", x.len(), out.len()),
         });
     }
-    let per = rows_per_task(x.len() / n);
+    let per = split(x.len() / n, x.len());
     for_each_chunk(out, per * n, |task, out| {
         let x = &x[task * per * n..task * per * n + out.len()];
         for (xr, or) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
@@ -84,7 +97,7 @@ pub fn rope(x: &[f32], cos: &[f32], sin: &[f32], t: usize, d: usize, interleaved
             reason: format!("cos {}, sin {}, output {} for heads of ({t}, {d})", cos.len(), sin.len(), out.len()),
         });
     }
-    let per = rows_per_task(x.len() / head);
+    let per = split(x.len() / head, x.len());
     let half = d / 2;
     for_each_chunk(out, per * head, |task, out| {
         let x = &x[task * per * head..task * per * head + out.len()];
