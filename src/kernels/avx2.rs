@@ -8,6 +8,11 @@
 //! the sign trick for the signed codes of `Q8_0` and the table types IQ4_NL, IQ4_XS and
 //! MXFP4, whose nibbles are looked up with `pshufb`), then `madd` into i32 and one FMA per block and row.
 //!
+//! The tile kernels ([`tile_rows`] for the 32-weight types, [`tile_rows_256`] for
+//! IQ4_XS and the k-quants) run the 16-row tiles of [`super::tiles`] as two 8-row
+//! halves; their integer sums and float steps equal the AVX-512 kernels', so an output
+//! has the same bits on either instruction set.
+//!
 //! # Safety
 //! Every function here requires the CPU to support `avx2`, `fma` and `f16c`; the
 //! dispatcher checks that once. Slice lengths are checked by the safe wrappers at the
