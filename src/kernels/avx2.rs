@@ -747,14 +747,22 @@ unsafe fn add_block<const R: usize>(
     }
 }
 
-/// 8 rows' unsigned byte values at `at` as `i16` pairs, each lane the row's value
-/// twice: `madd` with it multiplies both 16-bit partial sums of a lane by the row's
-/// scale (or minimum) and adds them.
+/// 8 rows' signed byte values (the low 8 bytes of `bytes`) as `i16` pairs, each lane
+/// the row's value twice: `madd` with it multiplies both 16-bit partial sums of a lane
+/// by the row's scale (or minimum) and adds them. Unsigned values below 128 (the
+/// k-quants' 4- and 6-bit scales and minimums) read the same.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn twice_u8(at: *const u8) -> __m256i {
-    let v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(at as *const __m128i));
-    _mm256_or_si256(v, _mm256_slli_epi32::<16>(v))
+unsafe fn twice(bytes: __m128i) -> __m256i {
+    let v = _mm256_cvtepi8_epi32(bytes);
+    _mm256_blend_epi16::<0xAA>(v, _mm256_slli_epi32::<16>(v))
+}
+
+/// The 8 bytes at `at` (one half's per-row values) for [`twice`].
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn bytes8(at: *const u8) -> __m128i {
+    _mm_loadl_epi64(at as *const __m128i)
 }
 
 /// Half `half` (8 weight rows) of a Q4_K or Q5_K tile (layout in [`super::tiles`])
@@ -791,7 +799,7 @@ unsafe fn q45k_tile_kernel<const Q5: bool, const R: usize>(job: &TileJob<Q8x256>
                     c
                 }
             });
-            let sc = twice_u8(blk.add(scales_at + 16 * s + 8 * half));
+            let sc = twice(bytes8(blk.add(scales_at + 16 * s + 8 * half)));
             for r in 0..R {
                 let q = (*x[r].add(b)).qs.as_ptr().add(32 * s) as *const i32;
                 let xq = |v: usize| _mm256_set1_epi32(std::ptr::read_unaligned(q.add(v)));
@@ -805,7 +813,7 @@ unsafe fn q45k_tile_kernel<const Q5: bool, const R: usize>(job: &TileJob<Q8x256>
             }
         }
         for s in 0..8 {
-            let m = twice_u8(blk.add(scales_at + 128 + 16 * s + 8 * half));
+            let m = twice(bytes8(blk.add(scales_at + 128 + 16 * s + 8 * half)));
             for r in 0..R {
                 let sums = (*x[r].add(b)).bsums.as_ptr().add(2 * s) as *const i32;
                 let pair = _mm256_set1_epi32(std::ptr::read_unaligned(sums));
@@ -832,8 +840,7 @@ unsafe fn add_scaled_group<const R: usize, const PER: usize>(
     g: usize,
     scales: __m128i,
 ) {
-    let v = _mm256_cvtepi8_epi32(scales);
-    let sc = _mm256_blend_epi16::<0xAA>(v, _mm256_slli_epi32::<16>(v));
+    let sc = twice(scales);
     for r in 0..R {
         let q = (*x[r].add(b)).qs.as_ptr().add(16 * g) as *const i32;
         let xq = |c: usize| _mm256_set1_epi32(std::ptr::read_unaligned(q.add(c)));
@@ -906,7 +913,7 @@ unsafe fn q2k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) {
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
         // Group g's 8 bytes `sc | m << 4`.
-        let bytes = |g: usize| _mm_loadl_epi64(blk.add(Q2K_SCALES_AT + 16 * g + 8 * half) as *const __m128i);
+        let bytes = |g: usize| bytes8(blk.add(Q2K_SCALES_AT + 16 * g + 8 * half));
         let mut total = [_mm256_setzero_si256(); R];
         for g in 0..16 {
             let z = _mm256_loadu_si256(blk.add(64 * g + 32 * half) as *const __m256i);
@@ -942,7 +949,7 @@ unsafe fn q6k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) {
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
         let mut total = [_mm256_setzero_si256(); R];
-        let scales = |g: usize| _mm_loadl_epi64(blk.add(Q6K_SCALES_AT + 16 * g + 8 * half) as *const __m128i);
+        let scales = |g: usize| bytes8(blk.add(Q6K_SCALES_AT + 16 * g + 8 * half));
         for g in 0..16 {
             let high = _mm256_loadu_si256(blk.add(Q6K_HIGH_AT + 64 * g + 32 * half) as *const __m256i);
             // Code vector c's high bits (bits 2c, 2c + 1 of each byte) moved to 4, 5.
@@ -977,7 +984,7 @@ unsafe fn q3k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) {
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
         let mut total = [_mm256_setzero_si256(); R];
-        let scales = |g: usize| _mm_loadl_epi64(blk.add(Q3K_SCALES_AT + 16 * g + 8 * half) as *const __m128i);
+        let scales = |g: usize| bytes8(blk.add(Q3K_SCALES_AT + 16 * g + 8 * half));
         for g in 0..16 {
             let z = _mm256_loadu_si256(blk.add(64 * g + 32 * half) as *const __m256i);
             let codes: [__m256i; 4] = std::array::from_fn(|c| {
@@ -1019,10 +1026,7 @@ unsafe fn iq4xs_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) 
                 codes[v + 4] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16::<4>(z), m4));
             }
             let abs: [__m256i; 8] = std::array::from_fn(|c| _mm256_abs_epi8(codes[c]));
-            // The rows' signed scales, each twice in a lane.
-            let v =
-                _mm256_cvtepi8_epi32(_mm_loadl_epi64(blk.add(IQ4XS_SCALES_AT + 16 * s + 8 * half) as *const __m128i));
-            let ls = _mm256_blend_epi16::<0xAA>(v, _mm256_slli_epi32::<16>(v));
+            let ls = twice(bytes8(blk.add(IQ4XS_SCALES_AT + 16 * s + 8 * half)));
             for r in 0..R {
                 let q = (*x[r].add(b)).qs.as_ptr().add(32 * s) as *const i32;
                 for c in 0..8 {

@@ -82,7 +82,6 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) -> Result<()> {
 /// assert_eq!(out, [-3.0, -4.0, 1.0, 2.0]);
 /// # Ok::<(), toolgate::Error>(())
 /// ```
-#[allow(clippy::too_many_arguments)]
 pub fn rope(x: &[f32], cos: &[f32], sin: &[f32], t: usize, d: usize, interleaved: bool, out: &mut [f32]) -> Result<()> {
     let head = t * d;
     if d == 0 || !d.is_multiple_of(2) || head == 0 || !x.len().is_multiple_of(head) {

@@ -203,7 +203,7 @@ impl Tiles {
             }
             w.release_rows(first * TILE_ROWS..((first + RELEASE_TILES) * TILE_ROWS).min(n));
         });
-        Some(Arc::new(Tiles { ty, blocks, count: tiles, tile_len: blocks * bb, bytes, start }))
+        Some(Arc::new(Tiles { ty, blocks, count: tiles, tile_len, bytes, start }))
     }
 
     /// Bytes of tile `t` (all its blocks).
