@@ -1,12 +1,12 @@
-//! GGUF vocabulary → [`tokenizers::Tokenizer`], special tokens and per-token bytes.
+//! GGUF vocabulary → encoder, special tokens and per-token bytes.
 //!
 //! Two vocabulary kinds are supported, selected by `tokenizer.ggml.model`:
 //!
-//! * `gpt2`: byte-level BPE with merges; the pre-tokenizer regexes are chosen by
-//!   `tokenizer.ggml.pre` (see [`pretokenize`]).
-//! * `llama`: SentencePiece BPE with scores and byte fallback (Gemma, Llama 2, Mistral).
-//!   The merge table is derived from the scores: every pair of pieces whose
-//!   concatenation is a piece, ranked by that piece's score.
+//! * `gpt2`: byte-level BPE with merges, run by a [`tokenizers::Tokenizer`]; the
+//!   pre-tokenizer regexes are chosen by `tokenizer.ggml.pre` (see [`pretokenize`]).
+//! * `llama`: SentencePiece BPE with scores and byte fallback (Gemma, Llama 2, Mistral),
+//!   encoded here (`spm.rs`): the highest-scoring adjacent pair that spells a piece is
+//!   merged first, with no merge table.
 //!
 //! Special tokens are handled here, not inside the `tokenizers` model, so the caller
 //! decides whether a string may produce them: [`Tokenizer::encode`] with
@@ -26,16 +26,12 @@
 //! ```
 
 pub mod pretokenize;
+mod spm;
 
 use std::collections::HashMap;
 
-use tokenizers::decoders::byte_fallback::ByteFallback;
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
-use tokenizers::decoders::fuse::Fuse;
-use tokenizers::decoders::sequence::Sequence as DecoderSequence;
-use tokenizers::decoders::DecoderWrapper;
 use tokenizers::models::bpe::BPE;
-use tokenizers::normalizers::replace::Replace;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
@@ -115,18 +111,19 @@ impl EncodeOptions {
 
 /// A tokenizer built from GGUF metadata.
 ///
-/// Holds a text-only [`tokenizers::Tokenizer`] (no added tokens), the token table
-/// with kinds, each token's bytes, and the special ids.
+/// Holds the text encoder (a text-only [`tokenizers::Tokenizer`] for byte-level BPE,
+/// toolgate's own for SentencePiece), the token table with kinds, each token's bytes,
+/// and the special ids.
 #[derive(Clone)]
 pub struct Tokenizer {
-    hf: tokenizers::Tokenizer,
+    encoder: Encoder,
     kind: VocabKind,
     tokens: Vec<String>,
     kinds: Vec<TokenKind>,
     bytes: Vec<Vec<u8>>,
-    /// Token ids sorted by text, then id: [`Tokenizer::token_id`] by binary search (4
-    /// bytes a token, where a `HashMap<String, u32>` took 12 MiB for 262k tokens).
-    by_text: Vec<u32>,
+    /// Token ids by text ([`Tokenizer::token_id`], SentencePiece merges): 2 slots of 4
+    /// bytes a token, where a `HashMap<String, u32>` took 12 MiB for 262k tokens.
+    index: spm::PieceIndex,
     /// Control/unknown/user-defined token ids, longest text first.
     partition: Vec<u32>,
     bos: Option<u32>,
@@ -135,6 +132,15 @@ pub struct Tokenizer {
     fim: Option<FimTokens>,
     add_bos: bool,
     add_space_prefix: bool,
+}
+
+/// The algorithm that turns text (with no special token in it) into ids.
+#[derive(Clone)]
+enum Encoder {
+    /// Byte-level BPE, text-only (no added tokens).
+    Gpt2(Box<tokenizers::Tokenizer>),
+    /// SentencePiece BPE over the token table.
+    SentencePiece(spm::SentencePiece),
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -201,8 +207,8 @@ pub struct FimTokens {
 impl Tokenizer {
     /// Build the tokenizer described by a GGUF file's `tokenizer.ggml.*` metadata.
     ///
-    /// Cost: linear in the vocabulary; for a SentencePiece vocabulary the merge table
-    /// is derived from all splits of every piece (about a second for 262k pieces).
+    /// Cost: linear in the vocabulary, plus the merge table of a byte-level BPE
+    /// vocabulary; memory about 40 bytes a token besides the texts.
     ///
     /// # Errors
     /// [`Error::Metadata`] for missing/mistyped keys; [`Error::Tokenizer`] for an
@@ -236,22 +242,22 @@ impl Tokenizer {
         let unk = id_of("tokenizer.ggml.unknown_token_id")?;
         let add_space_prefix = gguf.opt_bool("tokenizer.ggml.add_space_prefix")?;
 
-        let (hf, kind, bytes, add_bos_default, add_space_prefix) = match model.as_str() {
+        let (encoder, kind, bytes, add_bos_default, add_space_prefix) = match model.as_str() {
             "gpt2" => {
                 let pre = gguf.opt_string("tokenizer.ggml.pre")?.unwrap_or("default").to_string();
                 let merges = gguf.string_array("tokenizer.ggml.merges")?;
                 let hf = build_gpt2(&tokens, &merges, &pre)?;
                 let bytes = gpt2_token_bytes(&tokens, &kinds);
-                (hf, VocabKind::BytePairGpt2 { pre }, bytes, false, false)
+                (Encoder::Gpt2(Box::new(hf)), VocabKind::BytePairGpt2 { pre }, bytes, false, false)
             }
             "llama" => {
                 let scores = match gguf.get("tokenizer.ggml.scores") {
                     Some(_) => gguf.f32_array("tokenizer.ggml.scores")?,
                     None => vec![0.0; tokens.len()],
                 };
-                let hf = build_spm(&tokens, &scores, &kinds, unk)?;
+                let spm = spm::SentencePiece::new(&tokens, &kinds, scores, unk)?;
                 let bytes = spm_token_bytes(&tokens, &kinds);
-                (hf, VocabKind::SentencePiece, bytes, true, add_space_prefix.unwrap_or(true))
+                (Encoder::SentencePiece(spm), VocabKind::SentencePiece, bytes, true, add_space_prefix.unwrap_or(true))
             }
             other => {
                 return Err(Error::Tokenizer(format!(
@@ -261,19 +267,7 @@ impl Tokenizer {
         };
         let add_bos = gguf.opt_bool("tokenizer.ggml.add_bos_token")?.unwrap_or(add_bos_default) && bos.is_some();
 
-        // Sorted on each text's first 8 bytes as one integer, the whole text only on a
-        // tie: the same order as comparing texts, about 4× faster on 262k tokens.
-        let head = |t: &str| {
-            let mut k = [0u8; 8];
-            let n = t.len().min(8);
-            k[..n].copy_from_slice(&t.as_bytes()[..n]);
-            u64::from_be_bytes(k)
-        };
-        let mut keyed: Vec<(u64, u32)> = tokens.iter().enumerate().map(|(i, t)| (head(t), i as u32)).collect();
-        keyed.sort_unstable_by(|a, b| {
-            a.0.cmp(&b.0).then_with(|| tokens[a.1 as usize].cmp(&tokens[b.1 as usize])).then(a.1.cmp(&b.1))
-        });
-        let by_text: Vec<u32> = keyed.into_iter().map(|(_, id)| id).collect();
+        let index = spm::PieceIndex::new(&tokens);
         let mut partition: Vec<u32> = (0..tokens.len() as u32)
             .filter(|&i| {
                 let k = kinds[i as usize];
@@ -292,7 +286,7 @@ impl Tokenizer {
             }
         }
         for name in EOG_NAMES {
-            if let Some(id) = find_by_text(&by_text, &tokens, name) {
+            if let Some(id) = index.get(&tokens, name.as_bytes()) {
                 if kinds[id as usize] == TokenKind::Control && !eog.contains(&id) {
                     eog.push(id);
                 }
@@ -303,11 +297,25 @@ impl Tokenizer {
         let fim = match keyed_fim {
             [Ok(Some(prefix)), Ok(Some(suffix)), Ok(Some(middle))] => Some(FimTokens { prefix, suffix, middle }),
             _ => FIM_NAMES.iter().find_map(|(p, s, m)| {
-                let id = |t: &str| find_by_text(&by_text, &tokens, t);
+                let id = |t: &str| index.get(&tokens, t.as_bytes());
                 Some(FimTokens { prefix: id(p)?, suffix: id(s)?, middle: id(m)? })
             }),
         };
-        Ok(Self { hf, kind, tokens, kinds, bytes, by_text, partition, bos, eos, eog, fim, add_bos, add_space_prefix })
+        Ok(Self {
+            encoder,
+            kind,
+            tokens,
+            kinds,
+            bytes,
+            index,
+            partition,
+            bos,
+            eos,
+            eog,
+            fim,
+            add_bos,
+            add_space_prefix,
+        })
     }
 
     /// Encode a string.
@@ -334,12 +342,11 @@ impl Tokenizer {
                     prev_special = true;
                 }
                 Fragment::Text(s) => {
-                    let enc = if self.kind == VocabKind::SentencePiece && self.add_space_prefix && prev_special {
-                        self.encode_plain(&format!(" {s}"))?
+                    if self.kind == VocabKind::SentencePiece && self.add_space_prefix && prev_special {
+                        self.encode_plain(&format!(" {s}"), &mut out)?
                     } else {
-                        self.encode_plain(s)?
+                        self.encode_plain(s, &mut out)?
                     };
-                    out.extend(enc);
                     prev_special = false;
                 }
             }
@@ -409,12 +416,19 @@ impl Tokenizer {
         self.encode(text, EncodeOptions { add_bos: self.add_bos, parse_special })
     }
 
-    fn encode_plain(&self, text: &str) -> Result<Vec<u32>> {
+    /// Encode text with no special token in it, appending to `out`.
+    fn encode_plain(&self, text: &str, out: &mut Vec<u32>) -> Result<()> {
         if text.is_empty() {
-            return Ok(Vec::new());
+            return Ok(());
         }
-        let enc = self.hf.encode(text, false).map_err(|e| Error::Tokenizer(e.to_string()))?;
-        Ok(enc.get_ids().to_vec())
+        match &self.encoder {
+            Encoder::Gpt2(hf) => {
+                let enc = hf.encode(text, false).map_err(|e| Error::Tokenizer(e.to_string()))?;
+                out.extend_from_slice(enc.get_ids());
+                Ok(())
+            }
+            Encoder::SentencePiece(spm) => spm.encode(text, &self.tokens, &self.kinds, &self.index, out),
+        }
     }
 
     fn partition_specials<'a>(&self, text: &'a str, parse_special: bool) -> Vec<Fragment<'a>> {
@@ -499,7 +513,7 @@ impl Tokenizer {
 
     /// The id of a vocabulary string, if present.
     pub fn token_id(&self, piece: &str) -> Option<u32> {
-        find_by_text(&self.by_text, &self.tokens, piece)
+        self.index.get(&self.tokens, piece.as_bytes())
     }
 
     /// The kind of a token.
@@ -549,9 +563,14 @@ impl Tokenizer {
         id.and_then(|i| self.token_str(i)).unwrap_or("")
     }
 
-    /// The inner text-only `tokenizers::Tokenizer` (no special tokens registered).
-    pub fn hf(&self) -> &tokenizers::Tokenizer {
-        &self.hf
+    /// The inner text-only `tokenizers::Tokenizer` (no special tokens registered) of
+    /// a byte-level BPE vocabulary; `None` for SentencePiece, which toolgate encodes
+    /// itself.
+    pub fn hf(&self) -> Option<&tokenizers::Tokenizer> {
+        match &self.encoder {
+            Encoder::Gpt2(hf) => Some(hf),
+            Encoder::SentencePiece(_) => None,
+        }
     }
 
     /// A streaming detokenizer over this vocabulary.
@@ -623,60 +642,6 @@ fn build_gpt2(tokens: &[String], merges: &[String], pre: &str) -> Result<tokeniz
     let mut tk = tokenizers::Tokenizer::new(bpe);
     tk.with_pre_tokenizer(Some(Sequence::new(steps)));
     tk.with_decoder(Some(ByteLevelDecoder::new(false, false, false)));
-    Ok(tk)
-}
-
-/// The lowest id whose text is `piece`, in `by_text` (ids sorted by text, then id).
-fn find_by_text(by_text: &[u32], tokens: &[String], piece: &str) -> Option<u32> {
-    let i = by_text.partition_point(|&id| tokens[id as usize].as_str() < piece);
-    by_text.get(i).copied().filter(|&id| tokens[id as usize] == piece)
-}
-
-fn build_spm(
-    tokens: &[String],
-    scores: &[f32],
-    kinds: &[TokenKind],
-    unk: Option<u32>,
-) -> Result<tokenizers::Tokenizer> {
-    if scores.len() != tokens.len() {
-        return Err(Error::Tokenizer(format!("{} scores for {} tokens", scores.len(), tokens.len())));
-    }
-    let vocab: tokenizers::models::bpe::Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
-    // Pieces that may be the result of a merge: text pieces only, so user text can
-    // never merge into a control token.
-    let mergeable = |id: u32| matches!(kinds[id as usize], TokenKind::Normal | TokenKind::UserDefined);
-    let mut merges: Vec<(f32, u32, String, String)> = Vec::new();
-    for (id, piece) in tokens.iter().enumerate() {
-        let id = id as u32;
-        if !mergeable(id) || piece.chars().nth(1).is_none() {
-            continue;
-        }
-        for (split, _) in piece.char_indices().skip(1) {
-            let (a, b) = piece.split_at(split);
-            if let (Some(&ia), Some(&ib)) = (vocab.get(a), vocab.get(b)) {
-                if mergeable(ia) && mergeable(ib) {
-                    merges.push((scores[id as usize], id, a.to_string(), b.to_string()));
-                }
-            }
-        }
-    }
-    // Highest score first; equal scores by id, as SentencePiece ranks pieces.
-    merges.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1)));
-    let merges: Vec<(String, String)> = merges.into_iter().map(|(_, _, a, b)| (a, b)).collect();
-    let mut builder = BPE::builder().vocab_and_merges(vocab, merges).byte_fallback(true);
-    if let Some(u) = unk {
-        builder = builder.unk_token(tokens[u as usize].clone());
-    }
-    let bpe = builder.build().map_err(|e| Error::Tokenizer(format!("building SentencePiece BPE: {e}")))?;
-    let mut tk = tokenizers::Tokenizer::new(bpe);
-    tk.with_normalizer(Some(Replace::new(" ", "\u{2581}").map_err(|e| Error::Tokenizer(e.to_string()))?))
-        .map_err(|e| Error::Tokenizer(e.to_string()))?;
-    let decoder = DecoderSequence::new(vec![
-        DecoderWrapper::Replace(Replace::new("\u{2581}", " ").map_err(|e| Error::Tokenizer(e.to_string()))?),
-        DecoderWrapper::ByteFallback(ByteFallback::new()),
-        DecoderWrapper::Fuse(Fuse::new()),
-    ]);
-    tk.with_decoder(Some(decoder));
     Ok(tk)
 }
 

@@ -3,7 +3,7 @@
 use crate::common;
 
 use toolgate::gguf::GgufFile;
-use toolgate::tokenizer::{EncodeOptions, Tokenizer};
+use toolgate::tokenizer::{EncodeOptions, Tokenizer, VocabKind};
 
 fn ids(v: &serde_json::Value) -> Vec<u32> {
     v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
@@ -32,8 +32,12 @@ fn check(model_file: &str, fixture: &str) {
         if got_text != want_text {
             failures.push(format!("text {text:?}\n  want {want_text:?}\n  got  {got_text:?}"));
         }
-        // Round trip: decoding text-mode ids gives the input back.
-        assert_eq!(tok.decode(&got_text, false), text, "round trip of {text:?}");
+        // Round trip: decoding text-mode ids gives the input back (except U+2581, which a
+        // SentencePiece vocabulary spells its space with).
+        let sentencepiece = *tok.kind() == VocabKind::SentencePiece;
+        if !(sentencepiece && text.contains('\u{2581}')) {
+            assert_eq!(tok.decode(&got_text, false), text, "round trip of {text:?}");
+        }
     }
     assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
 }
@@ -41,11 +45,16 @@ fn check(model_file: &str, fixture: &str) {
 #[test]
 fn smollm2_tokenization_matches_llama_cpp() {
     check(common::SMOLLM2, "smollm2.tokens.json");
+    check(common::SMOLLM2, "smollm2.tokens-random.json");
 }
 
+/// Gemma's SentencePiece vocabulary is encoded by toolgate's own merger (no merge
+/// table): the hand-written cases and 300 seeded random strings (space runs, U+2581,
+/// emoji, byte fallback, halves of special tokens) give llama.cpp's ids.
 #[test]
 fn gemma3_tokenization_matches_llama_cpp() {
     check(common::GEMMA3, "gemma3.tokens.json");
+    check(common::GEMMA3, "gemma3.tokens-random.json");
 }
 
 #[test]
