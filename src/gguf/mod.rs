@@ -72,6 +72,12 @@ impl GgufFile {
         let header = read_header(&mut std::io::Cursor::new(&map[..]), &path)?;
         let this = Self { path, header, map: Arc::new(map) };
         this.check_tensor_extents()?;
+        // The header now lives in `header`: its pages (the vocabulary, megabytes for a
+        // 262k-token model) leave the process's resident memory.
+        let header_len = (this.header.data_offset as usize).min(this.map.len());
+        if let Ok(bytes) = WeightBytes::mapped(this.map.clone(), 0..header_len) {
+            bytes.release_pages();
+        }
         Ok(this)
     }
 

@@ -328,6 +328,12 @@ pub fn prepare(weights: &[&QWeight]) {
         pool::for_each_task(tiled.len(), |i| {
             tiled[i].tiles();
         });
+        // Each weight handed back its file pages as it was packed, but a page fault
+        // of a weight packed meanwhile maps the cached pages around it (the kernel's
+        // fault-around, 64 KiB), the neighbour's too: hand all back once more.
+        for w in &tiled {
+            w.release_rows(0..w.out_features);
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = weights;
