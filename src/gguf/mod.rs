@@ -301,6 +301,21 @@ impl GgufFile {
             .collect()
     }
 
+    /// An array of strings, borrowed (a vocabulary read without copying its texts).
+    ///
+    /// # Errors
+    /// As [`GgufFile::string_array`].
+    pub fn str_array(&self, key: &str) -> Result<Vec<&str>> {
+        self.array(key)?
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match v {
+                Value::String(s) => Ok(s.as_str()),
+                v => Err(self.meta_err(key, format!("element {i} is {:?}, not a string", v.value_type()))),
+            })
+            .collect()
+    }
+
     /// An array of numbers as `f32` (e.g. `tokenizer.ggml.scores`).
     ///
     /// # Errors

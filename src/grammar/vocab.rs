@@ -14,7 +14,9 @@
 //! only the remaining tokens (the *rest* trie) byte by byte. See [`super::Matcher`].
 
 use crate::sampling::TokenMask;
-use crate::tokenizer::Tokenizer;
+use std::sync::Arc;
+
+use crate::tokenizer::{ByteTable, Tokenizer};
 
 /// Plain tokens longer than this many characters are walked with the rest (they are
 /// rare, and each length costs one slice mask).
@@ -144,7 +146,7 @@ pub struct TokenVocab {
     /// `plain_upto[m - 1]`: plain tokens of at most `m` characters, `m ≤ PLAIN_MAX_CHARS`.
     plain_upto: Vec<TokenMask>,
     eog: Vec<u32>,
-    bytes: Vec<Vec<u8>>,
+    bytes: Arc<ByteTable>,
 }
 
 /// Characters of `b` if it is plain text (see the module docs), else `None`.
@@ -164,9 +166,7 @@ impl TokenVocab {
     /// Build from explicit token byte strings (index = token id). Empty tokens are
     /// never allowed.
     ///
-    /// Cost: two trie builds and one pass to classify tokens (about 40 ms for 49k
-    /// tokens, 300 ms for 262k); memory: the bytes, ~12 bytes per trie node and one
-    /// bit per token per plain length.
+    /// Cost: as [`TokenVocab::from_table`], after packing the strings into a table.
     ///
     /// ```
     /// use toolgate::grammar::TokenVocab;
@@ -175,6 +175,23 @@ impl TokenVocab {
     /// assert_eq!(v.plain_tokens(), 1);
     /// ```
     pub fn new(bytes: Vec<Vec<u8>>, eog: Vec<u32>) -> Self {
+        Self::from_table(Arc::new(bytes.into_iter().collect()), eog)
+    }
+
+    /// Build over a table of token byte strings (index = token id), shared, not
+    /// copied: a tokenizer's [`Tokenizer::token_bytes`].
+    ///
+    /// Cost: two trie builds and one pass to classify tokens (about 40 ms for 49k
+    /// tokens, 300 ms for 262k); memory: ~12 bytes per trie node and one bit per
+    /// token per plain length.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use toolgate::grammar::TokenVocab;
+    /// let v = TokenVocab::from_table(Arc::new(["{", "}", "ab"].into_iter().collect()), vec![]);
+    /// assert_eq!((v.len(), v.token_bytes(2)), (3, &b"ab"[..]));
+    /// ```
+    pub fn from_table(bytes: Arc<ByteTable>, eog: Vec<u32>) -> Self {
         let len = bytes.len();
         let mut plain_upto = vec![TokenMask::new(len); PLAIN_MAX_CHARS];
         let mut longest = 0;
@@ -185,7 +202,7 @@ impl TokenVocab {
                     plain_upto[k - 1].allow(id as u32);
                     longest = longest.max(k);
                 }
-                _ => rest.push((id as u32, b.as_slice())),
+                _ => rest.push((id as u32, b)),
             }
         }
         plain_upto.truncate(longest);
@@ -193,14 +210,14 @@ impl TokenVocab {
             let (done, next) = plain_upto.split_at_mut(m);
             next[0].union_with(&done[m - 1]);
         }
-        let all = TokenTrie::new(bytes.iter().enumerate().map(|(i, b)| (i as u32, b.as_slice())));
+        let all = TokenTrie::new(bytes.iter().enumerate().map(|(i, b)| (i as u32, b)));
         let rest = TokenTrie::new(rest);
         Self { all, rest, plain_upto, eog, bytes }
     }
 
     /// From a tokenizer: text tokens as their bytes, special tokens as `0xFF`+text.
     pub fn from_tokenizer(tok: &Tokenizer) -> Self {
-        Self::new(tok.token_bytes().to_vec(), tok.eog_tokens().to_vec())
+        Self::from_table(tok.token_bytes().clone(), tok.eog_tokens().to_vec())
     }
 
     /// Vocabulary size.
@@ -215,7 +232,7 @@ impl TokenVocab {
 
     /// Bytes of a token (empty for an unknown id).
     pub fn token_bytes(&self, id: u32) -> &[u8] {
-        self.bytes.get(id as usize).map(|b| b.as_slice()).unwrap_or(&[])
+        self.bytes.get(id as usize).unwrap_or_default()
     }
 
     /// End-of-generation tokens (allowed only where the grammar accepts).

@@ -401,7 +401,7 @@ async fn tokenize(State(s): State<Arc<AppState>>, req: Request) -> Result<Json<V
             .map(|&id| {
                 let text = s.tokenizer.decode(&[id], false);
                 let piece = if text.contains('\u{FFFD}') {
-                    json!(s.tokenizer.token_bytes().get(id as usize).cloned().unwrap_or_default())
+                    json!(s.tokenizer.token_bytes().get(id as usize).unwrap_or_default())
                 } else {
                     json!(text)
                 };

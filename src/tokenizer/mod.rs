@@ -27,8 +27,12 @@
 
 pub mod pretokenize;
 mod spm;
+mod table;
+
+pub use table::ByteTable;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
 use tokenizers::models::bpe::BPE;
@@ -118,9 +122,11 @@ impl EncodeOptions {
 pub struct Tokenizer {
     encoder: Encoder,
     kind: VocabKind,
-    tokens: Vec<String>,
+    /// Each token's text as the GGUF stores it (valid UTF-8).
+    tokens: ByteTable,
     kinds: Vec<TokenKind>,
-    bytes: Vec<Vec<u8>>,
+    /// Each token's bytes ([`Tokenizer::token_bytes`]), shared with the grammar.
+    bytes: Arc<ByteTable>,
     /// Token ids by text ([`Tokenizer::token_id`], SentencePiece merges): 2 slots of 4
     /// bytes a token, where a `HashMap<String, u32>` took 12 MiB for 262k tokens.
     index: spm::PieceIndex,
@@ -215,28 +221,24 @@ impl Tokenizer {
     /// unknown `tokenizer.ggml.model` or `tokenizer.ggml.pre`.
     pub fn from_gguf(gguf: &GgufFile) -> Result<Self> {
         let model = gguf.string("tokenizer.ggml.model")?.to_string();
-        let tokens = gguf.string_array("tokenizer.ggml.tokens")?;
-        if tokens.is_empty() {
+        let texts = gguf.str_array("tokenizer.ggml.tokens")?;
+        if texts.is_empty() {
             return Err(Error::Tokenizer("tokenizer.ggml.tokens is empty".into()));
         }
         let mut kinds: Vec<TokenKind> = match gguf.get("tokenizer.ggml.token_type") {
             Some(_) => gguf.int_array("tokenizer.ggml.token_type")?.into_iter().map(TokenKind::from_gguf).collect(),
-            None => vec![TokenKind::Normal; tokens.len()],
+            None => vec![TokenKind::Normal; texts.len()],
         };
-        if kinds.len() != tokens.len() {
-            return Err(Error::Tokenizer(format!(
-                "token_type has {} entries for {} tokens",
-                kinds.len(),
-                tokens.len()
-            )));
+        if kinds.len() != texts.len() {
+            return Err(Error::Tokenizer(format!("token_type has {} entries for {} tokens", kinds.len(), texts.len())));
         }
-        for (t, k) in tokens.iter().zip(kinds.iter_mut()) {
-            if EOG_NAMES.contains(&t.as_str()) && matches!(*k, TokenKind::UserDefined | TokenKind::Normal) {
+        for (t, k) in texts.iter().zip(kinds.iter_mut()) {
+            if EOG_NAMES.contains(t) && matches!(*k, TokenKind::UserDefined | TokenKind::Normal) {
                 *k = TokenKind::Control;
             }
         }
         let id_of =
-            |key: &str| -> Result<Option<u32>> { Ok(gguf.opt_u32(key)?.filter(|&id| (id as usize) < tokens.len())) };
+            |key: &str| -> Result<Option<u32>> { Ok(gguf.opt_u32(key)?.filter(|&id| (id as usize) < texts.len())) };
         let bos = id_of("tokenizer.ggml.bos_token_id")?;
         let eos = id_of("tokenizer.ggml.eos_token_id")?;
         let unk = id_of("tokenizer.ggml.unknown_token_id")?;
@@ -245,18 +247,18 @@ impl Tokenizer {
         let (encoder, kind, bytes, add_bos_default, add_space_prefix) = match model.as_str() {
             "gpt2" => {
                 let pre = gguf.opt_string("tokenizer.ggml.pre")?.unwrap_or("default").to_string();
-                let merges = gguf.string_array("tokenizer.ggml.merges")?;
-                let hf = build_gpt2(&tokens, &merges, &pre)?;
-                let bytes = gpt2_token_bytes(&tokens, &kinds);
+                let merges = gguf.str_array("tokenizer.ggml.merges")?;
+                let hf = build_gpt2(&texts, &merges, &pre)?;
+                let bytes = gpt2_token_bytes(&texts, &kinds);
                 (Encoder::Gpt2(Box::new(hf)), VocabKind::BytePairGpt2 { pre }, bytes, false, false)
             }
             "llama" => {
                 let scores = match gguf.get("tokenizer.ggml.scores") {
                     Some(_) => gguf.f32_array("tokenizer.ggml.scores")?,
-                    None => vec![0.0; tokens.len()],
+                    None => vec![0.0; texts.len()],
                 };
-                let spm = spm::SentencePiece::new(&tokens, &kinds, scores, unk)?;
-                let bytes = spm_token_bytes(&tokens, &kinds);
+                let spm = spm::SentencePiece::new(&texts, &kinds, scores, unk)?;
+                let bytes = spm_token_bytes(&texts, &kinds);
                 (Encoder::SentencePiece(spm), VocabKind::SentencePiece, bytes, true, add_space_prefix.unwrap_or(true))
             }
             other => {
@@ -267,15 +269,16 @@ impl Tokenizer {
         };
         let add_bos = gguf.opt_bool("tokenizer.ggml.add_bos_token")?.unwrap_or(add_bos_default) && bos.is_some();
 
+        let tokens: ByteTable = texts.iter().collect();
         let index = spm::PieceIndex::new(&tokens);
-        let mut partition: Vec<u32> = (0..tokens.len() as u32)
+        let mut partition: Vec<u32> = (0..texts.len() as u32)
             .filter(|&i| {
                 let k = kinds[i as usize];
                 matches!(k, TokenKind::Control | TokenKind::Unknown | TokenKind::UserDefined)
-                    && !tokens[i as usize].is_empty()
+                    && !texts[i as usize].is_empty()
             })
             .collect();
-        partition.sort_by_key(|&i| std::cmp::Reverse(tokens[i as usize].len()));
+        partition.sort_by_key(|&i| std::cmp::Reverse(texts[i as usize].len()));
 
         let mut eog = Vec::new();
         for key in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"] {
@@ -301,6 +304,7 @@ impl Tokenizer {
                 Some(FimTokens { prefix: id(p)?, suffix: id(s)?, middle: id(m)? })
             }),
         };
+        let bytes = Arc::new(bytes);
         Ok(Self {
             encoder,
             kind,
@@ -438,7 +442,10 @@ impl Tokenizer {
             if !parse_special && kind != TokenKind::UserDefined {
                 continue;
             }
-            let needle = self.tokens[id as usize].as_str();
+            let needle = self.token_str(id).unwrap_or_default();
+            if needle.is_empty() {
+                continue;
+            }
             if !frags.iter().any(|f| matches!(f, Fragment::Text(t) if t.contains(needle))) {
                 continue;
             }
@@ -471,7 +478,8 @@ impl Tokenizer {
         self.partition
             .iter()
             .filter(|&&id| self.kinds[id as usize] != TokenKind::UserDefined)
-            .any(|&id| text.contains(self.tokens[id as usize].as_str()))
+            .filter_map(|&id| self.token_str(id))
+            .any(|needle| text.contains(needle))
     }
 
     /// Decode ids to text. Special tokens are written as their text unless
@@ -495,20 +503,21 @@ impl Tokenizer {
                     b[1..].to_vec()
                 }
             }
-            Some(b) => b.clone(),
+            Some(b) => b.to_vec(),
             None => Vec::new(),
         }
     }
 
     /// Each token's bytes, for token masks: text tokens as the bytes they decode to,
-    /// special tokens as `0xFF` followed by their text (bytes no text can spell).
-    pub fn token_bytes(&self) -> &[Vec<u8>] {
+    /// special tokens as `0xFF` followed by their text (bytes no text can spell). The
+    /// grammar's [`crate::grammar::TokenVocab`] shares this table.
+    pub fn token_bytes(&self) -> &Arc<ByteTable> {
         &self.bytes
     }
 
     /// The token's vocabulary string, as stored in the GGUF.
     pub fn token_str(&self, id: u32) -> Option<&str> {
-        self.tokens.get(id as usize).map(|s| s.as_str())
+        std::str::from_utf8(self.tokens.get(id as usize)?).ok()
     }
 
     /// The id of a vocabulary string, if present.
@@ -614,11 +623,12 @@ impl Detokenizer<'_> {
     }
 }
 
-fn build_gpt2(tokens: &[String], merges: &[String], pre: &str) -> Result<tokenizers::Tokenizer> {
+fn build_gpt2(tokens: &[&str], merges: &[&str], pre: &str) -> Result<tokenizers::Tokenizer> {
     let rule = pretokenize::rule_for(pre).ok_or_else(|| {
         Error::Tokenizer(format!("unsupported tokenizer.ggml.pre `{pre}` for a gpt2 (byte-level BPE) vocabulary"))
     })?;
-    let vocab: tokenizers::models::bpe::Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+    let vocab: tokenizers::models::bpe::Vocab =
+        tokens.iter().enumerate().map(|(i, t)| (t.to_string(), i as u32)).collect();
     let merges = merges
         .iter()
         .map(|m| {
@@ -667,7 +677,7 @@ fn special_bytes(text: &str) -> Vec<u8> {
     v
 }
 
-fn gpt2_token_bytes(tokens: &[String], kinds: &[TokenKind]) -> Vec<Vec<u8>> {
+fn gpt2_token_bytes(tokens: &[&str], kinds: &[TokenKind]) -> ByteTable {
     let table = gpt2_char_to_byte();
     tokens
         .iter()
@@ -692,7 +702,7 @@ fn gpt2_token_bytes(tokens: &[String], kinds: &[TokenKind]) -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn spm_token_bytes(tokens: &[String], kinds: &[TokenKind]) -> Vec<Vec<u8>> {
+fn spm_token_bytes(tokens: &[&str], kinds: &[TokenKind]) -> ByteTable {
     tokens
         .iter()
         .zip(kinds)

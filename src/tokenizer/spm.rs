@@ -15,11 +15,11 @@
 use std::collections::BinaryHeap;
 use std::hash::BuildHasher;
 
-use super::TokenKind;
+use super::{ByteTable, TokenKind};
 use crate::{Error, Result};
 
 /// Token ids by their text: an open-addressing hash table of ids (4 bytes a slot, at
-/// most half full), the texts themselves stay in the caller's token list.
+/// most half full); the texts themselves stay in the caller's [`ByteTable`].
 ///
 /// Where several tokens share a text, the lowest id is the one found.
 ///
@@ -36,12 +36,11 @@ impl PieceIndex {
     const EMPTY: u32 = u32::MAX;
 
     /// Index `texts` (id = position).
-    pub(crate) fn new<T: AsRef<[u8]>>(texts: &[T]) -> Self {
+    pub(crate) fn new(texts: &ByteTable) -> Self {
         let len = (texts.len() * 2).next_power_of_two().max(16);
         let mut index = Self { slots: vec![Self::EMPTY; len], hasher: foldhash::fast::RandomState::default() };
         let mask = len - 1;
         for (id, text) in texts.iter().enumerate() {
-            let text = text.as_ref();
             let mut i = index.hasher.hash_one(text) as usize & mask;
             loop {
                 match index.slots[i] {
@@ -50,7 +49,7 @@ impl PieceIndex {
                         break;
                     }
                     // Ids are inserted in order: the first holder of a text is the lowest.
-                    other if texts[other as usize].as_ref() == text => break,
+                    other if texts.get(other as usize) == Some(text) => break,
                     _ => i = (i + 1) & mask,
                 }
             }
@@ -59,13 +58,13 @@ impl PieceIndex {
     }
 
     /// The lowest id whose text is `text`, given the same `texts` as [`PieceIndex::new`].
-    pub(crate) fn get<T: AsRef<[u8]>>(&self, texts: &[T], text: &[u8]) -> Option<u32> {
+    pub(crate) fn get(&self, texts: &ByteTable, text: &[u8]) -> Option<u32> {
         let mask = self.slots.len() - 1;
         let mut i = self.hasher.hash_one(text) as usize & mask;
         loop {
             match self.slots[i] {
                 Self::EMPTY => return None,
-                id if texts.get(id as usize).is_some_and(|t| t.as_ref() == text) => return Some(id),
+                id if texts.get(id as usize) == Some(text) => return Some(id),
                 _ => i = (i + 1) & mask,
             }
         }
@@ -134,7 +133,7 @@ impl SentencePiece {
     ///
     /// # Errors
     /// [`Error::Tokenizer`] when the scores do not match the tokens.
-    pub(crate) fn new(tokens: &[String], kinds: &[TokenKind], scores: Vec<f32>, unk: Option<u32>) -> Result<Self> {
+    pub(crate) fn new(tokens: &[&str], kinds: &[TokenKind], scores: Vec<f32>, unk: Option<u32>) -> Result<Self> {
         if scores.len() != tokens.len() {
             return Err(Error::Tokenizer(format!("{} scores for {} tokens", scores.len(), tokens.len())));
         }
@@ -160,7 +159,7 @@ impl SentencePiece {
     pub(crate) fn encode(
         &self,
         text: &str,
-        tokens: &[String],
+        tokens: &ByteTable,
         kinds: &[TokenKind],
         index: &PieceIndex,
         out: &mut Vec<u32>,

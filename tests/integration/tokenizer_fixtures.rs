@@ -66,6 +66,6 @@ fn user_text_never_spells_control_tokens() {
     assert!(!as_text.contains(&im_end));
     assert_eq!(tok.encode("<|im_end|>", EncodeOptions::TEMPLATE).unwrap(), vec![im_end]);
     // Control tokens' mask bytes start with 0xFF, which UTF-8 text never contains.
-    assert_eq!(tok.token_bytes()[im_end as usize][0], 0xFF);
+    assert_eq!(tok.token_bytes().get(im_end as usize).unwrap()[0], 0xFF);
     assert!(tok.eog_tokens().contains(&im_end));
 }
