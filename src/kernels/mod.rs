@@ -44,6 +44,8 @@ pub mod avx512;
 pub mod formats;
 pub mod glu;
 mod matmul;
+#[cfg(target_arch = "aarch64")]
+pub mod neon;
 mod pool;
 pub mod rows;
 pub mod scalar;
@@ -156,7 +158,8 @@ pub fn bf16_path(isa: Isa, ty: WeightType, m: usize) -> bool {
     ty == WeightType::BF16 && float_tiles_path(isa, ty, m)
 }
 
-/// The instruction set the kernels run with, from least to most capable.
+/// The instruction set the kernels run with, from least to most capable (the x86 and
+/// ARM sets are ordered by declaration only: no CPU has both).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Isa {
     /// Plain Rust, any CPU.
@@ -166,11 +169,16 @@ pub enum Isa {
     /// AVX-512 F/BW/VL/VNNI on top of [`Isa::Avx2`] (x86-64): the k-quant dot
     /// products (Q4_K, Q5_K, Q6_K) in 512-bit registers, every other kernel as AVX2.
     Avx512,
+    /// NEON with the dot-product extension (aarch64 `dotprod`: Graviton 2 and later,
+    /// Apple M1 and later, Ampere Altra): the decode-time dot products of the 32- and
+    /// 256-weight types (`neon.rs`), with the portable kernels' bits; everything else
+    /// as [`Isa::Portable`].
+    Neon,
 }
 
 impl Isa {
     /// The kernels the run uses: the best this CPU supports, or the one
-    /// `TOOLGATE_ISA=portable|avx2|avx512` asks for (`TOOLGATE_KERNELS=portable` is
+    /// `TOOLGATE_ISA=portable|avx2|avx512|neon` asks for (`TOOLGATE_KERNELS=portable` is
     /// `TOOLGATE_ISA=portable`). An instruction set the CPU lacks is never used: asking
     /// for one gives the best the CPU has below it. Read once (cheap afterwards).
     ///
@@ -187,14 +195,15 @@ impl Isa {
                 Ok("portable") => Isa::Portable,
                 Ok("avx2") => Isa::Avx2,
                 Ok("avx512") => Isa::Avx512,
+                Ok("neon") => Isa::Neon,
                 Ok(other) => {
-                    tracing::warn!("TOOLGATE_ISA={other} is not portable, avx2 or avx512; using {best:?}");
+                    tracing::warn!("TOOLGATE_ISA={other} is not portable, avx2, avx512 or neon; using {best:?}");
                     best
                 }
                 Err(_) => best,
             };
             let asked = if choice() == Choice::Portable { Isa::Portable } else { asked };
-            asked.min(best)
+            Self::available().into_iter().rev().find(|&i| i <= asked).unwrap_or(Isa::Portable)
         })
     }
 
@@ -215,7 +224,11 @@ impl Isa {
                     && is_x86_feature_detected!("avx512vl")
                     && is_x86_feature_detected!("avx512vnni")
             }
-            #[cfg(not(target_arch = "x86_64"))]
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => {
+                std::arch::is_aarch64_feature_detected!("neon") && std::arch::is_aarch64_feature_detected!("dotprod")
+            }
+            #[allow(unreachable_patterns)]
             _ => false,
         }
     }
@@ -223,7 +236,7 @@ impl Isa {
     /// Every instruction set this CPU runs the kernels with, least capable first
     /// (tests compare each against the same reference).
     pub fn available() -> Vec<Isa> {
-        [Isa::Portable, Isa::Avx2, Isa::Avx512].into_iter().filter(|i| i.supported()).collect()
+        [Isa::Portable, Isa::Avx2, Isa::Avx512, Isa::Neon].into_iter().filter(|i| i.supported()).collect()
     }
 }
 
@@ -242,6 +255,9 @@ mod dispatch {
             // AVX-512 CPUs run the AVX2 kernels too.
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 | Isa::Avx512 => |t, w, x, o| unsafe { super::avx2::dot32_rows(t, w, x, o) },
+            // SAFETY: as above: `Isa::Neon` is reported only with NEON and `dotprod`.
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => |t, w, x, o| unsafe { super::neon::dot32_rows(t, w, x, o) },
             _ => super::scalar::dot32,
         }
     }
@@ -294,6 +310,9 @@ mod dispatch {
             // row kernel is what a weight without tiles would take there.
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 | Isa::Avx512 => |t, w, x, o| unsafe { super::avx2::dot256_rows(t, w, x, o) },
+            // SAFETY: as in `dot32_for`.
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => |t, w, x, o| unsafe { super::neon::dot256_rows(t, w, x, o) },
             _ => super::scalar::dot256,
         }
     }

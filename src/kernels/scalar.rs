@@ -59,7 +59,13 @@ fn decode32(ty: WeightType, b: &[u8], codes: &mut [i32; 32]) -> (f32, f32) {
 
 /// A 256-weight block as `w = d·sc[g]·code - dmin·mn[g]` for each group `g` of 16.
 #[inline]
-fn decode256(ty: WeightType, b: &[u8], codes: &mut [i32; 256], sc: &mut [i32; 16], mn: &mut [i32; 16]) -> (f32, f32) {
+pub(super) fn decode256(
+    ty: WeightType,
+    b: &[u8],
+    codes: &mut [i32; 256],
+    sc: &mut [i32; 16],
+    mn: &mut [i32; 16],
+) -> (f32, f32) {
     match ty {
         WeightType::Q4K | WeightType::Q5K => {
             let scales = &b[4..16];

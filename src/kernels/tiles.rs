@@ -105,7 +105,7 @@ const RELEASE_TILES: usize = 64;
 pub fn tiled(isa: Isa, ty: WeightType) -> bool {
     match isa {
         Isa::Avx512 | Isa::Avx2 => block_bytes(ty).is_some(),
-        Isa::Portable => false,
+        Isa::Portable | Isa::Neon => false,
     }
 }
 

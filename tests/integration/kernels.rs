@@ -458,6 +458,65 @@ fn prepared_weights_multiply_as_at_first_use() {
     }
 }
 
+/// A random `(n, K)` weight of `ty`: quantized by candle, or for the types candle
+/// cannot quantize (IQ4_NL, IQ4_XS, MXFP4) bytes that are all valid codes (and IQ4_XS's
+/// sub-block scales) and 0.01 as f16 in each block's first two bytes (its scale;
+/// MXFP4 reads the first as an E8M0 power of two).
+fn random_qweight(ty: WeightType, n: usize) -> QWeight {
+    match ty.to_candle() {
+        Some(dt) => {
+            let w = (Tensor::randn(0f32, 1.0, (n, K), &Device::Cpu).unwrap() * 0.1).unwrap();
+            QWeight::from_qtensor(&QTensor::quantize(&w, dt).unwrap()).unwrap().unwrap()
+        }
+        None => {
+            let len = n * K / ty.block_len() * ty.block_bytes();
+            let mut bytes: Vec<u8> = (0..len).map(|i| (i * 97 % 251) as u8).collect();
+            for b in bytes.chunks_exact_mut(ty.block_bytes()) {
+                b[..2].copy_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes());
+            }
+            QWeight::new(ty, bytes, n, K).unwrap()
+        }
+    }
+}
+
+/// On aarch64 with `dotprod`, the NEON dot products give the portable kernels' bits
+/// for every 32- and 256-weight type at every row count below the GEMM path: the same
+/// exact integer sums per block, the same float step. Under qemu in `scripts/test`
+/// (`TOOLGATE_EXPECT_ISA=neon` makes a missing `Isa::Neon` a failure there); elsewhere
+/// it says so and checks nothing.
+#[test]
+fn neon_gives_the_portable_bits() {
+    let expected = std::env::var("TOOLGATE_EXPECT_ISA").is_ok_and(|v| v == "neon");
+    if !Isa::available().contains(&Isa::Neon) {
+        assert!(!expected, "TOOLGATE_EXPECT_ISA=neon but this CPU has no NEON dotprod");
+        eprintln!("no NEON dotprod here: nothing to compare");
+        return;
+    }
+    let (n, m) = (37, 31);
+    let x: Vec<f32> = Tensor::randn(0f32, 1.0, (m, K), &Device::Cpu).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+    let mut compared = Vec::new();
+    for ty in WeightType::ALL {
+        if ty.act_kind() == ActKind::Floats {
+            continue;
+        }
+        let qw = random_qweight(ty, n);
+        for rows in [1, 2, 3, 4, 5, 17, m] {
+            assert!(!f32_path(Isa::Neon, ty, rows), "{rows} rows take the GEMM path");
+            let (mut a, mut b) = (vec![0f32; rows * n], vec![1f32; rows * n]);
+            qw.matmul_with(Isa::Portable, &x[..rows * K], &mut a).unwrap();
+            qw.matmul_with(Isa::Neon, &x[..rows * K], &mut b).unwrap();
+            let same = a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits());
+            assert!(same, "{} with {rows} rows: NEON and portable differ", ty.name());
+        }
+        compared.push(ty.name());
+    }
+    for ty in
+        ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl", "mxfp4", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq4_xs"]
+    {
+        assert!(compared.contains(&ty), "{ty} not compared (compared: {compared:?})");
+    }
+}
+
 /// A type tiled on both AVX2 and AVX-512 gives the same bits on either: the AVX2
 /// kernels (8 weight rows per register, `maddubs`) reach the same exact integer sums
 /// per block and take the same float step. Needs a CPU with AVX-512 (else it says so
@@ -476,22 +535,7 @@ fn tiles_give_the_same_bits_on_avx2_and_avx512() {
         if !(tiled(Isa::Avx2, ty) && tiled(Isa::Avx512, ty)) {
             continue;
         }
-        let qw = match ty.to_candle() {
-            Some(dt) => {
-                let w = (Tensor::randn(0f32, 1.0, (n, K), &dev).unwrap() * 0.1).unwrap();
-                QWeight::from_qtensor(&QTensor::quantize(&w, dt).unwrap()).unwrap().unwrap()
-            }
-            None => {
-                // IQ4_NL and IQ4_XS, which candle cannot quantize: any bytes are codes
-                // (and IQ4_XS's sub-block scales); `d` 0.01.
-                let len = n * K / ty.block_len() * ty.block_bytes();
-                let mut bytes: Vec<u8> = (0..len).map(|i| (i * 97 % 251) as u8).collect();
-                for b in bytes.chunks_exact_mut(ty.block_bytes()) {
-                    b[..2].copy_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes());
-                }
-                QWeight::new(ty, bytes, n, K).unwrap()
-            }
-        };
+        let qw = random_qweight(ty, n);
         for rows in [1, m] {
             let (mut a, mut b) = (vec![0f32; rows * n], vec![1f32; rows * n]);
             qw.matmul_with(Isa::Avx2, &x[..rows * K], &mut a).unwrap();
