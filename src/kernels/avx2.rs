@@ -979,6 +979,15 @@ unsafe fn q3k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) {
     let TileJob { tile, acts, blocks, out, ld, cols, .. } = *job;
     let bb = Q3K_SCALES_AT + 256 + 32;
     let (m3, four) = (_mm256_set1_epi8(3), _mm256_set1_epi8(4));
+    let bit = _mm256_set1_epi64x(0x8040201008040201u64 as i64);
+    // Code vector c's mask bytes are bytes 8c + 4·half .. + 4 of the group's 32: the
+    // first two spread over lane 0's 16 bytes, the last two over lane 1's (byte i of
+    // the result holds bit i of the 32; `bits_to_bytes` from a vector, no scalar load).
+    let spread: [__m256i; 2] = std::array::from_fn(|odd| {
+        let at = (8 * odd + 4 * half) as i64;
+        let rep = |k: i64| (at + k) * 0x0101010101010101;
+        _mm256_set_epi64x(rep(3), rep(2), rep(1), rep(0))
+    });
     let x: [*const Q8x256; R] = std::array::from_fn(|r| acts.as_ptr().add(r * blocks));
     let mut y = [_mm256_setzero_ps(); R];
     for b in 0..blocks {
@@ -987,10 +996,15 @@ unsafe fn q3k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) {
         let scales = |g: usize| bytes8(blk.add(Q3K_SCALES_AT + 16 * g + 8 * half));
         for g in 0..16 {
             let z = _mm256_loadu_si256(blk.add(64 * g + 32 * half) as *const __m256i);
+            let masks = _mm256_loadu_si256(blk.add(Q3K_MASKS_AT + 32 * g) as *const __m256i);
+            // Both lanes the masks of codes 0 and 1, or of codes 2 and 3.
+            let pairs =
+                [_mm256_permute2x128_si256::<0x00>(masks, masks), _mm256_permute2x128_si256::<0x11>(masks, masks)];
             let codes: [__m256i; 4] = std::array::from_fn(|c| {
                 let low = _mm256_and_si256(_mm256_srl_epi16(z, _mm_cvtsi32_si128(2 * c as i32)), m3);
-                let third = std::ptr::read_unaligned(blk.add(Q3K_MASKS_AT + 32 * g + 8 * c) as *const u64);
-                _mm256_or_si256(low, _mm256_and_si256(bits_to_bytes((third >> (32 * half)) as u32), four))
+                let spread = _mm256_shuffle_epi8(pairs[c / 2], spread[c % 2]);
+                let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+                _mm256_or_si256(low, _mm256_and_si256(set, four))
             });
             add_scaled_group::<R, 4>(&mut total, &codes, &x, b, g, scales(g));
         }
