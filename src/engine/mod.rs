@@ -28,9 +28,10 @@ use closer::{Closer, Step};
 use stop::StopMatcher;
 
 /// Return the allocator's free pages to the system (glibc's `malloc_trim`): loading
-/// frees many small allocations (GGUF metadata values, tokenizer build tables) that
-/// would otherwise stay resident. Nothing elsewhere.
-fn release_freed_memory() {
+/// frees many small allocations (GGUF metadata values, tokenizer build tables), and a
+/// large request its parsed body and prompt, that would otherwise stay resident. A
+/// no-op off glibc.
+pub(crate) fn release_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         extern "C" {

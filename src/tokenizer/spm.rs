@@ -155,7 +155,8 @@ impl SentencePiece {
     ///
     /// # Errors
     /// [`Error::Tokenizer`] for a character that is no piece when the vocabulary has
-    /// neither its bytes' `<0xNN>` tokens nor an unknown token.
+    /// neither its bytes' `<0xNN>` tokens nor an unknown token, or for text of 4 GiB or
+    /// more (positions are 32-bit).
     pub(crate) fn encode(
         &self,
         text: &str,
@@ -167,6 +168,9 @@ impl SentencePiece {
         // The text with every space written as U+2581, as the pieces spell it.
         let norm = text.replace(' ', "\u{2581}");
         let norm = norm.as_bytes();
+        if u32::try_from(norm.len()).is_err() {
+            return Err(Error::Tokenizer(format!("{} bytes of text: more than 4 GiB to encode at once", norm.len())));
+        }
         let piece = |s: &Symbol| &norm[s.start as usize..(s.start + s.len) as usize];
         let lookup = |bytes: &[u8]| index.get(tokens, bytes);
         let mut symbols: Vec<Symbol> = Vec::with_capacity(norm.len());
