@@ -291,20 +291,13 @@ impl GgufFile {
     /// # Errors
     /// [`Error::Metadata`] if missing, not an array, or an element is not a string.
     pub fn string_array(&self, key: &str) -> Result<Vec<String>> {
-        self.array(key)?
-            .iter()
-            .enumerate()
-            .map(|(i, v)| match v {
-                Value::String(s) => Ok(s.clone()),
-                v => Err(self.meta_err(key, format!("element {i} is {:?}, not a string", v.value_type()))),
-            })
-            .collect()
+        Ok(self.str_array(key)?.into_iter().map(str::to_string).collect())
     }
 
     /// An array of strings, borrowed (a vocabulary read without copying its texts).
     ///
     /// # Errors
-    /// As [`GgufFile::string_array`].
+    /// [`Error::Metadata`] if missing, not an array, or an element is not a string.
     pub fn str_array(&self, key: &str) -> Result<Vec<&str>> {
         self.array(key)?
             .iter()

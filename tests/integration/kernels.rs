@@ -479,6 +479,16 @@ fn random_qweight(ty: WeightType, n: usize) -> QWeight {
     }
 }
 
+/// `x · qwᵀ` on instruction sets `a` and `b` must agree bit for bit.
+fn assert_same_bits(qw: &QWeight, x: &[f32], a: Isa, b: Isa) {
+    let rows = x.len() / K;
+    let (mut ya, mut yb) = (vec![0f32; rows * qw.out_features()], vec![1f32; rows * qw.out_features()]);
+    qw.matmul_with(a, x, &mut ya).unwrap();
+    qw.matmul_with(b, x, &mut yb).unwrap();
+    let same = ya.iter().zip(&yb).all(|(p, q)| p.to_bits() == q.to_bits());
+    assert!(same, "{} with {rows} rows: {a:?} and {b:?} differ", qw.weight_type().name());
+}
+
 /// On aarch64 with `dotprod`, the NEON dot products give the portable kernels' bits
 /// for every 32- and 256-weight type at every row count below the GEMM path: the same
 /// exact integer sums per block, the same float step. Under qemu in `scripts/test`
@@ -502,11 +512,7 @@ fn neon_gives_the_portable_bits() {
         let qw = random_qweight(ty, n);
         for rows in [1, 2, 3, 4, 5, 17, m] {
             assert!(!f32_path(Isa::Neon, ty, rows), "{rows} rows take the GEMM path");
-            let (mut a, mut b) = (vec![0f32; rows * n], vec![1f32; rows * n]);
-            qw.matmul_with(Isa::Portable, &x[..rows * K], &mut a).unwrap();
-            qw.matmul_with(Isa::Neon, &x[..rows * K], &mut b).unwrap();
-            let same = a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits());
-            assert!(same, "{} with {rows} rows: NEON and portable differ", ty.name());
+            assert_same_bits(&qw, &x[..rows * K], Isa::Portable, Isa::Neon);
         }
         compared.push(ty.name());
     }
@@ -537,11 +543,7 @@ fn tiles_give_the_same_bits_on_avx2_and_avx512() {
         }
         let qw = random_qweight(ty, n);
         for rows in [1, m] {
-            let (mut a, mut b) = (vec![0f32; rows * n], vec![1f32; rows * n]);
-            qw.matmul_with(Isa::Avx2, &x[..rows * K], &mut a).unwrap();
-            qw.matmul_with(Isa::Avx512, &x[..rows * K], &mut b).unwrap();
-            let same = a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits());
-            assert!(same, "{} with {rows} rows: AVX2 and AVX-512 tiles differ", ty.name());
+            assert_same_bits(&qw, &x[..rows * K], Isa::Avx2, Isa::Avx512);
         }
         compared.push(ty.name());
     }
