@@ -78,20 +78,46 @@ impl AttentionShape<'_> {
     }
 }
 
-/// A `(heads, rows, width)` f32 array whose rows are contiguous: element `(h, r, c)`
-/// is `data[h · head_stride + r · row_stride + c]`.
+/// A `(heads, rows, width)` array of `T` (f32, or f16 for a KV cache) whose rows are
+/// contiguous: element `(h, r, c)` is `data[h · head_stride + r · row_stride + c]`.
 #[derive(Debug, Clone, Copy)]
-pub struct Strided<'a> {
+pub struct Strided<'a, T = f32> {
     /// The backing slice, starting at element `(0, 0, 0)`.
-    pub data: &'a [f32],
+    pub data: &'a [T],
     /// Elements between heads.
     pub head_stride: usize,
     /// Elements between rows.
     pub row_stride: usize,
 }
 
-impl Strided<'_> {
-    fn row(&self, h: usize, r: usize, width: usize) -> &[f32] {
+/// An element type keys and values may be stored in: f32, or f16 (a KV cache of half
+/// the size), widened exactly to f32 a tile at a time before the f32 arithmetic.
+pub trait KvElement: Copy + Send + Sync + 'static {
+    /// `src` as f32: itself for f32, else widened into `scratch` (same layout).
+    fn as_f32<'s>(src: &'s [Self], scratch: &'s mut Vec<f32>) -> &'s [f32];
+}
+
+impl KvElement for f32 {
+    #[inline]
+    fn as_f32<'s>(src: &'s [f32], _: &'s mut Vec<f32>) -> &'s [f32] {
+        src
+    }
+}
+
+impl KvElement for half::f16 {
+    /// Cost: one pass (F16C's `vcvtph2ps` where the CPU has it, through `half`).
+    #[inline]
+    fn as_f32<'s>(src: &'s [half::f16], scratch: &'s mut Vec<f32>) -> &'s [f32] {
+        use half::slice::HalfFloatSliceExt;
+        scratch.clear();
+        scratch.resize(src.len(), 0.0);
+        src.convert_to_f32_slice(scratch);
+        scratch
+    }
+}
+
+impl<T> Strided<'_, T> {
+    fn row(&self, h: usize, r: usize, width: usize) -> &[T] {
         let at = h * self.head_stride + r * self.row_stride;
         &self.data[at..at + width]
     }
@@ -119,7 +145,13 @@ impl Strided<'_> {
 /// [`Error::InvalidParameter`] if the head counts do not divide, a view does not cover
 /// its shape, `out` has the wrong length, `sinks` is not one per query head, or a
 /// query sees no key at all (its own position must be among the keys).
-pub fn attention(shape: &AttentionShape, q: Strided, k: Strided, v: Strided, out: &mut [f32]) -> Result<()> {
+pub fn attention<T: KvElement>(
+    shape: &AttentionShape,
+    q: Strided,
+    k: Strided<T>,
+    v: Strided<T>,
+    out: &mut [f32],
+) -> Result<()> {
     let s = *shape;
     let bad = |reason: String| Error::InvalidParameter { name: "attention", reason };
     if s.n_kv_head == 0 || !s.n_head.is_multiple_of(s.n_kv_head) {
@@ -151,7 +183,12 @@ pub fn attention(shape: &AttentionShape, q: Strided, k: Strided, v: Strided, out
     let isa = super::Isa::detect();
     let chunk = plan.bq * plan.hs * s.v_head_dim;
     let mut staged = vec![0f32; plan.items * chunk];
-    let run = |item: usize, o: &mut [f32]| SCRATCH.with(|c| plan.run(item, isa, q, k, v, o, &mut c.borrow_mut()));
+    let run = |item: usize, o: &mut [f32]| {
+        SCRATCH.with(|c| {
+            let (sc, kv) = &mut *c.borrow_mut();
+            plan.run(item, isa, q, k, v, o, sc, kv)
+        })
+    };
     if threads == 1 {
         staged.chunks_exact_mut(chunk).enumerate().for_each(|(item, o)| run(item, o));
     } else {
@@ -227,9 +264,20 @@ impl<'a> Plan<'a> {
         (lo - s.first_key, qp - s.first_key + 1)
     }
 
-    /// One block into `o` (its rows in (query, head) order, `v_head_dim` each).
+    /// One block into `o` (its rows in (query, head) order, `v_head_dim` each); `sc`
+    /// holds the scores, `kv` a key or value tile widened to f32 when stored narrower.
     #[allow(clippy::too_many_arguments)]
-    fn run(&self, item: usize, isa: super::Isa, q: Strided, k: Strided, v: Strided, o: &mut [f32], sc: &mut Vec<f32>) {
+    fn run<T: KvElement>(
+        &self,
+        item: usize,
+        isa: super::Isa,
+        q: Strided,
+        k: Strided<T>,
+        v: Strided<T>,
+        o: &mut [f32],
+        sc: &mut Vec<f32>,
+        kv: &mut Vec<f32>,
+    ) {
         let s = &self.s;
         let (d, dv) = (s.head_dim, s.v_head_dim);
         let (queries, heads, kvh) = self.block(item);
@@ -246,13 +294,16 @@ impl<'a> Plan<'a> {
         let tile = (TILE_FLOATS / d.max(1)).max(8);
         for t0 in (ja..jb).step_by(tile) {
             let t1 = (t0 + tile).min(jb);
+            // The tile's keys, as f32 (in place, or widened once for every row).
+            let keys = T::as_f32(k.rows(kvh, t0, t1 - t0, d), kv);
             for r in 0..rows {
                 let (j0, j1) = row_range(r);
                 let (a, b) = (t0.max(j0), t1.min(j1));
                 if a < b {
                     let qr = q.row(heads.start + r % nh, queries.start + r / nh, d);
                     let out = &mut sc[r * span + a - ja..r * span + b - ja];
-                    scores(isa, qr, k.rows(kvh, a, b - a, d), k.row_stride, out);
+                    let at = (a - t0) * k.row_stride;
+                    scores(isa, qr, &keys[at..at + (b - a - 1) * k.row_stride + d], k.row_stride, out);
                 }
             }
         }
@@ -278,18 +329,20 @@ impl<'a> Plan<'a> {
         let tile = (TILE_FLOATS / dv.max(1)).max(8);
         for t0 in (ja..jb).step_by(tile) {
             let t1 = (t0 + tile).min(jb);
+            let vals = T::as_f32(v.rows(kvh, t0, t1 - t0, dv), kv);
             for r0 in (0..rows).step_by(4) {
                 let n = (rows - r0).min(4);
                 let (a, b) = (t0.max(row_range(r0).0), t1.min(row_range(r0 + n - 1).1));
                 if a < b {
                     let p = &sc[r0 * span + a - ja..];
+                    let at = (a - t0) * v.row_stride;
                     values(
                         isa,
                         n,
                         p,
                         span,
                         b - a,
-                        v.rows(kvh, a, b - a, dv),
+                        &vals[at..at + (b - a - 1) * v.row_stride + dv],
                         v.row_stride,
                         &mut o[r0 * dv..(r0 + n) * dv],
                     );
@@ -328,12 +381,13 @@ fn max_of(xs: &[f32]) -> f32 {
 }
 
 thread_local! {
-    static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Each thread's scores, and its key/value tile widened to f32.
+    static SCRATCH: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
-impl<'a> Strided<'a> {
+impl<'a, T> Strided<'a, T> {
     /// Rows `first..first + n` of head `h`, from the first's start to the last's end.
-    fn rows(&self, h: usize, first: usize, n: usize, width: usize) -> &'a [f32] {
+    fn rows(&self, h: usize, first: usize, n: usize, width: usize) -> &'a [T] {
         let at = h * self.head_stride + first * self.row_stride;
         &self.data[at..at + (n - 1) * self.row_stride + width]
     }

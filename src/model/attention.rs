@@ -3,8 +3,9 @@
 //! to `(1, t, n_head · dv)`.
 //!
 //! On CPU (unless `TOOLGATE_KERNELS=candle`) this is toolgate's fused kernel
-//! ([`crate::kernels::attention`]), which reads the KV cache in place; on other devices
-//! it is candle ops: K/V repeated per query head, an explicit mask tensor, softmax.
+//! ([`crate::kernels::attention`]), which reads the KV cache in place, f32 or f16; on
+//! other devices it is candle ops: K/V repeated per query head, an explicit mask
+//! tensor, softmax.
 
 use candle_core::{CpuStorage, CustomOp3, Device, Layout, Shape, Tensor};
 
@@ -26,11 +27,10 @@ pub(super) fn attend(q: &Tensor, k: &Tensor, v: &Tensor, shape: AttentionShape) 
 /// The fused kernel as a candle op (CPU only).
 struct Fused<'a>(AttentionShape<'a>);
 
-/// A `(1, heads, rows, width)` CPU f32 tensor as a [`Strided`] view.
-fn strided<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> candle_core::Result<Strided<'a>> {
-    let CpuStorage::F32(data) = s else { candle_core::bail!("attention {what}: f32 expected") };
+/// A `(1, heads, rows, width)` CPU tensor's elements `data` as a [`Strided`] view.
+fn strided<'a, T>(data: &'a [T], l: &Layout, what: &str) -> candle_core::Result<Strided<'a, T>> {
     let (dims, stride) = (l.dims(), l.stride());
-    if dims.len() != 4 || dims[0] != 1 || stride[3] != 1 {
+    if dims.len() != 4 || dims[0] != 1 || stride[3] != 1 || l.start_offset() > data.len() {
         candle_core::bail!("attention {what}: (1, heads, rows, width) with unit inner stride expected, got {l:?}");
     }
     Ok(Strided { data: &data[l.start_offset()..], head_stride: stride[1], row_stride: stride[2] })
@@ -61,9 +61,20 @@ impl CustomOp3 for Fused<'_> {
                 candle_core::bail!("attention: tensor {got:?} where {want:?} was expected");
             }
         }
-        let (q, k, v) = (strided(s1, l1, "q")?, strided(s2, l2, "k")?, strided(s3, l3, "v")?);
+        let CpuStorage::F32(qd) = s1 else { candle_core::bail!("attention q: f32 expected") };
+        let q = strided(qd, l1, "q")?;
         let mut out = vec![0f32; s.queries * s.n_head * s.v_head_dim];
-        attention(s, q, k, v, &mut out).map_err(candle_core::Error::wrap)?;
+        // Keys and values as the KV cache stores them.
+        match (s2, s3) {
+            (CpuStorage::F32(kd), CpuStorage::F32(vd)) => {
+                attention(s, q, strided(kd, l2, "k")?, strided(vd, l3, "v")?, &mut out)
+            }
+            (CpuStorage::F16(kd), CpuStorage::F16(vd)) => {
+                attention(s, q, strided(kd, l2, "k")?, strided(vd, l3, "v")?, &mut out)
+            }
+            _ => candle_core::bail!("attention k/v: both f32 or both f16 expected"),
+        }
+        .map_err(candle_core::Error::wrap)?;
         Ok((CpuStorage::F32(out), Shape::from((1, s.queries, s.n_head * s.v_head_dim))))
     }
 }

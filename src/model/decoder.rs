@@ -185,6 +185,8 @@ pub struct Decoder {
     output: QLinear,
     rope_tables: Vec<RopeTable>,
     max_context: usize,
+    /// The element type of every layer's KV cache ([`Decoder::with_kv_dtype`]).
+    kv_dtype: DType,
     device: Device,
     /// Cached positions, per slot.
     pos: Vec<usize>,
@@ -494,7 +496,7 @@ impl Decoder {
                     Some(n) if (i + 1) % n == 0 => None,
                     _ => Some(if is_local { 1 } else { 0 }),
                 },
-                caches: vec![KvCache::default()],
+                caches: vec![KvCache::new(DType::F32)],
             });
         }
         let decoder = Self {
@@ -506,6 +508,7 @@ impl Decoder {
             output,
             rope_tables,
             max_context,
+            kv_dtype: DType::F32,
             device: device.clone(),
             pos: vec![0],
             slot: 0,
@@ -545,6 +548,16 @@ impl Decoder {
         &self.spec
     }
 
+    /// Store keys and values as `dtype` (F32 or F16; every slot's cache starts over
+    /// empty): what [`super::LoadOptions::kv_cache`] selects.
+    pub fn with_kv_dtype(mut self, dtype: DType) -> Self {
+        self.kv_dtype = dtype;
+        for l in &mut self.layers {
+            l.caches.iter_mut().for_each(|c| *c = KvCache::new(dtype));
+        }
+        self
+    }
+
     /// Positions this instance can hold.
     pub fn max_context(&self) -> usize {
         self.max_context
@@ -567,8 +580,9 @@ impl Decoder {
     pub fn set_slots(&mut self, n: usize) {
         let n = n.max(1);
         self.pos.resize(n, 0);
+        let kv = self.kv_dtype;
         for l in &mut self.layers {
-            l.caches.resize_with(n, KvCache::default);
+            l.caches.resize_with(n, || KvCache::new(kv));
         }
         if self.slot >= n {
             self.slot = 0;

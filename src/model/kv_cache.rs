@@ -2,21 +2,34 @@
 //!
 //! Keys and values are stored as `(1, n_kv_head, capacity, head_dim)` buffers that
 //! double when full, so appending a token is a copy of that token only. The cache can
-//! be truncated (to reuse a shared prompt prefix or roll back a speculative step).
+//! be truncated (to reuse a shared prompt prefix or roll back a speculative step). The
+//! buffers hold f32 or f16 ([`KvCache::new`]); appended keys and values are converted.
 
 use candle_core::{DType, Device, Tensor};
 
 use crate::Result;
 
 /// Keys and values of the positions seen so far, for one layer.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct KvCache {
     k: Option<Tensor>,
     v: Option<Tensor>,
     len: usize,
+    dtype: DType,
+}
+
+impl Default for KvCache {
+    fn default() -> Self {
+        Self::new(DType::F32)
+    }
 }
 
 impl KvCache {
+    /// An empty cache storing `dtype` (F32 or F16).
+    pub fn new(dtype: DType) -> Self {
+        Self { k: None, v: None, len: 0, dtype }
+    }
+
     /// Number of cached positions.
     pub fn len(&self) -> usize {
         self.len
@@ -33,9 +46,9 @@ impl KvCache {
     }
 
     /// Append `k`, `v` of shape `(1, n_kv_head, t, d)` and return views of all cached
-    /// keys and values, `(1, n_kv_head, len + t, d)`.
+    /// keys and values, `(1, n_kv_head, len + t, d)`, in the cache's type.
     ///
-    /// Cost: copies the `t` new positions; amortised O(1) regrowth.
+    /// Cost: copies (and converts) the `t` new positions; amortised O(1) regrowth.
     ///
     /// # Errors
     /// On a shape mismatch with earlier appends.
@@ -45,21 +58,21 @@ impl KvCache {
         let cap = self.k.as_ref().map(|b| b.dim(2)).transpose()?.unwrap_or(0);
         if need > cap {
             let new_cap = need.max(cap * 2).max(256);
-            self.k = Some(grow(self.k.as_ref(), k, self.len, new_cap)?);
-            self.v = Some(grow(self.v.as_ref(), v, self.len, new_cap)?);
+            self.k = Some(grow(self.k.as_ref(), k, self.len, new_cap, self.dtype)?);
+            self.v = Some(grow(self.v.as_ref(), v, self.len, new_cap, self.dtype)?);
         }
         let (kb, vb) = (self.k.as_ref().expect("allocated above"), self.v.as_ref().expect("allocated above"));
-        kb.slice_set(&k.contiguous()?, 2, self.len)?;
-        vb.slice_set(&v.contiguous()?, 2, self.len)?;
+        kb.slice_set(&k.to_dtype(self.dtype)?.contiguous()?, 2, self.len)?;
+        vb.slice_set(&v.to_dtype(self.dtype)?.contiguous()?, 2, self.len)?;
         self.len = need;
         Ok((kb.narrow(2, 0, need)?, vb.narrow(2, 0, need)?))
     }
 }
 
-fn grow(old: Option<&Tensor>, like: &Tensor, len: usize, cap: usize) -> Result<Tensor> {
+fn grow(old: Option<&Tensor>, like: &Tensor, len: usize, cap: usize, dtype: DType) -> Result<Tensor> {
     let (b, h, _, d) = like.dims4()?;
     let dev: &Device = like.device();
-    let buf = Tensor::zeros((b, h, cap, d), DType::F32, dev)?;
+    let buf = Tensor::zeros((b, h, cap, d), dtype, dev)?;
     if let (Some(old), true) = (old, len > 0) {
         buf.slice_set(&old.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
     }

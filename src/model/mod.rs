@@ -251,12 +251,33 @@ pub struct LoadOptions {
     /// Context window to allocate (prompt + generated tokens); `None` uses
     /// `min(training context, 8192)`.
     pub context_length: Option<usize>,
+    /// How the KV cache stores keys and values.
+    pub kv_cache: KvCacheType,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        Self { device: DeviceChoice::Cpu, context_length: None }
+        Self { device: DeviceChoice::Cpu, context_length: None, kv_cache: KvCacheType::default() }
     }
+}
+
+/// The element type of the KV cache.
+///
+/// `F32` (the default) keeps every key and value as computed. `F16` halves the cache's
+/// memory (a 7B model's 32k-token cache: 1.8 GB instead of 3.7): keys and values are
+/// rounded to f16 once, when stored, and widened exactly, a tile at a time, before the
+/// attention's f32 arithmetic. That widening is a pass of its own today, so `F16` is
+/// slower (decode after 6.4k tokens of SmolLM2: 42 tok/s against 54–57; see
+/// `BENCHMARKS.md`) — a choice for memory, not speed, until the attention kernels read
+/// f16 themselves. It applies on the CPU with toolgate's kernels; other devices, and
+/// `TOOLGATE_KERNELS=candle`, keep `F32`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum KvCacheType {
+    /// 16-bit floats: half the memory, slower attention today.
+    F16,
+    /// 32-bit floats.
+    #[default]
+    F32,
 }
 
 /// The default context window when none is asked for.
@@ -276,5 +297,9 @@ pub fn load(gguf: &GgufFile, opts: &LoadOptions) -> Result<Box<dyn Model>> {
     })?;
     let device = opts.device.open()?;
     let ctx = opts.context_length.unwrap_or(DEFAULT_CONTEXT);
-    Ok(Box::new(decoder::Decoder::load(gguf, spec, &device, ctx)?))
+    let kv = match opts.kv_cache {
+        KvCacheType::F16 if device.is_cpu() && crate::kernels::enabled() => candle_core::DType::F16,
+        _ => candle_core::DType::F32,
+    };
+    Ok(Box::new(decoder::Decoder::load(gguf, spec, &device, ctx)?.with_kv_dtype(kv)))
 }

@@ -139,6 +139,22 @@ fn check_capped(
         let err = (*got as f64 - want).abs();
         assert!(err <= 1e-5 * (1.0 + want.abs()), "{s:?}: output {idx}: {got} vs {want} (error {err:e})");
     }
+    // The same keys and values stored as f16 (an f16 KV cache) give the bits of f32
+    // keys and values holding the f16-rounded numbers: the widening is exact.
+    let halves = |c: &Cache| c.data.iter().map(|&x| half::f16::from_f32(x)).collect::<Vec<_>>();
+    let (kh, vh) = (halves(&k), halves(&v));
+    let rounded = |c: &Cache, h: &[half::f16]| Cache { data: h.iter().map(|x| x.to_f32()).collect(), ..*c };
+    let (kr, vr) = (rounded(&k, &kh), rounded(&v, &vh));
+    fn half_view<'a>(c: &Cache, h: &'a [half::f16]) -> Strided<'a, half::f16> {
+        Strided { data: &h[c.skip * c.width..], head_stride: c.cap * c.width, row_stride: c.width }
+    }
+    let (mut from_f16, mut from_f32) = (vec![f32::NAN; out.len()], vec![f32::NAN; out.len()]);
+    attention(&s, q.view(), half_view(&k, &kh), half_view(&v, &vh), &mut from_f16).unwrap();
+    attention(&s, q.view(), kr.view(), vr.view(), &mut from_f32).unwrap();
+    assert!(
+        from_f16.iter().zip(&from_f32).all(|(a, b)| a.to_bits() == b.to_bits()),
+        "{s:?}: f16 keys and values differ from their f32 widening"
+    );
 }
 
 #[test]

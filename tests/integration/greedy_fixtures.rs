@@ -28,7 +28,8 @@
 
 use crate::common;
 
-use toolgate::engine::{Engine, GenerateParams};
+use toolgate::engine::GenerateParams;
+use toolgate::model::KvCacheType;
 use toolgate::sampling::{argmax, SamplingParams};
 use toolgate::tokenizer::EncodeOptions;
 
@@ -52,8 +53,8 @@ fn ids(v: &serde_json::Value) -> Vec<u32> {
     v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
 }
 
-fn teacher_forced(model_file: &str, fixture: &str, tie: f32) {
-    let mut engine = Engine::load(common::model(model_file), common::device()).unwrap();
+fn teacher_forced(model_file: &str, fixture: &str, tie: f32, kv: KvCacheType) {
+    let mut engine = common::load_with_kv(&common::model(model_file), kv);
     let fx = common::fixture(fixture);
     let runs = fx["runs"].as_array().unwrap();
     assert!(runs.len() >= 3);
@@ -87,7 +88,7 @@ fn teacher_forced(model_file: &str, fixture: &str, tie: f32) {
             }
         }
     }
-    eprintln!("{model_file}: teacher-forced argmax agreement {exact}/{total}");
+    eprintln!("{model_file}, {kv:?} KV cache: teacher-forced argmax agreement {exact}/{total}");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert!(
         exact as f64 >= MIN_AGREEMENT * total as f64,
@@ -96,7 +97,7 @@ fn teacher_forced(model_file: &str, fixture: &str, tie: f32) {
 }
 
 fn free_running(model_file: &str, fixture: &str, tie: f32) {
-    let mut engine = Engine::load(common::model(model_file), common::device()).unwrap();
+    let mut engine = common::load_f32_kv(&common::model(model_file));
     let fx = common::fixture(fixture);
     let mut failures = Vec::new();
     let mut matched = Vec::new();
@@ -137,7 +138,7 @@ fn free_running(model_file: &str, fixture: &str, tie: f32) {
 }
 
 fn first_step_logits(model_file: &str, fixture: &str, tol: f32) {
-    let mut engine = Engine::load(common::model(model_file), common::device()).unwrap();
+    let mut engine = common::load_f32_kv(&common::model(model_file));
     let fx = common::fixture(fixture);
     let (mut worst, mut worst_raw) = (0f32, 0f32);
     for run in fx["runs"].as_array().unwrap() {
@@ -165,12 +166,22 @@ fn first_step_logits(model_file: &str, fixture: &str, tol: f32) {
 
 #[test]
 fn smollm2_teacher_forced_greedy_agrees() {
-    teacher_forced(common::SMOLLM2, "smollm2.greedy.json", smollm2_tol());
+    teacher_forced(common::SMOLLM2, "smollm2.greedy.json", smollm2_tol(), KvCacheType::F32);
 }
 
 #[test]
 fn gemma3_teacher_forced_greedy_agrees() {
-    teacher_forced(common::GEMMA3, "gemma3.greedy.json", GEMMA3_TOL);
+    teacher_forced(common::GEMMA3, "gemma3.greedy.json", GEMMA3_TOL, KvCacheType::F32);
+}
+
+/// The f16 KV cache (`--kv-cache f16`: keys and values rounded once when stored)
+/// against the same llama.cpp reference (made with an f32 cache), at the same
+/// tolerances: its rounding stays inside the noise two implementations of the same math
+/// already show.
+#[test]
+fn an_f16_kv_cache_agrees_within_the_same_tolerance() {
+    teacher_forced(common::SMOLLM2, "smollm2.greedy.json", smollm2_tol(), KvCacheType::F16);
+    teacher_forced(common::GEMMA3, "gemma3.greedy.json", GEMMA3_TOL, KvCacheType::F16);
 }
 
 #[test]

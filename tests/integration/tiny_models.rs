@@ -350,7 +350,7 @@ fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
 fn exercise(s: Spec, prompt_len: usize) {
     let dir = tempfile::tempdir().unwrap();
     let path = write_model(dir.path(), &s);
-    let mut engine = Engine::load(&path, common::device()).unwrap();
+    let mut engine = common::load_f32_kv(&path);
     assert_eq!(engine.model().architecture(), s.arch);
     let prompt: Vec<u32> = (0..prompt_len as u32).map(|i| (i * 37 + 11) % 256).collect();
 
@@ -672,7 +672,7 @@ fn tiny_models_match_llama_cpp() {
             continue;
         };
         assert_eq!(fixture[name]["prompt"], serde_json::json!(prompt), "{name}: the fixture is for another prompt");
-        let mut engine = Engine::load(&path, common::device()).unwrap();
+        let mut engine = common::load_f32_kv(&path);
         let rows = engine.model().forward_tail(&prompt, len).unwrap();
         assert_eq!(rows.len(), want.len());
         let (mut worst, mut close, mut sq_err, mut sq) = (0f32, 0, 0f64, 0f64);

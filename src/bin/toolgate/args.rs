@@ -363,6 +363,28 @@ pub(crate) struct ModelArgs {
     /// Context window to allocate, in tokens (default: min(model's, 8192)).
     #[arg(long, env = "TOOLGATE_CTX_SIZE")]
     pub(crate) ctx_size: Option<usize>,
+    /// KV cache element type: f32 (keys and values as computed) or f16 (half the memory;
+    /// slower attention today, see BENCHMARKS.md). f16 applies on the CPU only.
+    #[arg(long, env = "TOOLGATE_KV_CACHE", value_enum, default_value = "f32")]
+    pub(crate) kv_cache: KvCacheArg,
+}
+
+/// `--kv-cache`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub(crate) enum KvCacheArg {
+    /// 16-bit floats.
+    F16,
+    /// 32-bit floats.
+    F32,
+}
+
+impl From<KvCacheArg> for toolgate::model::KvCacheType {
+    fn from(k: KvCacheArg) -> Self {
+        match k {
+            KvCacheArg::F16 => Self::F16,
+            KvCacheArg::F32 => Self::F32,
+        }
+    }
 }
 
 #[derive(Debug, Args)]

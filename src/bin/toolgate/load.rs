@@ -55,7 +55,7 @@ fn model_source(args: &ModelArgs, gate: Option<&GateArgs>) -> anyhow::Result<Mod
 /// Load the model `args` names; a pulled file that does not load is quarantined.
 pub(crate) fn load(args: &ModelArgs, gate: Option<&GateArgs>) -> anyhow::Result<(Engine, ModelSource)> {
     let source = model_source(args, gate)?;
-    let opts = LoadOptions { device: args.device, context_length: args.ctx_size };
+    let opts = LoadOptions { device: args.device, context_length: args.ctx_size, kv_cache: args.kv_cache.into() };
     match Engine::load_with(&source.path, &opts) {
         Ok(engine) => Ok((engine, source)),
         Err(e) => {

@@ -34,6 +34,19 @@ pub fn device() -> toolgate::model::DeviceChoice {
     }
 }
 
+/// Load `path` on the test device with an **f32 KV cache**: the llama.cpp reference
+/// logits were made with one, and comparisons at 1e-4 of keys computed along two
+/// paths (one pass and token by token) need keys stored as computed.
+pub fn load_f32_kv(path: &std::path::Path) -> toolgate::engine::Engine {
+    load_with_kv(path, toolgate::model::KvCacheType::F32)
+}
+
+/// Load `path` on the test device with the KV cache type `kv`.
+pub fn load_with_kv(path: &std::path::Path, kv: toolgate::model::KvCacheType) -> toolgate::engine::Engine {
+    let opts = toolgate::model::LoadOptions { device: device(), kv_cache: kv, ..Default::default() };
+    toolgate::engine::Engine::load_with(path, &opts).unwrap()
+}
+
 /// The CUDA matmul mode under test, `TOOLGATE_CUDA_MATMUL` (`quantized`, candle's
 /// MMQ/MMVQ kernels, when unset; or `f32`), or `None` when the device is not CUDA.
 pub fn cuda_matmul() -> Option<String> {
