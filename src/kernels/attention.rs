@@ -91,28 +91,30 @@ pub struct Strided<'a, T = f32> {
 }
 
 /// An element type keys and values may be stored in: f32, or f16 (a KV cache of half
-/// the size), widened exactly to f32 a tile at a time before the f32 arithmetic.
+/// the size). The kernels read either directly, widening f16 exactly to f32 as they
+/// load it (`vcvtph2ps`), so the arithmetic and its bits are those of the widened
+/// values: a query gets the same bits from an f16 cache as from an f32 one holding the
+/// same (f16-rounded) numbers.
 pub trait KvElement: Copy + Send + Sync + 'static {
-    /// `src` as f32: itself for f32, else widened into `scratch` (same layout).
-    fn as_f32<'s>(src: &'s [Self], scratch: &'s mut Vec<f32>) -> &'s [f32];
+    /// Whether this is f16 (the SIMD kernels pick their loads by it).
+    const HALF: bool;
+    /// The value as f32 (exact).
+    fn f32(self) -> f32;
 }
 
 impl KvElement for f32 {
-    #[inline]
-    fn as_f32<'s>(src: &'s [f32], _: &'s mut Vec<f32>) -> &'s [f32] {
-        src
+    const HALF: bool = false;
+    #[inline(always)]
+    fn f32(self) -> f32 {
+        self
     }
 }
 
 impl KvElement for half::f16 {
-    /// Cost: one pass (F16C's `vcvtph2ps` where the CPU has it, through `half`).
-    #[inline]
-    fn as_f32<'s>(src: &'s [half::f16], scratch: &'s mut Vec<f32>) -> &'s [f32] {
-        use half::slice::HalfFloatSliceExt;
-        scratch.clear();
-        scratch.resize(src.len(), 0.0);
-        src.convert_to_f32_slice(scratch);
-        scratch
+    const HALF: bool = true;
+    #[inline(always)]
+    fn f32(self) -> f32 {
+        self.to_f32()
     }
 }
 
@@ -183,12 +185,7 @@ pub fn attention<T: KvElement>(
     let isa = super::Isa::detect();
     let chunk = plan.bq * plan.hs * s.v_head_dim;
     let mut staged = vec![0f32; plan.items * chunk];
-    let run = |item: usize, o: &mut [f32]| {
-        SCRATCH.with(|c| {
-            let (sc, kv) = &mut *c.borrow_mut();
-            plan.run(item, isa, q, k, v, o, sc, kv)
-        })
-    };
+    let run = |item: usize, o: &mut [f32]| SCRATCH.with(|c| plan.run(item, isa, q, k, v, o, &mut c.borrow_mut()));
     if threads == 1 {
         staged.chunks_exact_mut(chunk).enumerate().for_each(|(item, o)| run(item, o));
     } else {
@@ -265,7 +262,7 @@ impl<'a> Plan<'a> {
     }
 
     /// One block into `o` (its rows in (query, head) order, `v_head_dim` each); `sc`
-    /// holds the scores, `kv` a key or value tile widened to f32 when stored narrower.
+    /// holds the scores.
     #[allow(clippy::too_many_arguments)]
     fn run<T: KvElement>(
         &self,
@@ -276,7 +273,6 @@ impl<'a> Plan<'a> {
         v: Strided<T>,
         o: &mut [f32],
         sc: &mut Vec<f32>,
-        kv: &mut Vec<f32>,
     ) {
         let s = &self.s;
         let (d, dv) = (s.head_dim, s.v_head_dim);
@@ -294,16 +290,13 @@ impl<'a> Plan<'a> {
         let tile = (TILE_FLOATS / d.max(1)).max(8);
         for t0 in (ja..jb).step_by(tile) {
             let t1 = (t0 + tile).min(jb);
-            // The tile's keys, as f32 (in place, or widened once for every row).
-            let keys = T::as_f32(k.rows(kvh, t0, t1 - t0, d), kv);
             for r in 0..rows {
                 let (j0, j1) = row_range(r);
                 let (a, b) = (t0.max(j0), t1.min(j1));
                 if a < b {
                     let qr = q.row(heads.start + r % nh, queries.start + r / nh, d);
                     let out = &mut sc[r * span + a - ja..r * span + b - ja];
-                    let at = (a - t0) * k.row_stride;
-                    scores(isa, qr, &keys[at..at + (b - a - 1) * k.row_stride + d], k.row_stride, out);
+                    scores(isa, qr, k.rows(kvh, a, b - a, d), k.row_stride, out);
                 }
             }
         }
@@ -329,23 +322,13 @@ impl<'a> Plan<'a> {
         let tile = (TILE_FLOATS / dv.max(1)).max(8);
         for t0 in (ja..jb).step_by(tile) {
             let t1 = (t0 + tile).min(jb);
-            let vals = T::as_f32(v.rows(kvh, t0, t1 - t0, dv), kv);
             for r0 in (0..rows).step_by(4) {
                 let n = (rows - r0).min(4);
                 let (a, b) = (t0.max(row_range(r0).0), t1.min(row_range(r0 + n - 1).1));
                 if a < b {
                     let p = &sc[r0 * span + a - ja..];
-                    let at = (a - t0) * v.row_stride;
-                    values(
-                        isa,
-                        n,
-                        p,
-                        span,
-                        b - a,
-                        &vals[at..at + (b - a - 1) * v.row_stride + dv],
-                        v.row_stride,
-                        &mut o[r0 * dv..(r0 + n) * dv],
-                    );
+                    let o = &mut o[r0 * dv..(r0 + n) * dv];
+                    values(isa, n, p, span, b - a, v.rows(kvh, a, b - a, dv), v.row_stride, o);
                 }
             }
         }
@@ -381,8 +364,7 @@ fn max_of(xs: &[f32]) -> f32 {
 }
 
 thread_local! {
-    /// Each thread's scores, and its key/value tile widened to f32.
-    static SCRATCH: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+    static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl<'a, T> Strided<'a, T> {
@@ -396,7 +378,7 @@ impl<'a, T> Strided<'a, T> {
 /// `out[j] = q · k_j` for the `out.len()` key rows of `k` (`stride` apart). Each score
 /// is computed alone, the same way wherever its key falls in a batch, so a row's
 /// scores do not depend on which keys share its call.
-fn scores(isa: super::Isa, q: &[f32], k: &[f32], stride: usize, out: &mut [f32]) {
+fn scores<T: KvElement>(isa: super::Isa, q: &[f32], k: &[T], stride: usize, out: &mut [f32]) {
     let d = q.len();
     assert!(out.is_empty() || k.len() >= (out.len() - 1) * stride + d, "key rows out of range");
     #[cfg(target_arch = "x86_64")]
@@ -406,7 +388,7 @@ fn scores(isa: super::Isa, q: &[f32], k: &[f32], stride: usize, out: &mut [f32])
             return unsafe { avx512::scores(q, k, stride, out) };
         }
         if isa >= super::Isa::Avx2 {
-            // SAFETY: `isa` reports AVX2 only on a CPU with AVX2 and FMA; rows checked above.
+            // SAFETY: `isa` reports AVX2 only on a CPU with AVX2, FMA and F16C; rows checked above.
             return unsafe { avx2::scores(q, k, stride, out) };
         }
     }
@@ -415,10 +397,10 @@ fn scores(isa: super::Isa, q: &[f32], k: &[f32], stride: usize, out: &mut [f32])
         let kr = &k[j * stride..j * stride + d];
         let mut acc = [0f32; 8];
         let (qc, kc) = (q.chunks_exact(8), kr.chunks_exact(8));
-        let tail: f32 = qc.remainder().iter().zip(kc.remainder()).map(|(x, y)| x * y).sum();
+        let tail: f32 = qc.remainder().iter().zip(kc.remainder()).map(|(x, y)| x * y.f32()).sum();
         for (x, y) in qc.zip(kc) {
             for l in 0..8 {
-                acc[l] += x[l] * y[l];
+                acc[l] += x[l] * y[l].f32();
             }
         }
         *o = acc.iter().sum::<f32>() + tail;
@@ -430,13 +412,13 @@ fn scores(isa: super::Isa, q: &[f32], k: &[f32], stride: usize, out: &mut [f32])
 /// `o.len() / rows`-wide row of `o`. Each output adds its terms in key order, whatever
 /// `rows` is.
 #[allow(clippy::too_many_arguments)]
-fn values(
+fn values<T: KvElement>(
     isa: super::Isa,
     rows: usize,
     p: &[f32],
     p_stride: usize,
     n: usize,
-    v: &[f32],
+    v: &[T],
     v_stride: usize,
     o: &mut [f32],
 ) {
@@ -452,10 +434,10 @@ fn values(
                 // SAFETY: the ISA is the CPU's (see `scores`); every row checked above.
                 unsafe {
                     match rows {
-                        1 => $m::values::<1>(p, p_stride, n, v, v_stride, o, dv),
-                        2 => $m::values::<2>(p, p_stride, n, v, v_stride, o, dv),
-                        3 => $m::values::<3>(p, p_stride, n, v, v_stride, o, dv),
-                        _ => $m::values::<4>(p, p_stride, n, v, v_stride, o, dv),
+                        1 => $m::values::<_, 1>(p, p_stride, n, v, v_stride, o, dv),
+                        2 => $m::values::<_, 2>(p, p_stride, n, v, v_stride, o, dv),
+                        3 => $m::values::<_, 3>(p, p_stride, n, v, v_stride, o, dv),
+                        _ => $m::values::<_, 4>(p, p_stride, n, v, v_stride, o, dv),
                     }
                 }
             };
@@ -472,7 +454,7 @@ fn values(
         let pr = &p[r * p_stride..r * p_stride + n];
         for (j, &w) in pr.iter().enumerate() {
             for (oc, vc) in or.iter_mut().zip(&v[j * v_stride..j * v_stride + dv]) {
-                *oc += w * vc;
+                *oc += w * vc.f32();
             }
         }
     }
@@ -481,6 +463,19 @@ fn values(
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
+
+    use super::KvElement;
+
+    /// Eight elements at `p` as f32 (f16 widened exactly, `vcvtph2ps`).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    pub(super) unsafe fn load8<T: KvElement>(p: *const T) -> __m256 {
+        if T::HALF {
+            _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
+        } else {
+            _mm256_loadu_ps(p as *const f32)
+        }
+    }
 
     /// The sums of eight 8-lane accumulators as one vector (lane `t` = `Σ acc[t]`), in a
     /// fixed order per lane.
@@ -493,19 +488,19 @@ mod avx2 {
         _mm256_add_ps(_mm256_permute2f128_ps::<0x20>(u0, u1), _mm256_permute2f128_ps::<0x31>(u0, u1))
     }
 
-    /// [`super::scores`] on AVX2: eight keys at a time (a short batch computes `q · q`
-    /// in its empty lanes and drops them).
+    /// [`super::scores`] on AVX2: eight keys at a time (a short batch computes `q · k₀`
+    /// in its empty lanes and drops them; each lane is summed on its own).
     ///
     /// # Safety
-    /// The CPU must support `avx2` and `fma`; `k` holds `out.len()` rows of `q.len()`
-    /// floats, `stride` apart.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn scores(q: &[f32], k: &[f32], stride: usize, out: &mut [f32]) {
+    /// The CPU must support `avx2`, `fma` and `f16c`; `k` holds `out.len()` rows of
+    /// `q.len()` elements, `stride` apart.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn scores<T: KvElement>(q: &[f32], k: &[T], stride: usize, out: &mut [f32]) {
         let (d, n) = (q.len(), out.len());
         let d8 = d / 8 * 8;
         for j in (0..n).step_by(8) {
             let m = (n - j).min(8);
-            let mut rows = [q.as_ptr(); 8];
+            let mut rows = [k.as_ptr(); 8];
             for (t, row) in rows.iter_mut().enumerate().take(m) {
                 *row = k.as_ptr().add((j + t) * stride);
             }
@@ -513,13 +508,13 @@ mod avx2 {
             for c in (0..d8).step_by(8) {
                 let qc = _mm256_loadu_ps(q.as_ptr().add(c));
                 for t in 0..8 {
-                    acc[t] = _mm256_fmadd_ps(qc, _mm256_loadu_ps(rows[t].add(c)), acc[t]);
+                    acc[t] = _mm256_fmadd_ps(qc, load8(rows[t].add(c)), acc[t]);
                 }
             }
             let mut lanes = [0f32; 8];
             _mm256_storeu_ps(lanes.as_mut_ptr(), sum8(acc));
             for t in 0..m {
-                out[j + t] = (d8..d).fold(lanes[t], |s, c| q[c].mul_add(*rows[t].add(c), s));
+                out[j + t] = (d8..d).fold(lanes[t], |s, c| q[c].mul_add((*rows[t].add(c)).f32(), s));
             }
         }
     }
@@ -528,13 +523,14 @@ mod avx2 {
     /// across the keys, then 8, then one at a time.
     ///
     /// # Safety
-    /// The CPU must support `avx2` and `fma`; the slices as `super::values` checks.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn values<const R: usize>(
+    /// The CPU must support `avx2`, `fma` and `f16c`; the slices as `super::values`
+    /// checks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn values<T: KvElement, const R: usize>(
         p: &[f32],
         p_stride: usize,
         n: usize,
-        v: &[f32],
+        v: &[T],
         v_stride: usize,
         o: &mut [f32],
         dv: usize,
@@ -550,7 +546,7 @@ mod avx2 {
             }
             for j in 0..n {
                 let row = vp.add(j * v_stride + c);
-                let vv = [0, 8, 16, 24].map(|x| _mm256_loadu_ps(row.add(x)));
+                let vv = [0, 8, 16, 24].map(|x| load8(row.add(x)));
                 for (r, a) in acc.iter_mut().enumerate() {
                     let w = _mm256_broadcast_ss(&*pp.add(r * p_stride + j));
                     for x in 0..4 {
@@ -571,7 +567,7 @@ mod avx2 {
                 *a = _mm256_loadu_ps(op.add(r * dv + c));
             }
             for j in 0..n {
-                let vv = _mm256_loadu_ps(vp.add(j * v_stride + c));
+                let vv = load8(vp.add(j * v_stride + c));
                 for (r, a) in acc.iter_mut().enumerate() {
                     *a = _mm256_fmadd_ps(_mm256_broadcast_ss(&*pp.add(r * p_stride + j)), vv, *a);
                 }
@@ -585,7 +581,7 @@ mod avx2 {
             for r in 0..R {
                 let o = &mut *op.add(r * dv + c);
                 for j in 0..n {
-                    *o = (*pp.add(r * p_stride + j)).mul_add(*vp.add(j * v_stride + c), *o);
+                    *o = (*pp.add(r * p_stride + j)).mul_add((*vp.add(j * v_stride + c)).f32(), *o);
                 }
             }
         }
@@ -596,21 +592,36 @@ mod avx2 {
 mod avx512 {
     use std::arch::x86_64::*;
 
+    use super::KvElement;
+
+    /// Sixteen elements at `p` as f32, those outside `mask` zero (f16 widened exactly).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    #[inline]
+    unsafe fn load16<T: KvElement>(mask: __mmask16, p: *const T) -> __m512 {
+        match (T::HALF, mask) {
+            (true, 0xffff) => _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)),
+            (true, _) => _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, p as *const i16)),
+            (false, 0xffff) => _mm512_loadu_ps(p as *const f32),
+            (false, _) => _mm512_maskz_loadu_ps(mask, p as *const f32),
+        }
+    }
+
     /// [`super::scores`] on AVX-512: eight keys at a time, 16 lanes per step (a
     /// masked last step for a width not a multiple of 16), halves folded, then the
     /// AVX2 lane sums.
     ///
     /// # Safety
-    /// The CPU must support AVX-512 F and AVX2/FMA; `k` as in `super::avx2::scores`.
-    #[target_feature(enable = "avx512f,avx2,fma")]
-    pub(super) unsafe fn scores(q: &[f32], k: &[f32], stride: usize, out: &mut [f32]) {
+    /// The CPU must support AVX-512 F/BW/VL and AVX2/FMA/F16C ([`super::super::Isa::Avx512`]);
+    /// `k` as in `super::avx2::scores`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    pub(super) unsafe fn scores<T: KvElement>(q: &[f32], k: &[T], stride: usize, out: &mut [f32]) {
         let (d, n) = (q.len(), out.len());
         let tail = (d % 16) as u32;
         let mask: __mmask16 = ((1u32 << tail) - 1) as u16;
         let d16 = d - tail as usize;
         for j in (0..n).step_by(8) {
             let m = (n - j).min(8);
-            let mut rows = [q.as_ptr(); 8];
+            let mut rows = [k.as_ptr(); 8];
             for (t, row) in rows.iter_mut().enumerate().take(m) {
                 *row = k.as_ptr().add((j + t) * stride);
             }
@@ -618,13 +629,13 @@ mod avx512 {
             for c in (0..d16).step_by(16) {
                 let qc = _mm512_loadu_ps(q.as_ptr().add(c));
                 for t in 0..8 {
-                    acc[t] = _mm512_fmadd_ps(qc, _mm512_loadu_ps(rows[t].add(c)), acc[t]);
+                    acc[t] = _mm512_fmadd_ps(qc, load16(0xffff, rows[t].add(c)), acc[t]);
                 }
             }
             if tail > 0 {
                 let qc = _mm512_maskz_loadu_ps(mask, q.as_ptr().add(d16));
                 for t in 0..8 {
-                    acc[t] = _mm512_fmadd_ps(qc, _mm512_maskz_loadu_ps(mask, rows[t].add(d16)), acc[t]);
+                    acc[t] = _mm512_fmadd_ps(qc, load16(mask, rows[t].add(d16)), acc[t]);
                 }
             }
             let halves = acc.map(|a| {
@@ -641,13 +652,14 @@ mod avx512 {
     /// across the keys, then 16, then a masked last step.
     ///
     /// # Safety
-    /// The CPU must support AVX-512 F; the slices as `super::values` checks.
-    #[target_feature(enable = "avx512f,avx2,fma")]
-    pub(super) unsafe fn values<const R: usize>(
+    /// The CPU must support AVX-512 F/BW/VL and AVX2/FMA/F16C; the slices as
+    /// `super::values` checks.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    pub(super) unsafe fn values<T: KvElement, const R: usize>(
         p: &[f32],
         p_stride: usize,
         n: usize,
-        v: &[f32],
+        v: &[T],
         v_stride: usize,
         o: &mut [f32],
         dv: usize,
@@ -663,7 +675,7 @@ mod avx512 {
             }
             for j in 0..n {
                 let row = vp.add(j * v_stride + c);
-                let vv = [0, 16, 32, 48].map(|x| _mm512_loadu_ps(row.add(x)));
+                let vv = [0, 16, 32, 48].map(|x| load16(0xffff, row.add(x)));
                 for (r, a) in acc.iter_mut().enumerate() {
                     let w = _mm512_set1_ps(*pp.add(r * p_stride + j));
                     for x in 0..4 {
@@ -685,7 +697,7 @@ mod avx512 {
                 *a = _mm512_maskz_loadu_ps(mask, op.add(r * dv + c));
             }
             for j in 0..n {
-                let vv = _mm512_maskz_loadu_ps(mask, vp.add(j * v_stride + c));
+                let vv = load16(mask, vp.add(j * v_stride + c));
                 for (r, a) in acc.iter_mut().enumerate() {
                     *a = _mm512_fmadd_ps(_mm512_set1_ps(*pp.add(r * p_stride + j)), vv, *a);
                 }

@@ -265,15 +265,15 @@ impl Default for LoadOptions {
 ///
 /// `F32` (the default) keeps every key and value as computed. `F16` halves the cache's
 /// memory (a 7B model's 32k-token cache: 1.8 GB instead of 3.7): keys and values are
-/// rounded to f16 once, when stored, and widened exactly, a tile at a time, before the
-/// attention's f32 arithmetic. That widening is a pass of its own today, so `F16` is
-/// slower (decode after 6.4k tokens of SmolLM2: 42 tok/s against 54–57; see
-/// `BENCHMARKS.md`) — a choice for memory, not speed, until the attention kernels read
-/// f16 themselves. It applies on the CPU with toolgate's kernels; other devices, and
+/// rounded to f16 once, when stored, and the attention kernels widen them exactly as
+/// they load them, so each decode step reads half the bytes. SmolLM2 after a 6.4k-token
+/// prompt (`BENCHMARKS.md`): decode 1.58–1.77× the f32 cache's, peak RSS 0.68×, but that
+/// prompt's prefill 0.83–0.89× (its attention is compute-bound, and every load then
+/// converts). It applies on the CPU with toolgate's kernels; other devices, and
 /// `TOOLGATE_KERNELS=candle`, keep `F32`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum KvCacheType {
-    /// 16-bit floats: half the memory, slower attention today.
+    /// 16-bit floats: half the memory, faster long-context decode, slower long prefill.
     F16,
     /// 32-bit floats.
     #[default]

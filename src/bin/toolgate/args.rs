@@ -364,7 +364,8 @@ pub(crate) struct ModelArgs {
     #[arg(long, env = "TOOLGATE_CTX_SIZE")]
     pub(crate) ctx_size: Option<usize>,
     /// KV cache element type: f32 (keys and values as computed) or f16 (half the memory;
-    /// slower attention today, see BENCHMARKS.md). f16 applies on the CPU only.
+    /// faster decode after long prompts, slower long prefill: see BENCHMARKS.md). f16
+    /// applies on the CPU only.
     #[arg(long, env = "TOOLGATE_KV_CACHE", value_enum, default_value = "f32")]
     pub(crate) kv_cache: KvCacheArg,
 }
