@@ -30,6 +30,7 @@ mod spm;
 mod table;
 
 pub use table::ByteTable;
+use table::PieceIndex;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -129,7 +130,7 @@ pub struct Tokenizer {
     bytes: Arc<ByteTable>,
     /// Token ids by text ([`Tokenizer::token_id`], SentencePiece merges): 2 slots of 4
     /// bytes a token, where a `HashMap<String, u32>` took 12 MiB for 262k tokens.
-    index: spm::PieceIndex,
+    index: PieceIndex,
     /// Control/unknown/user-defined token ids, longest text first.
     partition: Vec<u32>,
     bos: Option<u32>,
@@ -270,7 +271,7 @@ impl Tokenizer {
         let add_bos = gguf.opt_bool("tokenizer.ggml.add_bos_token")?.unwrap_or(add_bos_default) && bos.is_some();
 
         let tokens: ByteTable = texts.iter().collect();
-        let index = spm::PieceIndex::new(&tokens);
+        let index = PieceIndex::new(&tokens);
         let mut partition: Vec<u32> = (0..texts.len() as u32)
             .filter(|&i| {
                 let k = kinds[i as usize];

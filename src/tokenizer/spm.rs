@@ -1,5 +1,5 @@
 //! SentencePiece BPE encoding (`tokenizer.ggml.model = llama`: Gemma, Llama 2,
-//! Mistral), and the piece index both vocabulary kinds look pieces up in.
+//! Mistral).
 //!
 //! SentencePiece's BPE needs no merge table: starting from single characters, it
 //! merges the adjacent pair whose concatenation is the highest-scoring piece (the
@@ -10,66 +10,12 @@
 //! toolgate used to hand this to `tokenizers`' BPE with a merge table derived from the
 //! scores. For Gemma 3's 262k pieces that table, the vocabulary map and its reverse
 //! took 57 MB of hash maps, more than the rest of the process besides the weights;
-//! the [`PieceIndex`] here takes 2 MiB and the scores 1 MiB.
+//! the [`PieceIndex`] this looks pieces up in takes 2 MiB and the scores 1 MiB.
 
 use std::collections::BinaryHeap;
-use std::hash::BuildHasher;
 
-use super::{ByteTable, TokenKind};
+use super::{ByteTable, PieceIndex, TokenKind};
 use crate::{Error, Result};
-
-/// Token ids by their text: an open-addressing hash table of ids (4 bytes a slot, at
-/// most half full); the texts themselves stay in the caller's [`ByteTable`].
-///
-/// Where several tokens share a text, the lowest id is the one found.
-///
-/// Cost: building hashes every text once; a lookup hashes the query and compares it
-/// with one text in the common case. The hash is seeded per process, so no vocabulary
-/// or query can be chosen to collide.
-#[derive(Debug, Clone)]
-pub(crate) struct PieceIndex {
-    slots: Vec<u32>,
-    hasher: foldhash::fast::RandomState,
-}
-
-impl PieceIndex {
-    const EMPTY: u32 = u32::MAX;
-
-    /// Index `texts` (id = position).
-    pub(crate) fn new(texts: &ByteTable) -> Self {
-        let len = (texts.len() * 2).next_power_of_two().max(16);
-        let mut index = Self { slots: vec![Self::EMPTY; len], hasher: foldhash::fast::RandomState::default() };
-        let mask = len - 1;
-        for (id, text) in texts.iter().enumerate() {
-            let mut i = index.hasher.hash_one(text) as usize & mask;
-            loop {
-                match index.slots[i] {
-                    Self::EMPTY => {
-                        index.slots[i] = id as u32;
-                        break;
-                    }
-                    // Ids are inserted in order: the first holder of a text is the lowest.
-                    other if texts.get(other as usize) == Some(text) => break,
-                    _ => i = (i + 1) & mask,
-                }
-            }
-        }
-        index
-    }
-
-    /// The lowest id whose text is `text`, given the same `texts` as [`PieceIndex::new`].
-    pub(crate) fn get(&self, texts: &ByteTable, text: &[u8]) -> Option<u32> {
-        let mask = self.slots.len() - 1;
-        let mut i = self.hasher.hash_one(text) as usize & mask;
-        loop {
-            match self.slots[i] {
-                Self::EMPTY => return None,
-                id if texts.get(id as usize) == Some(text) => return Some(id),
-                _ => i = (i + 1) & mask,
-            }
-        }
-    }
-}
 
 /// What SentencePiece BPE needs beyond the token texts: each piece's score and the
 /// byte-fallback tokens.
@@ -98,12 +44,17 @@ const NONE: u32 = u32::MAX;
 
 /// A candidate merge of two adjacent symbols into a piece of `score`; `len` is the
 /// merged length when it was queued (a later merge of either side makes it stale).
-#[derive(PartialEq)]
 struct Candidate {
     score: f32,
     left: u32,
     right: u32,
     len: u32,
+}
+
+impl PartialEq for Candidate {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
 }
 
 impl Eq for Candidate {}

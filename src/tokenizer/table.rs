@@ -1,4 +1,7 @@
-//! [`ByteTable`]: a vocabulary's many short byte strings, packed end to end.
+//! [`ByteTable`]: a vocabulary's many short byte strings, packed end to end, and the
+//! [`PieceIndex`] that finds an id by its string.
+
+use std::hash::BuildHasher;
 
 /// Byte strings packed end to end in one buffer, indexed by position (a token id).
 ///
@@ -80,5 +83,58 @@ impl<T: AsRef<[u8]>> FromIterator<T> for ByteTable {
 impl std::fmt::Debug for ByteTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ByteTable").field("len", &self.len()).field("bytes", &self.data.len()).finish()
+    }
+}
+
+/// Token ids by their text: an open-addressing hash table of ids (4 bytes a slot, at
+/// most half full); the texts themselves stay in the caller's [`ByteTable`].
+///
+/// Where several tokens share a text, the lowest id is the one found.
+///
+/// Cost: building hashes every text once; a lookup hashes the query and compares it
+/// with one text in the common case. The hash is seeded per process, so no vocabulary
+/// or query can be chosen to collide.
+#[derive(Debug, Clone)]
+pub(crate) struct PieceIndex {
+    slots: Vec<u32>,
+    hasher: foldhash::fast::RandomState,
+}
+
+impl PieceIndex {
+    const EMPTY: u32 = u32::MAX;
+
+    /// Index `texts` (id = position).
+    pub(crate) fn new(texts: &ByteTable) -> Self {
+        let len = (texts.len() * 2).next_power_of_two().max(16);
+        let mut index = Self { slots: vec![Self::EMPTY; len], hasher: foldhash::fast::RandomState::default() };
+        let mask = len - 1;
+        for (id, text) in texts.iter().enumerate() {
+            let mut i = index.hasher.hash_one(text) as usize & mask;
+            loop {
+                match index.slots[i] {
+                    Self::EMPTY => {
+                        index.slots[i] = id as u32;
+                        break;
+                    }
+                    // Ids are inserted in order: the first holder of a text is the lowest.
+                    other if texts.get(other as usize) == Some(text) => break,
+                    _ => i = (i + 1) & mask,
+                }
+            }
+        }
+        index
+    }
+
+    /// The lowest id whose text is `text`, given the same `texts` as [`PieceIndex::new`].
+    pub(crate) fn get(&self, texts: &ByteTable, text: &[u8]) -> Option<u32> {
+        let mask = self.slots.len() - 1;
+        let mut i = self.hasher.hash_one(text) as usize & mask;
+        loop {
+            match self.slots[i] {
+                Self::EMPTY => return None,
+                id if texts.get(id as usize) == Some(text) => return Some(id),
+                _ => i = (i + 1) & mask,
+            }
+        }
     }
 }
