@@ -213,36 +213,76 @@ pub fn key_except_built(first: &str, rest: &str, names: &[&str], close: Built, r
             }
         })
     }
+    /// A class split where keys are cheap to compile: its ASCII characters as bytes
+    /// (one NFA state), and a reference to one rule holding its characters from
+    /// U+0080 on followed by `tail` (their UTF-8 trie is a dozen states: compiled
+    /// once, not once per trie node). `None` for a byte class.
+    struct Wide {
+        ascii: ClassBytes,
+        /// The rule `[class&&[^\x00-\x7F]]tail`; `None` when the class has no such
+        /// characters.
+        rule: Option<Built>,
+    }
+    fn wide(text: &str, class: &Class, tail: &Built, rules: &mut Rules) -> Option<Wide> {
+        let Class::Unicode(u) = class else { return None };
+        let ascii_range = ClassUnicode::new([ClassUnicodeRange::new('\0', '\x7F')]);
+        let mut ascii = u.clone();
+        ascii.intersect(&ascii_range);
+        let mut above = u.clone();
+        above.difference(&ascii_range);
+        let ascii = ClassBytes::new(ascii.iter().map(|r| ClassBytesRange::new(r.start() as u8, r.end() as u8)));
+        let rule = (!above.ranges().is_empty()).then(|| {
+            let class = Built::from_hir(format!("[{text}&&[^\\x00-\\x7F]]"), Hir::class(Class::Unicode(above)));
+            rules.share_part_always(Built::cat(vec![class, tail.clone()]))
+        });
+        Some(Wide { ascii, rule })
+    }
     struct Node<'a> {
-        rest: (&'a str, &'a Class),
+        rest: (&'a Class, Option<&'a Wide>),
         close: &'a Built,
         tail: &'a Built,
     }
-    fn rec(t: &Trie, class: (&str, &Class), n: &Node) -> Option<Built> {
-        let mut alts = Vec::with_capacity(t.next.len() + 2);
+    fn rec(t: &Trie, class: (&Class, Option<&Wide>), n: &Node) -> Option<Built> {
+        let mut alts = Vec::with_capacity(t.next.len() + 3);
         if !t.end {
             alts.push(n.close.clone());
         }
         let taken: Vec<char> = t.next.keys().copied().collect();
-        let leave = match taken.is_empty() {
-            true => Built::from_hir(class.0.to_string(), Hir::class(class.1.clone())),
-            false => {
-                let spelled: String = taken.iter().map(|c| escape(&c.to_string())).collect();
-                Built::from_hir(format!("[{}&&[^{spelled}]]", class.0), Hir::class(minus(class.1, &taken)?))
+        match class.1 {
+            // Names of ASCII characters (most): the ASCII characters no name
+            // continues with as bytes, the others through the shared rule.
+            Some(wide) if taken.iter().all(char::is_ascii) => {
+                let mut ascii = wide.ascii.clone();
+                ascii.difference(&ClassBytes::new(taken.iter().map(|&c| ClassBytesRange::new(c as u8, c as u8))));
+                let ascii = Hir::class(Class::Bytes(ascii));
+                alts.push(Built::cat_unspelled(vec![Built::from_hir(String::new(), ascii), n.tail.clone()]));
+                alts.extend(wide.rule.clone());
             }
-        };
-        alts.push(Built::cat(vec![leave, n.tail.clone()]));
-        for (c, child) in &t.next {
-            let mut utf8 = [0; 4];
-            let c = Built::from_hir(escape(&c.to_string()), Hir::literal(c.encode_utf8(&mut utf8).as_bytes()));
-            alts.push(Built::cat(vec![c, rec(child, n.rest, n)?]));
+            _ => {
+                let leave = match taken.is_empty() {
+                    true => Hir::class(class.0.clone()),
+                    false => Hir::class(minus(class.0, &taken)?),
+                };
+                alts.push(Built::cat_unspelled(vec![Built::from_hir(String::new(), leave), n.tail.clone()]));
+            }
         }
-        Some(Built::alt(alts))
+        for (c, child) in &t.next {
+            let c = Built::bytes(String::new(), c.encode_utf8(&mut [0; 4]).as_bytes());
+            alts.push(Built::cat_unspelled(vec![c, rec(child, n.rest, n)?]));
+        }
+        Some(Built::bar_unspelled(alts))
     }
     let rest_star = Built::from_hir(rest.to_string(), Hir::class(rest_class.clone())).star();
     let tail = rules.share_part_always(Built::cat(vec![rest_star, close.clone()]));
-    let node = Node { rest: (rest, &rest_class), close: &close, tail: &tail };
-    rec(&Trie::of(names), (first, &first_class), &node)
+    let first_wide = wide(first, &first_class, &tail, rules);
+    let rest_own = (first != rest).then(|| wide(rest, &rest_class, &tail, rules)).flatten();
+    let rest_wide = if first == rest { first_wide.as_ref() } else { rest_own.as_ref() };
+    let node = Node { rest: (&rest_class, rest_wide), close: &close, tail: &tail };
+    let trie = Trie::of(names);
+    // The parts are built without text (it would be copied once per level); the
+    // whole is spelled once, as `key_except` writes the trie, then `close`.
+    let built = rec(&trie, (&first_class, first_wide.as_ref()), &node)?;
+    Some(built.spelled(format!("{}{}", key_except_text(&trie, first, rest), close.text)))
 }
 
 /// The names' trie: each node says whether a name ends there and where each next

@@ -61,7 +61,7 @@ pub(crate) enum Source<'a> {
 /// [`Kind::Pattern`] when a text rule does not parse or a rule uses look-around;
 /// [`Kind::TooLarge`] past `size_limit`.
 pub(crate) fn compile(rules: &[Source], size_limit: usize) -> std::result::Result<NFA, BuildError> {
-    let mut c = Compiler { b: Builder::new(), suffixes: HashMap::new() };
+    let mut c = Compiler { b: Builder::new(), suffixes: HashMap::default() };
     c.b.set_utf8(false);
     c.b.set_size_limit(Some(size_limit)).map_err(too_large)?;
     let mut first = None;
@@ -99,7 +99,7 @@ struct Compiler {
     b: Builder,
     /// UTF-8 trie states of the class being compiled, by their transitions: equal
     /// suffixes are one state.
-    suffixes: HashMap<Vec<Transition>, StateID>,
+    suffixes: HashMap<Vec<Transition>, StateID, foldhash::fast::FixedState>,
 }
 
 impl Compiler {

@@ -190,8 +190,9 @@ impl Built {
         Self::cat(vec![item.clone(), Self::cat(vec![separator.clone(), item]).group().star()])
     }
 
-    fn joined(parts: Vec<Built>, sep: &str, make: fn(Vec<std::sync::Arc<Part>>, usize) -> Part) -> Self {
-        let text = parts.iter().map(|p| p.text.as_str()).collect::<Vec<_>>().join(sep);
+    fn joined(parts: Vec<Built>, sep: Option<&str>, make: fn(Vec<std::sync::Arc<Part>>, usize) -> Part) -> Self {
+        let text =
+            sep.map_or_else(String::new, |sep| parts.iter().map(|p| p.text.as_str()).collect::<Vec<_>>().join(sep));
         let subs = parts.into_iter().map(|p| p.part).collect::<Option<Vec<_>>>();
         let part = subs.and_then(|subs| {
             let depth = 1 + subs.iter().map(|p| p.depth()).max().unwrap_or(0);
@@ -203,12 +204,33 @@ impl Built {
     /// `parts` one after the other, as written (a part holding a top-level `|` must
     /// be a [`Built::group`]). Cost: linear in the parts.
     pub fn cat(parts: Vec<Built>) -> Self {
-        Self::joined(parts, "", Part::Concat)
+        Self::joined(parts, Some(""), Part::Concat)
     }
 
     /// `a|b|…` without a group around it (see [`Built::alt`] for the grouped form).
     pub fn bar(parts: Vec<Built>) -> Self {
-        Self::joined(parts, "|", Part::Alternation)
+        Self::joined(parts, Some("|"), Part::Alternation)
+    }
+
+    /// [`Built::cat`] with no text written (empty): for a large part built level by
+    /// level (a key trie), whose text would be copied once per level, and which is
+    /// spelled once at the end ([`Built::spelled`]).
+    pub(crate) fn cat_unspelled(parts: Vec<Built>) -> Self {
+        Self::joined(parts, None, Part::Concat)
+    }
+
+    /// [`Built::bar`] with no text written, as [`Built::cat_unspelled`]; no
+    /// alternatives: [`Built::never`].
+    pub(crate) fn bar_unspelled(parts: Vec<Built>) -> Self {
+        match parts.is_empty() {
+            true => Self::never(),
+            false => Self::joined(parts, None, Part::Alternation),
+        }
+    }
+
+    /// This part with `text` as its text (`text` must spell the same language).
+    pub(crate) fn spelled(self, text: String) -> Self {
+        Self { text, part: self.part }
     }
 
     /// `(?:a|b|…)`; no alternatives: [`Built::never`].
@@ -272,6 +294,25 @@ impl Built {
         });
         Self { text, part }
     }
+}
+
+/// The bytes `text` matches when it is a plain literal: characters, each regex
+/// meta character escaped with a backslash (as `regex_syntax::escape` writes them);
+/// `None` for anything else (a class, an escape such as `\x41` or `\n`, a group, the
+/// empty text), which the parser reads. Keys, quotes and enum values are such
+/// literals: read here, they skip the parser. Cost: one pass over `text`.
+fn literal_bytes(text: &str) -> Option<Vec<u8>> {
+    let mut bytes = Vec::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        let c = match c {
+            '\\' => chars.next().filter(|&e| regex_syntax::is_meta_character(e))?,
+            c if regex_syntax::is_meta_character(c) || c.is_whitespace() => return None,
+            c => c,
+        };
+        bytes.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes());
+    }
+    (!bytes.is_empty()).then_some(bytes)
 }
 
 /// A rule's text parsed with the grammar's syntax (Unicode on, UTF-8 off: rule
@@ -465,6 +506,8 @@ impl Rules {
     /// use toolgate::grammar::rules::{Built, Rules};
     /// let mut rules = Rules::new();
     /// assert_eq!(rules.leaf("a+".into()), Built::parse("a+")?);
+    /// // A literal (meta characters escaped) is read without the parser.
+    /// assert_eq!(rules.leaf(r#""k\.é\{""#.into()), Built::parse(r#""k\.é\{""#)?);
     /// assert_eq!(Rules::none().leaf("a+".into()).hir(), None);
     /// # Ok::<(), toolgate::Error>(())
     /// ```
@@ -475,7 +518,10 @@ impl Rules {
         if let Some(b) = self.leaves.get(&text) {
             return b.clone();
         }
-        let b = Built::parse(&text).unwrap_or_else(|_| Built::text_only(text.clone()));
+        let b = match literal_bytes(&text) {
+            Some(bytes) => Built::bytes(text.clone(), bytes),
+            None => Built::parse(&text).unwrap_or_else(|_| Built::text_only(text.clone())),
+        };
         self.leaves.insert(text, b.clone());
         b
     }

@@ -584,6 +584,20 @@ fn shared_rules_keep_large_schemas_small_and_exact() {
     ] {
         assert!(!open.matches(bad.as_bytes()), "{bad}");
     }
+    // Extra keys beside declared names: any key that spells no declared name, with
+    // characters past ASCII on either side (the key trie takes ASCII characters as
+    // bytes and the others through one shared rule).
+    let names = json!({"type": "object", "properties": {"ab": {"type": "integer"}, "é": {"type": "integer"},
+        "aé": {"type": "integer"}, "日本": {"type": "integer"}}});
+    let open = Grammar::from_schema_with(&names, Mode::Strict, Objects::Open, &Json).unwrap();
+    for extra in ["a", "abc", "b", "ée", "aéx", "aê", "日", "日本語", "本", "ü", "a😀", "", "\\\"", "a\\n"] {
+        let ok = format!(r#"{{"ab":1,"{extra}":"x"}}"#);
+        assert!(open.matches(ok.as_bytes()), "{ok}");
+    }
+    for declared in ["ab", "é", "aé", "日本"] {
+        let twice = format!(r#"{{"{declared}":1,"{declared}":"x"}}"#);
+        assert!(!open.matches(twice.as_bytes()), "{twice}");
+    }
     // Large objects too: the set of properties written lives on the DFA's stack
     // (`PropertySet`), so 40 declared properties cost 40 rules, not 2^40.
     let props: serde_json::Map<String, serde_json::Value> =
