@@ -238,38 +238,63 @@ pub fn key_except_built(first: &str, rest: &str, names: &[&str], close: Built, r
         Some(Wide { ascii, rule })
     }
     struct Node<'a> {
-        rest: (&'a Class, Option<&'a Wide>),
+        rest: (&'a str, &'a Class, Option<&'a Wide>),
         close: &'a Built,
         tail: &'a Built,
     }
-    fn rec(t: &Trie, class: (&Class, Option<&Wide>), n: &Node) -> Option<Built> {
+    /// The trie from node `t` on, its text written to `out` as it goes (the parts are
+    /// built without text: joining it level by level would copy it once per level).
+    fn rec(t: &Trie, class: (&str, &Class, Option<&Wide>), n: &Node, out: &mut String) -> Option<Built> {
         let mut alts = Vec::with_capacity(t.next.len() + 3);
+        out.push_str("(?:");
+        // Each alternative's text, after a bar past the first.
+        fn spell(alts: &[Built], text: &[&str], out: &mut String) {
+            if !alts.is_empty() {
+                out.push('|');
+            }
+            text.iter().for_each(|t| out.push_str(t));
+        }
         if !t.end {
+            spell(&alts, &[&n.close.text], out);
             alts.push(n.close.clone());
         }
         let taken: Vec<char> = t.next.keys().copied().collect();
-        match class.1 {
+        match class.2 {
             // Names of ASCII characters (most): the ASCII characters no name
             // continues with as bytes, the others through the shared rule.
             Some(wide) if taken.iter().all(char::is_ascii) => {
                 let mut ascii = wide.ascii.clone();
                 ascii.difference(&ClassBytes::new(taken.iter().map(|&c| ClassBytesRange::new(c as u8, c as u8))));
-                let ascii = Hir::class(Class::Bytes(ascii));
-                alts.push(Built::cat_unspelled(vec![Built::from_hir(String::new(), ascii), n.tail.clone()]));
-                alts.extend(wide.rule.clone());
+                if !ascii.ranges().is_empty() {
+                    let spelled: String =
+                        ascii.iter().map(|r| format!("\\x{:02X}-\\x{:02X}", r.start(), r.end())).collect();
+                    let leave = Built::from_hir(String::new(), Hir::class(Class::Bytes(ascii)));
+                    spell(&alts, &["(?-u:[", &spelled, "])", &n.tail.text], out);
+                    alts.push(Built::cat_unspelled(vec![leave, n.tail.clone()]));
+                }
+                if let Some(rule) = &wide.rule {
+                    spell(&alts, &[&rule.text], out);
+                    alts.push(rule.clone());
+                }
             }
             _ => {
-                let leave = match taken.is_empty() {
-                    true => Hir::class(class.0.clone()),
-                    false => Hir::class(minus(class.0, &taken)?),
+                let (leave, text) = match taken.is_empty() {
+                    true => (Hir::class(class.1.clone()), class.0.to_string()),
+                    false => {
+                        let spelled: String = taken.iter().map(|c| escape(&c.to_string())).collect();
+                        (Hir::class(minus(class.1, &taken)?), format!("[{}&&[^{spelled}]]", class.0))
+                    }
                 };
+                spell(&alts, &[&text, &n.tail.text], out);
                 alts.push(Built::cat_unspelled(vec![Built::from_hir(String::new(), leave), n.tail.clone()]));
             }
         }
         for (c, child) in &t.next {
-            let c = Built::bytes(String::new(), c.encode_utf8(&mut [0; 4]).as_bytes());
-            alts.push(Built::cat_unspelled(vec![c, rec(child, n.rest, n)?]));
+            spell(&alts, &[&escape(&c.to_string())], out);
+            let bytes = Built::bytes(String::new(), c.encode_utf8(&mut [0; 4]).as_bytes());
+            alts.push(Built::cat_unspelled(vec![bytes, rec(child, n.rest, n, out)?]));
         }
+        out.push(')');
         Some(Built::bar_unspelled(alts))
     }
     let rest_star = Built::from_hir(rest.to_string(), Hir::class(rest_class.clone())).star();
@@ -277,12 +302,10 @@ pub fn key_except_built(first: &str, rest: &str, names: &[&str], close: Built, r
     let first_wide = wide(first, &first_class, &tail, rules);
     let rest_own = (first != rest).then(|| wide(rest, &rest_class, &tail, rules)).flatten();
     let rest_wide = if first == rest { first_wide.as_ref() } else { rest_own.as_ref() };
-    let node = Node { rest: (&rest_class, rest_wide), close: &close, tail: &tail };
-    let trie = Trie::of(names);
-    // The parts are built without text (it would be copied once per level); the
-    // whole is spelled once, as `key_except` writes the trie, then `close`.
-    let built = rec(&trie, (&first_class, first_wide.as_ref()), &node)?;
-    Some(built.spelled(format!("{}{}", key_except_text(&trie, first, rest), close.text)))
+    let node = Node { rest: (rest, &rest_class, rest_wide), close: &close, tail: &tail };
+    let mut text = String::new();
+    let built = rec(&Trie::of(names), (first, &first_class, first_wide.as_ref()), &node, &mut text)?;
+    Some(built.spelled(text))
 }
 
 /// The names' trie: each node says whether a name ends there and where each next

@@ -7,9 +7,10 @@
 //! small on-demand [`Automaton`] (a regex's DFA, a character counter, a remainder
 //! counter), their product is explored breadth-first into a [`Machine`] (a plain
 //! table of states and byte-range edges, with the states that cannot reach
-//! acceptance removed), and the regex stage writes the machine as right-linear rules
-//! ([`super::rules::Rules`]: one rule per state, each edge a byte class followed by a
-//! tail call), which the grammar's DFA follows without growing a stack.
+//! acceptance removed), and the regex stage writes the machine as one rule whose part
+//! is the machine itself (a [`super::rules::Rules`] graph: the NFA gets one state per
+//! machine state, with its byte ranges as edges), so the grammar's DFA walks it as it
+//! walks any other part, with no rule call per byte.
 //!
 //! ```
 //! use toolgate::grammar::machine::{Automaton, Length, Machine, Pattern};

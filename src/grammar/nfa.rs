@@ -36,7 +36,7 @@ use regex_automata::util::primitives::StateID;
 use regex_syntax::hir::{Class, Hir, HirKind};
 
 use super::error::{BuildError, BuildErrorKind as Kind};
-use super::rules::{parse_rule, Part};
+use super::rules::{parse_rule, Graph, Part};
 
 /// A compiled piece: its entry state and the state to patch to what follows.
 #[derive(Clone, Copy)]
@@ -119,7 +119,60 @@ impl Compiler {
             Part::Concat(ps, _) => self.concat(ps.len(), |c, i| c.part(&ps[i])),
             Part::Alternation(ps, _) => self.alternation(ps.len(), |c, i| c.part(&ps[i])),
             Part::Repetition { sub, min, max, .. } => self.repetition(*min, *max, |c| c.part(sub)),
+            Part::Graph(g, _) => self.graph(g),
         }
+    }
+
+    /// An automaton: an entry state per state (made first, so edges can lead to
+    /// states not compiled yet), each patched to the union of its edges and, where
+    /// it accepts, the exit.
+    fn graph(&mut self, g: &Graph) -> std::result::Result<Frag, BuildError> {
+        if g.states.is_empty() {
+            return self.alternation(0, |_, _| unreachable!("no alternatives"));
+        }
+        let end = self.b.add_empty().map_err(too_large)?;
+        let entries = (0..g.states.len())
+            .map(|_| self.b.add_empty().map_err(too_large))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let entry = |t: u32| {
+            entries
+                .get(t as usize)
+                .copied()
+                .ok_or_else(|| BuildError::new(Kind::Invalid, "graph edge to a missing state"))
+        };
+        for (i, state) in g.states.iter().enumerate() {
+            let mut alts = Vec::with_capacity(2 + state.parts.len());
+            if state.accepting {
+                alts.push(end);
+            }
+            if !state.ranges.is_empty() {
+                let trans = state
+                    .ranges
+                    .iter()
+                    .map(|&(start, end, t)| Ok(Transition { start, end, next: entry(t)? }))
+                    .collect::<std::result::Result<Vec<_>, BuildError>>()?;
+                alts.push(
+                    match trans.len() {
+                        1 => self.b.add_range(trans[0]),
+                        _ => self.b.add_sparse(trans),
+                    }
+                    .map_err(too_large)?,
+                );
+            }
+            for (part, t) in &state.parts {
+                let f = self.part(part)?;
+                self.patch(f.end, entry(*t)?)?;
+                alts.push(f.start);
+            }
+            let body = match alts.len() {
+                0 => self.b.add_fail(),
+                1 => Ok(alts[0]),
+                _ => self.b.add_union(alts),
+            }
+            .map_err(too_large)?;
+            self.patch(entries[i], body)?;
+        }
+        Ok(Frag { start: entries[0], end })
     }
 
     fn hir(&mut self, h: &Hir) -> std::result::Result<Frag, BuildError> {

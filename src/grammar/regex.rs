@@ -298,15 +298,22 @@ struct Members<'a> {
     deps: &'a [(usize, u128)],
 }
 
-/// `m` as right-linear rules: one rule per state, an alternative per target state (the
-/// bytes leading there, then a tail call to the target's rule), and the empty
-/// alternative where the state accepts. Returns the start state's reference. In a
-/// string (`string`), the bytes JSON escapes are spelled as the dialect spells them.
-/// Cost: linear in the machine's edges.
+/// `m` as a reference to one rule holding it as a graph ([`machine_graph`]) where
+/// the table shares; else (a plain regex: [`to_regex`]) as right-linear rules, one
+/// rule per state, an alternative per target state (the bytes leading there, then a
+/// tail call to the target's rule) and the empty alternative where the state
+/// accepts, returning the start state's reference. In a string (`string`), the bytes
+/// JSON escapes are spelled as the dialect spells them. Cost: linear in the
+/// machine's edges.
 fn machine_rules(m: &Machine, string: bool, d: &dyn Dialect, rules: &mut Rules) -> Built {
     use regex_syntax::hir::{Class, ClassBytes, ClassBytesRange, Hir};
     if m.states.is_empty() {
         return Built::never();
+    }
+    if rules.shares() {
+        if let Some(graph) = machine_graph(m, string, d, rules) {
+            return rules.share_part_always(graph);
+        }
     }
     let base = rules.reserve(m.states.len());
     for (i, state) in m.states.iter().enumerate() {
@@ -359,6 +366,50 @@ fn machine_rules(m: &Machine, string: bool, d: &dyn Dialect, rules: &mut Rules) 
         rules.define_built(base + i, Built::bar(alts));
     }
     Rules::reference_built(base)
+}
+
+/// `m` as one [`Built::graph`] part: a state per state, plain bytes as ranges, the
+/// bytes a string escapes as the dialect spells them. Its text lists the states
+/// (`;` between them, `!` where one accepts) and edges (`lo-hi>target` in hex,
+/// `<spelling>target`), which determines the language. `None` where a spelling is
+/// text only. Cost: linear in the machine's edges.
+fn machine_graph(m: &Machine, string: bool, d: &dyn Dialect, rules: &mut Rules) -> Option<Built> {
+    use super::rules::{Graph, GraphState};
+    use std::fmt::Write;
+    let mut text = String::from("machine:");
+    let mut graph = Graph { states: Vec::with_capacity(m.states.len()) };
+    let escaped = |b: usize| string && !d.plain_byte(b as u8);
+    for (i, state) in m.states.iter().enumerate() {
+        if i > 0 {
+            text.push(';');
+        }
+        if state.accepting {
+            text.push('!');
+        }
+        let mut g =
+            GraphState { accepting: state.accepting, ranges: Vec::with_capacity(state.edges.len()), parts: Vec::new() };
+        for &(lo, hi, t) in &state.edges {
+            let mut b = usize::from(lo);
+            while b <= usize::from(hi) {
+                if escaped(b) {
+                    let spelled = rules.leaf(d.string_literal_char(char::from(b as u8)));
+                    let _ = write!(text, "<{}>{t}", spelled.text);
+                    g.parts.push((spelled.part()?.clone(), t));
+                    b += 1;
+                    continue;
+                }
+                let start = b;
+                while b < usize::from(hi) && !escaped(b + 1) {
+                    b += 1;
+                }
+                let _ = write!(text, "{start:02x}-{b:02x}>{t}");
+                g.ranges.push((start as u8, b as u8, t));
+                b += 1;
+            }
+        }
+        graph.states.push(g);
+    }
+    Built::graph(text, graph)
 }
 
 /// An upper estimate of the length of `to_regex(node, _)` in bytes, computed without

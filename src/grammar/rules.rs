@@ -91,6 +91,30 @@ pub(crate) enum Part {
         max: Option<u32>,
         depth: usize,
     },
+    /// An automaton compiled state by state ([`Built::graph`]); it has no `Hir`.
+    Graph(Box<Graph>, usize),
+}
+
+/// A right-linear grammar (an automaton whose edges may be parts) that compiles
+/// straight into one NFA state per state: state 0 is the start, and the graph ends
+/// where a state accepts. For [`super::machine::Machine`]s, whose states written as
+/// one rule each cost a rule call per byte, a reference's bytes per edge, and the
+/// texts of them all.
+#[derive(Debug, Default)]
+pub(crate) struct Graph {
+    /// The states, by number.
+    pub(crate) states: Vec<GraphState>,
+}
+
+/// One state of a [`Graph`].
+#[derive(Debug, Default)]
+pub(crate) struct GraphState {
+    /// Whether the graph may end here.
+    pub(crate) accepting: bool,
+    /// `(lo, hi, target)`: bytes `lo..=hi` lead to state `target`; sorted, disjoint.
+    pub(crate) ranges: Vec<(u8, u8, u32)>,
+    /// `(part, target)`: `part`, then state `target`.
+    pub(crate) parts: Vec<(std::sync::Arc<Part>, u32)>,
 }
 
 impl Part {
@@ -98,23 +122,30 @@ impl Part {
     fn depth(&self) -> usize {
         match self {
             Part::Bytes(_) => 1,
-            Part::Hir(_, d) | Part::Concat(_, d) | Part::Alternation(_, d) | Part::Repetition { depth: d, .. } => *d,
+            Part::Hir(_, d)
+            | Part::Concat(_, d)
+            | Part::Alternation(_, d)
+            | Part::Repetition { depth: d, .. }
+            | Part::Graph(_, d) => *d,
         }
     }
 
-    fn hir(&self) -> Hir {
-        match self {
+    /// The `Hir`; `None` where a [`Graph`] is in it (an automaton with loops has
+    /// no regex short enough to write).
+    fn hir(&self) -> Option<Hir> {
+        Some(match self {
             Part::Bytes(b) => Hir::literal(b.clone()),
             Part::Hir(h, _) => h.clone(),
-            Part::Concat(parts, _) => Hir::concat(parts.iter().map(|p| p.hir()).collect()),
-            Part::Alternation(parts, _) => Hir::alternation(parts.iter().map(|p| p.hir()).collect()),
+            Part::Concat(parts, _) => Hir::concat(parts.iter().map(|p| p.hir()).collect::<Option<_>>()?),
+            Part::Alternation(parts, _) => Hir::alternation(parts.iter().map(|p| p.hir()).collect::<Option<_>>()?),
             Part::Repetition { sub, min, max, .. } => Hir::repetition(regex_syntax::hir::Repetition {
                 min: *min,
                 max: *max,
                 greedy: true,
-                sub: Box::new(sub.hir()),
+                sub: Box::new(sub.hir()?),
             }),
-        }
+            Part::Graph(..) => return None,
+        })
     }
 }
 
@@ -160,9 +191,27 @@ impl Built {
         Self { text, part: None }
     }
 
-    /// The part's `Hir`, or `None` where it is text only. Cost: a copy of every node.
+    /// The part's `Hir`, or `None` where it is text only or holds an automaton as
+    /// one part (a machine's rule). Cost: a copy of every node.
     pub fn hir(&self) -> Option<Hir> {
-        self.part.as_ref().map(|p| p.hir())
+        self.part.as_ref().and_then(|p| p.hir())
+    }
+
+    /// An automaton as one part (see [`Graph`]), named by `text`: a description
+    /// that determines it, not a regex (no regex short enough exists where it
+    /// loops), so such a part is only ever a rule of its own
+    /// ([`Rules::share_part_always`]), and [`Rules::inline`] gives `None` for a
+    /// regex reaching it. `None` when an edge's part is text only or nests too
+    /// deeply. Cost: a pass over the edges.
+    pub(crate) fn graph(text: String, graph: Graph) -> Option<Self> {
+        let depth = 1 + graph.states.iter().flat_map(|s| &s.parts).map(|(p, _)| p.depth()).max().unwrap_or(0);
+        (depth <= MAX_BUILT_DEPTH)
+            .then(|| Self { text, part: Some(std::sync::Arc::new(Part::Graph(Box::new(graph), depth))) })
+    }
+
+    /// The part's steps, for [`Built::graph`]'s edges; `None` where text only.
+    pub(crate) fn part(&self) -> Option<&std::sync::Arc<Part>> {
+        self.part.as_ref()
     }
 
     /// The empty regex (matches the empty text).
@@ -626,7 +675,7 @@ impl Rules {
     /// those given as text only. Cost: a `Hir` made for each (the grammar's compile
     /// does not make them: for tests and tools).
     pub fn built(&self) -> Vec<Option<Hir>> {
-        self.built.iter().map(|p| p.as_ref().map(|p| p.hir())).collect()
+        self.built.iter().map(|p| p.as_ref().and_then(|p| p.hir())).collect()
     }
 
     /// The rule bodies as [`Built`] parts, by number, for the NFA compiler.
@@ -740,8 +789,9 @@ impl Rules {
     /// `regex` with every reference replaced by its rule, recursively: the one plain
     /// regex it stands for (for tests and oracles), or `None` past `max_len` bytes (it
     /// can be exponentially larger: a [`PropertySet`] spells every order of its
-    /// members) or when rules reference each other in a loop (an automaton's,
-    /// [`Rules::reserve`]). Cost: one pass per rule over the inlined bodies.
+    /// members), when rules reference each other in a loop (an automaton's,
+    /// [`Rules::reserve`]), or when it reaches a rule holding an automaton as one
+    /// part (a machine's rule, which no regex spells). Cost: one pass per rule over the inlined bodies.
     pub fn inline(&self, regex: &str, max_len: usize) -> Option<String> {
         let set_of: std::collections::HashMap<usize, &PropertySet> = self.sets.iter().map(|s| (s.rule, s)).collect();
         // A rule's body only references rules made before it.
@@ -760,6 +810,12 @@ impl Rules {
             Some(out)
         };
         for (i, body) in self.bodies.iter().enumerate() {
+            if let Some(Some(Part::Graph(..))) = self.built.get(i).map(|p| p.as_deref()) {
+                // No regex spells it: a placeholder no regex holds, so a reference
+                // reaching it is left over below.
+                inlined.push(Self::reference(i));
+                continue;
+            }
             let b = match set_of.get(&i) {
                 Some(set) => {
                     let members: Option<Vec<String>> = set.members.iter().map(|&m| inlined.get(m).cloned()).collect();

@@ -271,6 +271,23 @@ fn machines_intersect_patterns_lengths_formats_and_multiples() {
         &["1.5", "3", "4.50"],
         &["0", "2", "-1.5"],
     );
+    // A machine is one rule (compiled state by state: an NFA state per machine
+    // state), shared by every place that writes it, and no plain regex spells it.
+    let node = toolgate::grammar::schema::compile_shared(
+        &json!({"type": "array", "items": {"type": "string", "pattern": "^[a-z]+(-[a-z]+)*$", "maxLength": 40}}),
+        Mode::Strict,
+        Objects::Closed,
+    )
+    .unwrap();
+    let mut rules = Rules::new();
+    let main = toolgate::grammar::regex::to_rules(&node, &Json, &mut rules);
+    let machines: Vec<&String> = rules.bodies().iter().filter(|b| b.starts_with("machine:")).collect();
+    assert_eq!(machines.len(), 1, "{:?}", rules.bodies());
+    assert_eq!(rules.inline(&main, 1 << 20), None);
+    let g = Grammar::from_rules(&main, &rules).unwrap();
+    let forty = "a".repeat(40);
+    assert!(g.matches(format!(r#"["{forty}","b-c"]"#).as_bytes()) && g.matches(b"[]"));
+    assert!(!g.matches(format!(r#"["{forty}a"]"#).as_bytes()) && !g.matches(br#"["a-"]"#) && !g.matches(br#"[""]"#));
     // Too large a product is refused in strict mode, at the string's pointer; lenient
     // mode keeps the pattern alone.
     let huge = json!({"type": "object", "properties": {"s": {"type": "string", "pattern": "^[ab]*a[ab]{14}$", "maxLength": 900}}});
@@ -1183,6 +1200,7 @@ fn contradictory_keywords_are_intersected_and_empty_parts_removed() {
 /// with lengths and key patterns) skip the regex parser: on every schema of the tool
 /// schema corpus, with open and closed objects, each such rule's `Hir` is exactly
 /// what parsing its text gives, so the grammar compiled is the one the text names.
+/// (Key tries: their text is written once beside parts built without it.)
 #[test]
 fn rules_built_without_parsing_equal_their_text() {
     use toolgate::grammar::regex::to_rules;
@@ -1191,8 +1209,16 @@ fn rules_built_without_parsing_equal_their_text() {
     let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/schema_corpus.jsonl");
     let text = std::fs::read_to_string(corpus).unwrap();
     let (mut built, mut schemas) = (0, 0);
-    for line in text.lines() {
-        let entry: Value = serde_json::from_str(line).unwrap();
+    // Beside the corpus (whose objects mostly close with `additionalProperties:
+    // false`), objects whose extra keys avoid declared names: key tries of ASCII and
+    // non-ASCII names.
+    let tries = [
+        json!({"name": "ascii names", "schema": {"type": "object", "properties": {"id": {}, "idx": {}, "name": {}}}}),
+        json!({"name": "non-ASCII names", "schema": {"type": "object", "properties": {"é": {}, "aé": {}, "日本": {}, "a": {}},
+            "additionalProperties": {"type": "integer"}}}),
+    ];
+    let lines = text.lines().map(|line| serde_json::from_str::<Value>(line).unwrap());
+    for entry in lines.chain(tries) {
         for objects in [Objects::Open, Objects::Closed] {
             let Ok(node) = compile_shared(&entry["schema"], Mode::Strict, objects) else { continue };
             schemas += 1;
