@@ -22,8 +22,16 @@ use toolgate::grammar::{Grammar, TokenVocab};
 use toolgate::sampling::TokenMask;
 use toolgate::tokenizer::{EncodeOptions, TokenKind, Tokenizer};
 
-/// Two tool-call argument schemas and one instance of each.
-const CASES: [(&str, &str, &str); 2] = [
+/// Tool-call argument schemas and one instance of each: two plain ones, and `refs`,
+/// whose strings are patterns with length bounds (automata: `grammar::machine`), the
+/// shape of the slowest real-world schemas to compile (MaskBench's gdbots/triniti
+/// message references).
+const CASES: [(&str, &str, &str); 3] = [
+    (
+        "refs",
+        r#"{"type":"object","properties":{"curie":{"type":"string","pattern":"^([a-z0-9-]+):([a-z0-9\\.-]+):([a-z0-9-]+)?:([a-z0-9-]+)$","maxLength":146},"id":{"type":"string","pattern":"^[A-Za-z0-9:_\\-]+$","maxLength":255},"tag":{"type":"string","pattern":"^([\\w\\/-]|[\\w-][\\w\\/-]*[\\w-])$","maxLength":255}},"required":["curie","id"]}"#,
+        r#"{"curie": "acme:blog:node:article", "id": "60c71df0-fda8-11e5-bfb9-30342d363854", "tag": "news-2026"}"#,
+    ),
     (
         "get_weather",
         r#"{"type":"object","properties":{"city":{"type":"string"},"unit":{"enum":["celsius","fahrenheit"]},"days":{"type":"integer","minimum":1,"maximum":14},"notes":{"type":"string"}},"required":["city","unit"]}"#,

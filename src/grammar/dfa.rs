@@ -63,7 +63,8 @@ use regex_automata::util::primitives::StateID;
 
 use super::error::{BuildError, BuildErrorKind as Kind};
 use super::nfa::{self, Source};
-use super::rules::{Part, PropertySet, Rules, CALL_DIGIT, CALL_END, CALL_START, SET_START};
+use super::part::Part;
+use super::rules::{PropertySet, Rules, CALL_DIGIT, CALL_END, CALL_START, SET_START};
 use crate::Result;
 
 /// A DFA state: an index into a [`Cache`]'s tables, valid until the cache is cleared.

@@ -4,7 +4,8 @@
 //! (a quote, a string character, a key, a literal); the emitters
 //! ([`super::regex`]) assemble them into a value's grammar.
 
-use super::rules::{Built, Rules, NEVER};
+use super::part::{Built, NEVER};
+use super::rules::Rules;
 use regex_syntax::escape;
 use serde_json::Value;
 
@@ -166,7 +167,8 @@ pub const MAX_BUILT_KEY_CHARS: usize = 256;
 ///
 /// ```
 /// use toolgate::grammar::regex::{key_except, key_except_built};
-/// use toolgate::grammar::rules::{Built, Rules};
+/// use toolgate::grammar::part::Built;
+/// use toolgate::grammar::rules::Rules;
 /// use toolgate::grammar::Grammar;
 /// let mut rules = Rules::new();
 /// let end = rules.leaf("!".into());

@@ -6,7 +6,7 @@
 use super::dialect::{Dialect, Json};
 use super::error::{BuildError, BuildErrorKind as Kind};
 use super::machine::{Automaton, Machine, Not, Pattern, MAX_STATES};
-use super::rules::{repeat, NEVER};
+use super::part::{repeat, NEVER};
 
 /// JSON Schema's `pattern` (ECMA-262 syntax, matched anywhere in the decoded
 /// string unless anchored) → regex over the string's spelling in dialect `d`.

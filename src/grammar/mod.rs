@@ -6,7 +6,8 @@
 //! | module | stage |
 //! |---|---|
 //! | [`error`] | [`error::BuildError`]: why a grammar cannot be built, typed by kind (every stage returns it) |
-//! | [`rules`] | the rule and marker protocol: how a regex references shared parts and property sets (written here, read by `dfa`); regex-text helpers |
+//! | [`part`] | [`part::Built`]: a regex as text and as the steps that build it (no parsing back), automata as one part; regex-text helpers |
+//! | [`rules`] | the rule and marker protocol: how a regex references shared parts and property sets (written here, read by `dfa`) |
 //! | [`nfa`] | rules (built part trees, or text parsed) → one Thompson NFA, a pattern per rule |
 //! | [`dfa`] | the lazy DFA over that NFA, following rule references as calls |
 //! | [`machine`] | explicit automata (patterns with lengths, `multipleOf`, key sets) built on the DFA |
@@ -44,6 +45,7 @@ pub mod machine;
 pub mod mask;
 pub mod nfa;
 pub mod numbers;
+pub mod part;
 pub mod prune;
 pub mod regex;
 pub mod rules;

@@ -1,6 +1,6 @@
 //! Rules → one Thompson NFA (regex-automata's [`NFA`]), a pattern per rule.
 //!
-//! The emitters hand over each rule as a [`Built`](super::rules::Built) part tree (concatenations,
+//! The emitters hand over each rule as a [`Built`](super::part::Built) part tree (concatenations,
 //! alternations and repetitions over shared parts, leaves parsed once per table) or
 //! as text. This stage compiles the trees straight into NFA states with
 //! regex-automata's [`Builder`], so no regex-syntax `Hir` is made for them (making
@@ -36,7 +36,7 @@ use regex_automata::util::primitives::StateID;
 use regex_syntax::hir::{Class, Hir, HirKind};
 
 use super::error::{BuildError, BuildErrorKind as Kind};
-use super::rules::{parse_rule, Graph, Part};
+use super::part::{parse_rule, Graph, Part};
 
 /// A compiled piece: its entry state and the state to patch to what follows.
 #[derive(Clone, Copy)]

@@ -3,7 +3,7 @@
 //! regex text digit by digit.
 
 use super::ir::{Format, NumBound};
-use super::rules::NEVER;
+use super::part::NEVER;
 
 /// The regex of a built-in format, over the string's characters (no character in it
 /// needs a JSON escape).

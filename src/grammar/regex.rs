@@ -15,9 +15,9 @@ pub use super::numbers::{format_regex, int_range, number_range};
 
 use super::ir::{MachineKind, Node, ANY_VALUE_LEVELS};
 use super::machine::Machine;
-pub use super::rules::MAX_REPEAT;
-use super::rules::{cap, NEVER};
-use super::rules::{Built, Rules, SHARE_MIN_COUNT};
+pub use super::part::MAX_REPEAT;
+use super::part::{cap, Built, NEVER};
+use super::rules::{Rules, SHARE_MIN_COUNT};
 
 /// The regex for `node` in dialect `d` (unanchored text; callers anchor).
 ///
@@ -374,7 +374,7 @@ fn machine_rules(m: &Machine, string: bool, d: &dyn Dialect, rules: &mut Rules) 
 /// `<spelling>target`), which determines the language. `None` where a spelling is
 /// text only. Cost: linear in the machine's edges.
 fn machine_graph(m: &Machine, string: bool, d: &dyn Dialect, rules: &mut Rules) -> Option<Built> {
-    use super::rules::{Graph, GraphState};
+    use super::part::{Graph, GraphState};
     use std::fmt::Write;
     let mut text = String::from("machine:");
     let mut graph = Graph { states: Vec::with_capacity(m.states.len()) };
@@ -582,7 +582,7 @@ fn rest_element(re: &Built, required: bool, comma: &Built) -> Built {
     }
 }
 
-/// `item` `lo..=hi` times (`hi` capped as [`super::rules::repeat`] caps), `comma`
+/// `item` `lo..=hi` times (`hi` capped as [`super::part::repeat`] caps), `comma`
 /// between.
 fn list(item: Built, comma: &Built, lo: usize, hi: Option<usize>) -> Built {
     let hi = hi.map(|_| cap(lo, hi));

@@ -1203,8 +1203,8 @@ fn contradictory_keywords_are_intersected_and_empty_parts_removed() {
 /// (Key tries: their text is written once beside parts built without it.)
 #[test]
 fn rules_built_without_parsing_equal_their_text() {
+    use toolgate::grammar::part::Built;
     use toolgate::grammar::regex::to_rules;
-    use toolgate::grammar::rules::Built;
     use toolgate::grammar::schema::compile_shared;
     let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/schema_corpus.jsonl");
     let text = std::fs::read_to_string(corpus).unwrap();

@@ -14,8 +14,9 @@ use serde_json::Value;
 
 use super::{ArgsSyntax, Extent, ValueScan};
 use crate::grammar::ir::Node;
+use crate::grammar::part::alt;
 use crate::grammar::regex::{key_except, members, to_rules, without_literal, Dialect, Json, XmlText};
-use crate::grammar::rules::{alt, Rules};
+use crate::grammar::rules::Rules;
 use crate::tools::format::ToolFormat;
 
 /// Longest tool or parameter name read.
