@@ -299,7 +299,10 @@ mod dispatch {
         match isa {
             // SAFETY: as above.
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 | Isa::Avx512 => |t, w, x, o| unsafe { super::avx2::dot_floats_rows(t, w, x, o) },
+            Isa::Avx2 => |t, w, x, o| unsafe { super::avx2::dot_floats_rows(t, w, x, o) },
+            // SAFETY: as above.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => |t, w, x, o| unsafe { super::avx512::dot_floats_rows(t, w, x, o) },
             _ => super::scalar::dot_floats,
         }
     }

@@ -227,11 +227,12 @@ fn float_prefill_rows_of_any_length() {
     }
 }
 
-/// An F16 row whose length is not a multiple of 8 (the SIMD step): the tail is summed
-/// too, and F16/BF16 values are widened exactly (BF16 is the top half of an f32).
+/// An F16 row whose length is not a multiple of 8 or 16 (the SIMD steps of AVX2 and
+/// AVX-512) nor of their unrolled loops (32, 64): the tail is summed too, and F16/BF16
+/// values are widened exactly (BF16 is the top half of an f32).
 #[test]
 fn float_rows_of_any_length() {
-    for k in [1usize, 7, 9, 33, 70] {
+    for k in [1usize, 7, 9, 16, 33, 70, 80, 200] {
         let w: Vec<f32> = (0..k).map(|i| (i as f32 - 3.0) * 0.25).collect();
         let x: Vec<f32> = (0..k).map(|i| 1.0 + i as f32 * 0.5).collect();
         let want: f32 = w.iter().zip(&x).map(|(a, b)| a * b).sum();
