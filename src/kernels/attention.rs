@@ -290,14 +290,27 @@ impl<'a> Plan<'a> {
         let tile = (TILE_FLOATS / d.max(1)).max(8);
         for t0 in (ja..jb).step_by(tile) {
             let t1 = (t0 + tile).min(jb);
-            for r in 0..rows {
+            // Rows that see the same keys of this tile (a query's heads on this key
+            // head, and queries whose causal limits lie past it): up to `SCORE_ROWS`
+            // of them share each key's load.
+            let seen = |r: usize| {
                 let (j0, j1) = row_range(r);
-                let (a, b) = (t0.max(j0), t1.min(j1));
+                (t0.max(j0), t1.min(j1))
+            };
+            let mut r = 0;
+            while r < rows {
+                let (a, b) = seen(r);
+                let g = (1..SCORE_ROWS.min(rows - r)).take_while(|&i| seen(r + i) == (a, b)).count() + 1;
                 if a < b {
-                    let qr = q.row(heads.start + r % nh, queries.start + r / nh, d);
-                    let out = &mut sc[r * span + a - ja..r * span + b - ja];
-                    scores(isa, qr, k.rows(kvh, a, b - a, d), k.row_stride, out);
+                    let row = |i: usize| {
+                        let i = r + i.min(g - 1);
+                        q.row(heads.start + i % nh, queries.start + i / nh, d)
+                    };
+                    let qs: [&[f32]; SCORE_ROWS] = std::array::from_fn(row);
+                    let out = &mut sc[r * span + a - ja..];
+                    scores(isa, &qs[..g], k.rows(kvh, a, b - a, d), k.row_stride, b - a, out, span);
                 }
+                r += g;
             }
         }
         // Softmax of each row over its visible keys; zeros elsewhere, so the weighted
@@ -375,35 +388,65 @@ impl<'a, T> Strided<'a, T> {
     }
 }
 
-/// `out[j] = q · k_j` for the `out.len()` key rows of `k` (`stride` apart). Each score
-/// is computed alone, the same way wherever its key falls in a batch, so a row's
-/// scores do not depend on which keys share its call.
-fn scores<T: KvElement>(isa: super::Isa, q: &[f32], k: &[T], stride: usize, out: &mut [f32]) {
-    let d = q.len();
-    assert!(out.is_empty() || k.len() >= (out.len() - 1) * stride + d, "key rows out of range");
+/// Query rows one key tile's scores take at once (the AVX-512 kernel keeps `8 ×` this
+/// many sums in registers): each key is loaded, and an f16 key widened, once for them.
+const SCORE_ROWS: usize = 3;
+
+/// `out[i · out_stride + j] = qs[i] · k_j` for the `n` key rows of `k` (`stride` apart)
+/// and the query rows `qs` (1 to [`SCORE_ROWS`], the same length). Each score is
+/// computed alone, the same way wherever its key falls in a batch and whichever rows
+/// share the call, so a row's scores do not depend on which keys or rows share it.
+fn scores<T: KvElement>(
+    isa: super::Isa,
+    qs: &[&[f32]],
+    k: &[T],
+    stride: usize,
+    n: usize,
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    let d = qs.first().map_or(0, |q| q.len());
+    assert!(
+        (1..=SCORE_ROWS).contains(&qs.len())
+            && qs.iter().all(|q| q.len() == d)
+            && (n == 0 || k.len() >= (n - 1) * stride + d)
+            && out.len() >= (qs.len() - 1) * out_stride + n,
+        "query, key or score rows out of range"
+    );
     #[cfg(target_arch = "x86_64")]
     {
         if isa >= super::Isa::Avx512 {
             // SAFETY: `isa` reports AVX-512 only on a CPU that has it; rows checked above.
-            return unsafe { avx512::scores(q, k, stride, out) };
+            return unsafe {
+                match qs.len() {
+                    1 => avx512::scores::<T, 1>(qs, k, stride, n, out, out_stride),
+                    2 => avx512::scores::<T, 2>(qs, k, stride, n, out, out_stride),
+                    _ => avx512::scores::<T, 3>(qs, k, stride, n, out, out_stride),
+                }
+            };
         }
         if isa >= super::Isa::Avx2 {
-            // SAFETY: `isa` reports AVX2 only on a CPU with AVX2, FMA and F16C; rows checked above.
-            return unsafe { avx2::scores(q, k, stride, out) };
+            for (i, q) in qs.iter().enumerate() {
+                // SAFETY: `isa` reports AVX2 only on a CPU with AVX2, FMA and F16C; rows checked above.
+                unsafe { avx2::scores(q, k, stride, &mut out[i * out_stride..i * out_stride + n]) };
+            }
+            return;
         }
     }
     let _ = isa;
-    for (j, o) in out.iter_mut().enumerate() {
-        let kr = &k[j * stride..j * stride + d];
-        let mut acc = [0f32; 8];
-        let (qc, kc) = (q.chunks_exact(8), kr.chunks_exact(8));
-        let tail: f32 = qc.remainder().iter().zip(kc.remainder()).map(|(x, y)| x * y.f32()).sum();
-        for (x, y) in qc.zip(kc) {
-            for l in 0..8 {
-                acc[l] += x[l] * y[l].f32();
+    for (i, q) in qs.iter().enumerate() {
+        for (j, o) in out[i * out_stride..i * out_stride + n].iter_mut().enumerate() {
+            let kr = &k[j * stride..j * stride + d];
+            let mut acc = [0f32; 8];
+            let (qc, kc) = (q.chunks_exact(8), kr.chunks_exact(8));
+            let tail: f32 = qc.remainder().iter().zip(kc.remainder()).map(|(x, y)| x * y.f32()).sum();
+            for (x, y) in qc.zip(kc) {
+                for l in 0..8 {
+                    acc[l] += x[l] * y[l].f32();
+                }
             }
+            *o = acc.iter().sum::<f32>() + tail;
         }
-        *o = acc.iter().sum::<f32>() + tail;
     }
 }
 
@@ -606,16 +649,25 @@ mod avx512 {
         }
     }
 
-    /// [`super::scores`] on AVX-512: eight keys at a time, 16 lanes per step (a
-    /// masked last step for a width not a multiple of 16), halves folded, then the
-    /// AVX2 lane sums.
+    /// [`super::scores`] on AVX-512 for `RQ` query rows: eight keys at a time, 16 lanes
+    /// per step (a masked last step for a width not a multiple of 16), each key loaded
+    /// (and widened) once for all rows, then each row's halves folded and summed as
+    /// AVX2 sums lanes. A row's sums are the same whatever `RQ` is.
     ///
     /// # Safety
     /// The CPU must support AVX-512 F/BW/VL and AVX2/FMA/F16C ([`super::super::Isa::Avx512`]);
-    /// `k` as in `super::avx2::scores`.
+    /// the slices as `super::scores` checks, `qs.len() == RQ`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-    pub(super) unsafe fn scores<T: KvElement>(q: &[f32], k: &[T], stride: usize, out: &mut [f32]) {
-        let (d, n) = (q.len(), out.len());
+    pub(super) unsafe fn scores<T: KvElement, const RQ: usize>(
+        qs: &[&[f32]],
+        k: &[T],
+        stride: usize,
+        n: usize,
+        out: &mut [f32],
+        out_stride: usize,
+    ) {
+        let d = qs[0].len();
+        let q: [*const f32; RQ] = std::array::from_fn(|i| qs[i].as_ptr());
         let tail = (d % 16) as u32;
         let mask: __mmask16 = ((1u32 << tail) - 1) as u16;
         let d16 = d - tail as usize;
@@ -625,26 +677,34 @@ mod avx512 {
             for (t, row) in rows.iter_mut().enumerate().take(m) {
                 *row = k.as_ptr().add((j + t) * stride);
             }
-            let mut acc = [_mm512_setzero_ps(); 8];
+            let mut acc = [[_mm512_setzero_ps(); 8]; RQ];
             for c in (0..d16).step_by(16) {
-                let qc = _mm512_loadu_ps(q.as_ptr().add(c));
+                let qc: [__m512; RQ] = std::array::from_fn(|i| _mm512_loadu_ps(q[i].add(c)));
                 for t in 0..8 {
-                    acc[t] = _mm512_fmadd_ps(qc, load16(0xffff, rows[t].add(c)), acc[t]);
+                    let kv = load16(0xffff, rows[t].add(c));
+                    for i in 0..RQ {
+                        acc[i][t] = _mm512_fmadd_ps(qc[i], kv, acc[i][t]);
+                    }
                 }
             }
             if tail > 0 {
-                let qc = _mm512_maskz_loadu_ps(mask, q.as_ptr().add(d16));
+                let qc: [__m512; RQ] = std::array::from_fn(|i| _mm512_maskz_loadu_ps(mask, q[i].add(d16)));
                 for t in 0..8 {
-                    acc[t] = _mm512_fmadd_ps(qc, load16(mask, rows[t].add(d16)), acc[t]);
+                    let kv = load16(mask, rows[t].add(d16));
+                    for i in 0..RQ {
+                        acc[i][t] = _mm512_fmadd_ps(qc[i], kv, acc[i][t]);
+                    }
                 }
             }
-            let halves = acc.map(|a| {
-                let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a)));
-                _mm256_add_ps(_mm512_castps512_ps256(a), hi)
-            });
-            let mut lanes = [0f32; 8];
-            _mm256_storeu_ps(lanes.as_mut_ptr(), super::avx2::sum8(halves));
-            out[j..j + m].copy_from_slice(&lanes[..m]);
+            for (i, acc) in acc.iter().enumerate() {
+                let halves = acc.map(|a| {
+                    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a)));
+                    _mm256_add_ps(_mm512_castps512_ps256(a), hi)
+                });
+                let mut lanes = [0f32; 8];
+                _mm256_storeu_ps(lanes.as_mut_ptr(), super::avx2::sum8(halves));
+                out[i * out_stride + j..i * out_stride + j + m].copy_from_slice(&lanes[..m]);
+            }
         }
     }
 

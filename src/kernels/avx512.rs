@@ -10,6 +10,8 @@
 //! - The F16/BF16 prefill register tiles ([`f16_tile`], [`bf16_tile`]; see
 //!   [`super::float_tiles_path`]): 4 weight rows × 6 activation rows per step, the
 //!   weights read in their 16-bit format.
+//! - The F16/BF16 row kernel for decode and small batches ([`dot_floats_rows`]): 16
+//!   weights widened to f32 per step against the f32 activations.
 //!
 //! The integer sums of a block are exact, so a block's value differs from the AVX2
 //! kernel's only in the f32 rounding of the per-block scale products (≤ 1 ulp per

@@ -172,6 +172,9 @@ fn prefill_matches_reference() {
     check(9, 3, 64, 64, 70, 0, None);
     check(8, 2, 32, 48, 33, 40, None);
     check(4, 1, 256, 256, 17, 3, None);
+    // Seven query heads per key head (Qwen2.5's 14 over 2), scored up to three at a
+    // time, and a width past the last 16-lane step.
+    check(14, 2, 40, 24, 9, 5, None);
 }
 
 #[test]
