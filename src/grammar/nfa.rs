@@ -127,10 +127,12 @@ impl Compiler {
     /// states not compiled yet), each patched to the union of its edges and, where
     /// it accepts, the exit.
     fn graph(&mut self, g: &Graph) -> std::result::Result<Frag, BuildError> {
-        if g.states.is_empty() {
-            return self.alternation(0, |_, _| unreachable!("no alternatives"));
-        }
         let end = self.b.add_empty().map_err(too_large)?;
+        if g.states.is_empty() {
+            // The empty language: nothing leads to `end`.
+            let fail = self.b.add_fail().map_err(too_large)?;
+            return Ok(Frag { start: fail, end });
+        }
         let entries = (0..g.states.len())
             .map(|_| self.b.add_empty().map_err(too_large))
             .collect::<std::result::Result<Vec<_>, _>>()?;
