@@ -80,14 +80,14 @@ pub(crate) enum Part {
 /// where a state accepts. For [`super::machine::Machine`]s, whose states written as
 /// one rule each cost a rule call per byte, a reference's bytes per edge, and the
 /// texts of them all.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Graph {
     /// The states, by number.
     pub(crate) states: Vec<GraphState>,
 }
 
 /// One state of a [`Graph`].
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct GraphState {
     /// Whether the graph may end here.
     pub(crate) accepting: bool,
@@ -187,11 +187,6 @@ impl Built {
         let depth = 1 + graph.states.iter().flat_map(|s| &s.parts).map(|(p, _)| p.depth()).max().unwrap_or(0);
         (depth <= MAX_BUILT_DEPTH)
             .then(|| Self { text, part: Some(std::sync::Arc::new(Part::Graph(Box::new(graph), depth))) })
-    }
-
-    /// The part's steps, for [`Built::graph`]'s edges; `None` where text only.
-    pub(crate) fn part(&self) -> Option<&std::sync::Arc<Part>> {
-        self.part.as_ref()
     }
 
     /// The empty regex (matches the empty text).
@@ -354,7 +349,8 @@ impl Built {
         }
     }
 
-    /// The text and the steps, taken apart (for the table of rules).
+    /// The text and the steps (`None` where text only), taken apart: for the table of
+    /// rules, and for a graph's edges.
     pub(crate) fn into_parts(self) -> (String, Option<std::sync::Arc<Part>>) {
         (self.text, self.part)
     }

@@ -392,9 +392,9 @@ fn machine_graph(m: &Machine, string: bool, d: &dyn Dialect, rules: &mut Rules) 
             let mut b = usize::from(lo);
             while b <= usize::from(hi) {
                 if escaped(b) {
-                    let spelled = rules.leaf(d.string_literal_char(char::from(b as u8)));
-                    let _ = write!(text, "<{}>{t}", spelled.text);
-                    g.parts.push((spelled.part()?.clone(), t));
+                    let (spelled, part) = rules.leaf(d.string_literal_char(char::from(b as u8))).into_parts();
+                    let _ = write!(text, "<{spelled}>{t}");
+                    g.parts.push((part?, t));
                     b += 1;
                     continue;
                 }

@@ -266,10 +266,10 @@ impl Default for LoadOptions {
 /// `F32` (the default) keeps every key and value as computed. `F16` halves the cache's
 /// memory (a 7B model's 32k-token cache: 1.8 GB instead of 3.7): keys and values are
 /// rounded to f16 once, when stored, and the attention kernels widen them exactly as
-/// they load them, so each decode step reads half the bytes. SmolLM2 after a 6.4k-token
-/// prompt (`BENCHMARKS.md`): decode 1.58–1.77× the f32 cache's, peak RSS 0.68×, but that
-/// prompt's prefill 0.83–0.89× (its attention is compute-bound, and every load then
-/// converts). It applies on the CPU with toolgate's kernels; other devices, and
+/// they load them, so each decode step reads half the bytes. A 6.4k-token prompt
+/// (`BENCHMARKS.md`, "Long prompts"): decode 1.5–2.3× the f32 cache's on SmolLM2 and
+/// 1.2× on Qwen2.5-Coder-0.5B, peak RSS 0.68× (SmolLM2), but that prompt's prefill
+/// 0.89–0.92× (its attention is compute-bound, and every load then converts). It applies on the CPU with toolgate's kernels; other devices, and
 /// `TOOLGATE_KERNELS=candle`, keep `F32`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum KvCacheType {
