@@ -82,6 +82,10 @@ unsafe fn dot_floats<const BF: bool, const R: usize>(w: &[u8], xs: &[&[f32]], ou
     let x: [*const f32; R] = std::array::from_fn(|r| xs[r].as_ptr());
     let mut i = 0;
     while i + 16 * U <= k {
+        // The step's 128 weight bytes are two cache lines (see `PREFETCH_BYTES`).
+        let ahead = w.as_ptr().wrapping_add(2 * i + super::PREFETCH_BYTES);
+        _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
+        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64) as *const i8);
         for u in 0..U {
             let wv = widen16::<BF>(w.as_ptr().add(2 * (i + 16 * u)));
             for r in 0..R {
@@ -117,23 +121,6 @@ unsafe fn store_tile<const R: usize>(y: &[__m512; R], out: *mut f32, ld: usize, 
         _mm512_mask_storeu_ps(out.add(r * ld), keep, y[r]);
     }
 }
-
-/// Ask for the block `PREFETCH_BLOCKS` ahead of the one at `blk` (`bb` bytes each; the
-/// next tile's, past the current one's end: a task's tiles are contiguous): with one
-/// activation row a tile kernel is bound by memory, and the hardware's streams alone
-/// keep too few lines in flight. A prefetch never faults, so running past the last
-/// tile is harmless.
-#[target_feature(enable = "avx512f")]
-#[inline]
-unsafe fn prefetch_ahead(blk: *const u8, bb: usize) {
-    let ahead = blk.wrapping_add(PREFETCH_BLOCKS * bb);
-    for line in (0..bb).step_by(64) {
-        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line) as *const i8);
-    }
-}
-
-/// How many blocks ahead [`prefetch_ahead`] asks for.
-const PREFETCH_BLOCKS: usize = 2;
 
 /// Independent `vpdpbusd` sums per activation row for [`dot_codes`] when a kernel
 /// multiplies `rows` rows: 4 for one row, 2 for two, else 1 (the rows themselves are
@@ -190,7 +177,7 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(job: &TileJob) {
     let mut y = [_mm512_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        prefetch_ahead(blk, bb);
+        super::tiles::prefetch_ahead(blk, bb);
         let mut codes = [_mm512_setzero_si512(); 8];
         if nibbles {
             for v in 0..4 {
@@ -287,7 +274,7 @@ unsafe fn iq4xs_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
     let mut y = [_mm512_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        prefetch_ahead(blk, bb);
+        super::tiles::prefetch_ahead(blk, bb);
         let mut total = [_mm512_setzero_si512(); R];
         for s in 0..8 {
             let mut codes = [_mm512_setzero_si512(); 8];
@@ -327,7 +314,7 @@ unsafe fn q2k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
     let mut y = [_mm512_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        prefetch_ahead(blk, bb);
+        super::tiles::prefetch_ahead(blk, bb);
         let (mut sums, mut mins) = ([_mm512_setzero_si512(); R], [_mm512_setzero_si512(); R]);
         // The minimums times the activations' per-16 sums: two groups per `vpdpwssd`
         // (each lane the row's two minimums as i16, against the two sums broadcast).
@@ -427,7 +414,7 @@ unsafe fn q3k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
     let mut y = [_mm512_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        prefetch_ahead(blk, bb);
+        super::tiles::prefetch_ahead(blk, bb);
         let mut total = [_mm512_setzero_si512(); R];
         for g in 0..16 {
             let z = _mm512_loadu_si512(blk.add(64 * g) as *const _);
@@ -462,7 +449,7 @@ unsafe fn q45k_tile_kernel<const Q5: bool, const R: usize>(job: &TileJob<Q8x256>
     let mut y = [_mm512_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        prefetch_ahead(blk, bb);
+        super::tiles::prefetch_ahead(blk, bb);
         let (mut total, mut mins) = ([_mm512_setzero_si512(); R], [_mm512_setzero_si512(); R]);
         let bytes16 = |at: usize| _mm512_cvtepu8_epi32(_mm_loadu_si128(blk.add(at) as *const __m128i));
         for i in 0..4 {
@@ -515,7 +502,7 @@ unsafe fn q6k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
     let mut y = [_mm512_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        prefetch_ahead(blk, bb);
+        super::tiles::prefetch_ahead(blk, bb);
         let mut total = [_mm512_setzero_si512(); R];
         for p in 0..8 {
             // Two groups' low nibbles per run: group 2p low, 2p + 1 high.
