@@ -409,9 +409,9 @@ unsafe fn dot_floats<const BF: bool, const R: usize>(w: &[u8], xs: &[&[f32]], ou
     let x: [*const f32; R] = std::array::from_fn(|r| xs[r].as_ptr());
     let mut i = 0;
     while i + 8 * unroll <= k {
-        // One cache line of weights per step (two steps per line for 3–4 rows); see
-        // `PREFETCH_BYTES`.
-        _mm_prefetch::<_MM_HINT_T0>(w.as_ptr().wrapping_add(2 * i + super::PREFETCH_BYTES) as *const i8);
+        // The step's weight bytes (one cache line, or half of one for 3–4 rows),
+        // `PREFETCH_BYTES` ahead.
+        super::prefetch_ahead(w.as_ptr().add(2 * i), 2 * 8 * unroll);
         for u in 0..unroll {
             let wv = widen::<BF>(w.as_ptr().add(2 * (i + 8 * u)));
             for r in 0..R {
@@ -574,7 +574,7 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(job: &TileJob, half: usize) 
     let mut y = [_mm256_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        super::tiles::prefetch_ahead(blk, bb);
+        super::prefetch_ahead(blk, bb);
         let mut codes = [_mm256_setzero_si256(); 8];
         if nibbles {
             for v in 0..4 {
@@ -788,7 +788,7 @@ unsafe fn q45k_tile_kernel<const Q5: bool, const R: usize>(job: &TileJob<Q8x256>
     let mut y = [_mm256_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        super::tiles::prefetch_ahead(blk, bb);
+        super::prefetch_ahead(blk, bb);
         let (mut total, mut mins) = ([_mm256_setzero_si256(); R], [_mm256_setzero_si256(); R]);
         for s in 0..8 {
             // Sub-block s: the low nibbles of run s / 2 when s is even, else the high.
@@ -917,7 +917,7 @@ unsafe fn q2k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) {
     let mut y = [_mm256_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        super::tiles::prefetch_ahead(blk, bb);
+        super::prefetch_ahead(blk, bb);
         // Group g's 8 bytes `sc | m << 4`.
         let bytes = |g: usize| bytes8(blk.add(Q2K_SCALES_AT + 16 * g + 8 * half));
         let mut total = [_mm256_setzero_si256(); R];
@@ -954,7 +954,7 @@ unsafe fn q6k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) {
     let mut y = [_mm256_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        super::tiles::prefetch_ahead(blk, bb);
+        super::prefetch_ahead(blk, bb);
         let mut total = [_mm256_setzero_si256(); R];
         let scales = |g: usize| bytes8(blk.add(Q6K_SCALES_AT + 16 * g + 8 * half));
         for g in 0..16 {
@@ -999,7 +999,7 @@ unsafe fn q3k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) {
     let mut y = [_mm256_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        super::tiles::prefetch_ahead(blk, bb);
+        super::prefetch_ahead(blk, bb);
         let mut total = [_mm256_setzero_si256(); R];
         let scales = |g: usize| bytes8(blk.add(Q3K_SCALES_AT + 16 * g + 8 * half));
         for g in 0..16 {
@@ -1039,7 +1039,7 @@ unsafe fn iq4xs_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) 
     let mut y = [_mm256_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        super::tiles::prefetch_ahead(blk, bb);
+        super::prefetch_ahead(blk, bb);
         let mut total = [_mm256_setzero_si256(); R];
         for s in 0..8 {
             let mut codes = [_mm256_setzero_si256(); 8];

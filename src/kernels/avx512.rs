@@ -82,10 +82,8 @@ unsafe fn dot_floats<const BF: bool, const R: usize>(w: &[u8], xs: &[&[f32]], ou
     let x: [*const f32; R] = std::array::from_fn(|r| xs[r].as_ptr());
     let mut i = 0;
     while i + 16 * U <= k {
-        // The step's 128 weight bytes are two cache lines (see `PREFETCH_BYTES`).
-        let ahead = w.as_ptr().wrapping_add(2 * i + super::PREFETCH_BYTES);
-        _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
-        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64) as *const i8);
+        // The step's weight bytes (two cache lines), `PREFETCH_BYTES` ahead.
+        super::prefetch_ahead(w.as_ptr().add(2 * i), 2 * 16 * U);
         for u in 0..U {
             let wv = widen16::<BF>(w.as_ptr().add(2 * (i + 16 * u)));
             for r in 0..R {
@@ -177,7 +175,7 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(job: &TileJob) {
     let mut y = [_mm512_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        super::tiles::prefetch_ahead(blk, bb);
+        super::prefetch_ahead(blk, bb);
         let mut codes = [_mm512_setzero_si512(); 8];
         if nibbles {
             for v in 0..4 {
@@ -274,7 +272,7 @@ unsafe fn iq4xs_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
     let mut y = [_mm512_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        super::tiles::prefetch_ahead(blk, bb);
+        super::prefetch_ahead(blk, bb);
         let mut total = [_mm512_setzero_si512(); R];
         for s in 0..8 {
             let mut codes = [_mm512_setzero_si512(); 8];
@@ -314,7 +312,7 @@ unsafe fn q2k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
     let mut y = [_mm512_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        super::tiles::prefetch_ahead(blk, bb);
+        super::prefetch_ahead(blk, bb);
         let (mut sums, mut mins) = ([_mm512_setzero_si512(); R], [_mm512_setzero_si512(); R]);
         // The minimums times the activations' per-16 sums: two groups per `vpdpwssd`
         // (each lane the row's two minimums as i16, against the two sums broadcast).
@@ -414,7 +412,7 @@ unsafe fn q3k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
     let mut y = [_mm512_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        super::tiles::prefetch_ahead(blk, bb);
+        super::prefetch_ahead(blk, bb);
         let mut total = [_mm512_setzero_si512(); R];
         for g in 0..16 {
             let z = _mm512_loadu_si512(blk.add(64 * g) as *const _);
@@ -449,7 +447,7 @@ unsafe fn q45k_tile_kernel<const Q5: bool, const R: usize>(job: &TileJob<Q8x256>
     let mut y = [_mm512_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        super::tiles::prefetch_ahead(blk, bb);
+        super::prefetch_ahead(blk, bb);
         let (mut total, mut mins) = ([_mm512_setzero_si512(); R], [_mm512_setzero_si512(); R]);
         let bytes16 = |at: usize| _mm512_cvtepu8_epi32(_mm_loadu_si128(blk.add(at) as *const __m128i));
         for i in 0..4 {
@@ -502,7 +500,7 @@ unsafe fn q6k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
     let mut y = [_mm512_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        super::tiles::prefetch_ahead(blk, bb);
+        super::prefetch_ahead(blk, bb);
         let mut total = [_mm512_setzero_si512(); R];
         for p in 0..8 {
             // Two groups' low nibbles per run: group 2p low, 2p + 1 high.

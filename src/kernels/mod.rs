@@ -97,6 +97,30 @@ pub const MAX_ROWS: usize = 4;
 #[cfg(target_arch = "x86_64")]
 pub(crate) const PREFETCH_BYTES: usize = 2048;
 
+/// Ask for the `len` bytes [`PREFETCH_BYTES`] ahead of the ones at `at`, rounded up to
+/// whole spans of `len` and at least `PREFETCH_BLOCKS` spans ahead: called once per
+/// step of a decode kernel, `len` being the weight bytes one step reads (a tile
+/// kernel's block: then the next tile's, past the current one's end, as a task's tiles
+/// are contiguous; a row kernel's step). A prefetch never faults, so running past the
+/// last row or tile is harmless. (`len` is a constant of each kernel, so the division
+/// folds.)
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn prefetch_ahead(at: *const u8, len: usize) {
+    let ahead = at.wrapping_add(PREFETCH_BYTES.div_ceil(len).max(PREFETCH_BLOCKS) * len);
+    for line in (0..len).step_by(64) {
+        // SAFETY: a prefetch reads nothing and never faults, whatever the address.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(ahead.wrapping_add(line) as *const i8)
+        };
+    }
+}
+
+/// The fewest spans ahead [`prefetch_ahead`] asks for (the 256-weight types' tile
+/// blocks pass `PREFETCH_BYTES` in one).
+#[cfg(target_arch = "x86_64")]
+const PREFETCH_BLOCKS: usize = 2;
+
 pub use matmul::{GEMM_MIN_ROWS, GEMM_TILE};
 
 /// Whether a matmul of `m` activation rows with `ty` weights on the kernels of `isa`

@@ -375,29 +375,6 @@ pub(super) struct BlockLayout {
     pub(super) bytes: usize,
 }
 
-/// Ask for the block [`super::PREFETCH_BYTES`] ahead of the one at `blk` (`bb` bytes
-/// each), but at least `PREFETCH_BLOCKS` blocks ahead (the next tile's, past the
-/// current one's end: a task's tiles are contiguous): with one activation row a tile
-/// kernel is bound by memory, and the hardware's streams alone keep too few lines in
-/// flight. A prefetch never faults, so running past the last tile is harmless. (`bb`
-/// is a constant of each kernel, so the division folds.)
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-pub(super) fn prefetch_ahead(blk: *const u8, bb: usize) {
-    let ahead = blk.wrapping_add(super::PREFETCH_BYTES.div_ceil(bb).max(PREFETCH_BLOCKS) * bb);
-    for line in (0..bb).step_by(64) {
-        // SAFETY: a prefetch reads nothing and never faults, whatever the address.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(ahead.wrapping_add(line) as *const i8)
-        };
-    }
-}
-
-/// The fewest blocks ahead [`prefetch_ahead`] asks for (the 256-weight types' blocks
-/// pass `PREFETCH_BYTES` in one).
-#[cfg(target_arch = "x86_64")]
-const PREFETCH_BLOCKS: usize = 2;
-
 /// The [`BlockLayout`] of the type tagged `tag`.
 #[cfg(target_arch = "x86_64")]
 pub(super) const fn block_layout(tag: u8) -> BlockLayout {

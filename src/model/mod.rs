@@ -269,7 +269,8 @@ impl Default for LoadOptions {
 /// they load them, so each decode step reads half the bytes. A 6.4k-token prompt
 /// (`BENCHMARKS.md`, "Long prompts"): decode 1.5–2.3× the f32 cache's on SmolLM2 and
 /// 1.2× on Qwen2.5-Coder-0.5B, peak RSS 0.68× (SmolLM2), but that prompt's prefill
-/// 0.89–0.92× (its attention is compute-bound, and every load then converts). It applies on the CPU with toolgate's kernels; other devices, and
+/// 0.89–0.92× (its attention is compute-bound, and every load then converts). It
+/// applies on the CPU with toolgate's kernels; other devices, and
 /// `TOOLGATE_KERNELS=candle`, keep `F32`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum KvCacheType {
