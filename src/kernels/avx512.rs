@@ -7,9 +7,10 @@
 //!   512-bit register, one `vpdpbusd` per 4 codes of 16 rows against 4 activation
 //!   codes broadcast, no horizontal sums, the same arithmetic for 1 activation row as
 //!   for 128 — decode and prefill both take them.
-//! - The F16/BF16 prefill register tiles ([`f16_tile`], [`bf16_tile`]; see
-//!   [`super::float_tiles_path`]): 4 weight rows × 6 activation rows per step, the
-//!   weights read in their 16-bit format.
+//! - The F16/BF16 prefill kernels (see [`super::float_tiles_path`]): weight rows
+//!   widened to f32 panels ([`widen_transposed`]) against 12 activation rows at a time
+//!   ([`panel_tile`]); or, for BF16 where `vdpbf16ps` pays ([`prefers_bf16_dot`]),
+//!   register tiles of 4 weight rows × 6 activation rows in BF16 ([`bf16_tile`]).
 //! - The F16/BF16 row kernel for decode and small batches ([`dot_floats_rows`]): 16
 //!   weights widened to f32 per step against the f32 activations.
 //!
@@ -646,51 +647,150 @@ pub(super) unsafe fn bf16_tile<const RM: usize, const RN: usize>(
     }
 }
 
-/// [`bf16_tile`] for F16 weights: each step widens 16 weights per row to f32
-/// (`vcvtph2ps`) and multiplies them with 16 f32 activations per row (FMA), the
-/// activations as they are. `xs[i]` and `ws[j]` each point at `k` values; the last
-/// step loads both masked.
+/// Activation rows per panel register tile ([`panel_tile`]): `PANEL_MR × 2`
+/// accumulators (24 of the 32 registers), the panel's two vectors and a broadcast.
+pub(super) const PANEL_MR: usize = 12;
+/// Weight rows per micro-panel of [`widen_transposed`]'s layout: two 16-wide registers.
+pub(super) const PANEL_NR: usize = 32;
+
+/// Whether BF16 prefill runs on `vdpbf16ps` ([`bf16_tile`], the activations rounded
+/// to BF16) rather than widening the weights to f32 like F16 ([`panel_tile`]): where
+/// the CPU has AVX-512 BF16 and is not Intel's. `vdpbf16ps` does 32 multiply-adds per
+/// instruction; on AMD Zen 4/5 that paid (BF16 prefill 1.14× llama.cpp against F16's
+/// 1.01× on the same VM), while an Intel Xeon (Emerald Rapids, measured) retires it at
+/// a quarter of the FMA's instruction rate — 40 GMAC/s per core against 80 for f32
+/// FMAs — so widening wins there. `TOOLGATE_BF16_DOT=1` or `=0` forces the choice
+/// (read once). Cached after the first call.
+pub fn prefers_bf16_dot() -> bool {
+    static DOT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DOT.get_or_init(|| match std::env::var("TOOLGATE_BF16_DOT").as_deref() {
+        Ok("1") => has_bf16(),
+        Ok("0") => false,
+        _ => has_bf16() && !is_intel(),
+    })
+}
+
+/// Whether the CPU's vendor string is `GenuineIntel` (CPUID leaf 0).
+fn is_intel() -> bool {
+    let id = __cpuid(0);
+    let vendor: Vec<u8> = [id.ebx, id.edx, id.ecx].iter().flat_map(|r| r.to_le_bytes()).collect();
+    vendor == b"GenuineIntel"
+}
+
+/// Transpose 16 rows of 16 f32 values in registers: afterwards `r[c]` holds what was
+/// column `c`. Four rounds of 16 shuffles (pairs of floats, pairs of doubles, then
+/// 128-bit lanes twice).
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn transpose16(r: &mut [__m512; 16]) {
+    let mut t = [_mm512_setzero_ps(); 16];
+    // Rows 2i, 2i+1 interleaved: in each 128-bit lane, columns (0, 1) then (2, 3) of both.
+    for i in 0..8 {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    // Rows 4i..4i+4: r[4i + c] holds column c of them in lane 0 (c + 4 in lane 1, …).
+    for i in 0..4 {
+        for h in 0..2 {
+            let (a, b) = (_mm512_castps_pd(t[4 * i + h]), _mm512_castps_pd(t[4 * i + 2 + h]));
+            r[4 * i + 2 * h] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+            r[4 * i + 2 * h + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        }
+    }
+    // Lanes regrouped across the four groups of rows.
+    for i in 0..2 {
+        for h in 0..4 {
+            t[8 * i + h] = _mm512_shuffle_f32x4::<0x88>(r[8 * i + h], r[8 * i + 4 + h]);
+            t[8 * i + 4 + h] = _mm512_shuffle_f32x4::<0xdd>(r[8 * i + h], r[8 * i + 4 + h]);
+        }
+    }
+    for h in 0..8 {
+        r[h] = _mm512_shuffle_f32x4::<0x88>(t[h], t[8 + h]);
+        r[8 + h] = _mm512_shuffle_f32x4::<0xdd>(t[h], t[8 + h]);
+    }
+}
+
+/// Values `k0..k0 + kc` of 16 F16 (`BF = false`) or BF16 (`BF = true`) weight rows,
+/// widened to f32 and transposed: `out[kk · ld + r] = rows[r][k0 + kk]`, `0.0` for a
+/// null row (past the matrix's last). 16 values per row per step (the last step loads
+/// masked), one transpose per step ([`transpose16`]).
 ///
 /// # Safety
-/// The CPU supports AVX-512 F/BW ([`super::Isa::Avx512`]); each `xs[i]` points at `k`
-/// readable f32 values, each `ws[j]` at `k` F16 values.
+/// The CPU supports AVX-512 F/BW/VL and F16C; each non-null `rows[r]` points at a row
+/// of at least `k0 + kc` 16-bit values; `out + kk · ld` is valid for 16 floats for
+/// every `kk < kc`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
-pub(super) unsafe fn f16_tile<const RM: usize, const RN: usize>(
-    xs: [*const f32; RM],
-    ws: [*const u16; RN],
-    k: usize,
-    out: &mut [[f32; RN]; RM],
+pub(super) unsafe fn widen_transposed<const BF: bool>(
+    rows: &[*const u8; 16],
+    k0: usize,
+    kc: usize,
+    out: *mut f32,
+    ld: usize,
 ) {
-    let mut acc = [[_mm512_setzero_ps(); RN]; RM];
-    let full = k / 16;
-    let mut wv = [_mm512_setzero_ps(); RN];
-    for c in 0..full {
-        for j in 0..RN {
-            wv[j] = _mm512_cvtph_ps(_mm256_loadu_si256(ws[j].add(c * 16) as *const __m256i));
+    for kb in (0..kc).step_by(16) {
+        let len = 16.min(kc - kb);
+        let mask: __mmask16 = if len == 16 { !0 } else { (1u16 << len) - 1 };
+        let mut r: [__m512; 16] = std::array::from_fn(|q| {
+            if rows[q].is_null() {
+                return _mm512_setzero_ps();
+            }
+            let raw = _mm256_maskz_loadu_epi16(mask, rows[q].add(2 * (k0 + kb)) as *const i16);
+            if BF {
+                _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16))
+            } else {
+                _mm512_cvtph_ps(raw)
+            }
+        });
+        transpose16(&mut r);
+        for (q, v) in r.iter().enumerate().take(len) {
+            _mm512_storeu_ps(out.add((kb + q) * ld), *v);
         }
-        for i in 0..RM {
-            let xv = _mm512_loadu_ps(xs[i].add(c * 16));
-            for j in 0..RN {
-                acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
+    }
+}
+
+/// One register tile of the panel GEMM: for `R` activation rows `x + i · ldx` and the
+/// 32 weight rows of a micro-panel (`panel[kk · 32 + j]`, [`widen_transposed`]),
+/// `y[i · ldy + j] = Σ_kk x[i][kk] · panel[kk][j]` over `kk < kc` — added to what `y`
+/// holds when `accumulate` — for the columns `j` whose bit is set in `cols` (low 16
+/// bits: `j < 16`). Each step broadcasts one activation per row against the panel's
+/// two vectors: `2R` FMAs, no horizontal sums, and each output's products are added
+/// in `kk` order whatever `R` is.
+///
+/// # Safety
+/// The CPU supports AVX-512 F/VL; `x + i · ldx` is valid for `kc` floats (`i < R`),
+/// `panel` for `32 · kc`, and `y + i · ldy + j` for each column `j` in `cols`.
+#[target_feature(enable = "avx512f,avx512vl")]
+pub(super) unsafe fn panel_tile<const R: usize>(
+    x: *const f32,
+    ldx: usize,
+    panel: *const f32,
+    kc: usize,
+    y: *mut f32,
+    ldy: usize,
+    cols: u32,
+    accumulate: bool,
+) {
+    let masks: [__mmask16; 2] = [cols as u16, (cols >> 16) as u16];
+    let mut acc = [[_mm512_setzero_ps(); 2]; R];
+    if accumulate {
+        for (i, row) in acc.iter_mut().enumerate() {
+            for (v, a) in row.iter_mut().enumerate() {
+                *a = _mm512_maskz_loadu_ps(masks[v], y.add(i * ldy + 16 * v));
             }
         }
     }
-    let tail = k % 16;
-    if tail > 0 {
-        let mask: __mmask16 = (1u16 << tail) - 1;
-        for j in 0..RN {
-            wv[j] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, ws[j].add(full * 16) as *const i16));
-        }
-        for i in 0..RM {
-            let xv = _mm512_maskz_loadu_ps(mask, xs[i].add(full * 16));
-            for j in 0..RN {
-                acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
-            }
+    for kk in 0..kc {
+        let b0 = _mm512_loadu_ps(panel.add(kk * PANEL_NR));
+        let b1 = _mm512_loadu_ps(panel.add(kk * PANEL_NR + 16));
+        for (i, row) in acc.iter_mut().enumerate() {
+            let a = _mm512_set1_ps(*x.add(i * ldx + kk));
+            row[0] = _mm512_fmadd_ps(a, b0, row[0]);
+            row[1] = _mm512_fmadd_ps(a, b1, row[1]);
         }
     }
-    for i in 0..RM {
-        for j in 0..RN {
-            out[i][j] = _mm512_reduce_add_ps(acc[i][j]);
+    for (i, row) in acc.iter().enumerate() {
+        for (v, a) in row.iter().enumerate() {
+            _mm512_mask_storeu_ps(y.add(i * ldy + 16 * v), masks[v], *a);
         }
     }
 }

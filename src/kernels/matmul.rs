@@ -37,7 +37,11 @@ pub const GEMM_TILE: usize = 160;
 pub(super) fn matmul(w: &QWeight, x: &[f32], m: usize, y: &mut [f32], isa: Isa) {
     #[cfg(target_arch = "x86_64")]
     if super::float_tiles_path(isa, w.ty, m) {
-        return matmul_float_tiles(w, x, m, y);
+        return if super::bf16_path(isa, w.ty, m) {
+            matmul_bf16_tiles(w, x, m, y)
+        } else {
+            matmul_float_panels(w, x, m, y)
+        };
     }
     if super::f32_path(isa, w.ty, m) {
         return matmul_dequantized(w, x, m, y, dispatch::dequantize_for(isa));
@@ -111,26 +115,22 @@ thread_local! {
     static BF16_ACTS: Cell<Vec<u16>> = const { Cell::new(Vec::new()) };
 }
 
-/// The F16/BF16 prefill path ([`super::float_tiles_path`]): BF16 rounds the
-/// activations to BF16 once (each row zero-padded to a multiple of 32), F16 reads them
-/// as they are; then each task walks its weight rows [`BF16_RN`] at a time against
-/// every activation row, [`BF16_RM`] at a time, in register tiles
-/// ([`super::avx512::bf16_tile`], [`super::avx512::f16_tile`]).
+/// The BF16 prefill path where `vdpbf16ps` pays ([`super::bf16_path`]): the
+/// activations rounded to BF16 once (each row zero-padded to a multiple of 32), then
+/// each task walks its weight rows [`BF16_RN`] at a time against every activation row,
+/// [`BF16_RM`] at a time, in register tiles ([`super::avx512::bf16_tile`]).
 #[cfg(target_arch = "x86_64")]
-fn matmul_float_tiles(w: &QWeight, x: &[f32], m: usize, y: &mut [f32]) {
+fn matmul_bf16_tiles(w: &QWeight, x: &[f32], m: usize, y: &mut [f32]) {
     use super::avx512::{to_bf16, BF16_RM, BF16_RN};
     let (n, k) = (w.out_features, w.in_features);
     assert_eq!(x.len(), m * k, "input of {m} rows of {k}");
     assert_eq!(y.len(), m * n, "output of {m} rows of {n}");
-    let bf16 = w.ty == super::WeightType::BF16;
     let kp = k.div_ceil(32) * 32;
-    with_scratch(&BF16_ACTS, if bf16 { m * kp } else { 0 }, 0, |xb| {
-        if bf16 {
-            for (xr, br) in x.chunks_exact(k).zip(xb.chunks_exact_mut(kp)) {
-                // SAFETY: `float_tiles_path` checked that the CPU has AVX-512 F/BW and
-                // BF16; `br` holds `kp >= k` values.
-                unsafe { to_bf16(xr, br) };
-            }
+    with_scratch(&BF16_ACTS, m * kp, 0, |xb| {
+        for (xr, br) in x.chunks_exact(k).zip(xb.chunks_exact_mut(kp)) {
+            // SAFETY: `bf16_path` checked that the CPU has AVX-512 F/BW and BF16; `br`
+            // holds `kp >= k` values.
+            unsafe { to_bf16(xr, br) };
         }
         let xb = &*xb;
         let chunk = n.div_ceil(threads()).next_multiple_of(BF16_RN);
@@ -141,7 +141,7 @@ fn matmul_float_tiles(w: &QWeight, x: &[f32], m: usize, y: &mut [f32]) {
                 let rn = BF16_RN.min(j1 - jb);
                 for ib in (0..m).step_by(BF16_RM) {
                     let rm = BF16_RM.min(m - ib);
-                    let at = FloatTile { w, x, xb, kp, ib, jb, cols };
+                    let at = Bf16Tile { w, xb, kp, ib, jb, cols };
                     macro_rules! rows {
                         ($rn:literal) => {
                             match rm {
@@ -172,13 +172,11 @@ fn matmul_float_tiles(w: &QWeight, x: &[f32], m: usize, y: &mut [f32]) {
     });
 }
 
-/// Where one register tile of [`matmul_float_tiles`] reads and writes.
+/// Where one register tile of [`matmul_bf16_tiles`] reads and writes.
 #[cfg(target_arch = "x86_64")]
-struct FloatTile<'a> {
+struct Bf16Tile<'a> {
     w: &'a QWeight,
-    /// The activations (F16 weights read them).
-    x: &'a [f32],
-    /// The activations as BF16, rows of `kp` (BF16 weights read them).
+    /// The activations as BF16, rows of `kp`.
     xb: &'a [u16],
     kp: usize,
     ib: usize,
@@ -187,40 +185,133 @@ struct FloatTile<'a> {
 }
 
 #[cfg(target_arch = "x86_64")]
-impl FloatTile<'_> {
+impl Bf16Tile<'_> {
     /// Outputs `(ib + i, jb + j)` for `i < RM`, `j < RN`.
     ///
     /// # Safety
-    /// The CPU has AVX-512 F/BW (and BF16 for BF16 weights); activation rows
-    /// `ib..ib + RM` and weight rows `jb..jb + RN` exist; no other task writes those
-    /// outputs, and `y` is alive.
+    /// The CPU has AVX-512 F/BW and BF16; activation rows `ib..ib + RM` and weight rows
+    /// `jb..jb + RN` exist; no other task writes those outputs, and `y` is alive.
     unsafe fn run<const RM: usize, const RN: usize>(&self) {
         let (n, k) = (self.w.out_features, self.w.in_features);
-        let mut ws = [std::ptr::null::<u16>(); RN];
-        for (j, p) in ws.iter_mut().enumerate() {
-            // A 16-bit float row is `k` little-endian u16 values (read unaligned).
-            *p = self.w.row(self.jb + j).as_ptr() as *const u16;
-        }
+        // A 16-bit float row is `k` little-endian u16 values (read unaligned).
+        let ws: [*const u16; RN] = std::array::from_fn(|j| self.w.row(self.jb + j).as_ptr() as *const u16);
+        let xs: [*const u16; RM] = std::array::from_fn(|i| self.xb[(self.ib + i) * self.kp..][..self.kp].as_ptr());
         let mut out = [[0f32; RN]; RM];
-        if self.w.ty == super::WeightType::BF16 {
-            let mut xs = [std::ptr::null::<u16>(); RM];
-            for (i, p) in xs.iter_mut().enumerate() {
-                *p = self.xb[(self.ib + i) * self.kp..][..self.kp].as_ptr();
-            }
-            super::avx512::bf16_tile::<RM, RN>(xs, ws, k, &mut out);
-        } else {
-            let mut xs = [std::ptr::null::<f32>(); RM];
-            for (i, p) in xs.iter_mut().enumerate() {
-                *p = self.x[(self.ib + i) * k..][..k].as_ptr();
-            }
-            super::avx512::f16_tile::<RM, RN>(xs, ws, k, &mut out);
-        }
+        super::avx512::bf16_tile::<RM, RN>(xs, ws, k, &mut out);
         for (i, row) in out.iter().enumerate() {
             for (j, &v) in row.iter().enumerate() {
                 self.cols.write((self.ib + i) * n + self.jb + j, v);
             }
         }
     }
+}
+
+/// Bytes of f32 panel per task in [`matmul_float_panels`] (L2-sized: the panel is read
+/// once per group of [`PANEL_MR`](super::avx512::PANEL_MR) activation rows).
+#[cfg(target_arch = "x86_64")]
+const PANEL_BYTES: usize = 1 << 20;
+/// Most values of `k` per panel in [`matmul_float_panels`]: a longer row is widened
+/// in slices of this many, so a panel holds at least `PANEL_BYTES / 4 / PANEL_SLICE`
+/// weight rows and the activation rows' slice (`m × PANEL_SLICE` floats) is read
+/// once per panel, not once per 32 weight rows.
+#[cfg(target_arch = "x86_64")]
+const PANEL_SLICE: usize = 512;
+/// Values of `k` per register-tile call in [`matmul_float_panels`]: a micro-panel's
+/// slice (`32 × PANEL_K` floats, 16 KiB) and the activation rows' (12 × `PANEL_K`)
+/// stay in L1 together.
+#[cfg(target_arch = "x86_64")]
+const PANEL_K: usize = 128;
+
+/// The F16 (and, where `vdpbf16ps` does not pay, BF16) prefill path
+/// ([`super::float_tiles_path`]): each task widens its weight rows to f32 — a panel of
+/// at most [`PANEL_BYTES`]: a run of rows, a slice of at most [`PANEL_SLICE`] of their
+/// values — transposed into micro-panels of 32 rows
+/// ([`super::avx512::widen_transposed`]; each weight is converted once per call, not
+/// once per group of activation rows), then multiplies every activation row with the
+/// panel in register tiles of 12 rows × 32 columns ([`super::avx512::panel_tile`]),
+/// [`PANEL_K`] values of `k` per call, the partial sums kept in `y`. An output's
+/// products are added in `k` order whatever the row count, so a row's result does not
+/// depend on how many rows share the matmul.
+#[cfg(target_arch = "x86_64")]
+fn matmul_float_panels(w: &QWeight, x: &[f32], m: usize, y: &mut [f32]) {
+    use super::avx512::{panel_tile, widen_transposed, PANEL_MR as MR, PANEL_NR as NR};
+    let (n, k) = (w.out_features, w.in_features);
+    assert_eq!(x.len(), m * k, "input of {m} rows of {k}");
+    assert_eq!(y.len(), m * n, "output of {m} rows of {n}");
+    let bf16 = w.ty == super::WeightType::BF16;
+    let slice = PANEL_SLICE.min(k);
+    // Rows per panel: a multiple of 32, at least one micro-panel.
+    let per_panel = (PANEL_BYTES / (4 * slice) / NR).max(1) * NR;
+    let chunk = n.div_ceil(threads()).next_multiple_of(NR);
+    let cols = Columns(y.as_mut_ptr());
+    for_each_task(n.div_ceil(chunk), |ci| {
+        let (j0, j1) = (ci * chunk, ((ci + 1) * chunk).min(n));
+        with_scratch(&WEIGHTS, per_panel.min((j1 - j0).next_multiple_of(NR)) * slice, 0.0, |panel| {
+            for jc in (j0..j1).step_by(per_panel) {
+                let rows = per_panel.min(j1 - jc);
+                for s0 in (0..k).step_by(slice) {
+                    let sl = slice.min(k - s0);
+                    // Micro-panel `p` (weight rows jc + 32p ..) is `panel[p · 32 · sl ..]`:
+                    // `sl` steps of 32 values.
+                    for (p, micro) in panel.chunks_exact_mut(NR * sl).take(rows.div_ceil(NR)).enumerate() {
+                        for half in 0..2 {
+                            let first = jc + p * NR + half * 16;
+                            let rows16: [*const u8; 16] = std::array::from_fn(|r| {
+                                if first + r < jc + rows {
+                                    w.row(first + r).as_ptr()
+                                } else {
+                                    std::ptr::null()
+                                }
+                            });
+                            // SAFETY: `float_tiles_path` checked AVX-512 F/BW/VL (and F16C,
+                            // part of AVX2); each row holds `k >= s0 + sl` 16-bit values;
+                            // `micro` holds `32 · sl` floats, written at
+                            // `kk · 32 + half · 16 ..+ 16` for `kk < sl`.
+                            unsafe {
+                                let out = micro.as_mut_ptr().add(half * 16);
+                                if bf16 {
+                                    widen_transposed::<true>(&rows16, s0, sl, out, NR);
+                                } else {
+                                    widen_transposed::<false>(&rows16, s0, sl, out, NR);
+                                }
+                            }
+                        }
+                    }
+                    let panel = &*panel;
+                    for k0 in (0..sl).step_by(PANEL_K) {
+                        let kc = PANEL_K.min(sl - k0);
+                        for ib in (0..m).step_by(MR) {
+                            let rm = MR.min(m - ib);
+                            for jr in (0..rows).step_by(NR) {
+                                let valid = NR.min(rows - jr);
+                                let mask = if valid == NR { u32::MAX } else { (1u32 << valid) - 1 };
+                                let xs = x[ib * k + s0 + k0..].as_ptr();
+                                let micro = panel[jr * sl + k0 * NR..].as_ptr();
+                                let acc = s0 + k0 > 0;
+                                // SAFETY: the CPU checks as above; rows `ib..ib + rm` of `x`
+                                // hold `s0 + k0 + kc <= k` values each; the micro-panel
+                                // holds `32 · kc` floats from step `k0`; outputs
+                                // `(ib + i, jc + jr + j)` for the `valid` columns are
+                                // inside `y` (m × n, checked above) and this task's alone.
+                                unsafe {
+                                    let out = cols.base().add(ib * n + jc + jr);
+                                    macro_rules! tile {
+                                        ($($r:literal)*) => {
+                                            match rm {
+                                                $($r => panel_tile::<$r>(xs, k, micro, kc, out, n, mask, acc),)*
+                                                _ => unreachable!("at most {MR} rows"),
+                                            }
+                                        };
+                                    }
+                                    tile!(12 11 10 9 8 7 6 5 4 3 2 1);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        });
+    });
 }
 
 /// The prefill path (see [`GEMM_MIN_ROWS`]): each task owns a run of weight rows

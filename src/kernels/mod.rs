@@ -147,13 +147,13 @@ pub fn f32_path(isa: Isa, ty: WeightType, m: usize) -> bool {
         && !float_tiles_path(isa, ty, m)
 }
 
-/// Whether a matmul of `m` activation rows with `ty` weights runs on the float
-/// register tiles instead of the f32 GEMM: F16 or BF16 weights, prefill-sized `m`
-/// ([`GEMM_MIN_ROWS`] and up), [`Isa::Avx512`] (BF16 also needs AVX-512 BF16). Each
-/// task multiplies 4 weight rows with 6 activation rows at a time in 24 registers,
-/// reading the weights in their own 16-bit format (no dequantized copy): F16 widened
-/// to f32 (`vcvtph2ps`) against the f32 activations, BF16 by `vdpbf16ps` against the
-/// activations rounded to BF16 ([`bf16_path`]).
+/// Whether a matmul of `m` activation rows with `ty` weights runs on the AVX-512 float
+/// prefill kernels instead of the f32 GEMM: F16 or BF16 weights, prefill-sized `m`
+/// ([`GEMM_MIN_ROWS`] and up), [`Isa::Avx512`]. The weights are read in their own
+/// 16-bit format (no dequantized copy of the matrix): widened to f32 once per call, a
+/// task's panel at a time, and multiplied with 12 activation rows × 32 weight rows at
+/// a time in 24 registers; or, for BF16 on CPUs where `vdpbf16ps` pays, by BF16 dot
+/// products against the activations rounded to BF16 ([`bf16_path`]).
 ///
 /// ```
 /// use toolgate::kernels::{float_tiles_path, Isa, WeightType};
@@ -161,29 +161,17 @@ pub fn f32_path(isa: Isa, ty: WeightType, m: usize) -> bool {
 /// assert!(!float_tiles_path(Isa::Avx512, WeightType::F16, 1));
 /// ```
 pub fn float_tiles_path(isa: Isa, ty: WeightType, m: usize) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        m >= GEMM_MIN_ROWS
-            && isa == Isa::Avx512
-            && match ty {
-                WeightType::F16 => true,
-                WeightType::BF16 => avx512::has_bf16(),
-                _ => false,
-            }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (isa, ty, m);
-        false
-    }
+    m >= GEMM_MIN_ROWS && isa == Isa::Avx512 && matches!(ty, WeightType::F16 | WeightType::BF16)
 }
 
 /// Whether a matmul of `m` activation rows with `ty` weights runs on AVX-512 BF16 dot
-/// products (`vdpbf16ps`, [`float_tiles_path`] for BF16 weights). The activations
-/// are rounded to BF16 once per call (as llama.cpp does for BF16 weights); each
-/// product of two BF16 values is exact in f32 and the sums are f32, so an output
-/// differs from the f32 GEMM's by the activations' rounding (about 2⁻⁹ of each,
-/// relative), for twice the multiply-adds per instruction.
+/// products (`vdpbf16ps`): BF16 weights on [`float_tiles_path`] where the CPU has
+/// AVX-512 BF16 and the instruction pays (not on Intel's cores, where it runs at half
+/// the f32 FMA's rate per multiply-add; `TOOLGATE_BF16_DOT=1|0` forces the choice).
+/// The activations are rounded to BF16 once per call (as llama.cpp does for BF16
+/// weights); each product of two BF16 values is exact in f32 and the sums are f32, so
+/// an output differs from the f32 path's by the activations' rounding (about 2⁻⁹ of
+/// each, relative), for twice the multiply-adds per instruction.
 ///
 /// ```
 /// use toolgate::kernels::{bf16_path, Isa, WeightType};
@@ -191,7 +179,15 @@ pub fn float_tiles_path(isa: Isa, ty: WeightType, m: usize) -> bool {
 /// assert!(!bf16_path(Isa::Avx512, WeightType::BF16, 1));
 /// ```
 pub fn bf16_path(isa: Isa, ty: WeightType, m: usize) -> bool {
-    ty == WeightType::BF16 && float_tiles_path(isa, ty, m)
+    #[cfg(target_arch = "x86_64")]
+    {
+        ty == WeightType::BF16 && float_tiles_path(isa, ty, m) && avx512::prefers_bf16_dot()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (isa, ty, m);
+        false
+    }
 }
 
 /// The instruction set the kernels run with, from least to most capable (the x86 and

@@ -185,14 +185,19 @@ fn bf16() {
     check_type(WeightType::BF16);
 }
 
-/// F16 and BF16 weights at prefill size (the AVX-512 register tiles where the CPU has
+/// F16 and BF16 weights at prefill size (the AVX-512 float kernels where the CPU has
 /// them, else the f32 GEMM), with rows whose length is no multiple of 16 or 32 (the
-/// tiles' steps: the last step loads masked) and row counts that leave partial
-/// register tiles: each output equals the sum of the products, in f64, of the weights
-/// and the activations as the path takes them (BF16 tiles round them to BF16).
+/// kernels' steps: the last step loads masked), longer than a widened panel's slice
+/// (1000 > 512), row counts that leave partial register tiles, and more weight rows
+/// than one panel holds (1100 > 512): each output equals the sum of the products, in
+/// f64, of the weights and the activations as the path takes them (the BF16 dot
+/// products round them to BF16). On the AVX-512 float path the first 32 rows come out
+/// bit for bit the same when they are multiplied alone.
 #[test]
 fn float_prefill_rows_of_any_length() {
-    for (k, m, n) in [(1usize, 32usize, 5usize), (15, 33, 4), (31, 33, 7), (33, 37, 9), (70, 40, 6), (100, 45, 11)] {
+    for (k, m, n) in
+        [(1usize, 32usize, 5usize), (15, 33, 4), (31, 33, 7), (33, 37, 9), (70, 40, 6), (100, 45, 11), (1000, 45, 1100)]
+    {
         // Multiples of 1/64 below 1: exact in F16 and BF16.
         let w: Vec<f32> = (0..n * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0).collect();
         let x: Vec<f32> = (0..m * k).map(|i| ((i * 53 % 97) as f32 - 48.0) / 7.0).collect();
@@ -203,6 +208,12 @@ fn float_prefill_rows_of_any_length() {
             for isa in Isa::available() {
                 let mut y = vec![0f32; m * n];
                 qw.matmul_with(isa, &x, &mut y).unwrap();
+                if float_tiles_path(isa, ty, 32) {
+                    let mut first = vec![0f32; 32 * n];
+                    qw.matmul_with(isa, &x[..32 * k], &mut first).unwrap();
+                    let same = first.iter().zip(&y).all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{} {isa:?} k={k}: 32 rows alone differ from the same rows among {m}", ty.name());
+                }
                 let rounded = bf16_path(isa, ty, m);
                 for r in 0..m {
                     for j in 0..n {
