@@ -760,6 +760,7 @@ pub(super) unsafe fn widen_transposed<const BF: bool>(
 /// The CPU supports AVX-512 F/VL; `x + i · ldx` is valid for `kc` floats (`i < R`),
 /// `panel` for `32 · kc`, and `y + i · ldy + j` for each column `j` in `cols`.
 #[target_feature(enable = "avx512f,avx512vl")]
+#[allow(clippy::too_many_arguments)] // a register kernel's operands: pointers and strides, as BLAS passes them
 pub(super) unsafe fn panel_tile<const R: usize>(
     x: *const f32,
     ldx: usize,
