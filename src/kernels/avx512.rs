@@ -7,10 +7,11 @@
 //!   512-bit register, one `vpdpbusd` per 4 codes of 16 rows against 4 activation
 //!   codes broadcast, no horizontal sums, the same arithmetic for 1 activation row as
 //!   for 128 — decode and prefill both take them.
-//! - The F16/BF16 prefill kernels (see [`super::float_tiles_path`]): weight rows
-//!   widened to f32 panels ([`widen_transposed`]) against 12 activation rows at a time
-//!   ([`panel_tile`]); or, for BF16 where `vdpbf16ps` pays ([`prefers_bf16_dot`]),
-//!   register tiles of 4 weight rows × 6 activation rows in BF16 ([`bf16_tile`]).
+//! - The F16/BF16 prefill kernels (see [`super::float_tiles_path`]): register tiles
+//!   of 4 weight rows × 6 activation rows reading the weights in their 16 bits
+//!   ([`f16_tile`], [`bf16_tile`]); or, on Intel ([`prefers_float_tiles`]), weight
+//!   rows widened to f32 panels once per call ([`widen_transposed`]) against 12
+//!   activation rows at a time ([`panel_tile`]).
 //! - The F16/BF16 row kernel for decode and small batches ([`dot_floats_rows`]): 16
 //!   weights widened to f32 per step against the f32 activations.
 //!
@@ -647,26 +648,78 @@ pub(super) unsafe fn bf16_tile<const RM: usize, const RN: usize>(
     }
 }
 
+/// [`bf16_tile`] for F16 weights: each step widens 16 weights per row to f32
+/// (`vcvtph2ps`) and multiplies them with 16 f32 activations per row (FMA), the
+/// activations as they are. `xs[i]` and `ws[j]` each point at `k` values; the last
+/// step loads both masked.
+///
+/// # Safety
+/// The CPU supports AVX-512 F/BW ([`super::Isa::Avx512`]); each `xs[i]` points at `k`
+/// readable f32 values, each `ws[j]` at `k` F16 values.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+pub(super) unsafe fn f16_tile<const RM: usize, const RN: usize>(
+    xs: [*const f32; RM],
+    ws: [*const u16; RN],
+    k: usize,
+    out: &mut [[f32; RN]; RM],
+) {
+    let mut acc = [[_mm512_setzero_ps(); RN]; RM];
+    let full = k / 16;
+    let mut wv = [_mm512_setzero_ps(); RN];
+    for c in 0..full {
+        for j in 0..RN {
+            wv[j] = _mm512_cvtph_ps(_mm256_loadu_si256(ws[j].add(c * 16) as *const __m256i));
+        }
+        for i in 0..RM {
+            let xv = _mm512_loadu_ps(xs[i].add(c * 16));
+            for j in 0..RN {
+                acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
+            }
+        }
+    }
+    let tail = k % 16;
+    if tail > 0 {
+        let mask: __mmask16 = (1u16 << tail) - 1;
+        for j in 0..RN {
+            wv[j] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, ws[j].add(full * 16) as *const i16));
+        }
+        for i in 0..RM {
+            let xv = _mm512_maskz_loadu_ps(mask, xs[i].add(full * 16));
+            for j in 0..RN {
+                acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
+            }
+        }
+    }
+    for i in 0..RM {
+        for j in 0..RN {
+            out[i][j] = _mm512_reduce_add_ps(acc[i][j]);
+        }
+    }
+}
+
 /// Activation rows per panel register tile ([`panel_tile`]): `PANEL_MR × 2`
 /// accumulators (24 of the 32 registers), the panel's two vectors and a broadcast.
 pub(super) const PANEL_MR: usize = 12;
 /// Weight rows per micro-panel of [`widen_transposed`]'s layout: two 16-wide registers.
 pub(super) const PANEL_NR: usize = 32;
 
-/// Whether BF16 prefill runs on `vdpbf16ps` ([`bf16_tile`], the activations rounded
-/// to BF16) rather than widening the weights to f32 like F16 ([`panel_tile`]): where
-/// the CPU has AVX-512 BF16 and is not Intel's. `vdpbf16ps` does 32 multiply-adds per
-/// instruction; on AMD Zen 4/5 that paid (BF16 prefill 1.14× llama.cpp against F16's
-/// 1.01× on the same VM), while an Intel Xeon (Emerald Rapids, measured) retires it at
-/// a quarter of the FMA's instruction rate — 40 GMAC/s per core against 80 for f32
-/// FMAs — so widening wins there. `TOOLGATE_BF16_DOT=1` or `=0` forces the choice
-/// (read once). Cached after the first call.
-pub fn prefers_bf16_dot() -> bool {
-    static DOT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *DOT.get_or_init(|| match std::env::var("TOOLGATE_BF16_DOT").as_deref() {
-        Ok("1") => has_bf16(),
-        Ok("0") => false,
-        _ => has_bf16() && !is_intel(),
+/// Whether F16/BF16 prefill runs on the register tiles that read the weights in their
+/// 16 bits at every step ([`f16_tile`]; [`bf16_tile`] where the CPU has AVX-512 BF16)
+/// rather than on weights widened to f32 once per call ([`widen_transposed`],
+/// [`panel_tile`]): on every CPU but Intel's. The tiles widen F16 inside the loop and
+/// multiply BF16 with `vdpbf16ps`; on AMD Zen 5 (measured) both ran at the FMA peak —
+/// 98 GMAC/s per core — and BF16 prefill reached 1.14× llama.cpp. On an Intel Xeon
+/// (Emerald Rapids, measured) `vcvtph2ps` takes a µop of the FMA ports (the F16 tile
+/// ran at 47–53 GMAC/s per core of 80) and `vdpbf16ps` retires at a quarter of the
+/// FMA's instruction rate (40 GMAC/s per core), so widening once wins there.
+/// `TOOLGATE_FLOAT_PREFILL=tiles|panels` forces the choice (read once). Cached after
+/// the first call.
+pub fn prefers_float_tiles() -> bool {
+    static TILES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *TILES.get_or_init(|| match std::env::var("TOOLGATE_FLOAT_PREFILL").as_deref() {
+        Ok("tiles") => true,
+        Ok("panels") => false,
+        _ => !is_intel(),
     })
 }
 

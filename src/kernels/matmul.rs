@@ -37,8 +37,8 @@ pub const GEMM_TILE: usize = 160;
 pub(super) fn matmul(w: &QWeight, x: &[f32], m: usize, y: &mut [f32], isa: Isa) {
     #[cfg(target_arch = "x86_64")]
     if super::float_tiles_path(isa, w.ty, m) {
-        return if super::bf16_path(isa, w.ty, m) {
-            matmul_bf16_tiles(w, x, m, y)
+        return if super::float_tiles_route(w.ty) {
+            matmul_float_tiles(w, x, m, y)
         } else {
             matmul_float_panels(w, x, m, y)
         };
@@ -115,22 +115,27 @@ thread_local! {
     static BF16_ACTS: Cell<Vec<u16>> = const { Cell::new(Vec::new()) };
 }
 
-/// The BF16 prefill path where `vdpbf16ps` pays ([`super::bf16_path`]): the
-/// activations rounded to BF16 once (each row zero-padded to a multiple of 32), then
-/// each task walks its weight rows [`BF16_RN`] at a time against every activation row,
-/// [`BF16_RM`] at a time, in register tiles ([`super::avx512::bf16_tile`]).
+/// The F16/BF16 prefill path on CPUs other than Intel's ([`super::float_tiles_path`],
+/// [`super::float_tiles_route`]): BF16 rounds the
+/// activations to BF16 once (each row zero-padded to a multiple of 32), F16 reads them
+/// as they are; then each task walks its weight rows [`BF16_RN`] at a time against
+/// every activation row, [`BF16_RM`] at a time, in register tiles
+/// ([`super::avx512::bf16_tile`], [`super::avx512::f16_tile`]).
 #[cfg(target_arch = "x86_64")]
-fn matmul_bf16_tiles(w: &QWeight, x: &[f32], m: usize, y: &mut [f32]) {
+fn matmul_float_tiles(w: &QWeight, x: &[f32], m: usize, y: &mut [f32]) {
     use super::avx512::{to_bf16, BF16_RM, BF16_RN};
     let (n, k) = (w.out_features, w.in_features);
     assert_eq!(x.len(), m * k, "input of {m} rows of {k}");
     assert_eq!(y.len(), m * n, "output of {m} rows of {n}");
+    let bf16 = w.ty == super::WeightType::BF16;
     let kp = k.div_ceil(32) * 32;
-    with_scratch(&BF16_ACTS, m * kp, 0, |xb| {
-        for (xr, br) in x.chunks_exact(k).zip(xb.chunks_exact_mut(kp)) {
-            // SAFETY: `bf16_path` checked that the CPU has AVX-512 F/BW and BF16; `br`
-            // holds `kp >= k` values.
-            unsafe { to_bf16(xr, br) };
+    with_scratch(&BF16_ACTS, if bf16 { m * kp } else { 0 }, 0, |xb| {
+        if bf16 {
+            for (xr, br) in x.chunks_exact(k).zip(xb.chunks_exact_mut(kp)) {
+                // SAFETY: `float_tiles_path` checked AVX-512 F/BW, `float_tiles_route`
+                // BF16; `br` holds `kp >= k` values.
+                unsafe { to_bf16(xr, br) };
+            }
         }
         let xb = &*xb;
         let chunk = n.div_ceil(threads()).next_multiple_of(BF16_RN);
@@ -141,7 +146,7 @@ fn matmul_bf16_tiles(w: &QWeight, x: &[f32], m: usize, y: &mut [f32]) {
                 let rn = BF16_RN.min(j1 - jb);
                 for ib in (0..m).step_by(BF16_RM) {
                     let rm = BF16_RM.min(m - ib);
-                    let at = Bf16Tile { w, xb, kp, ib, jb, cols };
+                    let at = FloatTile { w, x, xb, kp, ib, jb, cols };
                     macro_rules! rows {
                         ($rn:literal) => {
                             match rm {
@@ -172,11 +177,13 @@ fn matmul_bf16_tiles(w: &QWeight, x: &[f32], m: usize, y: &mut [f32]) {
     });
 }
 
-/// Where one register tile of [`matmul_bf16_tiles`] reads and writes.
+/// Where one register tile of [`matmul_float_tiles`] reads and writes.
 #[cfg(target_arch = "x86_64")]
-struct Bf16Tile<'a> {
+struct FloatTile<'a> {
     w: &'a QWeight,
-    /// The activations as BF16, rows of `kp`.
+    /// The activations (F16 weights read them).
+    x: &'a [f32],
+    /// The activations as BF16, rows of `kp` (BF16 weights read them).
     xb: &'a [u16],
     kp: usize,
     ib: usize,
@@ -185,19 +192,34 @@ struct Bf16Tile<'a> {
 }
 
 #[cfg(target_arch = "x86_64")]
-impl Bf16Tile<'_> {
+impl FloatTile<'_> {
     /// Outputs `(ib + i, jb + j)` for `i < RM`, `j < RN`.
     ///
     /// # Safety
-    /// The CPU has AVX-512 F/BW and BF16; activation rows `ib..ib + RM` and weight rows
-    /// `jb..jb + RN` exist; no other task writes those outputs, and `y` is alive.
+    /// The CPU has AVX-512 F/BW (and BF16 for BF16 weights); activation rows
+    /// `ib..ib + RM` and weight rows `jb..jb + RN` exist; no other task writes those
+    /// outputs, and `y` is alive.
     unsafe fn run<const RM: usize, const RN: usize>(&self) {
         let (n, k) = (self.w.out_features, self.w.in_features);
-        // A 16-bit float row is `k` little-endian u16 values (read unaligned).
-        let ws: [*const u16; RN] = std::array::from_fn(|j| self.w.row(self.jb + j).as_ptr() as *const u16);
-        let xs: [*const u16; RM] = std::array::from_fn(|i| self.xb[(self.ib + i) * self.kp..][..self.kp].as_ptr());
+        let mut ws = [std::ptr::null::<u16>(); RN];
+        for (j, p) in ws.iter_mut().enumerate() {
+            // A 16-bit float row is `k` little-endian u16 values (read unaligned).
+            *p = self.w.row(self.jb + j).as_ptr() as *const u16;
+        }
         let mut out = [[0f32; RN]; RM];
-        super::avx512::bf16_tile::<RM, RN>(xs, ws, k, &mut out);
+        if self.w.ty == super::WeightType::BF16 {
+            let mut xs = [std::ptr::null::<u16>(); RM];
+            for (i, p) in xs.iter_mut().enumerate() {
+                *p = self.xb[(self.ib + i) * self.kp..][..self.kp].as_ptr();
+            }
+            super::avx512::bf16_tile::<RM, RN>(xs, ws, k, &mut out);
+        } else {
+            let mut xs = [std::ptr::null::<f32>(); RM];
+            for (i, p) in xs.iter_mut().enumerate() {
+                *p = self.x[(self.ib + i) * k..][..k].as_ptr();
+            }
+            super::avx512::f16_tile::<RM, RN>(xs, ws, k, &mut out);
+        }
         for (i, row) in out.iter().enumerate() {
             for (j, &v) in row.iter().enumerate() {
                 self.cols.write((self.ib + i) * n + self.jb + j, v);
@@ -222,8 +244,8 @@ const PANEL_SLICE: usize = 512;
 #[cfg(target_arch = "x86_64")]
 const PANEL_K: usize = 128;
 
-/// The F16 (and, where `vdpbf16ps` does not pay, BF16) prefill path
-/// ([`super::float_tiles_path`]): each task widens its weight rows to f32 — a panel of
+/// The F16/BF16 prefill path on Intel, and for BF16 on CPUs without AVX-512 BF16
+/// ([`super::float_tiles_path`], [`super::float_tiles_route`]): each task widens its weight rows to f32 — a panel of
 /// at most [`PANEL_BYTES`]: a run of rows, a slice of at most [`PANEL_SLICE`] of their
 /// values — transposed into micro-panels of 32 rows
 /// ([`super::avx512::widen_transposed`]; each weight is converted once per call, not

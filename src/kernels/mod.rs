@@ -150,10 +150,13 @@ pub fn f32_path(isa: Isa, ty: WeightType, m: usize) -> bool {
 /// Whether a matmul of `m` activation rows with `ty` weights runs on the AVX-512 float
 /// prefill kernels instead of the f32 GEMM: F16 or BF16 weights, prefill-sized `m`
 /// ([`GEMM_MIN_ROWS`] and up), [`Isa::Avx512`]. The weights are read in their own
-/// 16-bit format (no dequantized copy of the matrix): widened to f32 once per call, a
-/// task's panel at a time, and multiplied with 12 activation rows × 32 weight rows at
-/// a time in 24 registers; or, for BF16 on CPUs where `vdpbf16ps` pays, by BF16 dot
-/// products against the activations rounded to BF16 ([`bf16_path`]).
+/// 16-bit format (no dequantized copy of the matrix), by one of two routes
+/// ([`float_tiles_route`]): register tiles of 4 weight rows × 6 activation rows that
+/// widen F16 at every step and multiply BF16 by `vdpbf16ps` against the activations
+/// rounded to BF16 ([`bf16_path`]); or, on Intel, the weights widened to f32 once per
+/// call, a task's panel at a time, against 12 activation rows × 32 weight rows per
+/// register tile. Either way a row's result does not depend on how many rows share the
+/// matmul.
 ///
 /// ```
 /// use toolgate::kernels::{float_tiles_path, Isa, WeightType};
@@ -164,14 +167,35 @@ pub fn float_tiles_path(isa: Isa, ty: WeightType, m: usize) -> bool {
     m >= GEMM_MIN_ROWS && isa == Isa::Avx512 && matches!(ty, WeightType::F16 | WeightType::BF16)
 }
 
+/// On [`float_tiles_path`], whether `ty` takes the register tiles that read the
+/// weights in their 16 bits at every step (true) or the weights widened to f32 once
+/// per call (false): the tiles on CPUs other than Intel's, for F16 always and for BF16
+/// where the CPU has AVX-512 BF16 (`vdpbf16ps`). `TOOLGATE_FLOAT_PREFILL=tiles|panels`
+/// forces the choice (read once); see `docs/performance.md` for the measurements.
+pub fn float_tiles_route(ty: WeightType) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        avx512::prefers_float_tiles()
+            && match ty {
+                WeightType::F16 => true,
+                WeightType::BF16 => avx512::has_bf16(),
+                _ => false,
+            }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = ty;
+        false
+    }
+}
+
 /// Whether a matmul of `m` activation rows with `ty` weights runs on AVX-512 BF16 dot
-/// products (`vdpbf16ps`): BF16 weights on [`float_tiles_path`] where the CPU has
-/// AVX-512 BF16 and the instruction pays (not on Intel's cores, where it runs at half
-/// the f32 FMA's rate per multiply-add; `TOOLGATE_BF16_DOT=1|0` forces the choice).
-/// The activations are rounded to BF16 once per call (as llama.cpp does for BF16
-/// weights); each product of two BF16 values is exact in f32 and the sums are f32, so
-/// an output differs from the f32 path's by the activations' rounding (about 2⁻⁹ of
-/// each, relative), for twice the multiply-adds per instruction.
+/// products (`vdpbf16ps`): BF16 weights on [`float_tiles_path`] by the tiles' route
+/// ([`float_tiles_route`]: not on Intel, where it runs at half the f32 FMA's rate per
+/// multiply-add). The activations are rounded to BF16 once per call (as llama.cpp does
+/// for BF16 weights); each product of two BF16 values is exact in f32 and the sums are
+/// f32, so an output differs from the f32 path's by the activations' rounding (about
+/// 2⁻⁹ of each, relative), for twice the multiply-adds per instruction.
 ///
 /// ```
 /// use toolgate::kernels::{bf16_path, Isa, WeightType};
@@ -179,15 +203,7 @@ pub fn float_tiles_path(isa: Isa, ty: WeightType, m: usize) -> bool {
 /// assert!(!bf16_path(Isa::Avx512, WeightType::BF16, 1));
 /// ```
 pub fn bf16_path(isa: Isa, ty: WeightType, m: usize) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        ty == WeightType::BF16 && float_tiles_path(isa, ty, m) && avx512::prefers_bf16_dot()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (isa, ty, m);
-        false
-    }
+    ty == WeightType::BF16 && float_tiles_path(isa, ty, m) && float_tiles_route(ty)
 }
 
 /// The instruction set the kernels run with, from least to most capable (the x86 and
