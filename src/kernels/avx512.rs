@@ -707,13 +707,23 @@ pub(super) const PANEL_NR: usize = 32;
 /// 16 bits at every step ([`f16_tile`]; [`bf16_tile`] where the CPU has AVX-512 BF16)
 /// rather than on weights widened to f32 once per call ([`widen_transposed`],
 /// [`panel_tile`]): on every CPU but Intel's. The tiles widen F16 inside the loop and
-/// multiply BF16 with `vdpbf16ps`; on AMD Zen 5 (measured) both ran at the FMA peak —
-/// 98 GMAC/s per core — and BF16 prefill reached 1.14× llama.cpp. On an Intel Xeon
+/// multiply BF16 with `vdpbf16ps`; on AMD Zen 5 (measured) the F16 tile ran at the FMA
+/// peak (98 GMAC/s per core) and the BF16 tile at half again more (twice the
+/// multiply-adds per instruction; BF16 prefill 1.14× llama.cpp). On an Intel Xeon
 /// (Emerald Rapids, measured) `vcvtph2ps` takes a µop of the FMA ports (the F16 tile
 /// ran at 47–53 GMAC/s per core of 80) and `vdpbf16ps` retires at a quarter of the
 /// FMA's instruction rate (40 GMAC/s per core), so widening once wins there.
-/// `TOOLGATE_FLOAT_PREFILL=tiles|panels` forces the choice (read once). Cached after
-/// the first call.
+/// `TOOLGATE_FLOAT_PREFILL=tiles|panels` forces the choice (read once). Cost: one
+/// CPUID read at the first call, cached after it.
+///
+/// ```
+/// # #[cfg(target_arch = "x86_64")]
+/// # {
+/// use toolgate::kernels::avx512::prefers_float_tiles;
+/// let tiles = prefers_float_tiles();
+/// assert_eq!(tiles, prefers_float_tiles()); // read once: the same answer all run long
+/// # }
+/// ```
 pub fn prefers_float_tiles() -> bool {
     static TILES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *TILES.get_or_init(|| match std::env::var("TOOLGATE_FLOAT_PREFILL").as_deref() {

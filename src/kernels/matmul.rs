@@ -35,6 +35,10 @@ pub const GEMM_TILE: usize = 160;
 
 /// `y (m, n) = x (m, k) · Wᵀ` where `w` is `(n, k)`.
 pub(super) fn matmul(w: &QWeight, x: &[f32], m: usize, y: &mut [f32], isa: Isa) {
+    if y.is_empty() {
+        // No rows, or a weight of no rows: nothing to compute (and no task to split).
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if super::float_tiles_path(isa, w.ty, m) {
         return if super::float_tiles_route(w.ty) {
@@ -109,18 +113,20 @@ thread_local! {
     static ACTS256: Cell<Vec<Q8x256>> = const { Cell::new(Vec::new()) };
     /// The code sum of each activation block, for the tiles' integer offsets.
     static SUMS: Cell<Vec<i32>> = const { Cell::new(Vec::new()) };
-    /// Each pool thread's tile of dequantized weight rows.
+    /// Each pool thread's tile of dequantized weight rows (or, for
+    /// [`matmul_float_panels`], its panel of widened ones).
     static WEIGHTS: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
     /// The activations rounded to BF16 ([`matmul_float_tiles`]).
     static BF16_ACTS: Cell<Vec<u16>> = const { Cell::new(Vec::new()) };
 }
 
 /// The F16/BF16 prefill path on CPUs other than Intel's ([`super::float_tiles_path`],
-/// [`super::float_tiles_route`]): BF16 rounds the
-/// activations to BF16 once (each row zero-padded to a multiple of 32), F16 reads them
-/// as they are; then each task walks its weight rows [`BF16_RN`] at a time against
-/// every activation row, [`BF16_RM`] at a time, in register tiles
-/// ([`super::avx512::bf16_tile`], [`super::avx512::f16_tile`]).
+/// [`super::float_tiles_route`]): BF16 rounds the activations to BF16 once (each row
+/// zero-padded to a multiple of 32), F16 reads them as they are; then each task walks
+/// its weight rows [`BF16_RN`] at a time against every activation row, [`BF16_RM`] at
+/// a time, in register tiles ([`super::avx512::bf16_tile`],
+/// [`super::avx512::f16_tile`]): BF16 weights go into `vdpbf16ps` as they are, F16
+/// weights are widened 16 at a time inside the loop.
 #[cfg(target_arch = "x86_64")]
 fn matmul_float_tiles(w: &QWeight, x: &[f32], m: usize, y: &mut [f32]) {
     use super::avx512::{to_bf16, BF16_RM, BF16_RN};
@@ -245,9 +251,9 @@ const PANEL_SLICE: usize = 512;
 const PANEL_K: usize = 128;
 
 /// The F16/BF16 prefill path on Intel, and for BF16 on CPUs without AVX-512 BF16
-/// ([`super::float_tiles_path`], [`super::float_tiles_route`]): each task widens its weight rows to f32 — a panel of
-/// at most [`PANEL_BYTES`]: a run of rows, a slice of at most [`PANEL_SLICE`] of their
-/// values — transposed into micro-panels of 32 rows
+/// ([`super::float_tiles_path`], [`super::float_tiles_route`]): each task widens its
+/// weight rows to f32 — a panel of at most [`PANEL_BYTES`]: a run of rows, a slice of
+/// at most [`PANEL_SLICE`] of their values — transposed into micro-panels of 32 rows
 /// ([`super::avx512::widen_transposed`]; each weight is converted once per call, not
 /// once per group of activation rows), then multiplies every activation row with the
 /// panel in register tiles of 12 rows × 32 columns ([`super::avx512::panel_tile`]),

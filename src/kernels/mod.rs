@@ -172,6 +172,14 @@ pub fn float_tiles_path(isa: Isa, ty: WeightType, m: usize) -> bool {
 /// per call (false): the tiles on CPUs other than Intel's, for F16 always and for BF16
 /// where the CPU has AVX-512 BF16 (`vdpbf16ps`). `TOOLGATE_FLOAT_PREFILL=tiles|panels`
 /// forces the choice (read once); see `docs/performance.md` for the measurements.
+///
+/// ```
+/// use toolgate::kernels::{float_tiles_route, WeightType};
+/// assert!(!float_tiles_route(WeightType::Q4_0));
+/// // F16 follows the CPU's route (BF16 also needs AVX-512 BF16 for the tiles).
+/// #[cfg(target_arch = "x86_64")]
+/// assert_eq!(float_tiles_route(WeightType::F16), toolgate::kernels::avx512::prefers_float_tiles());
+/// ```
 pub fn float_tiles_route(ty: WeightType) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
