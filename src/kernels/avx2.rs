@@ -8,6 +8,10 @@
 //! the sign trick for the signed codes of `Q8_0` and the table types IQ4_NL, IQ4_XS and
 //! MXFP4, whose nibbles are looked up with `pshufb`), then `madd` into i32 and one FMA per block and row.
 //!
+//! The F16/BF16 prefill kernels ([`widen_transposed`], [`panel_tile`]; see
+//! [`super::float_tiles_path`]) widen 8 weight rows at a time to f32 micro-panels once
+//! per call and multiply 6 activation rows × 16 weight rows per register tile.
+//!
 //! The tile kernels ([`tile_rows`] for the 32-weight types, [`tile_rows_256`] for
 //! IQ4_XS and the k-quants) run the 16-row tiles of [`super::tiles`] as two 8-row
 //! halves; their integer sums and float steps equal the AVX-512 kernels', so an output
@@ -1093,4 +1097,138 @@ pub unsafe fn tile_rows_256(ty: WeightType, job: &TileJob<Q8x256>) {
         WeightType::Q2K => run!(q2k_tile_kernel; sub, r, half),
         _ => panic!("{} has no AVX2 256-weight tile kernel", ty.name()),
     });
+}
+
+/// Activation rows per AVX2 panel register tile ([`panel_tile`]): `PANEL_MR × 2`
+/// accumulators (12 of the 16 registers), the micro-panel's two vectors and a
+/// broadcast.
+pub(super) const PANEL_MR: usize = 6;
+/// Weight rows per AVX2 micro-panel ([`widen_transposed`]'s layout): two 8-wide
+/// registers.
+pub(super) const PANEL_NR: usize = 16;
+
+/// Transpose 8 rows of 8 f32 values in registers: afterwards `r[c]` holds what was
+/// column `c`. Three rounds of 8 shuffles (pairs of floats, pairs of pairs, then the
+/// 128-bit halves).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn transpose8(r: &mut [__m256; 8]) {
+    // Rows 2i, 2i+1 interleaved: in each half, columns (0, 1) then (2, 3) of both.
+    let t: [__m256; 8] = std::array::from_fn(|q| {
+        let (a, b) = (r[q / 2 * 2], r[q / 2 * 2 + 1]);
+        if q % 2 == 0 {
+            _mm256_unpacklo_ps(a, b)
+        } else {
+            _mm256_unpackhi_ps(a, b)
+        }
+    });
+    // Rows 4g..4g+4: s[4g + c] holds column c of them in the low half, c + 4 in the high.
+    let mut s = [_mm256_setzero_ps(); 8];
+    for g in 0..2 {
+        for h in 0..2 {
+            let (a, b) = (t[4 * g + h], t[4 * g + 2 + h]);
+            s[4 * g + 2 * h] = _mm256_shuffle_ps::<0x44>(a, b);
+            s[4 * g + 2 * h + 1] = _mm256_shuffle_ps::<0xEE>(a, b);
+        }
+    }
+    for c in 0..4 {
+        r[c] = _mm256_permute2f128_ps::<0x20>(s[c], s[4 + c]);
+        r[4 + c] = _mm256_permute2f128_ps::<0x31>(s[c], s[4 + c]);
+    }
+}
+
+/// Values `k0..k0 + kc` of 8 F16 (`BF = false`) or BF16 (`BF = true`) weight rows,
+/// widened to f32 and transposed: `out[kk · ld + r] = rows[r][k0 + kk]`, `0.0` for a
+/// null row (past the matrix's last). 8 values per row per step (the last step copies
+/// what is left through a zeroed buffer), one transpose per step ([`transpose8`]).
+///
+/// # Safety
+/// The CPU supports AVX2, FMA and F16C; each non-null `rows[r]` points at a row of at
+/// least `k0 + kc` 16-bit values; `out + kk · ld` is valid for 8 floats for every
+/// `kk < kc`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn widen_transposed<const BF: bool>(
+    rows: &[*const u8; 8],
+    k0: usize,
+    kc: usize,
+    out: *mut f32,
+    ld: usize,
+) {
+    for kb in (0..kc).step_by(8) {
+        let len = 8.min(kc - kb);
+        let mut r: [__m256; 8] = std::array::from_fn(|q| {
+            if rows[q].is_null() {
+                return _mm256_setzero_ps();
+            }
+            let at = rows[q].add(2 * (k0 + kb));
+            let raw = if len == 8 {
+                _mm_loadu_si128(at as *const __m128i)
+            } else {
+                let mut part = [0u8; 16];
+                std::ptr::copy_nonoverlapping(at, part.as_mut_ptr(), 2 * len);
+                _mm_loadu_si128(part.as_ptr() as *const __m128i)
+            };
+            if BF {
+                _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(raw)))
+            } else {
+                _mm256_cvtph_ps(raw)
+            }
+        });
+        transpose8(&mut r);
+        for (q, v) in r.iter().enumerate().take(len) {
+            _mm256_storeu_ps(out.add((kb + q) * ld), *v);
+        }
+    }
+}
+
+/// One AVX2 register tile of the panel GEMM: for `R` activation rows `x + i · ldx` and
+/// the 16 weight rows of a micro-panel (`panel[kk · 16 + j]`, [`widen_transposed`]),
+/// `y[i · ldy + j] = Σ_kk x[i][kk] · panel[kk][j]` over `kk < kc` — added to what `y`
+/// holds when `accumulate` — for the columns `j` whose bit is set in `cols`. Each step
+/// broadcasts one activation per row against the panel's two vectors: `2R` FMAs, no
+/// horizontal sums, and each output's products are added in `kk` order whatever `R`
+/// is (the same order as [`super::avx512::panel_tile`], in 8-wide registers).
+///
+/// # Safety
+/// The CPU supports AVX2 and FMA; `x + i · ldx` is valid for `kc` floats (`i < R`),
+/// `panel` for `16 · kc`, and `y + i · ldy + j` for each column `j` in `cols`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)] // a register kernel's operands: pointers and strides, as BLAS passes them
+pub(super) unsafe fn panel_tile<const R: usize>(
+    x: *const f32,
+    ldx: usize,
+    panel: *const f32,
+    kc: usize,
+    y: *mut f32,
+    ldy: usize,
+    cols: u32,
+    accumulate: bool,
+) {
+    let lanes: [i32; 16] = std::array::from_fn(|j| if cols >> j & 1 == 1 { -1 } else { 0 });
+    let masks = [
+        _mm256_loadu_si256(lanes.as_ptr() as *const __m256i),
+        _mm256_loadu_si256(lanes.as_ptr().add(8) as *const __m256i),
+    ];
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    if accumulate {
+        for (i, row) in acc.iter_mut().enumerate() {
+            for (v, a) in row.iter_mut().enumerate() {
+                *a = _mm256_maskload_ps(y.add(i * ldy + 8 * v), masks[v]);
+            }
+        }
+    }
+    for kk in 0..kc {
+        let b0 = _mm256_loadu_ps(panel.add(kk * PANEL_NR));
+        let b1 = _mm256_loadu_ps(panel.add(kk * PANEL_NR + 8));
+        for (i, row) in acc.iter_mut().enumerate() {
+            let a = _mm256_broadcast_ss(&*x.add(i * ldx + kk));
+            row[0] = _mm256_fmadd_ps(a, b0, row[0]);
+            row[1] = _mm256_fmadd_ps(a, b1, row[1]);
+        }
+    }
+    for (i, row) in acc.iter().enumerate() {
+        for (v, a) in row.iter().enumerate() {
+            _mm256_maskstore_ps(y.add(i * ldy + 8 * v), masks[v], *a);
+        }
+    }
 }

@@ -41,10 +41,12 @@ pub(super) fn matmul(w: &QWeight, x: &[f32], m: usize, y: &mut [f32], isa: Isa) 
     }
     #[cfg(target_arch = "x86_64")]
     if super::float_tiles_path(isa, w.ty, m) {
-        return if super::float_tiles_route(w.ty) {
+        return if isa == Isa::Avx512 && super::float_tiles_route(w.ty) {
             matmul_float_tiles(w, x, m, y)
+        } else if isa == Isa::Avx512 {
+            matmul_float_panels::<Avx512Panels>(w, x, m, y)
         } else {
-            matmul_float_panels(w, x, m, y)
+            matmul_float_panels::<Avx2Panels>(w, x, m, y)
         };
     }
     if super::f32_path(isa, w.ty, m) {
@@ -234,6 +236,88 @@ impl FloatTile<'_> {
     }
 }
 
+/// One instruction set's kernels for [`matmul_float_panels`]: widen a group of weight
+/// rows into a micro-panel, and multiply activation rows with a micro-panel.
+#[cfg(target_arch = "x86_64")]
+trait Panels {
+    /// Activation rows per register tile.
+    const MR: usize;
+    /// Weight rows per micro-panel (two registers' width).
+    const NR: usize;
+    /// Weight rows one [`Panels::widen`] call transposes (one register's width).
+    const GROUP: usize;
+    /// Values `k0..k0 + kc` of the `GROUP` rows `rows` (null: past the matrix) widened
+    /// and transposed to `out[kk · ld + r]`.
+    ///
+    /// # Safety
+    /// As the kernels': the CPU has the instruction set; each non-null row holds
+    /// `k0 + kc` values; `out + kk · ld` is valid for `GROUP` floats for `kk < kc`.
+    unsafe fn widen(bf16: bool, rows: &[*const u8], k0: usize, kc: usize, out: *mut f32, ld: usize);
+    /// `rm` (1..=MR) activation rows against one micro-panel, `kc` values.
+    ///
+    /// # Safety
+    /// As the kernels' `panel_tile`.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn tile(
+        rm: usize,
+        x: *const f32,
+        ldx: usize,
+        panel: *const f32,
+        kc: usize,
+        y: *mut f32,
+        ldy: usize,
+        cols: u32,
+        accumulate: bool,
+    );
+}
+
+/// [`Panels`] on AVX-512: 16-row groups, micro-panels of 32, tiles of 12 rows.
+#[cfg(target_arch = "x86_64")]
+struct Avx512Panels;
+
+/// [`Panels`] on AVX2: 8-row groups, micro-panels of 16, tiles of 6 rows.
+#[cfg(target_arch = "x86_64")]
+struct Avx2Panels;
+
+#[cfg(target_arch = "x86_64")]
+macro_rules! panels_impl {
+    ($ty:ident, $isa:ident, $group:literal, $($r:literal)*) => {
+        impl Panels for $ty {
+            const MR: usize = super::$isa::PANEL_MR;
+            const NR: usize = super::$isa::PANEL_NR;
+            const GROUP: usize = $group;
+            unsafe fn widen(bf16: bool, rows: &[*const u8], k0: usize, kc: usize, out: *mut f32, ld: usize) {
+                let rows: &[*const u8; $group] = rows.try_into().expect("a group of rows");
+                if bf16 {
+                    super::$isa::widen_transposed::<true>(rows, k0, kc, out, ld)
+                } else {
+                    super::$isa::widen_transposed::<false>(rows, k0, kc, out, ld)
+                }
+            }
+            unsafe fn tile(
+                rm: usize,
+                x: *const f32,
+                ldx: usize,
+                panel: *const f32,
+                kc: usize,
+                y: *mut f32,
+                ldy: usize,
+                cols: u32,
+                accumulate: bool,
+            ) {
+                match rm {
+                    $($r => super::$isa::panel_tile::<$r>(x, ldx, panel, kc, y, ldy, cols, accumulate),)*
+                    _ => unreachable!("at most {} rows", Self::MR),
+                }
+            }
+        }
+    };
+}
+#[cfg(target_arch = "x86_64")]
+panels_impl!(Avx512Panels, avx512, 16, 12 11 10 9 8 7 6 5 4 3 2 1);
+#[cfg(target_arch = "x86_64")]
+panels_impl!(Avx2Panels, avx2, 8, 6 5 4 3 2 1);
+
 /// Bytes of f32 panel per task in [`matmul_float_panels`] (L2-sized: the panel is read
 /// once per group of [`PANEL_MR`](super::avx512::PANEL_MR) activation rows).
 #[cfg(target_arch = "x86_64")]
@@ -250,71 +334,70 @@ const PANEL_SLICE: usize = 512;
 #[cfg(target_arch = "x86_64")]
 const PANEL_K: usize = 128;
 
-/// The F16/BF16 prefill path on Intel, and for BF16 on CPUs without AVX-512 BF16
-/// ([`super::float_tiles_path`], [`super::float_tiles_route`]): each task widens its
+/// The F16/BF16 prefill path on AVX2, on Intel's AVX-512, and for BF16 on CPUs without
+/// AVX-512 BF16 ([`super::float_tiles_path`], [`super::float_tiles_route`]), with the
+/// kernels of `P`: each task widens its
 /// weight rows to f32 — a panel of at most [`PANEL_BYTES`]: a run of rows, a slice of
-/// at most [`PANEL_SLICE`] of their values — transposed into micro-panels of 32 rows
+/// at most [`PANEL_SLICE`] of their values — transposed into micro-panels of 32 rows (16 on AVX2)
 /// ([`super::avx512::widen_transposed`]; each weight is converted once per call, not
 /// once per group of activation rows), then multiplies every activation row with the
-/// panel in register tiles of 12 rows × 32 columns ([`super::avx512::panel_tile`]),
+/// panel in register tiles of 12 rows × 32 columns ([`super::avx512::panel_tile`]; 6 × 16
+/// on AVX2),
 /// [`PANEL_K`] values of `k` per call, the partial sums kept in `y`. An output's
 /// products are added in `k` order whatever the row count, so a row's result does not
 /// depend on how many rows share the matmul.
 #[cfg(target_arch = "x86_64")]
-fn matmul_float_panels(w: &QWeight, x: &[f32], m: usize, y: &mut [f32]) {
-    use super::avx512::{panel_tile, widen_transposed, PANEL_MR as MR, PANEL_NR as NR};
+fn matmul_float_panels<P: Panels>(w: &QWeight, x: &[f32], m: usize, y: &mut [f32]) {
+    let (mr, nr) = (P::MR, P::NR);
     let (n, k) = (w.out_features, w.in_features);
     assert_eq!(x.len(), m * k, "input of {m} rows of {k}");
     assert_eq!(y.len(), m * n, "output of {m} rows of {n}");
     let bf16 = w.ty == super::WeightType::BF16;
     let slice = PANEL_SLICE.min(k);
     // Rows per panel: a multiple of 32, at least one micro-panel.
-    let per_panel = (PANEL_BYTES / (4 * slice) / NR).max(1) * NR;
-    let chunk = n.div_ceil(threads()).next_multiple_of(NR);
+    let per_panel = (PANEL_BYTES / (4 * slice) / nr).max(1) * nr;
+    let chunk = n.div_ceil(threads()).next_multiple_of(nr);
     let cols = Columns(y.as_mut_ptr());
     for_each_task(n.div_ceil(chunk), |ci| {
         let (j0, j1) = (ci * chunk, ((ci + 1) * chunk).min(n));
-        with_scratch(&WEIGHTS, per_panel.min((j1 - j0).next_multiple_of(NR)) * slice, 0.0, |panel| {
+        with_scratch(&WEIGHTS, per_panel.min((j1 - j0).next_multiple_of(nr)) * slice, 0.0, |panel| {
             for jc in (j0..j1).step_by(per_panel) {
                 let rows = per_panel.min(j1 - jc);
                 for s0 in (0..k).step_by(slice) {
                     let sl = slice.min(k - s0);
-                    // Micro-panel `p` (weight rows jc + 32p ..) is `panel[p · 32 · sl ..]`:
-                    // `sl` steps of 32 values.
-                    for (p, micro) in panel.chunks_exact_mut(NR * sl).take(rows.div_ceil(NR)).enumerate() {
-                        for half in 0..2 {
-                            let first = jc + p * NR + half * 16;
-                            let rows16: [*const u8; 16] = std::array::from_fn(|r| {
-                                if first + r < jc + rows {
+                    // Micro-panel `p` (weight rows jc + p·nr ..) is `panel[p · nr · sl ..]`:
+                    // `sl` steps of `nr` values.
+                    for (p, micro) in panel.chunks_exact_mut(nr * sl).take(rows.div_ceil(nr)).enumerate() {
+                        for half in 0..nr / P::GROUP {
+                            let first = jc + p * nr + half * P::GROUP;
+                            let group: [*const u8; 16] = std::array::from_fn(|r| {
+                                if r < P::GROUP && first + r < jc + rows {
                                     w.row(first + r).as_ptr()
                                 } else {
                                     std::ptr::null()
                                 }
                             });
-                            // SAFETY: `float_tiles_path` checked AVX-512 F/BW/VL (and F16C,
-                            // part of AVX2); each row holds `k >= s0 + sl` 16-bit values;
-                            // `micro` holds `32 · sl` floats, written at
-                            // `kk · 32 + half · 16 ..+ 16` for `kk < sl`.
+                            // SAFETY: `float_tiles_path` checked the instruction set (AVX2
+                            // with FMA and F16C; AVX-512 F/BW/VL on top for
+                            // `Avx512Panels`); each row holds `k >= s0 + sl` 16-bit
+                            // values; `micro` holds `nr · sl` floats, written at
+                            // `kk · nr + half · GROUP ..+ GROUP` for `kk < sl`.
                             unsafe {
-                                let out = micro.as_mut_ptr().add(half * 16);
-                                if bf16 {
-                                    widen_transposed::<true>(&rows16, s0, sl, out, NR);
-                                } else {
-                                    widen_transposed::<false>(&rows16, s0, sl, out, NR);
-                                }
+                                let out = micro.as_mut_ptr().add(half * P::GROUP);
+                                P::widen(bf16, &group[..P::GROUP], s0, sl, out, nr);
                             }
                         }
                     }
                     let panel = &*panel;
                     for k0 in (0..sl).step_by(PANEL_K) {
                         let kc = PANEL_K.min(sl - k0);
-                        for ib in (0..m).step_by(MR) {
-                            let rm = MR.min(m - ib);
-                            for jr in (0..rows).step_by(NR) {
-                                let valid = NR.min(rows - jr);
-                                let mask = if valid == NR { u32::MAX } else { (1u32 << valid) - 1 };
+                        for ib in (0..m).step_by(mr) {
+                            let rm = mr.min(m - ib);
+                            for jr in (0..rows).step_by(nr) {
+                                let valid = nr.min(rows - jr);
+                                let mask = if valid == 32 { u32::MAX } else { (1u32 << valid) - 1 };
                                 let xs = x[ib * k + s0 + k0..].as_ptr();
-                                let micro = panel[jr * sl + k0 * NR..].as_ptr();
+                                let micro = panel[jr * sl + k0 * nr..].as_ptr();
                                 let acc = s0 + k0 > 0;
                                 // SAFETY: the CPU checks as above; rows `ib..ib + rm` of `x`
                                 // hold `s0 + k0 + kc <= k` values each; the micro-panel
@@ -323,15 +406,7 @@ fn matmul_float_panels(w: &QWeight, x: &[f32], m: usize, y: &mut [f32]) {
                                 // inside `y` (m × n, checked above) and this task's alone.
                                 unsafe {
                                     let out = cols.base().add(ib * n + jc + jr);
-                                    macro_rules! tile {
-                                        ($($r:literal)*) => {
-                                            match rm {
-                                                $($r => panel_tile::<$r>(xs, k, micro, kc, out, n, mask, acc),)*
-                                                _ => unreachable!("at most {MR} rows"),
-                                            }
-                                        };
-                                    }
-                                    tile!(12 11 10 9 8 7 6 5 4 3 2 1);
+                                    P::tile(rm, xs, k, micro, kc, out, n, mask, acc);
                                 }
                             }
                         }

@@ -127,8 +127,8 @@ pub use matmul::{GEMM_MIN_ROWS, GEMM_TILE};
 /// runs in f32 — the weights dequantized a tile at a time, the activations as they
 /// are, an f32 GEMM — rather than as dot products against the activations in their own
 /// format. True for prefill-sized `m` ([`GEMM_MIN_ROWS`] and up) with the float types
-/// (F16, BF16) and the 32-weight block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL,
-/// MXFP4), where it measured faster than the row kernels (IQ4_NL at m = 128: 40 GMAC/s
+/// (F16, BF16; portable kernels only — AVX2 and AVX-512 take [`float_tiles_path`]) and
+/// the 32-weight block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4), where it measured faster than the row kernels (IQ4_NL at m = 128: 40 GMAC/s
 /// against 27, 2 AVX2 threads) — except for the types `isa` runs on [`tiles`]
 /// ([`tiles::tiled`]), whose integer kernels beat the f32 GEMM at every `m` (and give a
 /// row the same result whatever the row count). The 256-weight types (k-quants,
@@ -138,7 +138,8 @@ pub use matmul::{GEMM_MIN_ROWS, GEMM_TILE};
 /// use toolgate::kernels::{f32_path, Isa, WeightType};
 /// assert!(!f32_path(Isa::Portable, WeightType::Q5_0, 1) && f32_path(Isa::Portable, WeightType::Q5_0, 128));
 /// assert!(!f32_path(Isa::Avx2, WeightType::Q5_0, 128) && f32_path(Isa::Avx2, WeightType::MXFP4, 128));
-/// assert!(f32_path(Isa::Avx2, WeightType::F16, 128) && !f32_path(Isa::Avx512, WeightType::Q6K, 128));
+/// assert!(!f32_path(Isa::Avx2, WeightType::F16, 128) && !f32_path(Isa::Avx512, WeightType::Q6K, 128));
+/// assert!(f32_path(Isa::Portable, WeightType::F16, 128));
 /// ```
 pub fn f32_path(isa: Isa, ty: WeightType, m: usize) -> bool {
     m >= GEMM_MIN_ROWS
@@ -147,29 +148,31 @@ pub fn f32_path(isa: Isa, ty: WeightType, m: usize) -> bool {
         && !float_tiles_path(isa, ty, m)
 }
 
-/// Whether a matmul of `m` activation rows with `ty` weights runs on the AVX-512 float
-/// prefill kernels instead of the f32 GEMM: F16 or BF16 weights, prefill-sized `m`
-/// ([`GEMM_MIN_ROWS`] and up), [`Isa::Avx512`]. The weights are read in their own
-/// 16-bit format (no dequantized copy of the matrix), by one of two routes
-/// ([`float_tiles_route`]): register tiles of 4 weight rows × 6 activation rows that
+/// Whether a matmul of `m` activation rows with `ty` weights runs on the float prefill
+/// kernels instead of the f32 GEMM: F16 or BF16 weights, prefill-sized `m`
+/// ([`GEMM_MIN_ROWS`] and up), [`Isa::Avx512`] or [`Isa::Avx2`]. The weights are read
+/// in their own 16-bit format (no dequantized copy of the matrix): widened to f32 once
+/// per call, a task's panel at a time, against 12 activation rows × 32 weight rows per
+/// register tile (6 × 16 on AVX2); or, on AVX-512 CPUs other than Intel's
+/// ([`float_tiles_route`]), register tiles of 4 weight rows × 6 activation rows that
 /// widen F16 at every step and multiply BF16 by `vdpbf16ps` against the activations
-/// rounded to BF16 ([`bf16_path`]); or, on Intel, the weights widened to f32 once per
-/// call, a task's panel at a time, against 12 activation rows × 32 weight rows per
-/// register tile. Either way a row's result does not depend on how many rows share the
-/// matmul.
+/// rounded to BF16 ([`bf16_path`]). Either way a row's result does not depend on how
+/// many rows share the matmul.
 ///
 /// ```
 /// use toolgate::kernels::{float_tiles_path, Isa, WeightType};
-/// assert!(!float_tiles_path(Isa::Avx2, WeightType::F16, 128) && !float_tiles_path(Isa::Avx512, WeightType::Q8_0, 128));
+/// assert!(float_tiles_path(Isa::Avx2, WeightType::F16, 128) && !float_tiles_path(Isa::Avx512, WeightType::Q8_0, 128));
+/// assert!(!float_tiles_path(Isa::Portable, WeightType::BF16, 128));
 /// assert!(!float_tiles_path(Isa::Avx512, WeightType::F16, 1));
 /// ```
 pub fn float_tiles_path(isa: Isa, ty: WeightType, m: usize) -> bool {
-    m >= GEMM_MIN_ROWS && isa == Isa::Avx512 && matches!(ty, WeightType::F16 | WeightType::BF16)
+    m >= GEMM_MIN_ROWS && matches!(isa, Isa::Avx512 | Isa::Avx2) && matches!(ty, WeightType::F16 | WeightType::BF16)
 }
 
-/// On [`float_tiles_path`], whether `ty` takes the register tiles that read the
-/// weights in their 16 bits at every step (true) or the weights widened to f32 once
-/// per call (false): the tiles on CPUs other than Intel's, for F16 always and for BF16
+/// On [`float_tiles_path`] with [`Isa::Avx512`], whether `ty` takes the register tiles
+/// that read the weights in their 16 bits at every step (true) or the weights widened
+/// to f32 once per call (false; AVX2 always widens): the tiles on CPUs other than
+/// Intel's, for F16 always and for BF16
 /// where the CPU has AVX-512 BF16 (`vdpbf16ps`). `TOOLGATE_FLOAT_PREFILL=tiles|panels`
 /// forces the choice (read once); see `docs/performance.md` for the measurements.
 ///
@@ -211,7 +214,7 @@ pub fn float_tiles_route(ty: WeightType) -> bool {
 /// assert!(!bf16_path(Isa::Avx512, WeightType::BF16, 1));
 /// ```
 pub fn bf16_path(isa: Isa, ty: WeightType, m: usize) -> bool {
-    ty == WeightType::BF16 && float_tiles_path(isa, ty, m) && float_tiles_route(ty)
+    ty == WeightType::BF16 && isa == Isa::Avx512 && float_tiles_path(isa, ty, m) && float_tiles_route(ty)
 }
 
 /// The instruction set the kernels run with, from least to most capable (the x86 and

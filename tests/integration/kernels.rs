@@ -185,14 +185,14 @@ fn bf16() {
     check_type(WeightType::BF16);
 }
 
-/// F16 and BF16 weights at prefill size (the AVX-512 float kernels where the CPU has
-/// them, else the f32 GEMM), with rows whose length is no multiple of 16 or 32 (the
+/// F16 and BF16 weights at prefill size (the AVX2 and AVX-512 float kernels where the
+/// CPU has them, else the portable f32 GEMM), with rows whose length is no multiple of 16 or 32 (the
 /// kernels' steps: the last step loads masked), longer than a widened panel's slice
 /// (1000 > 512), row counts that leave partial register tiles, and more weight rows
 /// than one panel holds (1100 > 512): each output equals the sum of the products, in
 /// f64, of the weights and the activations as the path takes them (the BF16 dot
-/// products round them to BF16). On the AVX-512 float path the first 32 rows come out
-/// bit for bit the same when they are multiplied alone.
+/// products round them to BF16). On the float kernels the first 32 rows come out bit
+/// for bit the same when they are multiplied alone.
 #[test]
 fn float_prefill_rows_of_any_length() {
     for (k, m, n) in
