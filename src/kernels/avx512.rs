@@ -736,8 +736,7 @@ pub fn prefers_float_tiles() -> bool {
 /// Whether the CPU's vendor string is `GenuineIntel` (CPUID leaf 0).
 fn is_intel() -> bool {
     let id = __cpuid(0);
-    let vendor: Vec<u8> = [id.ebx, id.edx, id.ecx].iter().flat_map(|r| r.to_le_bytes()).collect();
-    vendor == b"GenuineIntel"
+    [id.ebx, id.edx, id.ecx] == [*b"Genu", *b"ineI", *b"ntel"].map(u32::from_le_bytes)
 }
 
 /// Transpose 16 rows of 16 f32 values in registers: afterwards `r[c]` holds what was

@@ -242,16 +242,15 @@ impl FloatTile<'_> {
 trait Panels {
     /// Activation rows per register tile.
     const MR: usize;
-    /// Weight rows per micro-panel (two registers' width).
+    /// Weight rows per micro-panel: two registers' width, so one [`Panels::widen`]
+    /// call (one register's width) fills half of it.
     const NR: usize;
-    /// Weight rows one [`Panels::widen`] call transposes (one register's width).
-    const GROUP: usize;
-    /// Values `k0..k0 + kc` of the `GROUP` rows `rows` (null: past the matrix) widened
-    /// and transposed to `out[kk · ld + r]`.
+    /// Values `k0..k0 + kc` of the `NR / 2` rows `rows` (null: past the matrix)
+    /// widened and transposed to `out[kk · ld + r]`.
     ///
     /// # Safety
     /// As the kernels': the CPU has the instruction set; each non-null row holds
-    /// `k0 + kc` values; `out + kk · ld` is valid for `GROUP` floats for `kk < kc`.
+    /// `k0 + kc` values; `out + kk · ld` is valid for `NR / 2` floats for `kk < kc`.
     unsafe fn widen(bf16: bool, rows: &[*const u8], k0: usize, kc: usize, out: *mut f32, ld: usize);
     /// `rm` (1..=MR) activation rows against one micro-panel, `kc` values.
     ///
@@ -271,23 +270,24 @@ trait Panels {
     );
 }
 
-/// [`Panels`] on AVX-512: 16-row groups, micro-panels of 32, tiles of 12 rows.
+/// [`Panels`] on AVX-512: micro-panels of 32 rows widened 16 at a time, tiles of 12
+/// activation rows.
 #[cfg(target_arch = "x86_64")]
 struct Avx512Panels;
 
-/// [`Panels`] on AVX2: 8-row groups, micro-panels of 16, tiles of 6 rows.
+/// [`Panels`] on AVX2: micro-panels of 16 rows widened 8 at a time, tiles of 6
+/// activation rows.
 #[cfg(target_arch = "x86_64")]
 struct Avx2Panels;
 
 #[cfg(target_arch = "x86_64")]
 macro_rules! panels_impl {
-    ($ty:ident, $isa:ident, $group:literal, $($r:literal)*) => {
+    ($ty:ident, $isa:ident, $($r:literal)*) => {
         impl Panels for $ty {
             const MR: usize = super::$isa::PANEL_MR;
             const NR: usize = super::$isa::PANEL_NR;
-            const GROUP: usize = $group;
             unsafe fn widen(bf16: bool, rows: &[*const u8], k0: usize, kc: usize, out: *mut f32, ld: usize) {
-                let rows: &[*const u8; $group] = rows.try_into().expect("a group of rows");
+                let rows: &[*const u8; super::$isa::PANEL_NR / 2] = rows.try_into().expect("half a micro-panel of rows");
                 if bf16 {
                     super::$isa::widen_transposed::<true>(rows, k0, kc, out, ld)
                 } else {
@@ -314,12 +314,12 @@ macro_rules! panels_impl {
     };
 }
 #[cfg(target_arch = "x86_64")]
-panels_impl!(Avx512Panels, avx512, 16, 12 11 10 9 8 7 6 5 4 3 2 1);
+panels_impl!(Avx512Panels, avx512, 12 11 10 9 8 7 6 5 4 3 2 1);
 #[cfg(target_arch = "x86_64")]
-panels_impl!(Avx2Panels, avx2, 8, 6 5 4 3 2 1);
+panels_impl!(Avx2Panels, avx2, 6 5 4 3 2 1);
 
 /// Bytes of f32 panel per task in [`matmul_float_panels`] (L2-sized: the panel is read
-/// once per group of [`PANEL_MR`](super::avx512::PANEL_MR) activation rows).
+/// once per register tile's group of activation rows, [`Panels::MR`]).
 #[cfg(target_arch = "x86_64")]
 const PANEL_BYTES: usize = 1 << 20;
 /// Most values of `k` per panel in [`matmul_float_panels`]: a longer row is widened
@@ -329,21 +329,21 @@ const PANEL_BYTES: usize = 1 << 20;
 #[cfg(target_arch = "x86_64")]
 const PANEL_SLICE: usize = 512;
 /// Values of `k` per register-tile call in [`matmul_float_panels`]: a micro-panel's
-/// slice (`32 × PANEL_K` floats, 16 KiB) and the activation rows' (12 × `PANEL_K`)
-/// stay in L1 together.
+/// slice (`NR × PANEL_K` floats, 16 KiB on AVX-512) and the activation rows'
+/// (`MR × PANEL_K`) stay in L1 together.
 #[cfg(target_arch = "x86_64")]
 const PANEL_K: usize = 128;
 
 /// The F16/BF16 prefill path on AVX2, on Intel's AVX-512, and for BF16 on CPUs without
 /// AVX-512 BF16 ([`super::float_tiles_path`], [`super::float_tiles_route`]), with the
-/// kernels of `P`: each task widens its
-/// weight rows to f32 — a panel of at most [`PANEL_BYTES`]: a run of rows, a slice of
-/// at most [`PANEL_SLICE`] of their values — transposed into micro-panels of 32 rows (16 on AVX2)
+/// kernels of `P`: each task widens its weight rows to f32 — a panel of at most
+/// [`PANEL_BYTES`]: a run of rows, a slice of at most [`PANEL_SLICE`] of their values
+/// — transposed into micro-panels of 32 rows, 16 on AVX2
 /// ([`super::avx512::widen_transposed`]; each weight is converted once per call, not
 /// once per group of activation rows), then multiplies every activation row with the
-/// panel in register tiles of 12 rows × 32 columns ([`super::avx512::panel_tile`]; 6 × 16
-/// on AVX2),
-/// [`PANEL_K`] values of `k` per call, the partial sums kept in `y`. An output's
+/// panel in register tiles of 12 rows × 32 columns, 6 × 16 on AVX2
+/// ([`super::avx512::panel_tile`]), [`PANEL_K`] values of `k` per call, the partial
+/// sums kept in `y`. An output's
 /// products are added in `k` order whatever the row count, so a row's result does not
 /// depend on how many rows share the matmul.
 #[cfg(target_arch = "x86_64")]
@@ -354,7 +354,7 @@ fn matmul_float_panels<P: Panels>(w: &QWeight, x: &[f32], m: usize, y: &mut [f32
     assert_eq!(y.len(), m * n, "output of {m} rows of {n}");
     let bf16 = w.ty == super::WeightType::BF16;
     let slice = PANEL_SLICE.min(k);
-    // Rows per panel: a multiple of 32, at least one micro-panel.
+    // Rows per panel: a multiple of `nr`, at least one micro-panel.
     let per_panel = (PANEL_BYTES / (4 * slice) / nr).max(1) * nr;
     let chunk = n.div_ceil(threads()).next_multiple_of(nr);
     let cols = Columns(y.as_mut_ptr());
@@ -368,10 +368,11 @@ fn matmul_float_panels<P: Panels>(w: &QWeight, x: &[f32], m: usize, y: &mut [f32
                     // Micro-panel `p` (weight rows jc + p·nr ..) is `panel[p · nr · sl ..]`:
                     // `sl` steps of `nr` values.
                     for (p, micro) in panel.chunks_exact_mut(nr * sl).take(rows.div_ceil(nr)).enumerate() {
-                        for half in 0..nr / P::GROUP {
-                            let first = jc + p * nr + half * P::GROUP;
+                        let group_len = nr / 2;
+                        for half in 0..2 {
+                            let first = jc + p * nr + half * group_len;
                             let group: [*const u8; 16] = std::array::from_fn(|r| {
-                                if r < P::GROUP && first + r < jc + rows {
+                                if r < group_len && first + r < jc + rows {
                                     w.row(first + r).as_ptr()
                                 } else {
                                     std::ptr::null()
@@ -381,10 +382,10 @@ fn matmul_float_panels<P: Panels>(w: &QWeight, x: &[f32], m: usize, y: &mut [f32
                             // with FMA and F16C; AVX-512 F/BW/VL on top for
                             // `Avx512Panels`); each row holds `k >= s0 + sl` 16-bit
                             // values; `micro` holds `nr · sl` floats, written at
-                            // `kk · nr + half · GROUP ..+ GROUP` for `kk < sl`.
+                            // `kk · nr + half · nr / 2 ..+ nr / 2` for `kk < sl`.
                             unsafe {
-                                let out = micro.as_mut_ptr().add(half * P::GROUP);
-                                P::widen(bf16, &group[..P::GROUP], s0, sl, out, nr);
+                                let out = micro.as_mut_ptr().add(half * group_len);
+                                P::widen(bf16, &group[..group_len], s0, sl, out, nr);
                             }
                         }
                     }
@@ -401,7 +402,7 @@ fn matmul_float_panels<P: Panels>(w: &QWeight, x: &[f32], m: usize, y: &mut [f32
                                 let acc = s0 + k0 > 0;
                                 // SAFETY: the CPU checks as above; rows `ib..ib + rm` of `x`
                                 // hold `s0 + k0 + kc <= k` values each; the micro-panel
-                                // holds `32 · kc` floats from step `k0`; outputs
+                                // holds `nr · kc` floats from step `k0`; outputs
                                 // `(ib + i, jc + jr + j)` for the `valid` columns are
                                 // inside `y` (m × n, checked above) and this task's alone.
                                 unsafe {

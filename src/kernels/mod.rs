@@ -128,8 +128,9 @@ pub use matmul::{GEMM_MIN_ROWS, GEMM_TILE};
 /// are, an f32 GEMM — rather than as dot products against the activations in their own
 /// format. True for prefill-sized `m` ([`GEMM_MIN_ROWS`] and up) with the float types
 /// (F16, BF16; portable kernels only — AVX2 and AVX-512 take [`float_tiles_path`]) and
-/// the 32-weight block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4), where it measured faster than the row kernels (IQ4_NL at m = 128: 40 GMAC/s
-/// against 27, 2 AVX2 threads) — except for the types `isa` runs on [`tiles`]
+/// the 32-weight block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4), where it
+/// measured faster than the row kernels (IQ4_NL at m = 128: 40 GMAC/s against 27, 2
+/// AVX2 threads) — except for the types `isa` runs on [`tiles`]
 /// ([`tiles::tiled`]), whose integer kernels beat the f32 GEMM at every `m` (and give a
 /// row the same result whatever the row count). The 256-weight types (k-quants,
 /// IQ4_XS) always stay on their integer kernels.
@@ -172,9 +173,9 @@ pub fn float_tiles_path(isa: Isa, ty: WeightType, m: usize) -> bool {
 /// On [`float_tiles_path`] with [`Isa::Avx512`], whether `ty` takes the register tiles
 /// that read the weights in their 16 bits at every step (true) or the weights widened
 /// to f32 once per call (false; AVX2 always widens): the tiles on CPUs other than
-/// Intel's, for F16 always and for BF16
-/// where the CPU has AVX-512 BF16 (`vdpbf16ps`). `TOOLGATE_FLOAT_PREFILL=tiles|panels`
-/// forces the choice (read once); see `docs/performance.md` for the measurements.
+/// Intel's, for F16 always and for BF16 where the CPU has AVX-512 BF16 (`vdpbf16ps`).
+/// `TOOLGATE_FLOAT_PREFILL=tiles|panels` forces the choice (read once); see
+/// `docs/performance.md` for the measurements.
 ///
 /// ```
 /// use toolgate::kernels::{float_tiles_route, WeightType};
