@@ -1,5 +1,5 @@
 //! Call-layout derivation speed (`cargo bench --bench derive`): per template of
-//! `../shared/templates` (or the folder in `TOOLGATE_TEMPLATES`), the time of
+//! the corpus `scripts/fetch-templates` caches (or the folder in `TOOLGATE_TEMPLATES`), the time of
 //! `tools::derive::derive` and of the whole choice `serve` makes at load
 //! (`template::inspect`: the capability probe, derivation and the override check),
 //! median and maximum over the runs, one JSON line each, then the slowest. The
@@ -17,10 +17,12 @@ fn templates_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("TOOLGATE_TEMPLATES") {
         return dir.into();
     }
-    std::env::var("TOOLGATE_SHARED")
+    let base = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"))
-        .join("templates")
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache"));
+    let dir = base.join("toolgate/templates/llama-cpp-python-0.3.36");
+    assert!(dir.is_dir(), "{} is missing: run scripts/fetch-templates first", dir.display());
+    dir
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {

@@ -78,8 +78,8 @@ pub fn prefill_text(messages: &[Value]) -> Option<String> {
 
 /// Render `messages` (and `tools`) with the model's chat setup and tokenize.
 ///
-/// The conversation is first adapted to the template ([`transform::shape_fields`],
-/// [`transform::apply`]). Any
+/// The conversation is first adapted to the template ([`transform::apply`], then
+/// [`transform::shape_fields`]). Any
 /// message string that spells a control token is marked before rendering and
 /// tokenized as plain text afterwards, so `<|im_end|>` typed by a user stays text;
 /// everything the template itself writes is tokenized with special tokens.
@@ -124,8 +124,8 @@ pub fn encode_chat_within(
     }
     let caps = setup.report.caps;
     let object_arguments = caps.supports_object_arguments && !setup.layout.string_arguments;
-    let messages = transform::shape_fields(messages, object_arguments, caps.supports_typed_content);
-    let mut messages = transform::apply(messages, setup.policy);
+    let messages = transform::apply(messages, setup.policy);
+    let mut messages = transform::shape_fields(messages, object_arguments, caps.supports_typed_content);
     messages.iter_mut().for_each(|m| wrap_if_special(m, tok));
     let req = RenderRequest {
         messages,
@@ -181,9 +181,16 @@ pub struct ChatTurn {
     pub reasoning_content: Option<String>,
     /// Parsed calls.
     pub tool_calls: Vec<ToolCall>,
-    /// `"tool_calls"`, `"stop"`, `"length"` (also when `max_tokens` cut a call: the
-    /// last call's arguments are then incomplete, as OpenAI does) or `"cancelled"`.
+    /// `"tool_calls"`, `"stop"`, `"length"` or `"cancelled"`. `"length"` also when
+    /// `max_tokens` cut a call ([`ChatTurn::cut_call`]): in constrained mode the cut call
+    /// is not in `tool_calls` (complete calls before it are) and its text is not in
+    /// `content`; in native mode a call whose arguments had begun is kept with its
+    /// arguments cut short, as OpenAI does.
     pub finish_reason: &'static str,
+    /// `max_tokens` (or the context window) ended the turn inside a call the
+    /// constraint had opened, which was dropped rather than completed with values the
+    /// model did not write.
+    pub cut_call: bool,
     /// The stop string that ended the turn, if one did (the request's or the
     /// template's `stop_strings`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -602,7 +609,15 @@ impl PreparedTurn {
                 parser.end_of_turn(&marker).into_iter().for_each(&mut on_event);
             }
         }
+        // Cut inside a call: drop it, never complete it with invented values.
+        if calls_possible && gen.finish_reason == FinishReason::Length {
+            match &gen.unfinished {
+                Some(text) => parser.cut(text),
+                None => parser.budget_ended(),
+            }
+        }
         parser.finish().into_iter().for_each(&mut on_event);
+        let cut_call = parser.dropped_cut_call();
         let (out, recovered_calls) = parser.into_output();
         let finish_reason = match gen.finish_reason {
             FinishReason::Cancelled => "cancelled",
@@ -615,6 +630,7 @@ impl PreparedTurn {
             content: out.content,
             tool_calls: out.calls,
             finish_reason,
+            cut_call,
             stop_sequence: gen.stop_sequence,
             parse_failures: out.failures,
             recovered_calls,

@@ -24,7 +24,7 @@ use crate::sampling::{log_probs, Sampler, SamplingParams, TokenLogprob, MAX_TOP_
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
 
-use closer::{Closer, Step};
+use closer::{next_step, Step};
 use stop::StopMatcher;
 
 /// Return the allocator's free pages to the system (glibc's `malloc_trim`): loading
@@ -188,7 +188,7 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 /// Prompt tokens processed per forward pass during prefill.
 pub const PREFILL_CHUNK: usize = 256;
 
-pub use closer::{CLOSE_LOOKAHEAD, CLOSE_MARGIN, CLOSE_MAX_BYTES};
+pub use closer::CLOSE_MAX_BYTES;
 
 /// Parameters of one generation.
 #[derive(Debug, Clone)]
@@ -286,6 +286,13 @@ pub struct Generation {
     /// With [`GenerateParams::logprobs`]: one entry per generated token, in order (the
     /// end-of-generation token that ended the turn excluded); otherwise empty.
     pub logprobs: Vec<TokenLogprob>,
+    /// The generation ended (on `max_tokens` or the context window) inside a
+    /// constrained region it had not completed — a tool call, or a schema instance —
+    /// and this is that region's text so far (special tokens as their text). The
+    /// budget never completes a region with values the model did not write
+    /// ([`closer`]): the caller decides what a cut region means (the chat layer
+    /// drops a cut call). `None` when no region was open or the open one was complete.
+    pub unfinished: Option<String>,
 }
 
 impl Generation {
@@ -662,7 +669,6 @@ impl Engine {
         let mut mask_time = Duration::ZERO;
         let mut finish = FinishReason::Length;
         let mut stop_hit = false;
-        let mut closer = Closer::default();
         let mut decode_started = Instant::now();
         let mut mask = crate::sampling::TokenMask::new(self.tokenizer.vocab_size());
         let (mut logprobs, mut step_logprobs) = (Vec::new(), Vec::new());
@@ -671,17 +677,14 @@ impl Engine {
                 finish = FinishReason::Cancelled;
                 break;
             }
-            let remaining = params.max_tokens - tokens.len();
             // The model's own distribution, before the sampler changes `logits`.
             let top = params.logprobs.map(|k| log_probs(&logits, k, &mut step_logprobs));
-            if constraint.release_recovered_call() {
-                // Free again: the budget bookkeeping starts over with the next call.
-                closer = Closer::default();
-            }
+            // A complete recovered call where more may follow: free again.
+            constraint.release_recovered_call();
             let next = match constraint.active() {
                 Some(m) => {
                     let t = Instant::now();
-                    let step = closer.step(m, tokens.len(), remaining);
+                    let step = next_step(m);
                     if step == Step::Sample {
                         m.fill_mask(&mut mask)?;
                     }
@@ -693,7 +696,6 @@ impl Engine {
                             finish = FinishReason::Stop;
                             break;
                         }
-                        Step::Closed => break,
                     }
                 }
                 None => sampler.sample(&mut logits, None)?,
@@ -747,6 +749,15 @@ impl Engine {
             }
         }
         let decode_time = if tokens.is_empty() { Duration::ZERO } else { decode_started.elapsed() };
+        // Cut by the budget or the window inside a region the constraint had not
+        // completed: say so, with the region's text (special tokens' `0xFF` marks off).
+        let unfinished = match constraint.active() {
+            Some(m) if finish == FinishReason::Length => (!m.is_accepting()).then(|| {
+                let bytes: Vec<u8> = m.bytes().iter().copied().filter(|&b| b != 0xFF).collect();
+                String::from_utf8_lossy(&bytes).into_owned()
+            }),
+            _ => None,
+        };
         Ok(Generation {
             text: stops.text().to_string(),
             completion_tokens: tokens.len(),
@@ -759,6 +770,7 @@ impl Engine {
             decode_time,
             mask_time,
             logprobs,
+            unfinished,
         })
     }
 }

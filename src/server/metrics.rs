@@ -42,6 +42,7 @@ pub struct Metrics {
     completion_tokens: Counter,
     tool_calls: Counter,
     recovered_calls: Counter,
+    cut_calls: Counter,
     parse_failures: Counter,
     mask_seconds: Counter<f64, AtomicU64>,
     turn_seconds: Histogram,
@@ -90,6 +91,12 @@ impl Metrics {
             "Tool calls read from a near-miss form in auto (a bare or fenced JSON call)",
             recovered_calls.clone(),
         );
+        let cut_calls = Counter::default();
+        registry.register(
+            "tool_calls_cut",
+            "Calls max_tokens ended before they were complete: dropped, the turn ends with finish_reason length",
+            cut_calls.clone(),
+        );
         let parse_failures = Counter::default();
         registry.register(
             "tool_call_parse_failures",
@@ -126,6 +133,7 @@ impl Metrics {
             completion_tokens,
             tool_calls,
             recovered_calls,
+            cut_calls,
             parse_failures,
             mask_seconds,
             turn_seconds,
@@ -140,6 +148,7 @@ impl Metrics {
         self.tool_calls.inc_by(turn.tool_calls.len() as u64);
         self.parse_failures.inc_by(turn.parse_failures as u64);
         self.recovered_calls.inc_by(turn.recovered_calls as u64);
+        self.cut_calls.inc_by(u64::from(turn.cut_call));
         self.mask_seconds.inc_by(turn.timings.mask.as_secs_f64());
         let q = queued.as_secs_f64();
         self.first_token_seconds.observe(q + turn.timings.prompt.as_secs_f64());

@@ -364,8 +364,8 @@ fn route_error(req: &Request, status: StatusCode) -> Response {
     let (method, path) = (req.method(), req.uri().path());
     let message = if status == StatusCode::NOT_FOUND {
         format!(
-            "no route {method} {path}: toolgate serves POST /v1/chat/completions, /v1/completions, /v1/responses and /v1/messages, \
-             GET /v1/models, /props, /health and /metrics"
+            "no route {method} {path}: toolgate serves POST /v1/chat/completions, /v1/completions, /v1/responses, \
+             /v1/messages, /v1/messages/count_tokens, /tokenize and /detokenize, GET /v1/models, /props, /health and /metrics"
         )
     } else {
         format!("{method} is not allowed on {path}")

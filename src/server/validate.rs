@@ -134,6 +134,24 @@ pub(crate) fn openai_messages(messages: &[Value]) -> Result<(), ApiError> {
                 ))
             }
         }
+        if let Some(call) = obj.get("function_call").filter(|c| !c.is_null()) {
+            // OpenAI's legacy function calling: rendered as a one-call `tool_calls`.
+            if role != "assistant" {
+                return Err(bad(format!("{at}.function_call is only read on an assistant message"), "messages"));
+            }
+            if call.get("name").and_then(Value::as_str).is_none_or(str::is_empty) {
+                return Err(bad(format!("{at}.function_call.name is missing"), "messages"));
+            }
+            if let Some(a) = call.get("arguments").filter(|a| !a.is_string() && !a.is_object()) {
+                return Err(bad(format!("{at}.function_call.arguments must be a JSON string, not {a}"), "messages"));
+            }
+        }
+        if role == "function" && obj.get("name").and_then(Value::as_str).is_none_or(str::is_empty) {
+            return Err(bad(
+                format!("{at}.name is missing (a `function` message names the function it answers)"),
+                "messages",
+            ));
+        }
         if has_calls {
             let Some(calls) = obj.get("tool_calls").and_then(Value::as_array).filter(|_| role == "assistant") else {
                 return Err(bad(format!("{at}.tool_calls must be an array on an assistant message"), "messages"));

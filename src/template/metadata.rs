@@ -138,11 +138,12 @@ fn top_level_sets(source: &str) -> String {
             (None, None) => break,
         };
         if comment {
-            let Some(end) = rest[at..].find("#}") else { break };
+            let Some(end) = rest[at + 2..].find("#}").map(|e| e + 2) else { break };
             rest = &rest[at + end + 2..];
             continue;
         }
-        let Some(end) = rest[at..].find("%}") else { break };
+        // The closer is searched after the opener: in `{%}` they overlap.
+        let Some(end) = rest[at + 2..].find("%}").map(|e| e + 2) else { break };
         let tag = &rest[at..at + end + 2];
         rest = &rest[at + end + 2..];
         let body = tag[2..tag.len() - 2].trim_matches(|c: char| c == '-' || c == '+' || c.is_whitespace());

@@ -76,7 +76,8 @@ fn strip_generation_tags(src: &str) -> String {
     let mut out = String::with_capacity(src.len());
     let mut rest = src;
     while let Some(start) = rest.find("{%") {
-        let Some(end) = rest[start..].find("%}") else { break };
+        // The closer is searched after the opener: in `{%}` they overlap.
+        let Some(end) = rest[start + 2..].find("%}").map(|e| e + 2) else { break };
         let tag = &rest[start + 2..start + end];
         let word = tag.trim_matches(|c: char| c == '-' || c == '+' || c.is_whitespace());
         out.push_str(&rest[..start]);
@@ -99,7 +100,7 @@ fn rewrite_appends(src: &str) -> String {
     let mut out = String::with_capacity(src.len());
     let mut rest = src;
     while let Some(start) = rest.find("{%") {
-        let Some(len) = rest[start..].find("%}") else { break };
+        let Some(len) = rest[start + 2..].find("%}").map(|l| l + 2) else { break };
         let tag = &rest[start..start + len + 2];
         out.push_str(&rest[..start]);
         out.push_str(&rewrite_append_tag(tag).unwrap_or_else(|| tag.to_string()));
@@ -135,7 +136,7 @@ fn guard_for_loops(src: &str) -> String {
     let mut out = String::with_capacity(src.len() + 64);
     let mut rest = src;
     while let Some(start) = rest.find("{%") {
-        let Some(len) = rest[start..].find("%}") else { break };
+        let Some(len) = rest[start + 2..].find("%}").map(|l| l + 2) else { break };
         let tag = &rest[start..start + len + 2];
         out.push_str(&rest[..start]);
         out.push_str(&rewrite_for_tag(tag).unwrap_or_else(|| tag.to_string()));

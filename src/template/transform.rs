@@ -1,6 +1,7 @@
-//! Request-side transforms that make a conversation acceptable to a template:
-//! folding the system message into the first user turn when the template has no
-//! system role, and merging consecutive same-role messages when it demands strict
+//! Request-side transforms that make a conversation acceptable to a template: OpenAI's
+//! `developer` role and legacy `function` messages mapped to the roles the template
+//! knows, folding the system message into the first user turn when the template has
+//! no system role, and merging consecutive same-role messages when it demands strict
 //! user/assistant alternation.
 //!
 //! Whether a template needs them is decided from three sources, in this order of
@@ -21,6 +22,9 @@ pub struct TemplateSignals {
     pub system_negative: bool,
     /// The template refuses non-alternating turns ("Conversation roles must alternate").
     pub strict_turns: bool,
+    /// The template names the `developer` role itself (a quoted `'developer'`, as
+    /// gpt-oss, Gemma 4 and DeepSeek V3.2+ do): such messages reach it as they are.
+    pub developer_role: bool,
 }
 
 /// Scan template source for the signals.
@@ -36,6 +40,7 @@ pub fn signals(source: &str) -> TemplateSignals {
         system_positive: source.contains("[SYSTEM_PROMPT]") || source.contains("[AVAILABLE_TOOLS]"),
         system_negative: lower.contains("system role not supported"),
         strict_turns: lower.contains("conversation roles must alternate"),
+        developer_role: source.contains("'developer'") || source.contains("\"developer\""),
     }
 }
 
@@ -46,6 +51,9 @@ pub struct ConversationPolicy {
     pub system_role: bool,
     /// Consecutive messages of the same role must be merged.
     pub strict_alternation: bool,
+    /// The template renders `developer` messages itself; otherwise they are system
+    /// messages (what OpenAI's SDKs and agent frameworks send instructions as).
+    pub developer_role: bool,
 }
 
 /// Architecture backstop for files without a template (or without signals).
@@ -78,7 +86,7 @@ pub fn policy(
         probed_system_role
     };
     let strict_alternation = sig.strict_turns || backstop.is_some_and(|(_, strict)| strict);
-    ConversationPolicy { system_role, strict_alternation }
+    ConversationPolicy { system_role, strict_alternation, developer_role: sig.developer_role }
 }
 
 fn content_text(v: &Value) -> String {
@@ -102,6 +110,10 @@ fn content_text(v: &Value) -> String {
 
 /// Apply `policy` to OpenAI-style messages.
 ///
+/// * roles: `developer` becomes `system` unless the template knows the developer role;
+///   OpenAI's legacy function calling (an assistant `function_call`, then a `function`
+///   message with the result) becomes a one-call `tool_calls` and a `tool` message
+///   answering it, so every message a client sends reaches the template;
 /// * no system role: system messages are removed and their text is prepended to the
 ///   first user message (separated by a blank line), or becomes a user message if
 ///   there is none;
@@ -113,11 +125,19 @@ fn content_text(v: &Value) -> String {
 /// use toolgate::template::transform::{apply, ConversationPolicy};
 /// let msgs = vec![json!({"role":"system","content":"Be brief."}), json!({"role":"user","content":"Hi"}),
 ///                 json!({"role":"user","content":"Still there?"})];
-/// let out = apply(msgs, ConversationPolicy { system_role: false, strict_alternation: true });
+/// let out = apply(msgs, ConversationPolicy { system_role: false, strict_alternation: true, developer_role: false });
 /// assert_eq!(out, vec![json!({"role":"user","content":"Be brief.\n\nHi\n\nStill there?"})]);
+///
+/// let legacy = vec![json!({"role":"developer","content":"Answer in French."}), json!({"role":"user","content":"Weather?"}),
+///     json!({"role":"assistant","content":null,"function_call":{"name":"get_weather","arguments":"{}"}}),
+///     json!({"role":"function","name":"get_weather","content":"15 C"})];
+/// let out = apply(legacy, ConversationPolicy { system_role: true, strict_alternation: false, developer_role: false });
+/// assert_eq!(out[0]["role"], "system");
+/// assert_eq!(out[2]["tool_calls"][0]["function"]["name"], "get_weather");
+/// assert_eq!(out[3], json!({"role":"tool","name":"get_weather","content":"15 C","tool_call_id":out[2]["tool_calls"][0]["id"]}));
 /// ```
 pub fn apply(messages: Vec<Value>, policy: ConversationPolicy) -> Vec<Value> {
-    let mut msgs = messages;
+    let mut msgs = openai_roles(messages, policy.developer_role);
     if !policy.system_role {
         let system: Vec<String> = msgs
             .iter()
@@ -158,6 +178,45 @@ pub fn apply(messages: Vec<Value>, policy: ConversationPolicy) -> Vec<Value> {
         msgs = merged;
     }
     msgs
+}
+
+/// `developer` → `system` (unless the template keeps it), legacy `function_call` /
+/// `function` → `tool_calls` / `tool` (see [`apply`]). The ids given to legacy calls
+/// are `call_legacy_N`, N counting legacy calls in the conversation; a `function`
+/// message answers the latest legacy call of its name.
+fn openai_roles(messages: Vec<Value>, developer_role: bool) -> Vec<Value> {
+    let mut legacy: Vec<(String, String)> = Vec::new();
+    messages
+        .into_iter()
+        .map(|mut m| {
+            let Some(obj) = m.as_object_mut() else { return m };
+            match obj.get("role").and_then(Value::as_str) {
+                Some("developer") if !developer_role => {
+                    obj.insert("role".into(), "system".into());
+                }
+                Some("assistant") => {
+                    if let Some(call) = obj.remove("function_call").filter(|c| !c.is_null()) {
+                        let name = call.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
+                        let id = format!("call_legacy_{}", legacy.len());
+                        legacy.push((name, id.clone()));
+                        let calls = obj.entry("tool_calls").or_insert_with(|| Value::Array(Vec::new()));
+                        if let Value::Array(list) = calls {
+                            list.push(serde_json::json!({"id": id, "type": "function", "function": call}));
+                        }
+                    }
+                }
+                Some("function") => {
+                    obj.insert("role".into(), "tool".into());
+                    let name = obj.get("name").and_then(Value::as_str).unwrap_or_default();
+                    if let Some((_, id)) = legacy.iter().rev().find(|(n, _)| n == name) {
+                        obj.insert("tool_call_id".into(), Value::String(id.clone()));
+                    }
+                }
+                _ => {}
+            }
+            m
+        })
+        .collect()
 }
 
 /// Shape message fields the way the template's capabilities need them:

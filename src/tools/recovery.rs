@@ -193,6 +193,48 @@ impl Recovery {
         }
     }
 
+    /// Whether held-back `text` (from its first `{` or fence on) is the start of a
+    /// near-miss call of a declared tool, as far as it goes: an optional code fence,
+    /// `{`, `"name"`, `:` and a string that is a declared name or the start of one, in
+    /// any spacing. A turn cut by its budget there was cut inside a call.
+    ///
+    /// ```
+    /// use toolgate::tools::recovery::Recovery;
+    /// use toolgate::tools::Tool;
+    /// let tools: Vec<Tool> = serde_json::from_value(serde_json::json!([
+    ///     {"type": "function", "function": {"name": "get_weather", "parameters": {}}}]))?;
+    /// let r = Recovery::new(&tools, true);
+    /// assert!(r.could_be_call("```json\n{\n  \"name\": \"get_wea"));
+    /// assert!(r.could_be_call("{\"name\": \"get_weather\", \"arguments\": {\"ci"));
+    /// assert!(!r.could_be_call("{\"name\": \"other"));
+    /// assert!(!r.could_be_call("{\"answer\": 4"));
+    /// # Ok::<(), serde_json::Error>(())
+    /// ```
+    pub fn could_be_call(&self, text: &str) -> bool {
+        let mut t = text.trim_start();
+        if let Some(rest) = t.strip_prefix("```") {
+            // The fence's language tag (`json`), up to its line end.
+            t = rest.trim_start_matches(|c: char| c.is_ascii_alphanumeric()).trim_start();
+        }
+        let Some(t) = t.strip_prefix('{') else { return t.is_empty() && !text.trim().is_empty() };
+        let t = t.trim_start();
+        // `"name"`, or the start of it.
+        let key = "\"name\"";
+        if t.len() < key.len() {
+            return key.starts_with(t);
+        }
+        let Some(t) = t.strip_prefix(key) else { return false };
+        let t = t.trim_start();
+        let Some(t) = t.strip_prefix(':') else { return t.is_empty() };
+        let t = t.trim_start();
+        let Some(t) = t.strip_prefix('"') else { return t.is_empty() };
+        let names = self.tools.iter().map(|tool| tool.function.name.as_str());
+        match t.find('"') {
+            Some(end) => names.into_iter().any(|n| n == &t[..end]),
+            None => names.into_iter().any(|n| n.starts_with(t)),
+        }
+    }
+
     /// Read the near-miss calls of a finished turn's content.
     pub fn recover(&self, content: &str) -> Recovered {
         recover(content, &self.tools, self.constrained)
@@ -213,13 +255,61 @@ pub struct RecoveringParser {
     /// What [`RecoveringParser::finish`] recovered: the calls (ids in the format's
     /// shape) and the content left without them.
     recovered: Option<(Vec<ToolCall>, String)>,
+    /// The text of a call the budget cut ([`RecoveringParser::cut`]).
+    cut: Option<String>,
+    /// The content without a cut call's text, when [`RecoveringParser::finish`] removed one.
+    content: Option<String>,
+    /// The turn ended on its budget ([`RecoveringParser::budget_ended`]).
+    budget_ended: bool,
 }
 
 impl RecoveringParser {
     /// Wrap `inner`; `None` recovers nothing (the events pass through). Recovered
     /// calls get their ids from `inner`, in its format's shape.
     pub fn new(inner: StreamParser, recovery: Option<Recovery>) -> Self {
-        Self { inner, recovery, held: String::new(), passed: String::new(), recovered: None }
+        Self {
+            inner,
+            recovery,
+            held: String::new(),
+            passed: String::new(),
+            recovered: None,
+            cut: None,
+            content: None,
+            budget_ended: false,
+        }
+    }
+
+    /// [`StreamParser::cut`]: the generation was cut by its budget inside a call, whose
+    /// text so far is `unfinished` ([`crate::engine::Generation::unfinished`]). A cut
+    /// call in the family's own layout is dropped by the inner parser; a cut recovered
+    /// call (bare JSON, held back as possible content) is dropped here, so neither
+    /// becomes a call or content.
+    pub fn cut(&mut self, unfinished: &str) {
+        self.inner.cut();
+        self.cut = Some(unfinished.trim_end().to_string()).filter(|c| !c.is_empty());
+        self.budget_ended = true;
+    }
+
+    /// The turn ended on its token budget (`max_tokens` or the context window), with no
+    /// constrained call open. Held-back text that is the start of a near-miss call of a
+    /// declared tool ([`Recovery::could_be_call`]) is then a call the budget cut, dropped
+    /// as in [`Self::cut`]; other held text stays content.
+    pub fn budget_ended(&mut self) {
+        self.budget_ended = true;
+    }
+
+    /// Whether [`Self::finish`] dropped a call the budget cut (see [`Self::cut`] and
+    /// [`Self::budget_ended`]).
+    pub fn dropped_cut_call(&self) -> bool {
+        self.cut.is_some()
+    }
+
+    /// `text` without the cut call's text at its end (see [`Self::cut`]).
+    fn without_cut(&self, text: &str) -> String {
+        match self.cut.as_deref().and_then(|c| text.rfind(c)) {
+            Some(at) => text[..at].trim_end().to_string(),
+            None => text.to_string(),
+        }
     }
 
     fn filter(&mut self, events: Vec<StreamEvent>) -> Vec<StreamEvent> {
@@ -233,11 +323,15 @@ impl RecoveringParser {
                     if self.held.is_empty() {
                         match text.find(['{', '[', '`']) {
                             Some(at) => {
-                                if at > 0 {
-                                    self.passed.push_str(&text[..at]);
-                                    out.push(StreamEvent::Content(text[..at].to_string()));
+                                // Whitespace before the opener is held with it: if the
+                                // opener becomes a call, the content ends before it,
+                                // streamed or not.
+                                let before = text[..at].trim_end();
+                                if !before.is_empty() {
+                                    self.passed.push_str(before);
+                                    out.push(StreamEvent::Content(before.to_string()));
                                 }
-                                self.held.push_str(&text[at..]);
+                                self.held.push_str(&text[before.len()..]);
                             }
                             None => {
                                 self.passed.push_str(&text);
@@ -275,14 +369,17 @@ impl RecoveringParser {
         if held.is_empty() {
             return out;
         }
-        if !self.inner.output().calls.is_empty() {
-            out.push(StreamEvent::Content(held));
-            return out;
+        if self.budget_ended && self.cut.is_none() && recovery.could_be_call(&held) {
+            self.cut = Some(held.trim().to_string());
         }
-        let content = self.inner.output().content.clone();
-        let r = recovery.recover(&content);
+        let held = self.without_cut(&held);
+        let content = self.without_cut(&self.inner.output().content);
+        let r = if self.inner.output().calls.is_empty() { recovery.recover(&content) } else { Recovered::default() };
         if r.calls.is_empty() {
-            out.push(StreamEvent::Content(held));
+            if !held.is_empty() {
+                out.push(StreamEvent::Content(held));
+            }
+            self.content = Some(content);
             return out;
         }
         // What was streamed before the hold stays; the rest of the content follows.
@@ -312,6 +409,14 @@ impl RecoveringParser {
     /// The turn's aggregate, recovered calls included, and how many were recovered.
     pub fn into_output(self) -> (super::stream::ParsedOutput, usize) {
         let mut out = self.inner.into_output();
+        if self.cut.is_some() {
+            // Cut inside a call: in the family's layout the inner parser says so; a cut
+            // recovered call is only known here.
+            out.truncated = true;
+        }
+        if let Some(content) = self.content {
+            out.content = content;
+        }
         let Some((calls, content)) = self.recovered else { return (out, 0) };
         let n = calls.len();
         out.calls = calls;

@@ -69,8 +69,12 @@ pub struct ParsedOutput {
     pub calls: Vec<ToolCall>,
     /// Call blocks that did not parse (kept in `content`).
     pub failures: usize,
-    /// The text ended inside a call (generation cut by `max_tokens`): a call whose
-    /// arguments had begun streaming stays in `calls` with its arguments cut short; one
+    /// The text ended inside a call (generation cut by `max_tokens`). After
+    /// [`StreamParser::cut`] (the engine said the budget ended inside a call) the cut
+    /// call is dropped from `calls` — even where its first arguments had already
+    /// streamed — and its text is not content. Without it (native mode, where nothing
+    /// says whether the model meant a call), a call whose arguments had begun
+    /// streaming stays in `calls` with its arguments cut short, as OpenAI does, and one
     /// cut before that is dropped. Either way the turn's finish reason is `length`.
     pub truncated: bool,
 }
@@ -119,6 +123,8 @@ pub struct StreamParser {
     harmony: Option<super::harmony::HarmonyFilter>,
     /// Per function, its parameters declared as strings (for dialects without quotes).
     string_params: std::collections::HashMap<String, std::collections::HashSet<String>>,
+    /// The generation was cut inside a call ([`Self::cut`]).
+    cut: bool,
 }
 
 /// Where the parser is in the turn.
@@ -210,7 +216,29 @@ impl StreamParser {
             reasoning: None,
             harmony: None,
             string_params: Default::default(),
+            cut: false,
         }
+    }
+
+    /// Tell the parser, before [`Self::finish`], that the generation was cut by its
+    /// token budget inside a call the constraint had opened
+    /// ([`crate::engine::Generation::unfinished`]): at `finish` the open call is dropped
+    /// (from `calls`, and its text from the content) and the output is
+    /// [`ParsedOutput::truncated`]. Deltas already streamed for it stay streamed.
+    ///
+    /// ```
+    /// use toolgate::tools::format::for_family;
+    /// use toolgate::tools::stream::StreamParser;
+    /// let mut p = StreamParser::new(Some(for_family("hermes")?.unwrap()), true, 0);
+    /// p.push("On it.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Par");
+    /// p.cut();
+    /// p.finish();
+    /// let out = p.output();
+    /// assert_eq!((out.content.as_str(), out.calls.len(), out.truncated), ("On it.", 0, true));
+    /// # Ok::<(), toolgate::Error>(())
+    /// ```
+    pub fn cut(&mut self) {
+        self.cut = true;
     }
 
     /// Keep the content exactly as generated, leading and trailing whitespace included
@@ -350,8 +378,9 @@ impl StreamParser {
         match std::mem::take(&mut self.at) {
             Place::Text => {}
             Place::Section(sec) => {
-                if sec.calls == 0 {
-                    // The trigger, then nothing that became a call.
+                if sec.calls == 0 || self.cut {
+                    // The trigger, then nothing that became a call; or complete calls
+                    // in a section the budget cut before its end.
                     self.out.truncated = true;
                     self.pending.clear();
                 }
@@ -359,7 +388,14 @@ impl StreamParser {
             Place::Call(mut call) => {
                 call.body.push_str(&std::mem::take(&mut self.pending));
                 if let Some(fmt) = self.fmt.clone() {
-                    if call.broken.is_some() {
+                    if self.cut {
+                        // Cut by the budget inside a call the constraint had opened:
+                        // neither a call nor content.
+                        self.out.truncated = true;
+                        if let Some(st) = &call.streamed {
+                            self.out.calls.truncate(st.index);
+                        }
+                    } else if call.broken.is_some() {
                         self.fail(&fmt, &call, call.body.len(), &mut ev);
                     } else if fmt.trigger_in_body() && call.streamed.is_none() {
                         // Without a marker, an unfinished object is as likely text

@@ -4,8 +4,6 @@
 //! bad_files_are_clear_errors_not_panics`; JSON Schemas: `schema_corpus::
 //! random_hostile_schemas_never_panic_and_compiled_ones_stay_consistent`.)
 
-use std::path::Path;
-
 use serde_json::{json, Value};
 
 use toolgate::template::{caps::probe, ChatTemplate, RenderRequest};
@@ -167,16 +165,8 @@ fn mutated_request_bodies_get_answers_or_4xx_never_a_500() {
 
 #[test]
 fn mutated_vendor_templates_render_or_fail_cleanly() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/templates");
-    let mut sources: Vec<String> = std::fs::read_dir(&dir)
-        .unwrap()
-        .filter_map(|e| {
-            let p = e.ok()?.path();
-            (p.extension()? == "jinja").then(|| std::fs::read_to_string(p).ok()).flatten()
-        })
-        .collect();
-    sources.sort();
-    assert!(sources.len() >= 40, "{} templates in {}", sources.len(), dir.display());
+    let sources: Vec<String> = crate::common::corpus().into_iter().map(|(_, src)| src).collect();
+    assert!(sources.len() >= 39, "{} templates", sources.len());
     let snippets = [
         "{% for m in messages %}",
         "{% endfor %}",
@@ -235,4 +225,18 @@ fn mutated_vendor_templates_render_or_fail_cleanly() {
         }
     }
     assert!(rendered > 20 && refused > 20, "{rendered} rendered, {refused} refused");
+}
+
+/// A statement or comment opener whose closer overlaps it (`{%}`, `{#}`) once made the
+/// source scanners slice backwards and panic (found by the mutation test above when
+/// its corpus changed): each is now a template error or a render, never a panic.
+#[test]
+fn overlapping_tag_delimiters_fail_cleanly() {
+    for src in ["{%}", "a{%}b", "{#}", "{%}{{ x }}%}", "{% if true %}{%}{% endif %}", "{%-}", "{#-}{%+}"] {
+        if let Ok(t) = ChatTemplate::new("overlap", src) {
+            let _ = t.render(&RenderRequest::new(vec![json!({"role": "user", "content": "hi"})]));
+            let _ = probe(&t);
+            let _ = toolgate::template::metadata::read(&t);
+        }
+    }
 }

@@ -337,11 +337,28 @@ fn a_required_call_the_budget_cannot_hold_is_refused_before_generating() {
         assert_eq!(v["error"]["param"], "max_tokens", "{v}");
         assert!(msg.contains("14 is too few") && msg.contains("must call a tool"), "{msg}");
     }
-    // The count it names is enough: a complete call within exactly that budget.
+    // The count it names is the least accepted: a budget of that many is answered, with
+    // the call the model completed within it or, cut, with no call and `length` — never
+    // a call the budget completed with values the model did not write.
     let (_, msg) = refusal(&s, "/v1/chat/completions", &ask(json!("required"), 1, false));
     let need: u64 = msg.split("takes ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
-    let args = first_call_arguments(&s, &ask(named, need, false));
-    assert!(args["city"].is_string(), "{args}");
+    let (status, _) = refusal(&s, "/v1/chat/completions", &ask(named.clone(), need - 1, false));
+    assert_eq!(status, 400);
+    let mut r = agent()
+        .post(format!("{}/v1/chat/completions", s.base))
+        .header("content-type", "application/json")
+        .send(ask(named, need, false).to_string())
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let v: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+    let choice = &v["choices"][0];
+    match choice["message"]["tool_calls"].as_array() {
+        Some(calls) if !calls.is_empty() => {
+            let args: Value = serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap()).unwrap();
+            assert!(args["city"].is_string() && choice["finish_reason"] == "tool_calls", "{v}");
+        }
+        _ => assert_eq!(choice["finish_reason"], "length", "{v}"),
+    }
     // Anthropic `any` likewise; `auto` may answer in text, so it is not refused.
     let (status, msg) = refusal(
         &s,

@@ -28,8 +28,7 @@ fn smollm2_with_tools() -> Arc<Vec<u8>> {
     BYTES
         .get_or_init(|| {
             use candle_core::quantized::gguf_file::{self, Value};
-            let template_path =
-                Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/templates/Qwen-Qwen2.5-7B-Instruct.jinja");
+            let template_path = crate::common::template("Qwen-Qwen2.5-7B-Instruct.jinja");
             let template = std::fs::read_to_string(&template_path).unwrap();
             let bytes = smollm2();
             let mut src = std::io::Cursor::new(&bytes[..]);

@@ -197,3 +197,52 @@ fn a_response_format_beside_tools_in_auto_shapes_the_text_answer() {
     // This model answers the first question in the format, and calls for the others.
     assert!(answers >= 2 && calls >= 2, "answers {answers}, calls {calls}");
 }
+
+/// The streamed content is byte for byte the aggregate's, at every split point, when
+/// text comes before a call: a recovered bare call, a fenced one, and one in the
+/// family's own layout (the whitespace before a call is never streamed, as it is not in
+/// the aggregate).
+#[test]
+fn streamed_content_is_the_aggregate_before_every_kind_of_call() {
+    let call = r#"{"name": "get_weather", "arguments": {"city": "Oslo"}}"#;
+    for text in [
+        format!("Sure.\n{call}"),
+        format!("Sure.\n\n```json\n{call}\n```"),
+        format!("Sure.\n<tool_call>\n{call}\n</tool_call>"),
+        format!("Let me see:  \n{call}\nDone."),
+    ] {
+        for i in (0..=text.len()).filter(|&i| text.is_char_boundary(i)) {
+            let (ev, _, content) = stream(&[&text[..i], &text[i..]], true);
+            let streamed: String = ev
+                .iter()
+                .filter_map(|e| if let StreamEvent::Content(t) = e { Some(t.as_str()) } else { None })
+                .collect();
+            assert_eq!(streamed, content, "{text:?} split at {i}: {ev:?}");
+        }
+    }
+}
+
+/// A call the budget cut is neither a call nor content, in the family's layout and as a
+/// recovered bare call; calls completed before it stay.
+#[test]
+fn a_call_cut_by_the_budget_is_dropped() {
+    let run = |text: &str, unfinished: &str| {
+        let fmt = format::for_family("hermes").unwrap();
+        let mut p = RecoveringParser::new(StreamParser::new(fmt, true, 9), Some(Recovery::new(&tools(), true)));
+        p.push(text);
+        p.cut(unfinished);
+        p.finish();
+        let (out, _) = p.into_output();
+        (out.content, out.calls.iter().map(|c| c.function.arguments.clone()).collect::<Vec<_>>(), out.truncated)
+    };
+    let cut = r#"{"name": "get_weather", "arguments": {"city": "Par"#;
+    assert_eq!(run(&format!("Checking.\n{cut}"), cut), ("Checking.".to_string(), vec![], true));
+    let hermes = format!("<tool_call>\n{cut}");
+    assert_eq!(run(&format!("Checking.\n{hermes}"), &hermes), ("Checking.".to_string(), vec![], true));
+    let done = r#"<tool_call>
+{"name": "get_weather", "arguments": {"city": "Oslo"}}
+</tool_call>
+"#;
+    let (content, calls, truncated) = run(&format!("{done}{hermes}"), &hermes);
+    assert_eq!((content.as_str(), calls, truncated), ("", vec![r#"{"city": "Oslo"}"#.to_string()], true));
+}

@@ -69,7 +69,7 @@ fn anthropic_python_sdk() {
 /// `chat_template_kwargs` reaching the template, structured output after reasoning.
 #[test]
 fn sdks_on_a_reasoning_template() {
-    let template = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/templates/Qwen3.5-4B.jinja");
+    let template = crate::common::template("Qwen3.5-4B.jinja");
     run_script_on("reasoning_template.py", &["--chat-template", template.to_str().unwrap()]);
 }
 
@@ -79,6 +79,17 @@ fn sdks_on_a_reasoning_template() {
 fn openai_python_sdk_completions_with_fim() {
     let (s, model) = serve_qwen_coder();
     drive("completions_sdk.py", &s, model);
+}
+
+/// What agents send, through the OpenAI and Anthropic SDKs on Qwen2.5-Coder-0.5B: every
+/// `max_tokens` from 1 to 64 (forced and `auto`) returns either the call an unbounded
+/// run writes or no call with a `length` finish — never a call completed with values
+/// the model did not write; `developer` steers as `system` does; a legacy `function`
+/// result renders as a `tool` result; `/metrics` counts the cut calls.
+#[test]
+fn sdks_with_tight_budgets_developer_and_legacy_function_messages() {
+    let (s, model) = serve_qwen_coder();
+    drive("budget_sdk.py", &s, model);
 }
 
 /// The OpenAI SDK's agent loop in `tool_choice: "auto"` on Qwen2.5-Coder-0.5B, a real

@@ -489,7 +489,12 @@ fn unknown_routes_and_methods_answer_json_errors_in_the_apis_shape() {
     // OpenAI's shape: an SDK shows the message, not just "Error code: 404".
     let (status, v) = call("POST", "/v1/embeddings");
     assert_eq!(status, 404);
-    assert!(v["error"]["message"].as_str().unwrap().contains("no route POST /v1/embeddings"), "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("no route POST /v1/embeddings"), "{v}");
+    // Every route is named.
+    for route in ["/v1/messages/count_tokens", "/tokenize", "/detokenize", "/v1/responses", "/metrics"] {
+        assert!(msg.contains(route), "{route} missing from {msg}");
+    }
     let (status, v) = call("GET", "/v1/chat/completions");
     assert_eq!((status, v["error"]["type"].as_str()), (405, Some("invalid_request_error")), "{v}");
     let (status, v) = call("GET", "/v1/responses");

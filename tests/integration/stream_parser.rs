@@ -205,7 +205,7 @@ fn text_only_turns_are_trimmed_like_the_whole() {
 /// would write it (the text after the last assistant header, up to its end token).
 fn rendered_reasoning_turn(template_file: &str, reasoning: &str) -> (String, toolgate::template::ChatSetup) {
     use serde_json::json;
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/templates").join(template_file);
+    let path = crate::common::template(template_file);
     let src = std::fs::read_to_string(&path).unwrap();
     let templates = toolgate::template::source::GgufTemplates { default: Some(src), tool_use: None };
     let setup = toolgate::template::inspect(&templates, None, None).unwrap();
@@ -284,7 +284,7 @@ fn reasoning_edge_cases() {
 /// also when generation stopped on `<|call|>` (never shown as text).
 #[test]
 fn harmony_channels_and_both_call_header_orders_at_every_split() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/templates/openai-gpt-oss-120b.jinja");
+    let path = crate::common::template("openai-gpt-oss-120b.jinja");
     let src = std::fs::read_to_string(&path).unwrap();
     let templates = toolgate::template::source::GgufTemplates { default: Some(src), tool_use: None };
     let setup = toolgate::template::inspect(&templates, None, None).unwrap();

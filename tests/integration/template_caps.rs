@@ -1,15 +1,8 @@
-//! The prober's flags against llama.cpp's on 40 real templates.
-
-use std::path::PathBuf;
+//! The prober's flags against llama.cpp's on 39 real templates
+//! (`tests/fixtures/templates/expected-caps.jsonl`).
 
 use toolgate::template::caps::probe;
 use toolgate::template::ChatTemplate;
-
-fn shared() -> PathBuf {
-    std::env::var("TOOLGATE_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"))
-}
 
 const FLAGS: &[&str] = &[
     "supports_tools",
@@ -31,8 +24,8 @@ const KNOWN_GATE: &[(&str, &str)] = &[("fireworks-ai-llama-3-firefunction-v2.jin
 
 #[test]
 fn gate_flags_match_llama_cpp_on_every_template() {
-    let dir = shared().join("templates");
-    let expected = std::fs::read_to_string(dir.join("expected-caps.jsonl")).unwrap();
+    let dir = crate::common::templates_dir();
+    let expected = crate::common::fixture_text("templates/expected-caps.jsonl");
     let mut gate_failures = Vec::new();
     let mut other = Vec::new();
     let mut n = 0;
@@ -59,7 +52,7 @@ fn gate_flags_match_llama_cpp_on_every_template() {
             }
         }
     }
-    assert_eq!(n, 40);
+    assert_eq!(n, 39);
     eprintln!("{} non-gate flag differences:\n{}", other.len(), other.join("\n"));
     assert!(gate_failures.is_empty(), "gate flags differ:\n{}", gate_failures.join("\n"));
 }
@@ -70,7 +63,7 @@ fn reasoning_effort_is_reported_for_templates_that_read_it() {
     // templates (gpt-oss prints `Reasoning: {{ reasoning_effort }}`; the others never
     // mention the variable).
     let flag = |file: &str| {
-        let src = std::fs::read_to_string(shared().join("templates").join(file)).unwrap();
+        let src = std::fs::read_to_string(crate::common::template(file)).unwrap();
         let report = probe(&ChatTemplate::new(file, src.clone()).unwrap());
         assert_eq!(report.caps.supports_reasoning_effort, src.contains("reasoning_effort"), "{file}: {report:?}");
         report.caps.supports_reasoning_effort

@@ -14,10 +14,7 @@ use toolgate::tokenizer::Tokenizer;
 use toolgate::Error;
 
 fn shared_template(name: &str) -> PathBuf {
-    let base = std::env::var("TOOLGATE_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"));
-    base.join("templates").join(name)
+    common::template(name)
 }
 
 fn smollm2() -> (GgufFile, GgufTemplates) {
@@ -150,15 +147,15 @@ fn signals_and_the_architecture_backstop_decide_the_conversation_policy() {
     // No template: the architecture registry decides.
     assert_eq!(
         policy(true, Default::default(), Some("mistral"), false),
-        ConversationPolicy { system_role: false, strict_alternation: true }
+        ConversationPolicy { system_role: false, strict_alternation: true, developer_role: false }
     );
     assert_eq!(
         policy(false, Default::default(), Some("mistral3"), false),
-        ConversationPolicy { system_role: true, strict_alternation: true }
+        ConversationPolicy { system_role: true, strict_alternation: true, developer_role: false }
     );
     assert_eq!(
         policy(true, Default::default(), Some("llama"), false),
-        ConversationPolicy { system_role: true, strict_alternation: false }
+        ConversationPolicy { system_role: true, strict_alternation: false, developer_role: false }
     );
 }
 
@@ -175,7 +172,7 @@ fn strict_templates_render_after_the_transforms() {
     assert!(t.render(&RenderRequest::new(msgs.clone())).is_err());
     let caps = probe(&t).caps;
     let pol = policy(caps.supports_system_role, signals(&src), Some("gemma2"), true);
-    assert_eq!(pol, ConversationPolicy { system_role: false, strict_alternation: true });
+    assert_eq!(pol, ConversationPolicy { system_role: false, strict_alternation: true, developer_role: false });
     let out = t.render(&RenderRequest::new(apply(msgs, pol))).unwrap();
     assert!(out.contains("Be brief.\n\nHi\n\nStill there?"), "{out}");
 }

@@ -1,6 +1,6 @@
 //! Every family format in `grammars/` against the calls its vendors' own templates
 //! write: the family is detected from the template, the parser reads the calls Hugging
-//! Face's renderer produced (`../shared/templates/expected-render.jsonl`, case
+//! Face's renderer produced (`tests/fixtures/templates/expected-render.jsonl`, case
 //! `tool_roundtrip`) at every split point in both reading modes, the constrained
 //! grammar accepts that exact text, and SmolLM2 — given each family's template —
 //! writes calls in that family's layout that parse and validate.
@@ -40,20 +40,16 @@ const RENDERED: &[(&str, &str)] = &[
     ("Qwen3.5-4B.jinja", "qwen3-coder"),
     ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja", "qwen3-coder"),
     ("StepFun3.5-Flash.jinja", "qwen3-coder"),
-    ("stepfun-ai-Step-3.5-Flash.jinja", "qwen3-coder"),
     ("ByteDance-Seed-OSS.jinja", "seed-oss"),
 ];
 
 fn templates_dir() -> PathBuf {
-    std::env::var("TOOLGATE_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"))
-        .join("templates")
+    common::templates_dir()
 }
 
 /// The `tool_roundtrip` case of `template`: its input and Hugging Face's text.
 fn roundtrip(template: &str) -> (Value, String) {
-    let lines = std::fs::read_to_string(templates_dir().join("expected-render.jsonl")).unwrap();
+    let lines = common::fixture_text("templates/expected-render.jsonl");
     let row: Value = lines
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())

@@ -3,8 +3,6 @@
 
 use crate::common;
 
-use std::path::PathBuf;
-
 use serde_json::{json, Value};
 use toolgate::engine::chat::{tool_turn, ToolMode};
 use toolgate::engine::{Engine, GenerateParams};
@@ -39,12 +37,15 @@ fn valid(call: &toolgate::tools::ToolCall) -> bool {
     }
 }
 
-/// Constrained calls: never cut by `max_tokens` (an open call is closed on its
-/// shortest completion when the budget runs low), so every call is complete.
+/// Constrained calls: a call `max_tokens` cuts is dropped (`cut_call`, finish
+/// `length`), never returned half-written nor completed with values the model did not
+/// write, so every call returned is complete.
 fn complete(turn: &toolgate::engine::chat::ChatTurn) -> &[toolgate::tools::ToolCall] {
     let closed = turn.tool_calls.iter().all(|c| serde_json::from_str::<Value>(&c.function.arguments).is_ok());
-    assert!(closed, "a constrained call was cut off: {turn:?}");
-    if !turn.tool_calls.is_empty() {
+    assert!(closed, "a constrained call was returned cut off: {turn:?}");
+    if turn.cut_call {
+        assert_eq!(turn.finish_reason, "length", "{turn:?}");
+    } else if !turn.tool_calls.is_empty() {
         assert_eq!(turn.finish_reason, "tool_calls", "{turn:?}");
     }
     &turn.tool_calls
@@ -59,14 +60,11 @@ fn every_format_file_parses() {
 
 #[test]
 fn parser_reads_calls_rendered_by_real_templates() {
-    let shared = std::env::var("TOOLGATE_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"));
     let call = json!({"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}});
     for (template, family) in
         [("Qwen-Qwen2.5-7B-Instruct.jinja", "hermes"), ("NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", "hermes")]
     {
-        let src = std::fs::read_to_string(shared.join("templates").join(template)).unwrap();
+        let src = std::fs::read_to_string(crate::common::template(template)).unwrap();
         let t = ChatTemplate::new(template, src).unwrap();
         let mut req = RenderRequest::new(vec![
             json!({"role": "user", "content": "hi"}),

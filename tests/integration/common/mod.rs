@@ -62,12 +62,61 @@ pub const SMOLLM2_QWEN: &str = "SmolLM2-135M-Instruct.Qwen2.5-template.Q4_1.gguf
 /// Qwen2.5-Coder-0.5B-Instruct Q4_K_M (qwen2; its own Hermes tool template).
 pub const QWEN_CODER: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
 
+/// A JSON fixture. `TOOLGATE_FIXTURES`: the fixtures copied beside a test binary run
+/// elsewhere (`scripts/gpu-check`); by default the checkout's own `tests/fixtures`.
 pub fn fixture(name: &str) -> serde_json::Value {
-    // `TOOLGATE_FIXTURES`: the fixtures copied beside a test binary run elsewhere
-    // (`scripts/gpu-check`); by default the checkout's own.
+    serde_json::from_str(&fixture_text(name)).expect("fixture json")
+}
+
+/// The chat-template corpus `scripts/fetch-templates` caches: llama.cpp's
+/// `models/templates/*.jinja` from the llama-cpp-python 0.3.36 sdist on PyPI
+/// (`TOOLGATE_TEMPLATES` overrides). Panics with the fix if it has not been fetched.
+pub fn templates_dir() -> PathBuf {
+    let dir = match std::env::var("TOOLGATE_TEMPLATES") {
+        Ok(d) => PathBuf::from(d),
+        Err(_) => {
+            let base = std::env::var("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache"));
+            base.join("toolgate/templates/llama-cpp-python-0.3.36")
+        }
+    };
+    assert!(
+        dir.join("Qwen-Qwen2.5-7B-Instruct.jinja").exists(),
+        "{} holds no template corpus: run scripts/fetch-templates first",
+        dir.display()
+    );
+    dir
+}
+
+/// Path of one template of the corpus.
+pub fn template(name: &str) -> PathBuf {
+    templates_dir().join(name)
+}
+
+/// A fixture file's text (`tests/fixtures/NAME`, or under `TOOLGATE_FIXTURES`).
+pub fn fixture_text(name: &str) -> String {
     let dir = std::env::var("TOOLGATE_FIXTURES")
         .map(PathBuf::from)
         .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures"));
     let p = dir.join(name);
-    serde_json::from_str(&std::fs::read_to_string(&p).expect("fixture")).expect("fixture json")
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("fixture {}: {e}", p.display()))
+}
+
+/// The 39 templates the template tests are written against, with their sources: the
+/// ones `tests/fixtures/templates/expected-caps.jsonl` has facts for, sorted by name.
+/// The corpus's other templates are left out on purpose (`tests/fixtures/templates/README.md`).
+pub fn corpus() -> Vec<(String, String)> {
+    let dir = templates_dir();
+    let mut out: Vec<(String, String)> = fixture_text("templates/expected-caps.jsonl")
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("expected-caps.jsonl");
+            let name = v["template"].as_str().expect("template").to_string();
+            let src = std::fs::read_to_string(dir.join(&name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+            (name, src)
+        })
+        .collect();
+    out.sort();
+    out
 }
