@@ -20,7 +20,11 @@ from llama_cpp import Llama
 MODELS = {
     "smollm2": "SmolLM2-135M-Instruct.Q4_1.gguf",
     "gemma3": "gemma-3-270m-q4_k_m.gguf",
+    "qwen_coder": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
 }
+# `FIXTURE_MODELS=qwen_coder,…` remakes only those (the others' fixtures stay as made).
+if os.environ.get("FIXTURE_MODELS"):
+    MODELS = {k: v for k, v in MODELS.items() if k in os.environ["FIXTURE_MODELS"].split(",")}
 
 ALPHABET = (
     list("abcdefxyz ABC   \t\n\n\r\n_-.,;:!?'\"(){}[]<>/\\|@#$%^&*+=~`0123456789")

@@ -12,6 +12,7 @@ pub mod chat;
 pub mod closer;
 pub mod completion;
 pub mod conversation;
+pub mod perplexity;
 pub mod stop;
 
 use std::path::Path;
@@ -24,7 +25,7 @@ use crate::sampling::{log_probs, Sampler, SamplingParams, TokenLogprob, MAX_TOP_
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
 
-use closer::{next_step, Step};
+use closer::{next_step, Boundary, Step};
 use stop::StopMatcher;
 
 /// Return the allocator's free pages to the system (glibc's `malloc_trim`): loading
@@ -670,6 +671,7 @@ impl Engine {
         let mut finish = FinishReason::Length;
         let mut stop_hit = false;
         let mut decode_started = Instant::now();
+        let mut boundary = Boundary::default();
         let mut mask = crate::sampling::TokenMask::new(self.tokenizer.vocab_size());
         let (mut logprobs, mut step_logprobs) = (Vec::new(), Vec::new());
         while tokens.len() < params.max_tokens {
@@ -679,11 +681,16 @@ impl Engine {
             }
             // The model's own distribution, before the sampler changes `logits`.
             let top = params.logprobs.map(|k| log_probs(&logits, k, &mut step_logprobs));
-            // A complete recovered call where more may follow: free again.
-            constraint.release_recovered_call();
+            let remaining = params.max_tokens - tokens.len();
+            if constraint.release_recovered_call() {
+                // A complete recovered call where more may follow: free again, and the
+                // next call's boundaries are its own.
+                boundary = Boundary::default();
+            }
             let next = match constraint.active() {
                 Some(m) => {
                     let t = Instant::now();
+                    boundary.observe(m, tokens.len());
                     let step = next_step(m);
                     if step == Step::Sample {
                         m.fill_mask(&mut mask)?;
@@ -691,7 +698,19 @@ impl Engine {
                     mask_time += t.elapsed();
                     match step {
                         Step::Force(tok) => tok,
-                        Step::Sample => sampler.sample(&mut logits, Some(&mask))?,
+                        Step::Sample => {
+                            let tok = sampler.sample(&mut logits, Some(&mask))?;
+                            let t = Instant::now();
+                            let ends = boundary.ends_here(m, tok, remaining, &eog)?;
+                            mask_time += t.elapsed();
+                            if ends {
+                                // Every call complete; the one this token would start
+                                // cannot fit the budget: the turn ends here.
+                                finish = FinishReason::Stop;
+                                break;
+                            }
+                            tok
+                        }
                         Step::Finished => {
                             finish = FinishReason::Stop;
                             break;

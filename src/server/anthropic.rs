@@ -461,6 +461,12 @@ pub(crate) async fn count_tokens(State(s): State<Arc<AppState>>, req: Request) -
         .then(|| tools.iter().map(|t| serde_json::to_value(t).unwrap_or(Value::Null)).collect());
     let state = s.clone();
     let counted = tokio::task::spawn_blocking(move || {
+        // The schemas are checked as `/v1/messages` checks them: a request it refuses
+        // is refused here too, with the same error.
+        if let (Some(fmt), false) = (&state.setup.layout.format, tools.is_empty() || none) {
+            crate::tools::calls_regex(fmt, &tools, &ToolChoice::Auto, true, &state.tokenizer)
+                .map_err(|e| super::in_request_shape(e, &tools, ".input_schema"))?;
+        }
         encode_chat(&state.setup, &state.tokenizer, prompt.messages, tool_json, prompt.vars).map(|(_, ids)| ids.len())
     })
     .await
@@ -507,6 +513,7 @@ pub(crate) async fn messages(State(s): State<Arc<AppState>>, req: Request) -> Re
     let prepare = move |e: &mut crate::engine::Engine, st: &AppState| {
         let answer = schema.as_ref().map(|s| (s, Mode::Strict));
         super::openai::prepare_chat(e, st, prompt, (&tools, &choice, parallel), answer)
+            .map_err(|e| super::in_request_shape(e, &tools, ".input_schema"))
     };
     let running = Running::start(&s, prepare, params, stream).await?;
     let id = format!("msg_{:024x}", rand::random::<u128>() >> 32);

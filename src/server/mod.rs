@@ -337,6 +337,24 @@ impl From<Error> for ApiError {
     }
 }
 
+/// A schema error's pointer in the request's own shape. The library names a tool's
+/// schema `tools[NAME].function.parameters…` (Chat Completions' shape); the Responses
+/// and Messages APIs declare tools flat, so there it becomes `tools[I]{field}…` — `I`
+/// the tool's index in the request, `field` `.parameters` or `.input_schema`. Other
+/// errors pass unchanged.
+pub(crate) fn in_request_shape(e: Error, tools: &[crate::tools::Tool], field: &str) -> Error {
+    let Error::Schema { pointer, kind, reason } = e else { return e };
+    let pointer = tools
+        .iter()
+        .enumerate()
+        .find_map(|(i, t)| {
+            let own = format!("tools[{}].function.parameters", t.function.name);
+            pointer.strip_prefix(&own).map(|rest| format!("tools[{i}]{field}{rest}"))
+        })
+        .unwrap_or(pointer);
+    Error::Schema { pointer, kind, reason }
+}
+
 /// The router.
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()

@@ -27,7 +27,7 @@ use crate::tools::{Tool, ToolChoice};
 /// A validated `/v1/chat/completions` request.
 pub(crate) struct ChatRequest {
     prompt: TurnPrompt,
-    tools: Vec<Tool>,
+    pub(super) tools: Vec<Tool>,
     choice: ToolChoice,
     parallel: bool,
     schema: Option<(Value, Mode)>,

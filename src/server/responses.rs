@@ -436,7 +436,11 @@ pub(crate) async fn responses(State(s): State<Arc<AppState>>, req: Request) -> R
     let mut r = ChatRequest::parse(&s, chat.to_string().as_bytes())?;
     let stream = r.stream;
     let params = std::mem::take(&mut r.params);
-    let running = Running::start(&s, move |e, st| r.prepare(e, st), params, stream).await?;
+    let tools = r.tools.clone();
+    let prepare = move |e: &mut crate::engine::Engine, st: &AppState| {
+        r.prepare(e, st).map_err(|e| super::in_request_shape(e, &tools, ".parameters"))
+    };
+    let running = Running::start(&s, prepare, params, stream).await?;
     let (id, created, model) = (new_id("resp"), now(), s.model_id.clone());
     if !stream {
         let turn = running.finish().await?;

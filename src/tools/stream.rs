@@ -376,6 +376,9 @@ impl StreamParser {
         }
         self.finished = true;
         match std::mem::take(&mut self.at) {
+            // Held back as the start of a marker, and the budget cut there: the opener of
+            // a call that never came.
+            Place::Text if self.cut => self.pending.clear(),
             Place::Text => {}
             Place::Section(sec) => {
                 if sec.calls == 0 || self.cut {

@@ -263,9 +263,8 @@ fn smollm2_writes_valid_calls_in_derived_layouts_under_the_constraint() {
         "Apertus-8B-Instruct.jinja",
         "GigaChat3-10B-A1.8B.jinja",
         "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja",
-        // Not Command R+: SmolLM2 keeps adding calls to its list and the budget closer
-        // cuts the third (its section ends with `]` then a fence, several tokens: the
-        // closer's "one token from complete" closing point never comes). Open.
+        // Not Command R+: SmolLM2 keeps adding calls to its list until the budget cuts
+        // the list, so no call is returned (a cut call is dropped). Open.
     ] {
         let path = templates_dir().join(name);
         let setup = gate("smollm2", &templates, Some("llama"), Some(&path), ToolFallback::None).unwrap();
@@ -284,7 +283,9 @@ fn smollm2_writes_valid_calls_in_derived_layouts_under_the_constraint() {
         .unwrap_or_else(|e| panic!("{name}: {e}"));
         eprintln!("{name}: {:?}", turn.tool_calls);
         assert!(!turn.tool_calls.is_empty() && turn.parse_failures == 0, "{name}: {turn:?}");
-        assert_eq!(turn.finish_reason, "tool_calls", "{name}: {turn:?}");
+        // A list the budget cut keeps its complete calls and says `length`.
+        let want = if turn.cut_call { "length" } else { "tool_calls" };
+        assert_eq!(turn.finish_reason, want, "{name}: {turn:?}");
         for call in &turn.tool_calls {
             let args: Value = serde_json::from_str(&call.function.arguments).unwrap();
             let schema = &tools.iter().find(|t| t.function.name == call.function.name).unwrap().function.parameters;

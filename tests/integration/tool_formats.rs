@@ -302,7 +302,11 @@ fn smollm2_writes_valid_calls_in_every_family_layout_under_the_constraint() {
             .unwrap_or_else(|e| panic!("{template}: {e}"));
         assert!(!turn.tool_calls.is_empty(), "{fam}: {turn:?}");
         assert_eq!(turn.parse_failures, 0, "{fam}: {turn:?}");
-        assert_eq!(turn.finish_reason, "tool_calls", "{fam}: {turn:?}");
+        // A list layout (`[{…}, {…}`) has no boundary between calls where the turn could
+        // end, so a further call the budget cuts is dropped with `length`; the complete
+        // calls before it stay.
+        let want = if turn.cut_call { "length" } else { "tool_calls" };
+        assert_eq!(turn.finish_reason, want, "{fam}: {turn:?}");
         for call in &turn.tool_calls {
             let args: Value = serde_json::from_str(&call.function.arguments)
                 .unwrap_or_else(|e| panic!("{fam}: {e}: {:?}", call.function.arguments));

@@ -39,6 +39,10 @@ pub(crate) enum Command {
     /// Probe a GGUF model (metadata only) or a Jinja template file: capabilities,
     /// reasons, tool-call family, as JSON.
     Probe(ProbeArgs),
+    /// Perplexity of a text file; with `--kl-divergence-base`, the KL divergence and
+    /// top-token agreement with another engine's next-token distributions over the same
+    /// tokens (llama.cpp's `llama-perplexity --kl-divergence-base` file). JSON on stdout.
+    Perplexity(PerplexityArgs),
     /// Download a GGUF model from the Hugging Face Hub into the cache: pick the
     /// quantization, pre-check its header against the gate (no weights downloaded),
     /// download resumably, verify sha256, verify as a model. Prints the path.
@@ -338,6 +342,30 @@ pub(crate) fn positive_secs(s: &str) -> Result<f64, String> {
         Ok(v) if v.is_finite() && v > 0.0 && v <= 86_400.0 => Ok(v),
         _ => Err(format!("`{s}` is not a number of seconds in (0, 86400]")),
     }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct PerplexityArgs {
+    #[command(flatten)]
+    pub(crate) model: ModelArgs,
+    /// The text to score (plain UTF-8). Not needed with `--kl-divergence-base`, whose
+    /// file holds the tokens it was computed over.
+    #[arg(long, short = 'f', required_unless_present = "kl_divergence_base")]
+    pub(crate) file: Option<PathBuf>,
+    /// Tokens per chunk; each chunk is evaluated from an empty cache and its second half
+    /// scored (llama.cpp's `-c`).
+    #[arg(long, default_value_t = 512)]
+    pub(crate) chunk_size: usize,
+    /// Score at most this many chunks.
+    #[arg(long)]
+    pub(crate) chunks: Option<usize>,
+    /// Compare with this base file (written by `llama-perplexity --kl-divergence-base`
+    /// or by `--save-base`): its tokens and chunk size are used.
+    #[arg(long)]
+    pub(crate) kl_divergence_base: Option<PathBuf>,
+    /// Write this model's next-token distributions as a base file in llama.cpp's format.
+    #[arg(long)]
+    pub(crate) save_base: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
