@@ -457,3 +457,57 @@ fn schemas_that_admit_no_value_are_400s_naming_the_keywords() {
     let args = first_call_arguments(&s, &ask(parameters, false));
     assert!(args["city"].is_string() && args.get("days").is_none(), "{args}");
 }
+
+/// A tool schema that admits no value is refused the same way by `/v1/messages` and
+/// `/v1/messages/count_tokens`, and every API names the schema by the request's own path
+/// (`tools[0].input_schema…`, `tools[0].parameters…`, `tools[get_weather].function.parameters…`).
+/// A legacy `function_call` or `function` message missing its name is a 400 naming it.
+#[test]
+fn schema_errors_name_the_requests_own_tool_path_on_every_api() {
+    let s = start(&["--tool-fallback", "generic"]);
+    let empty = json!({"type": "object", "properties": {"n": false}, "required": ["n"]});
+    let ask = json!([{"role": "user", "content": "hi"}]);
+    let anthropic =
+        json!({"max_tokens": 8, "messages": ask, "tools": [{"name": "get_weather", "input_schema": empty}]});
+    for path in ["/v1/messages", "/v1/messages/count_tokens"] {
+        let (status, v) = crate::common::server::post_json(&s, path, &anthropic);
+        let msg = v["error"]["message"].as_str().unwrap_or_default();
+        assert_eq!(status, 400, "{path}: {v}");
+        assert!(msg.contains("tools[0].input_schema/properties/n"), "{path}: {msg}");
+    }
+    let responses = json!({"input": "hi", "max_output_tokens": 8,
+        "tools": [{"type": "function", "name": "get_weather", "parameters": empty}]});
+    let (status, v) = crate::common::server::post_json(&s, "/v1/responses", &responses);
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("tools[0].parameters/properties/n"), "{v}");
+    let chat = json!({"messages": ask, "max_tokens": 8,
+        "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": empty}}]});
+    let (status, v) = crate::common::server::post_json(&s, "/v1/chat/completions", &chat);
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("tools[get_weather].function.parameters/properties/n"),
+        "{v}"
+    );
+    // A valid schema is counted.
+    let fine = json!({"messages": ask, "tools": [{"name": "get_weather",
+        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]});
+    let (status, v) = crate::common::server::post_json(&s, "/v1/messages/count_tokens", &fine);
+    assert_eq!(status, 200, "{v}");
+    assert!(v["input_tokens"].as_u64().unwrap() > 10, "{v}");
+    // Legacy function calling: the name is required where it is read.
+    for (messages, want) in [
+        (
+            json!([{"role": "assistant", "content": null, "function_call": {"arguments": "{}"}}]),
+            "function_call.name is missing",
+        ),
+        (json!([{"role": "function", "content": "15 C"}]), "messages[0].name is missing"),
+        (
+            json!([{"role": "user", "content": "hi", "function_call": {"name": "f"}}]),
+            "only read on an assistant message",
+        ),
+    ] {
+        let (status, v) = crate::common::server::post_json(&s, "/v1/chat/completions", &json!({"messages": messages}));
+        assert_eq!(status, 400, "{v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains(want), "{want}: {v}");
+    }
+}

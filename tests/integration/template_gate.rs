@@ -289,4 +289,19 @@ fn probe_cli_reads_metadata_only() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["supports_tools"], true);
     assert_eq!(v["chat_format"], "hermes");
+    assert!(out.status.success());
+    // A template that declares tools but writes calls no layout reads: the whole JSON
+    // document with the reason inside, and a failing exit status.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("unreadable-calls.jinja");
+    std::fs::write(
+        &path,
+        "{% for m in messages %}{% if m.tool_calls %}{% for c in m.tool_calls %}<<{{ c.function.name }}>>\
+         {% endfor %}{% endif %}{{ m.content }}{% endfor %}{% if tools %}{{ tools|tojson }}{% endif %}",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate")).arg("probe").arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["tool_format"]["round_trip"].as_str().unwrap().starts_with("failed"), "{v}");
 }

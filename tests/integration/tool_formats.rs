@@ -256,7 +256,7 @@ fn smollm2_writes_valid_calls_in_every_family_layout_under_the_constraint() {
     let templates = GgufTemplates::from_gguf(engine.gguf()).unwrap();
     let (input, _) = roundtrip("Qwen-Qwen2.5-7B-Instruct.jinja");
     let tools = roundtrip_tools(&input);
-    let params = GenerateParams { max_tokens: 64, ..GenerateParams::default() };
+    let params = GenerateParams { max_tokens: 160, ..GenerateParams::default() };
     let mut seen = std::collections::BTreeSet::new();
     let mut refused = Vec::new();
     for &(template, fam) in RENDERED {

@@ -341,7 +341,10 @@ fn chat(args: ChatArgs) -> anyhow::Result<ExitCode> {
 fn probe(args: ProbeArgs) -> anyhow::Result<ExitCode> {
     let info = toolgate::template::probe::model_info(&args.target, args.chat_template.as_deref())?;
     println!("{}", serde_json::to_string_pretty(&info)?);
-    Ok(ExitCode::SUCCESS)
+    // A template that declares tools but whose calls no layout reads (the reason is in
+    // `tool_format.round_trip`) is one `serve` refuses: say so in the exit status.
+    let servable = !info.supports_tools || info.tool_format.format.is_some();
+    Ok(if servable { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
 fn perplexity(args: PerplexityArgs) -> anyhow::Result<ExitCode> {
