@@ -19,7 +19,7 @@
 //! use toolgate::engine::perplexity::{chunk_tokens, score, BaseReader, Scoring};
 //! use toolgate::engine::Engine;
 //! use toolgate::model::DeviceChoice;
-//! # fn main() -> toolgate::Result<()> {
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let mut engine = Engine::load("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", DeviceChoice::Cpu)?;
 //! let text = std::fs::read_to_string("corpus.txt")?;
 //! let tokens = chunk_tokens(engine.tokenizer(), &text, 512, None)?;

@@ -1,4 +1,4 @@
-//! Greedy decoding agrees with llama.cpp (f32 KV cache, no flash attention) on both
+//! Greedy decoding agrees with llama.cpp (f32 KV cache, no flash attention) on the three
 //! real models (on the CPU, or the device `TOOLGATE_TEST_DEVICE` names).
 //!
 //! Exact equality of free-running greedy output is not attainable across two
@@ -46,6 +46,9 @@ fn smollm2_tol() -> f32 {
 }
 /// Gemma 3's logit tolerance (measured first-step deviation from llama.cpp: 1.10).
 const GEMMA3_TOL: f32 = 1.25;
+/// Qwen2.5-Coder-0.5B's logit tolerance (measured first-step deviation from llama.cpp:
+/// 0.17; teacher-forced agreement 127/128).
+const QWEN_CODER_TOL: f32 = 0.5;
 /// Teacher-forced steps whose argmax must equal llama.cpp's token exactly.
 const MIN_AGREEMENT: f64 = 0.9;
 
@@ -182,6 +185,21 @@ fn gemma3_teacher_forced_greedy_agrees() {
 fn an_f16_kv_cache_agrees_within_the_same_tolerance() {
     teacher_forced(common::SMOLLM2, "smollm2.greedy.json", smollm2_tol(), KvCacheType::F16);
     teacher_forced(common::GEMMA3, "gemma3.greedy.json", GEMMA3_TOL, KvCacheType::F16);
+}
+
+#[test]
+fn qwen_coder_teacher_forced_greedy_agrees() {
+    teacher_forced(common::QWEN_CODER, "qwen_coder.greedy.json", QWEN_CODER_TOL, KvCacheType::F32);
+}
+
+#[test]
+fn qwen_coder_free_running_greedy_diverges_only_at_near_ties() {
+    free_running(common::QWEN_CODER, "qwen_coder.greedy.json", QWEN_CODER_TOL);
+}
+
+#[test]
+fn qwen_coder_logits_close_to_llama_cpp() {
+    first_step_logits(common::QWEN_CODER, "qwen_coder.greedy.json", QWEN_CODER_TOL);
 }
 
 #[test]

@@ -48,6 +48,14 @@ fn smollm2_tokenization_matches_llama_cpp() {
     check(common::SMOLLM2, "smollm2.tokens-random.json");
 }
 
+/// Qwen 2.5's 151k-token byte-level BPE (its own pre-tokenizer, `qwen2`): the same hand
+/// cases and 300 random strings give llama.cpp's ids.
+#[test]
+fn qwen_coder_tokenization_matches_llama_cpp() {
+    check(common::QWEN_CODER, "qwen_coder.tokens.json");
+    check(common::QWEN_CODER, "qwen_coder.tokens-random.json");
+}
+
 /// Gemma's SentencePiece vocabulary is encoded by toolgate's own merger (no merge
 /// table): the hand-written cases and 300 seeded random strings (space runs, U+2581,
 /// emoji, byte fallback, halves of special tokens) give llama.cpp's ids.
