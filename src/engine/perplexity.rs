@@ -344,6 +344,8 @@ fn compare(lp: &LogSoftmax, l: &[f32], row: &[u16], next: usize, sums: &mut Sums
 pub struct BaseWriter {
     out: BufWriter<std::fs::File>,
     path: std::path::PathBuf,
+    /// One row's bytes, reused for every row.
+    bytes: Vec<u8>,
 }
 
 impl BaseWriter {
@@ -353,7 +355,8 @@ impl BaseWriter {
     /// [`Error::Io`] when the file cannot be created.
     pub fn create(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        Ok(Self { out: BufWriter::new(std::fs::File::create(path).map_err(io(path))?), path: path.to_path_buf() })
+        let out = BufWriter::new(std::fs::File::create(path).map_err(io(path))?);
+        Ok(Self { out, path: path.to_path_buf(), bytes: Vec::new() })
     }
 
     fn header(&mut self, n_ctx: usize, n_vocab: usize, tokens: &[u32]) -> Result<()> {
@@ -367,8 +370,9 @@ impl BaseWriter {
     }
 
     fn row(&mut self, row: &[u16]) -> Result<()> {
-        let bytes: Vec<u8> = row.iter().flat_map(|v| v.to_le_bytes()).collect();
-        self.out.write_all(&bytes).map_err(io(&self.path))
+        self.bytes.clear();
+        self.bytes.extend(row.iter().flat_map(|v| v.to_le_bytes()));
+        self.out.write_all(&self.bytes).map_err(io(&self.path))
     }
 
     fn flush(&mut self) -> Result<()> {
@@ -383,6 +387,8 @@ pub struct BaseReader {
     n_ctx: usize,
     n_vocab: usize,
     tokens: Vec<u32>,
+    /// One row's bytes, reused for every row.
+    raw: Vec<u8>,
 }
 
 impl BaseReader {
@@ -410,7 +416,15 @@ impl BaseReader {
             return Err(bad(&format!("implausible header: n_ctx {n_ctx}, n_vocab {n_vocab}, n_chunk {n_chunk}")));
         }
         let (n_ctx, n_vocab) = (n_ctx as usize, n_vocab as usize);
-        let mut raw = vec![0u8; n_ctx * n_chunk as usize * 4];
+        // The token list the header promises must be in the file before it is allocated.
+        let token_bytes = n_ctx * n_chunk as usize * 4;
+        let file_len = input.get_ref().metadata().map_err(io(path))?.len();
+        if (MAGIC.len() + 12 + token_bytes) as u64 > file_len {
+            return Err(bad(&format!(
+                "truncated: the header promises {token_bytes} bytes of tokens, the file has {file_len} bytes"
+            )));
+        }
+        let mut raw = vec![0u8; token_bytes];
         input.read_exact(&mut raw).map_err(|_| bad("truncated token list"))?;
         let tokens = raw
             .chunks_exact(4)
@@ -418,7 +432,7 @@ impl BaseReader {
                 u32::try_from(i32::from_le_bytes([w[0], w[1], w[2], w[3]])).map_err(|_| bad("a negative token id"))
             })
             .collect::<Result<Vec<u32>>>()?;
-        Ok(Self { input, n_ctx, n_vocab, tokens })
+        Ok(Self { input, n_ctx, n_vocab, tokens, raw: Vec::new() })
     }
 
     /// Tokens per chunk.
@@ -437,9 +451,9 @@ impl BaseReader {
     }
 
     fn read_row(&mut self, row: &mut [u16]) -> Result<()> {
-        let mut raw = vec![0u8; row.len() * 2];
-        self.input.read_exact(&mut raw).map_err(|_| invalid("base", "it ends before the positions scored"))?;
-        for (v, b) in row.iter_mut().zip(raw.chunks_exact(2)) {
+        self.raw.resize(row.len() * 2, 0);
+        self.input.read_exact(&mut self.raw).map_err(|_| invalid("base", "it ends before the positions scored"))?;
+        for (v, b) in row.iter_mut().zip(self.raw.chunks_exact(2)) {
             *v = u16::from_le_bytes([b[0], b[1]]);
         }
         Ok(())

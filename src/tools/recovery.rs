@@ -228,10 +228,10 @@ impl Recovery {
         let Some(t) = t.strip_prefix(':') else { return t.is_empty() };
         let t = t.trim_start();
         let Some(t) = t.strip_prefix('"') else { return t.is_empty() };
-        let names = self.tools.iter().map(|tool| tool.function.name.as_str());
+        let mut names = self.tools.iter().map(|tool| tool.function.name.as_str());
         match t.find('"') {
-            Some(end) => names.into_iter().any(|n| n == &t[..end]),
-            None => names.into_iter().any(|n| n.starts_with(t)),
+            Some(end) => names.any(|n| n == &t[..end]),
+            None => names.any(|n| n.starts_with(t)),
         }
     }
 

@@ -134,3 +134,43 @@ fn logprobs_are_the_models_log_softmax_at_every_generated_token() {
     let e = engine.generate(&ids, &GenerateParams { logprobs: Some(21), ..GenerateParams::default() }, |_| {});
     assert!(e.unwrap_err().to_string().contains("top_logprobs"));
 }
+
+/// `toolgate perplexity` from the command line: a text scored with `-f` and saved as a
+/// base (llama.cpp's `--kl-divergence-base` format), then scored again against that base:
+/// the same engine gives the same perplexity, and a KL divergence no larger than the
+/// base file's 16-bit storage can hold, with the same top token everywhere.
+#[test]
+fn perplexity_cli_writes_a_base_and_reads_it_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("text.txt");
+    std::fs::write(&text, "The quick brown fox jumps over the lazy dog. ".repeat(40)).unwrap();
+    let base = dir.path().join("base.kld");
+    let run = |extra: &[&std::ffi::OsStr]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .arg("perplexity")
+            .arg("--model")
+            .arg(common::model(common::SMOLLM2))
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let first = run(&[
+        "-f".as_ref(),
+        text.as_os_str(),
+        "--chunk-size".as_ref(),
+        "64".as_ref(),
+        "--save-base".as_ref(),
+        base.as_os_str(),
+    ]);
+    assert_eq!(
+        (first["n_ctx"].as_u64(), first["scored"].as_u64()),
+        (Some(64), Some(first["chunks"].as_u64().unwrap() * 31))
+    );
+    assert!(first["chunks"].as_u64().unwrap() >= 2 && first["ppl"].as_f64().unwrap() > 1.0, "{first}");
+    let again = run(&["--kl-divergence-base".as_ref(), base.as_os_str()]);
+    let kld = &again["kld"];
+    assert!((again["ppl"].as_f64().unwrap() - first["ppl"].as_f64().unwrap()).abs() < 1e-9, "{again}");
+    assert!(kld["mean"].as_f64().unwrap().abs() < 1e-4 && kld["same_top"].as_f64().unwrap() == 1.0, "{again}");
+}

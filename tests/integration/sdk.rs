@@ -8,12 +8,8 @@ use crate::common::server::{start, Server};
 
 /// The virtualenv's Python (`TOOLGATE_PYENV` overrides where it lives).
 pub(crate) fn python() -> PathBuf {
-    let env = std::env::var("TOOLGATE_PYENV").map(PathBuf::from).unwrap_or_else(|_| {
-        std::env::var("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache"))
-            .join("toolgate/pyenv")
-    });
+    let env =
+        std::env::var("TOOLGATE_PYENV").map(PathBuf::from).unwrap_or_else(|_| crate::common::cache_dir().join("pyenv"));
     let py = env.join("bin/python");
     assert!(py.exists(), "{} is missing: run scripts/python-env first", py.display());
     py

@@ -349,9 +349,9 @@ pub(crate) struct PerplexityArgs {
     #[command(flatten)]
     pub(crate) model: ModelArgs,
     /// The text to score (plain UTF-8). Not needed with `--kl-divergence-base`, whose
-    /// file holds the tokens it was computed over.
-    #[arg(long, short = 'f', required_unless_present = "kl_divergence_base")]
-    pub(crate) file: Option<PathBuf>,
+    /// file holds the tokens it was computed over. (`--file` is the Hub's `--hf-file`.)
+    #[arg(long = "text", short = 'f', required_unless_present = "kl_divergence_base")]
+    pub(crate) text: Option<PathBuf>,
     /// Tokens per chunk; each chunk is evaluated from an empty cache and its second half
     /// scored (llama.cpp's `-c`).
     #[arg(long, default_value_t = 512)]

@@ -351,17 +351,17 @@ fn perplexity(args: PerplexityArgs) -> anyhow::Result<ExitCode> {
     use toolgate::engine::perplexity::{chunk_tokens, score, BaseReader, BaseWriter, Scoring};
     let (mut engine, _) = load(&args.model, None)?;
     let mut base = args.kl_divergence_base.as_ref().map(BaseReader::open).transpose()?;
-    let (mut tokens, n_ctx) = match (&base, &args.file) {
-        (Some(b), _) => (b.tokens().to_vec(), b.n_ctx()),
+    let (tokens, n_ctx) = match (&base, &args.text) {
+        (Some(b), _) => {
+            let n = args.chunks.map_or(b.tokens().len(), |n| n.max(1) * b.n_ctx());
+            (b.tokens()[..n.min(b.tokens().len())].to_vec(), b.n_ctx())
+        }
         (None, Some(file)) => {
             let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
             (chunk_tokens(engine.tokenizer(), &text, args.chunk_size, args.chunks)?, args.chunk_size)
         }
-        (None, None) => anyhow::bail!("--file or --kl-divergence-base is required"),
+        (None, None) => anyhow::bail!("--text or --kl-divergence-base is required"),
     };
-    if let Some(n) = args.chunks {
-        tokens.truncate(n.max(1) * n_ctx);
-    }
     let mut save = args.save_base.as_ref().map(BaseWriter::create).transpose()?;
     let report = score(&mut engine, &tokens, n_ctx, Scoring { base: base.as_mut(), save: save.as_mut() })?;
     println!("{}", serde_json::to_string_pretty(&report)?);

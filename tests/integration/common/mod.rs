@@ -6,15 +6,18 @@ use std::path::PathBuf;
 pub mod fake_hub;
 pub mod server;
 
+/// `~/.cache/toolgate` (under `XDG_CACHE_HOME` when set): where the fetch scripts
+/// cache what the tests use.
+pub fn cache_dir() -> PathBuf {
+    std::env::var("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache"))
+        .join("toolgate")
+}
+
 /// The model cache `scripts/fetch-models` fills (`TOOLGATE_MODELS` overrides).
 pub fn models_dir() -> PathBuf {
-    if let Ok(d) = std::env::var("TOOLGATE_MODELS") {
-        return PathBuf::from(d);
-    }
-    let base = std::env::var("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache"));
-    base.join("toolgate").join("models")
+    std::env::var("TOOLGATE_MODELS").map(PathBuf::from).unwrap_or_else(|_| cache_dir().join("models"))
 }
 
 /// Path of a real model; panics with the fix if it has not been fetched.
@@ -72,15 +75,9 @@ pub fn fixture(name: &str) -> serde_json::Value {
 /// `models/templates/*.jinja` from the llama-cpp-python 0.3.36 sdist on PyPI
 /// (`TOOLGATE_TEMPLATES` overrides). Panics with the fix if it has not been fetched.
 pub fn templates_dir() -> PathBuf {
-    let dir = match std::env::var("TOOLGATE_TEMPLATES") {
-        Ok(d) => PathBuf::from(d),
-        Err(_) => {
-            let base = std::env::var("XDG_CACHE_HOME")
-                .map(PathBuf::from)
-                .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache"));
-            base.join("toolgate/templates/llama-cpp-python-0.3.36")
-        }
-    };
+    let dir = std::env::var("TOOLGATE_TEMPLATES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| cache_dir().join("templates/llama-cpp-python-0.3.36"));
     assert!(
         dir.join("Qwen-Qwen2.5-7B-Instruct.jinja").exists(),
         "{} holds no template corpus: run scripts/fetch-templates first",
