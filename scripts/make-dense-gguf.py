@@ -5,8 +5,8 @@ brought, e.g. on the GPU machine, which is reached through a 64 MiB transfer.
 
     python3 scripts/make-dense-gguf.py OUT.gguf [SIZE] [TYPE]
 
-SIZE: `0.5b` (Qwen2.5-0.5B's shapes), `1.5b` (Qwen2.5-1.5B's, the default) or `7b`
-(Qwen2.5-7B's); TYPE: `q4_0` (default) or `q8_0`, quantized by `gguf.quants` (numpy;
+SIZE: `0.5b` (Qwen2.5-0.5B's shapes), `1.5b` (Qwen2.5-1.5B's, the default), `3b`
+(Qwen2.5-3B's), `7b` (Qwen2.5-7B's) or `8b` (Llama-3.1-8B's); TYPE: `q4_0` (default) or `q8_0`, quantized by `gguf.quants` (numpy;
 no llama.cpp needed), the head and embeddings Q8_0. The tokenizer is byte-level gpt2
 with one merge (every byte a token) padded with unused tokens to the real vocabulary
 size, so the head costs what it costs in the real model. The text it writes is noise:
@@ -24,7 +24,9 @@ from gguf.quants import quantize
 SIZES = {
     "0.5b": (24, 896, 4864, 14, 2, 151936),
     "1.5b": (28, 1536, 8960, 12, 2, 151936),
+    "3b": (36, 2048, 11008, 16, 2, 151936),
     "7b": (28, 3584, 18944, 28, 4, 152064),
+    "8b": (32, 4096, 14336, 32, 8, 128256),
 }
 
 

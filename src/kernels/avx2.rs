@@ -792,9 +792,9 @@ unsafe fn q45k_tile_kernel<const Q5: bool, const R: usize>(job: &TileJob<Q8x256>
     let mut y = [_mm256_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        super::prefetch_ahead(blk, bb);
         let (mut total, mut mins) = ([_mm256_setzero_si256(); R], [_mm256_setzero_si256(); R]);
         for s in 0..8 {
+            super::prefetch_part(blk, bb, s, 8);
             // Sub-block s: the low nibbles of run s / 2 when s is even, else the high.
             let codes: [__m256i; 8] = std::array::from_fn(|v| {
                 let z = _mm256_loadu_si256(blk.add(512 * (s / 2) + 64 * v + 32 * half) as *const __m256i);
@@ -921,11 +921,11 @@ unsafe fn q2k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) {
     let mut y = [_mm256_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        super::prefetch_ahead(blk, bb);
         // Group g's 8 bytes `sc | m << 4`.
         let bytes = |g: usize| bytes8(blk.add(Q2K_SCALES_AT + 16 * g + 8 * half));
         let mut total = [_mm256_setzero_si256(); R];
         for g in 0..16 {
+            super::prefetch_part(blk, bb, g, 16);
             let z = _mm256_loadu_si256(blk.add(64 * g + 32 * half) as *const __m256i);
             let codes = [
                 _mm256_and_si256(z, m3),
@@ -958,10 +958,10 @@ unsafe fn q6k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) {
     let mut y = [_mm256_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        super::prefetch_ahead(blk, bb);
         let mut total = [_mm256_setzero_si256(); R];
         let scales = |g: usize| bytes8(blk.add(Q6K_SCALES_AT + 16 * g + 8 * half));
         for g in 0..16 {
+            super::prefetch_part(blk, bb, g, 16);
             let high = _mm256_loadu_si256(blk.add(Q6K_HIGH_AT + 64 * g + 32 * half) as *const __m256i);
             // Code vector c's high bits (bits 2c, 2c + 1 of each byte) moved to 4, 5.
             let up = [_mm256_slli_epi16::<4>(high), _mm256_slli_epi16::<2>(high), high, _mm256_srli_epi16::<2>(high)];
@@ -1003,10 +1003,10 @@ unsafe fn q3k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) {
     let mut y = [_mm256_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        super::prefetch_ahead(blk, bb);
         let mut total = [_mm256_setzero_si256(); R];
         let scales = |g: usize| bytes8(blk.add(Q3K_SCALES_AT + 16 * g + 8 * half));
         for g in 0..16 {
+            super::prefetch_part(blk, bb, g, 16);
             let z = _mm256_loadu_si256(blk.add(64 * g + 32 * half) as *const __m256i);
             let masks = _mm256_loadu_si256(blk.add(Q3K_MASKS_AT + 32 * g) as *const __m256i);
             // Both lanes the masks of codes 0 and 1, or of codes 2 and 3.
@@ -1043,9 +1043,9 @@ unsafe fn iq4xs_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) 
     let mut y = [_mm256_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        super::prefetch_ahead(blk, bb);
         let mut total = [_mm256_setzero_si256(); R];
         for s in 0..8 {
+            super::prefetch_part(blk, bb, s, 8);
             let mut codes = [_mm256_setzero_si256(); 8];
             for v in 0..4 {
                 let z = _mm256_loadu_si256(blk.add(256 * s + 64 * v + 32 * half) as *const __m256i);
