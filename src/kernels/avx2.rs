@@ -409,13 +409,16 @@ unsafe fn widen<const BF: bool>(p: *const u8) -> __m256 {
 unsafe fn dot_floats<const BF: bool, const R: usize>(w: &[u8], xs: &[&[f32]], out: &mut [f32]) {
     let k = w.len() / 2;
     let unroll = if R <= 2 { 4 } else { 2 };
+    let ahead = super::prefetch_float_rows();
     let mut acc = [[_mm256_setzero_ps(); 4]; R];
     let x: [*const f32; R] = std::array::from_fn(|r| xs[r].as_ptr());
     let mut i = 0;
     while i + 8 * unroll <= k {
         // The step's weight bytes (one cache line, or half of one for 3–4 rows),
-        // `PREFETCH_BYTES` ahead.
-        super::prefetch_ahead(w.as_ptr().add(2 * i), 2 * 8 * unroll);
+        // `PREFETCH_BYTES` ahead, where that helps (`super::prefetch_float_rows`).
+        if ahead {
+            super::prefetch_ahead(w.as_ptr().add(2 * i), 2 * 8 * unroll);
+        }
         for u in 0..unroll {
             let wv = widen::<BF>(w.as_ptr().add(2 * (i + 8 * u)));
             for r in 0..R {

@@ -79,13 +79,17 @@ unsafe fn widen16<const BF: bool>(p: *const u8) -> __m512 {
 #[target_feature(enable = "avx512f,f16c")]
 unsafe fn dot_floats<const BF: bool, const R: usize>(w: &[u8], xs: &[&[f32]], out: &mut [f32]) {
     const U: usize = 4;
+    let ahead = super::prefetch_float_rows();
     let k = w.len() / 2;
     let mut acc = [[_mm512_setzero_ps(); U]; R];
     let x: [*const f32; R] = std::array::from_fn(|r| xs[r].as_ptr());
     let mut i = 0;
     while i + 16 * U <= k {
-        // The step's weight bytes (two cache lines), `PREFETCH_BYTES` ahead.
-        super::prefetch_ahead(w.as_ptr().add(2 * i), 2 * 16 * U);
+        // The step's weight bytes (two cache lines), `PREFETCH_BYTES` ahead, where that
+        // helps (`super::prefetch_float_rows`).
+        if ahead {
+            super::prefetch_ahead(w.as_ptr().add(2 * i), 2 * 16 * U);
+        }
         for u in 0..U {
             let wv = widen16::<BF>(w.as_ptr().add(2 * (i + 16 * u)));
             for r in 0..R {
@@ -734,7 +738,7 @@ pub fn prefers_float_tiles() -> bool {
 }
 
 /// Whether the CPU's vendor string is `GenuineIntel` (CPUID leaf 0).
-fn is_intel() -> bool {
+pub(super) fn is_intel() -> bool {
     let id = __cpuid(0);
     [id.ebx, id.edx, id.ecx] == [*b"Genu", *b"ineI", *b"ntel"].map(u32::from_le_bytes)
 }

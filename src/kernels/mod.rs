@@ -140,6 +140,19 @@ pub(crate) fn prefetch_part(at: *const u8, len: usize, part: usize, parts: usize
     }
 }
 
+/// Whether the F16/BF16 row kernels (decode of the float files: one weight row, one
+/// stream, at a time) ask for their bytes [`PREFETCH_BYTES`] ahead: on Intel CPUs yes
+/// — on an Intel Xeon VM the hardware's streams alone kept too few lines in flight
+/// (Qwen2.5-Coder-0.5B F16 decode 13.7–14.4 → 17.8–19.0 tok/s with it) — elsewhere
+/// no: on an AMD EPYC VM (Zen 4 class) the same prefetches halved the rate
+/// (F16 at one row from memory, 65,536 × 2,048: 6 against 12–13 GMAC/s on one
+/// thread, 12 against 17 on two; `docs/performance.md`). Read once.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn prefetch_float_rows() -> bool {
+    static AHEAD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AHEAD.get_or_init(avx512::is_intel)
+}
+
 /// The fewest spans ahead [`prefetch_ahead`] asks for (the 256-weight types' tile
 /// blocks pass `PREFETCH_BYTES` in one).
 #[cfg(target_arch = "x86_64")]
