@@ -401,44 +401,56 @@ unsafe fn widen<const BF: bool>(p: *const u8) -> __m256 {
     }
 }
 
-/// Dot products of a row of F16 (`BF = false`) or BF16 (`BF = true`) weights with `R`
-/// f32 rows: 8 weights widened to f32 per step (F16C's `vcvtph2ps`, or a 16-bit shift
-/// for BF16), one FMA per row; four independent sums per row for one or two rows, two
-/// for more (the FMA latency, not the loads, bounds a single chain).
+/// Dot products of `W` rows of F16 (`BF = false`) or BF16 (`BF = true`) weights with
+/// `R` f32 rows, `out[l · R + r] = ws[l] · xs[r]`: 8 weights widened to f32 per step
+/// (F16C's `vcvtph2ps`, or a 16-bit shift for BF16), one FMA per pair; four
+/// independent sums per pair for one or two activation rows, two for more (the FMA
+/// latency, not the loads, bounds a single chain). A pair's sum does not depend on `W`.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_floats<const BF: bool, const R: usize>(w: &[u8], xs: &[&[f32]], out: &mut [f32]) {
-    let k = w.len() / 2;
+unsafe fn dot_floats<const BF: bool, const W: usize, const R: usize>(ws: [&[u8]; W], xs: &[&[f32]], out: &mut [f32]) {
+    let k = ws[0].len() / 2;
     let unroll = if R <= 2 { 4 } else { 2 };
     let ahead = super::prefetch_float_rows();
-    let mut acc = [[_mm256_setzero_ps(); 4]; R];
+    let mut acc = [[[_mm256_setzero_ps(); 4]; R]; W];
     let x: [*const f32; R] = std::array::from_fn(|r| xs[r].as_ptr());
+    let w: [*const u8; W] = std::array::from_fn(|l| ws[l].as_ptr());
     let mut i = 0;
     while i + 8 * unroll <= k {
-        // The step's weight bytes (one cache line, or half of one for 3–4 rows),
-        // `PREFETCH_BYTES` ahead, where that helps (`super::prefetch_float_rows`).
+        // The step's weight bytes (one cache line per row, or half of one for 3–4
+        // activation rows), `PREFETCH_BYTES` ahead, where that helps
+        // (`super::prefetch_float_rows`).
         if ahead {
-            super::prefetch_ahead(w.as_ptr().add(2 * i), 2 * 8 * unroll);
+            for p in w {
+                super::prefetch_ahead(p.add(2 * i), 2 * 8 * unroll);
+            }
         }
         for u in 0..unroll {
-            let wv = widen::<BF>(w.as_ptr().add(2 * (i + 8 * u)));
-            for r in 0..R {
-                acc[r][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[r].add(i + 8 * u)), acc[r][u]);
+            for l in 0..W {
+                let wv = widen::<BF>(w[l].add(2 * (i + 8 * u)));
+                for r in 0..R {
+                    acc[l][r][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[r].add(i + 8 * u)), acc[l][r][u]);
+                }
             }
         }
         i += 8 * unroll;
     }
     while i + 8 <= k {
-        let wv = widen::<BF>(w.as_ptr().add(2 * i));
-        for r in 0..R {
-            acc[r][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[r].add(i)), acc[r][0]);
+        for l in 0..W {
+            let wv = widen::<BF>(w[l].add(2 * i));
+            for r in 0..R {
+                acc[l][r][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[r].add(i)), acc[l][r][0]);
+            }
         }
         i += 8;
     }
     let ty = if BF { WeightType::BF16 } else { WeightType::F16 };
-    for r in 0..R {
-        let s = _mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][1]), _mm256_add_ps(acc[r][2], acc[r][3]));
-        let tail: f32 = (i..k).map(|j| float_at(ty, w, j) * *x[r].add(j)).sum();
-        *out.get_unchecked_mut(r) = hsum_ps(s) + tail;
+    for l in 0..W {
+        for r in 0..R {
+            let a = &acc[l][r];
+            let s = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
+            let tail: f32 = (i..k).map(|j| float_at(ty, ws[l], j) * *x[r].add(j)).sum();
+            *out.get_unchecked_mut(l * R + r) = hsum_ps(s) + tail;
+        }
     }
 }
 
@@ -541,9 +553,36 @@ pub unsafe fn dequantize_row(ty: WeightType, row: &[u8], out: &mut [f32]) {
 /// than `w`, or `xs`/`out` are not the same length in `1..=4`.
 pub unsafe fn dot_floats_rows(ty: WeightType, w: &[u8], xs: &[&[f32]], out: &mut [f32]) {
     check(ty, w, xs, out);
+    let w = [w];
     match ty {
-        WeightType::F16 => by_rows!(dot_floats[false](w, xs, out)),
-        WeightType::BF16 => by_rows!(dot_floats[true](w, xs, out)),
+        WeightType::F16 => by_rows!(dot_floats[false, 1](w, xs, out)),
+        WeightType::BF16 => by_rows!(dot_floats[true, 1](w, xs, out)),
+        _ => panic!("{} is not a float type", ty.name()),
+    }
+}
+
+/// Weight rows per call of [`dot_floats_lanes`].
+pub const FLOAT_LANES: usize = 4;
+
+/// `out[l] = ws[l] · x` for [`FLOAT_LANES`] rows of F16 or BF16 weights and one f32
+/// activation row (decode), the rows in lockstep, each summed as [`dot_floats_rows`]
+/// sums one row (the same bits): the AVX2 form of
+/// [`super::avx512::dot_floats_lanes`], which says why.
+///
+/// # Safety
+/// The CPU must support `avx2`, `fma` and `f16c`.
+///
+/// # Panics
+/// If `ty` is not F16 or BF16, the rows differ in length or have an odd one, or `x`
+/// is shorter than a row.
+pub unsafe fn dot_floats_lanes(ty: WeightType, ws: [&[u8]; FLOAT_LANES], x: &[f32], out: &mut [f32; FLOAT_LANES]) {
+    for w in ws {
+        check(ty, w, &[x], &out[..1]);
+        assert_eq!(w.len(), ws[0].len(), "weight rows of different lengths");
+    }
+    match ty {
+        WeightType::F16 => dot_floats::<false, FLOAT_LANES, 1>(ws, &[x], out),
+        WeightType::BF16 => dot_floats::<true, FLOAT_LANES, 1>(ws, &[x], out),
         _ => panic!("{} is not a float type", ty.name()),
     }
 }

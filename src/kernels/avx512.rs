@@ -12,8 +12,10 @@
 //!   ([`f16_tile`], [`bf16_tile`]); or, on Intel ([`prefers_float_tiles`]), weight
 //!   rows widened to f32 panels once per call ([`widen_transposed`]) against 12
 //!   activation rows at a time ([`panel_tile`]).
-//! - The F16/BF16 row kernel for decode and small batches ([`dot_floats_rows`]): 16
-//!   weights widened to f32 per step against the f32 activations.
+//! - The F16/BF16 row kernel for small batches ([`dot_floats_rows`]): 16 weights
+//!   widened to f32 per step against the f32 activations; for decode, the same sums
+//!   over four weight rows in lockstep ([`dot_floats_lanes`]), one from each of four
+//!   runs of rows, so a core reads four streams of weights at once.
 //!
 //! The integer sums of a block are exact, so a block's value differs from the AVX2
 //! kernel's only in the f32 rounding of the per-block scale products (≤ 1 ulp per
@@ -47,20 +49,59 @@ use super::tiles::TileJob;
 /// than `w`, or `xs`/`out` are not the same length in `1..=4`.
 pub unsafe fn dot_floats_rows(ty: WeightType, w: &[u8], xs: &[&[f32]], out: &mut [f32]) {
     super::avx2::check(ty, w, xs, out);
-    let bf = match ty {
+    let w = [w];
+    match (is_bf16(ty), xs.len()) {
+        (false, 1) => dot_floats::<false, 1, 1>(w, xs, out),
+        (false, 2) => dot_floats::<false, 1, 2>(w, xs, out),
+        (false, 3) => dot_floats::<false, 1, 3>(w, xs, out),
+        (false, _) => dot_floats::<false, 1, 4>(w, xs, out),
+        (true, 1) => dot_floats::<true, 1, 1>(w, xs, out),
+        (true, 2) => dot_floats::<true, 1, 2>(w, xs, out),
+        (true, 3) => dot_floats::<true, 1, 3>(w, xs, out),
+        (true, _) => dot_floats::<true, 1, 4>(w, xs, out),
+    }
+}
+
+/// Weight rows per call of [`dot_floats_lanes`].
+pub const FLOAT_LANES: usize = 4;
+
+/// `out[l] = ws[l] · x` for [`FLOAT_LANES`] rows of F16 or BF16 weights and one f32
+/// activation row (decode): the rows advance in lockstep, each widened and multiplied
+/// as [`dot_floats_rows`] does one row (the same bits), the activation loaded once per
+/// step for all of them. A caller gives rows far apart — one from each of four runs of
+/// rows — so the core streams from four places at once: more lines in flight than one
+/// row's stream brings, where one stream cannot reach the memory's bandwidth
+/// (`super::matmul`'s decode walk). Rows next to each other in lockstep did worse than
+/// one at a time where a row is shorter than a page (the hardware prefetcher sees one
+/// page read out of order).
+///
+/// # Safety
+/// As the module: the CPU supports AVX-512 F and F16C.
+///
+/// # Panics
+/// If `ty` is not F16 or BF16, the rows differ in length or have an odd one, or `x`
+/// is shorter than a row.
+pub unsafe fn dot_floats_lanes(ty: WeightType, ws: [&[u8]; FLOAT_LANES], x: &[f32], out: &mut [f32; FLOAT_LANES]) {
+    for w in ws {
+        super::avx2::check(ty, w, &[x], &out[..1]);
+        assert_eq!(w.len(), ws[0].len(), "weight rows of different lengths");
+    }
+    if is_bf16(ty) {
+        dot_floats::<true, FLOAT_LANES, 1>(ws, &[x], out)
+    } else {
+        dot_floats::<false, FLOAT_LANES, 1>(ws, &[x], out)
+    }
+}
+
+/// Whether a float type is BF16 (else F16).
+///
+/// # Panics
+/// If `ty` is not F16 or BF16.
+fn is_bf16(ty: WeightType) -> bool {
+    match ty {
         WeightType::F16 => false,
         WeightType::BF16 => true,
         _ => panic!("{} is not a float type", ty.name()),
-    };
-    match (bf, xs.len()) {
-        (false, 1) => dot_floats::<false, 1>(w, xs, out),
-        (false, 2) => dot_floats::<false, 2>(w, xs, out),
-        (false, 3) => dot_floats::<false, 3>(w, xs, out),
-        (false, _) => dot_floats::<false, 4>(w, xs, out),
-        (true, 1) => dot_floats::<true, 1>(w, xs, out),
-        (true, 2) => dot_floats::<true, 2>(w, xs, out),
-        (true, 3) => dot_floats::<true, 3>(w, xs, out),
-        (true, _) => dot_floats::<true, 4>(w, xs, out),
     }
 }
 
@@ -76,40 +117,55 @@ unsafe fn widen16<const BF: bool>(p: *const u8) -> __m512 {
     }
 }
 
+/// `out[l · R + r] = ws[l] · xs[r]` for `W` weight rows and `R` activation rows, each
+/// pair summed the same way whatever `W` and `R` are: four independent sums of 16
+/// lanes over 64-value steps, a 16-value step into the first, the sums added in pairs
+/// and reduced, the rest of the row in scalar.
 #[target_feature(enable = "avx512f,f16c")]
-unsafe fn dot_floats<const BF: bool, const R: usize>(w: &[u8], xs: &[&[f32]], out: &mut [f32]) {
+unsafe fn dot_floats<const BF: bool, const W: usize, const R: usize>(ws: [&[u8]; W], xs: &[&[f32]], out: &mut [f32]) {
     const U: usize = 4;
     let ahead = super::prefetch_float_rows();
-    let k = w.len() / 2;
-    let mut acc = [[_mm512_setzero_ps(); U]; R];
+    let k = ws[0].len() / 2;
+    let mut acc = [[[_mm512_setzero_ps(); U]; R]; W];
     let x: [*const f32; R] = std::array::from_fn(|r| xs[r].as_ptr());
+    let w: [*const u8; W] = std::array::from_fn(|l| ws[l].as_ptr());
     let mut i = 0;
     while i + 16 * U <= k {
-        // The step's weight bytes (two cache lines), `PREFETCH_BYTES` ahead, where that
-        // helps (`super::prefetch_float_rows`).
+        // The step's weight bytes (two cache lines per row), `PREFETCH_BYTES` ahead,
+        // where that helps (`super::prefetch_float_rows`).
         if ahead {
-            super::prefetch_ahead(w.as_ptr().add(2 * i), 2 * 16 * U);
+            for p in w {
+                super::prefetch_ahead(p.add(2 * i), 2 * 16 * U);
+            }
         }
         for u in 0..U {
-            let wv = widen16::<BF>(w.as_ptr().add(2 * (i + 16 * u)));
-            for r in 0..R {
-                acc[r][u] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x[r].add(i + 16 * u)), acc[r][u]);
+            let xv: [__m512; R] = std::array::from_fn(|r| _mm512_loadu_ps(x[r].add(i + 16 * u)));
+            for l in 0..W {
+                let wv = widen16::<BF>(w[l].add(2 * (i + 16 * u)));
+                for r in 0..R {
+                    acc[l][r][u] = _mm512_fmadd_ps(wv, xv[r], acc[l][r][u]);
+                }
             }
         }
         i += 16 * U;
     }
     while i + 16 <= k {
-        let wv = widen16::<BF>(w.as_ptr().add(2 * i));
-        for r in 0..R {
-            acc[r][0] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x[r].add(i)), acc[r][0]);
+        for l in 0..W {
+            let wv = widen16::<BF>(w[l].add(2 * i));
+            for r in 0..R {
+                acc[l][r][0] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x[r].add(i)), acc[l][r][0]);
+            }
         }
         i += 16;
     }
     let ty = if BF { WeightType::BF16 } else { WeightType::F16 };
-    for r in 0..R {
-        let s = _mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]), _mm512_add_ps(acc[r][2], acc[r][3]));
-        let tail: f32 = (i..k).map(|j| super::formats::float_at(ty, w, j) * *x[r].add(j)).sum();
-        *out.get_unchecked_mut(r) = _mm512_reduce_add_ps(s) + tail;
+    for l in 0..W {
+        for r in 0..R {
+            let a = &acc[l][r];
+            let s = _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3]));
+            let tail: f32 = (i..k).map(|j| super::formats::float_at(ty, ws[l], j) * *x[r].add(j)).sum();
+            *out.get_unchecked_mut(l * R + r) = _mm512_reduce_add_ps(s) + tail;
+        }
     }
 }
 

@@ -339,6 +339,36 @@ mod dispatch {
     /// A row-block dot product: one weight row's blocks against 1..=4 activation rows.
     pub(super) type DotFn<A> = fn(WeightType, &[u8], &[&[A]], &mut [f32]);
 
+    /// Several weight rows (at most [`MAX_LANES`]) against one activation row, each
+    /// row summed as the type's [`DotFn`] sums it alone (the same bits).
+    pub(super) type LanesFn<A> = fn(WeightType, &[&[u8]], &[A], &mut [f32]);
+
+    /// Most weight rows a [`LanesFn`] takes.
+    pub(super) const MAX_LANES: usize = 4;
+
+    /// A weight type's row kernels on one instruction set: `dot`, and where the
+    /// instruction set has one, `lanes`: `(rows per call, kernel)`, which decode
+    /// (one activation row) walks that many runs of weight rows with at once
+    /// (`matmul::run_rows`).
+    pub(super) struct RowKernels<A> {
+        pub(super) dot: DotFn<A>,
+        pub(super) lanes: Option<(usize, LanesFn<A>)>,
+    }
+
+    // Function pointers whatever `A` is (a derive would ask `A: Copy`).
+    impl<A> Clone for RowKernels<A> {
+        fn clone(&self) -> Self {
+            *self
+        }
+    }
+    impl<A> Copy for RowKernels<A> {}
+
+    impl<A> From<DotFn<A>> for RowKernels<A> {
+        fn from(dot: DotFn<A>) -> Self {
+            Self { dot, lanes: None }
+        }
+    }
+
     pub(super) fn dot32_for(isa: Isa) -> DotFn<Q8x32> {
         match isa {
             // SAFETY: an `Isa` other than `Portable` only reaches the dispatcher after
@@ -386,15 +416,29 @@ mod dispatch {
         }
     }
 
-    pub(super) fn dot_floats_for(isa: Isa) -> DotFn<f32> {
+    pub(super) fn dot_floats_for(isa: Isa) -> RowKernels<f32> {
         match isa {
             // SAFETY: as above.
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => |t, w, x, o| unsafe { super::avx2::dot_floats_rows(t, w, x, o) },
+            Isa::Avx2 => RowKernels {
+                dot: |t, w, x, o| unsafe { super::avx2::dot_floats_rows(t, w, x, o) },
+                lanes: Some((super::avx2::FLOAT_LANES, |t, ws, x, o| {
+                    let (ws, o) = (ws.try_into().expect("FLOAT_LANES rows"), o.try_into().expect("an output each"));
+                    // SAFETY: as above.
+                    unsafe { super::avx2::dot_floats_lanes(t, ws, x, o) }
+                })),
+            },
             // SAFETY: as above.
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => |t, w, x, o| unsafe { super::avx512::dot_floats_rows(t, w, x, o) },
-            _ => super::scalar::dot_floats,
+            Isa::Avx512 => RowKernels {
+                dot: |t, w, x, o| unsafe { super::avx512::dot_floats_rows(t, w, x, o) },
+                lanes: Some((super::avx512::FLOAT_LANES, |t, ws, x, o| {
+                    let (ws, o) = (ws.try_into().expect("FLOAT_LANES rows"), o.try_into().expect("an output each"));
+                    // SAFETY: as above.
+                    unsafe { super::avx512::dot_floats_lanes(t, ws, x, o) }
+                })),
+            },
+            _ => RowKernels::from(super::scalar::dot_floats as DotFn<f32>),
         }
     }
 

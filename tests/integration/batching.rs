@@ -117,10 +117,12 @@ fn logprob_bits(g: &toolgate::engine::Generation) -> Vec<StepBits> {
 /// the test models are Q4_1 and Q4_K_M.)
 #[test]
 fn answers_do_not_depend_on_prefix_cache_or_batch() {
-    if toolgate::kernels::Isa::detect() == toolgate::kernels::Isa::Portable {
-        eprintln!("portable kernels: prefill runs an f32 GEMM, not batch-invariant; skipped");
-        return;
-    }
+    assert_ne!(
+        toolgate::kernels::Isa::detect(),
+        toolgate::kernels::Isa::Portable,
+        "needs the AVX2, AVX-512 or NEON dotprod kernels (this CPU has none of them, or TOOLGATE_ISA=portable): \
+         the portable kernels prefill through an f32 GEMM, which is not batch-invariant"
+    );
     for file in [common::SMOLLM2, common::GEMMA3] {
         let mut engine = Engine::load(common::model(file), DeviceChoice::Cpu).unwrap();
         let fresh = GenerateParams { reuse_prefix: false, logprobs: Some(2), ..params(24) };

@@ -91,29 +91,25 @@ except openai.NotFoundError as e:
     assert "no route POST /v1/embeddings" in str(e), e
 print("ok errors: previous_response_id 400, unknown route 404")
 
-try:
-    import agents
-except ImportError:
-    agents = None
-if agents is not None:
-    from agents import Agent, ModelSettings, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+# openai-agents is in requirements.txt: a missing package fails here, loudly.
+from agents import Agent, ModelSettings, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
 
-    set_tracing_disabled(True)
-    seen = []
+set_tracing_disabled(True)
+seen = []
 
-    @function_tool
-    def get_weather(city: str, unit: str) -> str:
-        """Current weather for a city."""
-        seen.append((city, unit))
-        return f"12 degrees {unit} in {city}"
+@function_tool
+def get_weather(city: str, unit: str) -> str:
+    """Current weather for a city."""
+    seen.append((city, unit))
+    return f"12 degrees {unit} in {city}"
 
-    agent = Agent(name="weather", instructions="Answer with the tool.", tools=[get_weather],
-                  model=OpenAIResponsesModel(model=model, openai_client=openai.AsyncOpenAI(
-                      base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=300)),
-                  model_settings=ModelSettings(tool_choice="required", temperature=0, max_tokens=60),
-                  tool_use_behavior="stop_on_first_tool")
-    result = Runner.run_sync(agent, Q)
-    assert seen and isinstance(seen[0][0], str), seen
-    print("ok openai-agents Runner called get_weather", seen, "->", result.final_output)
+agent = Agent(name="weather", instructions="Answer with the tool.", tools=[get_weather],
+              model=OpenAIResponsesModel(model=model, openai_client=openai.AsyncOpenAI(
+                  base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=300)),
+              model_settings=ModelSettings(tool_choice="required", temperature=0, max_tokens=60),
+              tool_use_behavior="stop_on_first_tool")
+result = Runner.run_sync(agent, Q)
+assert seen and isinstance(seen[0][0], str), seen
+print("ok openai-agents Runner called get_weather", seen, "->", result.final_output)
 
 print("ok errors")
