@@ -105,32 +105,10 @@ impl GgmlType {
         self.candle().is_some() || crate::kernels::WeightType::from_ggml_id(self.id).is_some()
     }
 
-    /// candle's enum value for this type, for the types candle reads.
+    /// candle's enum value for this type, for the types candle reads
+    /// ([`crate::kernels::formats::candle_dtype`]).
     pub fn candle(self) -> Option<candle_core::quantized::GgmlDType> {
-        use candle_core::quantized::GgmlDType as G;
-        Some(match self.id {
-            0 => G::F32,
-            1 => G::F16,
-            2 => G::Q4_0,
-            3 => G::Q4_1,
-            6 => G::Q5_0,
-            7 => G::Q5_1,
-            8 => G::Q8_0,
-            9 => G::Q8_1,
-            10 => G::Q2K,
-            11 => G::Q3K,
-            12 => G::Q4K,
-            13 => G::Q5K,
-            14 => G::Q6K,
-            15 => G::Q8K,
-            30 => G::BF16,
-            _ => return None,
-        })
-    }
-
-    /// The type of candle's enum value `dtype`.
-    pub fn from_candle(dtype: candle_core::quantized::GgmlDType) -> Option<GgmlType> {
-        GGML_TYPES.iter().copied().find(|g| g.candle() == Some(dtype))
+        crate::kernels::formats::candle_dtype(self.id)
     }
 
     /// Bytes of `elems` elements, `None` if they are not whole blocks or overflow.

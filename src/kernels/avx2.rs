@@ -28,19 +28,7 @@ use super::activation::{Q8x256, Q8x32};
 use super::formats::{
     e8m0_half, float_at, iq4xs_scale, q2k_scale_min, q3k_scale_bytes, scale_min_k4, WeightType, FP4_VALUES, IQ4_VALUES,
 };
-use super::tiles::TileJob;
-
-pub(super) const T_Q4_0: u8 = 0;
-pub(super) const T_Q4_1: u8 = 1;
-pub(super) const T_Q5_0: u8 = 2;
-pub(super) const T_Q8_0: u8 = 3;
-const T_Q4K: u8 = 4;
-const T_Q5K: u8 = 5;
-pub(super) const T_IQ4NL: u8 = 6;
-const T_MXFP4: u8 = 7;
-pub(super) const T_Q5_1: u8 = 8;
-const T_Q2K: u8 = 9;
-const T_Q3K: u8 = 10;
+use super::tiles::{TileJob, T_IQ4NL, T_MXFP4, T_Q2K, T_Q3K, T_Q4K, T_Q4_0, T_Q4_1, T_Q5K, T_Q5_0, T_Q5_1, T_Q8_0};
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]

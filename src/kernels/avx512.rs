@@ -29,9 +29,9 @@
 use std::arch::x86_64::*;
 
 use super::activation::{Q8x256, Q8x32};
-use super::avx2::{T_IQ4NL, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0};
 use super::formats::WeightType;
 use super::tiles::TileJob;
+use super::tiles::{T_IQ4NL, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0};
 
 /// `out[r] = w · xs[r]` for a row of F16 or BF16 weights and `R` f32 activation rows
 /// (decode and small batches; prefill takes the register tiles): 16 weights widened

@@ -207,7 +207,13 @@ impl WeightType {
     /// candle's enum value for this type, for the types candle also reads (`None`
     /// for IQ4_NL, IQ4_XS and MXFP4, which only these kernels read).
     pub fn to_candle(self) -> Option<candle_core::quantized::GgmlDType> {
-        crate::gguf::GgmlType::from_id(self.ggml_id()).and_then(|g| g.candle())
+        candle_dtype(self.ggml_id())
+    }
+
+    /// The type of candle's enum value `dtype`, `None` for candle types without a
+    /// kernel here (F32, Q8_1, Q8_K).
+    pub fn from_candle(dtype: candle_core::quantized::GgmlDType) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.to_candle() == Some(dtype))
     }
 
     /// The GGML name (`"q4_K"`, …).
@@ -230,6 +236,37 @@ impl WeightType {
             WeightType::MXFP4 => "mxfp4",
         }
     }
+}
+
+/// candle's enum value for the ggml tensor type with id `id`, `None` for the types
+/// candle does not read (IQ4_NL, IQ4_XS, MXFP4, the other i-quants, integers).
+///
+/// ```
+/// use candle_core::quantized::GgmlDType;
+/// use toolgate::kernels::formats::candle_dtype;
+/// assert_eq!(candle_dtype(12), Some(GgmlDType::Q4K));
+/// assert_eq!(candle_dtype(23), None); // IQ4_XS
+/// ```
+pub fn candle_dtype(id: u32) -> Option<candle_core::quantized::GgmlDType> {
+    use candle_core::quantized::GgmlDType as G;
+    Some(match id {
+        0 => G::F32,
+        1 => G::F16,
+        2 => G::Q4_0,
+        3 => G::Q4_1,
+        6 => G::Q5_0,
+        7 => G::Q5_1,
+        8 => G::Q8_0,
+        9 => G::Q8_1,
+        10 => G::Q2K,
+        11 => G::Q3K,
+        12 => G::Q4K,
+        13 => G::Q5K,
+        14 => G::Q6K,
+        15 => G::Q8K,
+        30 => G::BF16,
+        _ => return None,
+    })
 }
 
 #[inline(always)]

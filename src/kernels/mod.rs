@@ -442,6 +442,30 @@ mod dispatch {
         }
     }
 
+    /// The tile kernels of each activation kind ([`super::tiles::TileActs`]).
+    #[cfg(target_arch = "x86_64")]
+    impl super::tiles::TileActs for Q8x32 {
+        fn kernel(isa: Isa) -> super::tiles::TileKernel<Self> {
+            if isa == Isa::Avx512 {
+                super::avx512::tile_rows
+            } else {
+                super::avx2::tile_rows
+            }
+        }
+    }
+
+    /// The 256-weight types'.
+    #[cfg(target_arch = "x86_64")]
+    impl super::tiles::TileActs for Q8x256 {
+        fn kernel(isa: Isa) -> super::tiles::TileKernel<Self> {
+            if isa == Isa::Avx512 {
+                super::avx512::tile_rows_256
+            } else {
+                super::avx2::tile_rows_256
+            }
+        }
+    }
+
     pub(super) fn dot256_for(isa: Isa) -> DotFn<Q8x256> {
         match isa {
             // SAFETY: as above. AVX-512 runs every 256-weight type on tiles; this
@@ -695,8 +719,7 @@ impl QWeight {
     /// # Errors
     /// If the tensor is not 2-D or its bytes cannot be read.
     pub fn from_qtensor(t: &QTensor) -> Result<Option<Self>> {
-        let id = crate::gguf::GgmlType::from_candle(t.dtype()).map(|g| g.id);
-        let Some(ty) = id.and_then(WeightType::from_ggml_id) else { return Ok(None) };
+        let Some(ty) = WeightType::from_candle(t.dtype()) else { return Ok(None) };
         let (out, inp) = t.shape().dims2()?;
         if inp % ty.block_len() != 0 {
             return Ok(None);

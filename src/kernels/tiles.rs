@@ -41,7 +41,7 @@
 //! regrouping: no type grows by more than its `d`/`m` halves already took.
 //!
 //! IQ4_XS keeps its 256-weight blocks and the 8-bit activations of the k-quants
-//! ([`Q8x256`], one f32 scale per 256, as llama.cpp multiplies it): each 32-weight
+//! ([`Q8x256`](super::activation::Q8x256), one f32 scale per 256, as llama.cpp multiplies it): each 32-weight
 //! sub-block is an IQ4_NL-style run whose integer sum is scaled by its integer
 //! `ls − 32` per row before the block's one float step, so the sums are exact integers
 //! as in ggml's kernel. Q2_K likewise: per 16-weight group, 4 `vpdpbusd` of its
@@ -69,7 +69,7 @@
 
 use std::sync::Arc;
 
-use super::activation::{Q8x256, Q8x32};
+use super::activation::Q8x32;
 use super::formats::{WeightType, IQ4_VALUES};
 use super::pool::{for_each_chunk, for_each_task, threads};
 use super::{Isa, QWeight};
@@ -360,8 +360,33 @@ fn q6k_code(src: &[u8], i: usize) -> u8 {
     low | high << 4
 }
 
-/// Where the parts of a tiled block lie, for the kernels (by their type tag,
-/// `avx2::T_*`; see the layout table above).
+// The kernels' type tags: a const generic of the tile and row kernels of
+// [`super::avx2`] and [`super::avx512`], one per weight type they specialise on.
+#[cfg(target_arch = "x86_64")]
+pub(super) const T_Q4_0: u8 = 0;
+#[cfg(target_arch = "x86_64")]
+pub(super) const T_Q4_1: u8 = 1;
+#[cfg(target_arch = "x86_64")]
+pub(super) const T_Q5_0: u8 = 2;
+#[cfg(target_arch = "x86_64")]
+pub(super) const T_Q8_0: u8 = 3;
+#[cfg(target_arch = "x86_64")]
+pub(super) const T_Q4K: u8 = 4;
+#[cfg(target_arch = "x86_64")]
+pub(super) const T_Q5K: u8 = 5;
+#[cfg(target_arch = "x86_64")]
+pub(super) const T_IQ4NL: u8 = 6;
+#[cfg(target_arch = "x86_64")]
+pub(super) const T_MXFP4: u8 = 7;
+#[cfg(target_arch = "x86_64")]
+pub(super) const T_Q5_1: u8 = 8;
+#[cfg(target_arch = "x86_64")]
+pub(super) const T_Q2K: u8 = 9;
+#[cfg(target_arch = "x86_64")]
+pub(super) const T_Q3K: u8 = 10;
+
+/// Where the parts of a tiled block lie, for the kernels (by their type tag, the
+/// `T_*` above; see the layout table above).
 pub(super) struct BlockLayout {
     /// 4-bit codes (two per byte), else one byte per code (Q8_0).
     pub(super) nibbles: bool,
@@ -378,7 +403,6 @@ pub(super) struct BlockLayout {
 /// The [`BlockLayout`] of the type tagged `tag`.
 #[cfg(target_arch = "x86_64")]
 pub(super) const fn block_layout(tag: u8) -> BlockLayout {
-    use super::avx2::{T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0};
     let nibbles = tag != T_Q8_0;
     let fifth = matches!(tag, T_Q5_0 | T_Q5_1);
     let has_m = matches!(tag, T_Q4_1 | T_Q5_1);
@@ -393,10 +417,10 @@ pub(super) const fn block_layout(tag: u8) -> BlockLayout {
 pub struct TileJob<'a, A = Q8x32> {
     /// The tile's bytes: `blocks` tiled blocks.
     pub tile: &'a [u8],
-    /// The activation rows, `blocks` quantized blocks each ([`Q8x32`], or [`Q8x256`]
+    /// The activation rows, `blocks` quantized blocks each ([`Q8x32`], or [`Q8x256`](super::activation::Q8x256)
     /// for IQ4_XS).
     pub acts: &'a [A],
-    /// Each [`Q8x32`] block's code sum `Σ qₓ`; empty with [`Q8x256`], whose blocks
+    /// Each [`Q8x32`] block's code sum `Σ qₓ`; empty with [`Q8x256`](super::activation::Q8x256), whose blocks
     /// carry their own per-16 sums.
     pub sums: &'a [i32],
     /// Blocks per row (`in_features` / the type's block length).
@@ -415,7 +439,7 @@ impl<A> TileJob<'_, A> {
     /// # Panics
     /// If `ty` has no tiled layout, `cols > 16`, `tile` is not `blocks` whole tiled
     /// blocks, `acts` is not 1..=8 rows of `blocks`, or `sums` not one per [`Q8x32`]
-    /// block (none with [`Q8x256`]).
+    /// block (none with [`Q8x256`](super::activation::Q8x256)).
     pub(super) fn check(&self, ty: WeightType) -> usize {
         let TileJob { tile, acts, sums, blocks, cols, .. } = *self;
         let rows = acts.len() / blocks.max(1);
@@ -449,38 +473,15 @@ pub(super) trait TileActs: Sized + Sync {
     fn kernel(isa: Isa) -> TileKernel<Self>;
 }
 
-#[cfg(target_arch = "x86_64")]
-impl TileActs for Q8x32 {
-    fn kernel(isa: Isa) -> TileKernel<Self> {
-        if isa == Isa::Avx512 {
-            super::avx512::tile_rows
-        } else {
-            super::avx2::tile_rows
-        }
-    }
-}
-
-/// The 256-weight types'.
-#[cfg(target_arch = "x86_64")]
-impl TileActs for Q8x256 {
-    fn kernel(isa: Isa) -> TileKernel<Self> {
-        if isa == Isa::Avx512 {
-            super::avx512::tile_rows_256
-        } else {
-            super::avx2::tile_rows_256
-        }
-    }
-}
-
 /// Code sums a tile job carries per activation block of `ty`: one for the 32-weight
-/// types, none for the 256-weight ones (their [`Q8x256`] blocks hold per-16 sums).
+/// types, none for the 256-weight ones (their [`Q8x256`](super::activation::Q8x256) blocks hold per-16 sums).
 fn sums_per_block(ty: WeightType) -> usize {
     usize::from(ty.block_len() == 32)
 }
 
 /// `y (m, n) = x · Wᵀ` over tiles, `acts` being `x` quantized (`m` rows of
-/// `blocks` blocks: [`Q8x32`], or [`Q8x256`] for the 256-weight types) and `sums`
-/// each [`Q8x32`] block's code sum (empty with [`Q8x256`]). Each task owns a run of
+/// `blocks` blocks: [`Q8x32`], or [`Q8x256`](super::activation::Q8x256) for the 256-weight types) and `sums`
+/// each [`Q8x32`] block's code sum (empty with [`Q8x256`](super::activation::Q8x256)). Each task owns a run of
 /// tiles (16 output columns each, [`run_tiles`]).
 #[cfg(target_arch = "x86_64")]
 pub(super) fn matmul<A: TileActs>(

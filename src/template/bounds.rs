@@ -27,8 +27,11 @@ use minijinja::machinery::ast;
 use minijinja::value::{Rest, ValueKind, ValueOrKwargs};
 use minijinja::{context, Environment, Error as JinjaError, ErrorKind, State, Value};
 
+/// The most a render may write: 16 MiB, four times the largest request body (a
+/// prompt longer than that cannot fit any context window toolgate serves).
+pub const MAX_OUTPUT_BYTES: usize = 16 << 20;
 /// The largest value one operation may build: 16 MiB, as the render's output limit.
-pub const MAX_VALUE_BYTES: usize = super::env::MAX_OUTPUT_BYTES;
+pub const MAX_VALUE_BYTES: usize = MAX_OUTPUT_BYTES;
 /// The bytes all checked operations of one render may build together (strings joined,
 /// repeated, replaced, printed): 256 MiB. A real chat template builds a few times its
 /// output.

@@ -14,11 +14,10 @@ use std::sync::Arc;
 use minijinja::value::{Kwargs, ValueKind};
 use minijinja::{Environment, Error as JinjaError, ErrorKind, State, Value};
 
+use super::bounds::MAX_OUTPUT_BYTES;
+
 /// Instruction budget for one render. A real template needs well under 1% of this.
 pub const FUEL: u64 = 20_000_000;
-/// The most a render may write: 16 MiB, four times the largest request body (a
-/// prompt longer than that cannot fit any context window toolgate serves).
-pub const MAX_OUTPUT_BYTES: usize = 16 << 20;
 /// The longest `tojson` indent (Python accepts any; a real template uses 2 or 4).
 const MAX_INDENT: usize = 64;
 /// Maximum nesting of macro calls / includes.

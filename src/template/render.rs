@@ -251,7 +251,7 @@ impl ChatTemplate {
     /// # Errors
     /// [`Error::Template`] when the template raises (`raise_exception`), runs out of
     /// fuel, recurses too deeply, writes more than
-    /// [`MAX_OUTPUT_BYTES`](crate::template::env::MAX_OUTPUT_BYTES), builds a value or
+    /// [`MAX_OUTPUT_BYTES`](crate::template::bounds::MAX_OUTPUT_BYTES), builds a value or
     /// a total past [`super::bounds`]' limits, or hits a type error.
     pub fn render(&self, req: &RenderRequest) -> Result<String> {
         let mut ctx = serde_json::Map::new();
@@ -286,14 +286,14 @@ impl ChatTemplate {
                 .map_err(|_| Error::Template { template: self.name.clone(), reason: "the output is not UTF-8".into() }),
             Err(_) if out.overflowed => Err(Error::Template {
                 template: self.name.clone(),
-                reason: format!("the output passed {} MiB", crate::template::env::MAX_OUTPUT_BYTES >> 20),
+                reason: format!("the output passed {} MiB", crate::template::bounds::MAX_OUTPUT_BYTES >> 20),
             }),
             Err(e) => Err(Error::Template { template: self.name.clone(), reason: describe(&e) }),
         }
     }
 }
 
-/// A render's output, refused past [`crate::template::env::MAX_OUTPUT_BYTES`].
+/// A render's output, refused past [`crate::template::bounds::MAX_OUTPUT_BYTES`].
 struct BoundedOutput {
     bytes: Vec<u8>,
     overflowed: bool,
@@ -301,7 +301,7 @@ struct BoundedOutput {
 
 impl std::io::Write for BoundedOutput {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if self.bytes.len() + buf.len() > crate::template::env::MAX_OUTPUT_BYTES {
+        if self.bytes.len() + buf.len() > crate::template::bounds::MAX_OUTPUT_BYTES {
             self.overflowed = true;
             return Err(std::io::Error::other("template output too large"));
         }

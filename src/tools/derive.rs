@@ -53,7 +53,7 @@
 use serde_json::{json, Value};
 
 use super::dialect::{gemma4, python, tagged};
-use super::format::{ArgsDialect, BodyKind, CallIds, ParamTags, ToolFormat};
+use super::format::{ArgsDialect, BodyKind, CallIds, ParamTags, ToolFormat, TYPE_SLOT};
 use super::stream::StreamParser;
 use super::{Tool, ToolChoice};
 use crate::template::transform::shape_fields;
@@ -361,13 +361,13 @@ fn tagged(rest: &str, i: usize) -> Option<(ParamTags, usize, usize)> {
 
 /// A key end before JSON values that names the value's type where the one before
 /// strings says `string` (Kimi K3's `" type="number"<|sep|>` beside `" type="string"<|sep|>`):
-/// the type becomes [`tagged::TYPE_SLOT`], so booleans, objects and arrays get theirs.
+/// the type becomes [`TYPE_SLOT`], so booleans, objects and arrays get theirs.
 fn typed_key_end(text: &str, json: &str) -> String {
     let same = |(a, b): (char, char)| if a == b { Some(a.len_utf8()) } else { None };
     let pre: usize = text.chars().zip(json.chars()).map_while(same).sum();
     let suf: usize = text[pre..].chars().rev().zip(json[pre..].chars().rev()).map_while(same).sum();
     if (&text[pre..text.len() - suf], &json[pre..json.len() - suf]) == ("string", "number") {
-        format!("{}{}{}", &json[..pre], tagged::TYPE_SLOT, &json[json.len() - suf..])
+        format!("{}{}{}", &json[..pre], TYPE_SLOT, &json[json.len() - suf..])
     } else {
         json.to_string()
     }

@@ -21,10 +21,74 @@
 
 use serde::Deserialize;
 
-pub use super::dialect::tagged::ParamTags;
 use crate::{Error, Result};
 
 include!(concat!(env!("OUT_DIR"), "/formats.rs"));
+
+/// How a tagged-parameters layout spells one parameter: `key_start KEY key_end VALUE
+/// value_end`, repeated, then `end`. Qwen3-Coder's `<parameter=KEY>VALUE</parameter>`
+/// … `</function>` is the default; GLM's `<arg_key>KEY</arg_key><arg_value>VALUE
+/// </arg_value>` (no `end`: the arguments end where no further key starts), MiniMax's
+/// `<parameter name="KEY">VALUE</parameter>`, and layouts that mark a value's type in
+/// the key's tag (DeepSeek DSML's `string="true"` / `string="false"`: a different
+/// `key_end_json` for values written as JSON) are others.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ParamTags {
+    /// Text before a parameter's name.
+    pub key_start: String,
+    /// Text between the name and a string value (bare text).
+    pub key_end: String,
+    /// Text between the name and a value written as JSON (`None`: `key_end`). Where it
+    /// holds [`TYPE_SLOT`], the value's JSON type goes there (`number` for integers
+    /// too, `boolean`, `null`, `object`, `array`): Kimi K3's `" type="{type}"<|sep|>`
+    /// beside `" type="string"<|sep|>` for bare text.
+    #[serde(default)]
+    pub key_end_json: Option<String>,
+    /// Text after a value; its first character appears nowhere else in it.
+    pub value_end: String,
+    /// Text after the last parameter (`""`: none).
+    #[serde(default)]
+    pub end: String,
+}
+
+impl Default for ParamTags {
+    fn default() -> Self {
+        Self {
+            key_start: "<parameter=".into(),
+            key_end: ">".into(),
+            key_end_json: None,
+            value_end: "</parameter>".into(),
+            end: "</function>".into(),
+        }
+    }
+}
+
+/// Where a [`ParamTags::key_end_json`] names the value's JSON type.
+pub const TYPE_SLOT: &str = "{type}";
+
+/// The JSON types a typed key end names for values written as JSON.
+pub(crate) const JSON_TYPES: [&str; 5] = ["number", "boolean", "null", "object", "array"];
+
+impl ParamTags {
+    /// The text between a name and a value written as JSON (with [`TYPE_SLOT`] if typed).
+    pub fn key_end_json(&self) -> &str {
+        self.key_end_json.as_deref().unwrap_or(&self.key_end)
+    }
+
+    /// Every text that may end a key: `key_end`, then `key_end_json` (once per JSON
+    /// type where it is typed), each with whether it introduces bare text.
+    pub fn key_ends(&self) -> Vec<(String, bool)> {
+        let mut out = vec![(self.key_end.clone(), true)];
+        let json = self.key_end_json();
+        match json.split_once(TYPE_SLOT) {
+            Some((a, b)) => out.extend(JSON_TYPES.iter().map(|t| (format!("{a}{t}{b}"), false))),
+            None if json != self.key_end => out.push((json.to_string(), false)),
+            None => out[0].1 = false,
+        }
+        out
+    }
+}
 
 /// The shape of one call's body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -3,16 +3,13 @@
 
 use std::collections::HashSet;
 
-use super::literals::{LiteralReader, Literals};
+use super::literals::{LiteralReader, Literals, QUOTE};
 use super::scan::Brackets;
 use super::{ArgsSyntax, Extent, ValueScan};
 use crate::grammar::ir::Node;
 use crate::grammar::regex::to_rules;
 use crate::grammar::rules::Rules;
 use crate::tools::format::ToolFormat;
-
-/// Gemma 4's string quote, a control token of its vocabulary.
-pub const QUOTE: &str = "<|\"|>";
 
 /// Gemma 4 arguments ([`crate::tools::format::ArgsDialect::Gemma4`]).
 #[derive(Debug, Clone, Copy, Default)]

@@ -1,7 +1,8 @@
 //! The literal syntaxes models write arguments in besides JSON (Gemma 4's, Python's),
 //! read into JSON values.
 
-use super::gemma4::QUOTE;
+/// Gemma 4's string quote, a control token of its vocabulary.
+pub const QUOTE: &str = "<|\"|>";
 
 fn leading_ws(s: &str) -> usize {
     s.len() - s.trim_start().len()

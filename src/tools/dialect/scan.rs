@@ -1,6 +1,6 @@
 //! Where a value ends in streamed text: one scanner for the bracketed dialects.
 
-use super::gemma4::QUOTE as GEMMA_QUOTE;
+use super::literals::QUOTE as GEMMA_QUOTE;
 
 /// The literal syntax a [`ValueScan`] follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
