@@ -267,7 +267,8 @@ pub fn params_to_json(params: &[Param], strings: Option<&HashSet<String>>) -> St
 /// the first closing tag ends the value. `None` while undecided.
 ///
 /// ```
-/// use toolgate::tools::dialect::tagged::{value_len, ParamTags};
+/// use toolgate::tools::dialect::tagged::value_len;
+/// use toolgate::tools::format::ParamTags;
 /// let tags = ParamTags::default(); // <parameter=K>V</parameter> … </function>
 /// let s = "a</parameter> b</parameter>\n</function>";
 /// assert_eq!(value_len(s, &tags, "", true), Some(s.find(" b").unwrap() + 2));
