@@ -18,8 +18,8 @@ use std::time::Instant;
 use toolgate::gguf::GgufFile;
 use toolgate::grammar::regex::Json;
 use toolgate::grammar::schema::Mode;
+use toolgate::grammar::TokenMask;
 use toolgate::grammar::{Grammar, TokenVocab};
-use toolgate::sampling::TokenMask;
 use toolgate::tokenizer::{EncodeOptions, TokenKind, Tokenizer};
 
 /// Tool-call argument schemas and one instance of each: two plain ones, and `refs`,
@@ -91,7 +91,7 @@ fn main() {
         let gguf = GgufFile::open(&path).unwrap();
         let tok = Tokenizer::from_gguf(&gguf).unwrap();
         let t = Instant::now();
-        let vocab = Arc::new(TokenVocab::from_tokenizer(&tok));
+        let vocab = Arc::new(tok.token_vocab());
         let vocab_ms = t.elapsed().as_secs_f64() * 1e3;
         let mut walks = Vec::new();
         for (name, schema_text, instance) in CASES {

@@ -483,7 +483,7 @@ impl Engine {
     /// Cost: built once per engine on first call (42 ms for SmolLM2's 49k tokens, about
     /// 0.5 s for Gemma 3's 262k), then shared by every constrained request.
     pub fn token_vocab(&self) -> std::sync::Arc<crate::grammar::TokenVocab> {
-        self.vocab.get_or_init(|| Arc::new(crate::grammar::TokenVocab::from_tokenizer(&self.tokenizer))).clone()
+        self.vocab.get_or_init(|| Arc::new(self.tokenizer.token_vocab())).clone()
     }
 
     /// The compiled grammar of `regex` and the `rules` it references
@@ -672,7 +672,7 @@ impl Engine {
         let mut stop_hit = false;
         let mut decode_started = Instant::now();
         let mut boundary = Boundary::default();
-        let mut mask = crate::sampling::TokenMask::new(self.tokenizer.vocab_size());
+        let mut mask = crate::grammar::TokenMask::new(self.tokenizer.vocab_size());
         let (mut logprobs, mut step_logprobs) = (Vec::new(), Vec::new());
         while tokens.len() < params.max_tokens {
             if params.cancel.as_ref().is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {

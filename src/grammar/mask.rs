@@ -26,9 +26,9 @@ use super::dfa::{Cache, Dfa, DfaState};
 use super::regex::{to_rules, Dialect};
 use super::rules::Rules;
 use super::schema::{check_grammar_size, compile_shared, Mode, Objects};
+use super::token_mask::TokenMask;
 use super::vocab::TokenTrie;
 pub use super::vocab::TokenVocab;
-use crate::sampling::TokenMask;
 use crate::{Error, Result};
 
 /// Lazy-DFA cache per matcher (bytes). States beyond it are evicted and rebuilt.

@@ -25,9 +25,9 @@
 //! use toolgate::grammar::{Grammar, TokenVocab};
 //! use toolgate::grammar::regex::Json;
 //! use toolgate::grammar::schema::Mode;
-//! use toolgate::sampling::TokenMask;
+//! use toolgate::grammar::TokenMask;
 //! # let tokenizer: toolgate::tokenizer::Tokenizer = unimplemented!();
-//! let vocab = Arc::new(TokenVocab::from_tokenizer(&tokenizer));
+//! let vocab = Arc::new(tokenizer.token_vocab());
 //! let schema = serde_json::json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]});
 //! let grammar = Arc::new(Grammar::from_schema(&schema, Mode::Strict, &Json)?);
 //! let mut m = grammar.matcher(vocab.clone());
@@ -50,6 +50,8 @@ pub mod prune;
 pub mod regex;
 pub mod rules;
 pub mod schema;
+pub mod token_mask;
 pub mod vocab;
 
 pub use mask::{Grammar, Matcher, TokenVocab};
+pub use token_mask::TokenMask;

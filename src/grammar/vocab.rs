@@ -13,10 +13,28 @@
 //! the precomputed set of plain tokens of at most `m` characters wholesale and walks
 //! only the remaining tokens (the *rest* trie) byte by byte. See [`super::Matcher`].
 
-use crate::sampling::TokenMask;
 use std::sync::Arc;
 
-use crate::tokenizer::{ByteTable, Tokenizer};
+use super::token_mask::TokenMask;
+
+/// A vocabulary's token byte strings, by token id: what the grammar needs of a
+/// tokenizer (`crate::tokenizer`'s byte table implements it, so a vocabulary shares
+/// the tokenizer's table instead of copying it).
+pub trait TokenBytes: Send + Sync + std::fmt::Debug {
+    /// Number of tokens.
+    fn count(&self) -> usize;
+    /// Bytes of token `id` (`id < count()`; empty where a token has none).
+    fn token(&self, id: usize) -> &[u8];
+}
+
+impl TokenBytes for Vec<Vec<u8>> {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn token(&self, id: usize) -> &[u8] {
+        self.get(id).map_or(&[], Vec::as_slice)
+    }
+}
 
 /// Plain tokens longer than this many characters are walked with the rest (they are
 /// rare, and each length costs one slice mask).
@@ -146,7 +164,7 @@ pub struct TokenVocab {
     /// `plain_upto[m - 1]`: plain tokens of at most `m` characters, `m ≤ PLAIN_MAX_CHARS`.
     plain_upto: Vec<TokenMask>,
     eog: Vec<u32>,
-    bytes: Arc<ByteTable>,
+    bytes: Arc<dyn TokenBytes>,
 }
 
 /// Characters of `b` if it is plain text (see the module docs), else `None`.
@@ -175,11 +193,11 @@ impl TokenVocab {
     /// assert_eq!(v.plain_tokens(), 1);
     /// ```
     pub fn new(bytes: Vec<Vec<u8>>, eog: Vec<u32>) -> Self {
-        Self::from_table(Arc::new(bytes.into_iter().collect()), eog)
+        Self::from_table(Arc::new(bytes), eog)
     }
 
     /// Build over a table of token byte strings (index = token id), shared, not
-    /// copied: a tokenizer's [`Tokenizer::token_bytes`].
+    /// copied: a tokenizer's (`Tokenizer::token_vocab` in `crate::tokenizer`).
     ///
     /// Cost: two trie builds and one pass to classify tokens (about 40 ms for 49k
     /// tokens, 300 ms for 262k); memory: ~12 bytes per trie node and one bit per
@@ -188,15 +206,17 @@ impl TokenVocab {
     /// ```
     /// use std::sync::Arc;
     /// use toolgate::grammar::TokenVocab;
-    /// let v = TokenVocab::from_table(Arc::new(["{", "}", "ab"].into_iter().collect()), vec![]);
+    /// let table = vec![b"{".to_vec(), b"}".to_vec(), b"ab".to_vec()];
+    /// let v = TokenVocab::from_table(Arc::new(table), vec![]);
     /// assert_eq!((v.len(), v.token_bytes(2)), (3, &b"ab"[..]));
     /// ```
-    pub fn from_table(bytes: Arc<ByteTable>, eog: Vec<u32>) -> Self {
-        let len = bytes.len();
+    pub fn from_table(bytes: Arc<dyn TokenBytes>, eog: Vec<u32>) -> Self {
+        let len = bytes.count();
+        let tokens = || (0..len).map(|id| bytes.token(id));
         let mut plain_upto = vec![TokenMask::new(len); PLAIN_MAX_CHARS];
         let mut longest = 0;
         let mut rest = Vec::new();
-        for (id, b) in bytes.iter().enumerate() {
+        for (id, b) in tokens().enumerate() {
             match plain_chars(b) {
                 Some(k) if k <= PLAIN_MAX_CHARS => {
                     plain_upto[k - 1].allow(id as u32);
@@ -210,29 +230,28 @@ impl TokenVocab {
             let (done, next) = plain_upto.split_at_mut(m);
             next[0].union_with(&done[m - 1]);
         }
-        let all = TokenTrie::new(bytes.iter().enumerate().map(|(i, b)| (i as u32, b)));
+        let all = TokenTrie::new(tokens().enumerate().map(|(i, b)| (i as u32, b)));
         let rest = TokenTrie::new(rest);
-        Self { all, rest, plain_upto, eog, bytes }
-    }
-
-    /// From a tokenizer: text tokens as their bytes, special tokens as `0xFF`+text.
-    pub fn from_tokenizer(tok: &Tokenizer) -> Self {
-        Self::from_table(tok.token_bytes().clone(), tok.eog_tokens().to_vec())
+        Self { all, rest, plain_upto, eog, bytes: bytes.clone() }
     }
 
     /// Vocabulary size.
     pub fn len(&self) -> usize {
-        self.bytes.len()
+        self.bytes.count()
     }
 
     /// Whether the vocabulary is empty.
     pub fn is_empty(&self) -> bool {
-        self.bytes.is_empty()
+        self.bytes.count() == 0
     }
 
     /// Bytes of a token (empty for an unknown id).
     pub fn token_bytes(&self, id: u32) -> &[u8] {
-        self.bytes.get(id as usize).unwrap_or_default()
+        if (id as usize) < self.bytes.count() {
+            self.bytes.token(id as usize)
+        } else {
+            &[]
+        }
     }
 
     /// End-of-generation tokens (allowed only where the grammar accepts).

@@ -44,6 +44,7 @@ use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::SplitDelimiterBehavior;
 
 use crate::gguf::GgufFile;
+use crate::grammar::TokenVocab;
 use crate::{Error, Result};
 
 /// The prefix byte of a special token's byte string. `0xFF` never occurs in UTF-8,
@@ -514,6 +515,15 @@ impl Tokenizer {
     /// grammar's [`crate::grammar::TokenVocab`] shares this table.
     pub fn token_bytes(&self) -> &Arc<ByteTable> {
         &self.bytes
+    }
+
+    /// The vocabulary as the grammar's token masks read it: [`Tokenizer::token_bytes`]
+    /// (shared, not copied) and [`Tokenizer::eog_tokens`].
+    ///
+    /// Cost: as [`TokenVocab::from_table`] (about 40 ms for 49k tokens, 300 ms for
+    /// 262k); callers keep the result (the engine builds it once).
+    pub fn token_vocab(&self) -> TokenVocab {
+        TokenVocab::from_table(self.bytes.clone(), self.eog.clone())
     }
 
     /// The token's vocabulary string, as stored in the GGUF.

@@ -3,6 +3,8 @@
 
 use std::hash::BuildHasher;
 
+use crate::grammar::vocab::TokenBytes;
+
 /// Byte strings packed end to end in one buffer, indexed by position (a token id).
 ///
 /// A vocabulary is hundreds of thousands of strings of a few bytes: as a
@@ -77,6 +79,16 @@ impl<T: AsRef<[u8]>> FromIterator<T> for ByteTable {
         table.data.shrink_to_fit();
         table.ends.shrink_to_fit();
         table
+    }
+}
+
+/// The grammar reads a tokenizer's tokens through this table, shared.
+impl TokenBytes for ByteTable {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn token(&self, id: usize) -> &[u8] {
+        self.get(id).unwrap_or_default()
     }
 }
 

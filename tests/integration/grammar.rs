@@ -11,9 +11,9 @@ use toolgate::gguf::GgufFile;
 use toolgate::grammar::regex::{Gemma4, Json};
 use toolgate::grammar::rules::Rules;
 use toolgate::grammar::schema::{Mode, Objects};
-use toolgate::grammar::{Grammar, TokenVocab};
+use toolgate::grammar::{Grammar, TokenMask, TokenVocab};
 use toolgate::model::DeviceChoice;
-use toolgate::sampling::{SamplingParams, TokenMask};
+use toolgate::sampling::SamplingParams;
 use toolgate::tokenizer::{TokenKind, Tokenizer};
 use toolgate::Error;
 
@@ -917,7 +917,7 @@ fn gemma4_dialect_requires_the_special_quote_token() {
 fn smollm2_vocab() -> (Tokenizer, Arc<TokenVocab>) {
     let gguf = GgufFile::open(common::model(common::SMOLLM2)).unwrap();
     let tok = Tokenizer::from_gguf(&gguf).unwrap();
-    let vocab = Arc::new(TokenVocab::from_tokenizer(&tok));
+    let vocab = Arc::new(tok.token_vocab());
     (tok, vocab)
 }
 
@@ -983,7 +983,7 @@ fn a_finished_matcher_leaves_its_masks_warm_for_the_next_one() {
     assert_eq!(run(&mut second), cold);
     // Another vocabulary object never inherits them.
     drop(second);
-    let other = Arc::new(TokenVocab::from_tokenizer(&tok));
+    let other = Arc::new(tok.token_vocab());
     assert_eq!(g.matcher(other).cached_states(), 0);
     // A fresh grammar of the same schema gives the same masks from cold.
     assert_eq!(run(&mut Arc::new(grammar(schema)).matcher(vocab.clone())), cold);

@@ -1,6 +1,7 @@
 //! The sampling pipeline: greedy, masks, seeds, truncation and penalties.
 
-use toolgate::sampling::{Sampler, SamplingParams, TokenMask};
+use toolgate::grammar::TokenMask;
+use toolgate::sampling::{Sampler, SamplingParams};
 use toolgate::Error;
 
 fn params(temperature: f32) -> SamplingParams {

@@ -19,8 +19,8 @@ use serde_json::Value;
 use toolgate::gguf::GgufFile;
 use toolgate::grammar::regex::Json;
 use toolgate::grammar::schema::Mode;
+use toolgate::grammar::TokenMask;
 use toolgate::grammar::{Grammar, TokenVocab};
-use toolgate::sampling::TokenMask;
 use toolgate::tokenizer::{EncodeOptions, Tokenizer};
 
 #[derive(Clone)]
@@ -55,7 +55,7 @@ fn validator(schema: &Value) -> jsonschema::Validator {
 
 fn vocab(file: &str) -> (Tokenizer, Arc<TokenVocab>) {
     let tok = Tokenizer::from_gguf(&GgufFile::open(common::model(file)).unwrap()).unwrap();
-    let vocab = Arc::new(TokenVocab::from_tokenizer(&tok));
+    let vocab = Arc::new(tok.token_vocab());
     (tok, vocab)
 }
 

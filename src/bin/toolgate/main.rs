@@ -123,7 +123,7 @@ fn read_json(path: &Path, what: &str) -> anyhow::Result<serde_json::Value> {
 fn grammar_check(args: GrammarCheckArgs) -> anyhow::Result<ExitCode> {
     let gguf = GgufFile::open(&args.model)?;
     let tokenizer = toolgate::tokenizer::Tokenizer::from_gguf(&gguf)?;
-    let vocab = std::sync::Arc::new(toolgate::grammar::TokenVocab::from_tokenizer(&tokenizer));
+    let vocab = std::sync::Arc::new(tokenizer.token_vocab());
     let grammar = std::sync::Arc::new(schema_grammar(&args.schema, args.schema_mode, args.objects)?);
     let mut rejected = 0;
     for path in &args.instances {
