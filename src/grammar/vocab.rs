@@ -23,7 +23,7 @@ use super::token_mask::TokenMask;
 pub trait TokenBytes: Send + Sync + std::fmt::Debug {
     /// Number of tokens.
     fn count(&self) -> usize;
-    /// Bytes of token `id` (`id < count()`; empty where a token has none).
+    /// Bytes of token `id` (empty where a token has none, and for `id >= count()`).
     fn token(&self, id: usize) -> &[u8];
 }
 
@@ -232,7 +232,7 @@ impl TokenVocab {
         }
         let all = TokenTrie::new(tokens().enumerate().map(|(i, b)| (i as u32, b)));
         let rest = TokenTrie::new(rest);
-        Self { all, rest, plain_upto, eog, bytes: bytes.clone() }
+        Self { all, rest, plain_upto, eog, bytes }
     }
 
     /// Vocabulary size.
@@ -247,11 +247,7 @@ impl TokenVocab {
 
     /// Bytes of a token (empty for an unknown id).
     pub fn token_bytes(&self, id: u32) -> &[u8] {
-        if (id as usize) < self.bytes.count() {
-            self.bytes.token(id as usize)
-        } else {
-            &[]
-        }
+        self.bytes.token(id as usize)
     }
 
     /// End-of-generation tokens (allowed only where the grammar accepts).

@@ -549,8 +549,21 @@ pub unsafe fn dot_floats_rows(ty: WeightType, w: &[u8], xs: &[&[f32]], out: &mut
     }
 }
 
-/// Weight rows per call of [`dot_floats_lanes`].
+/// Weight rows per call of [`dot_floats_lanes`] (and of the AVX-512 one).
 pub const FLOAT_LANES: usize = 4;
+
+/// The lane kernels' argument checks (see their `# Panics`): [`FLOAT_LANES`] rows of
+/// one length and an output each, each row as [`check`] checks one; the rows as an
+/// array.
+pub(super) fn check_lanes<'a>(ty: WeightType, ws: &[&'a [u8]], x: &[f32], out: &[f32]) -> [&'a [u8]; FLOAT_LANES] {
+    let rows: [&[u8]; FLOAT_LANES] = ws.try_into().expect("FLOAT_LANES weight rows");
+    assert_eq!(out.len(), FLOAT_LANES, "an output per weight row");
+    for w in rows {
+        check(ty, w, &[x], &out[..1]);
+        assert_eq!(w.len(), rows[0].len(), "weight rows of different lengths");
+    }
+    rows
+}
 
 /// `out[l] = ws[l] · x` for [`FLOAT_LANES`] rows of F16 or BF16 weights and one f32
 /// activation row (decode), the rows in lockstep, each summed as [`dot_floats_rows`]
@@ -561,13 +574,10 @@ pub const FLOAT_LANES: usize = 4;
 /// The CPU must support `avx2`, `fma` and `f16c`.
 ///
 /// # Panics
-/// If `ty` is not F16 or BF16, the rows differ in length or have an odd one, or `x`
-/// is shorter than a row.
-pub unsafe fn dot_floats_lanes(ty: WeightType, ws: [&[u8]; FLOAT_LANES], x: &[f32], out: &mut [f32; FLOAT_LANES]) {
-    for w in ws {
-        check(ty, w, &[x], &out[..1]);
-        assert_eq!(w.len(), ws[0].len(), "weight rows of different lengths");
-    }
+/// If `ty` is not F16 or BF16, `ws` or `out` do not hold [`FLOAT_LANES`] rows, the rows
+/// differ in length or have an odd one, or `x` is shorter than a row.
+pub unsafe fn dot_floats_lanes(ty: WeightType, ws: &[&[u8]], x: &[f32], out: &mut [f32]) {
+    let ws = check_lanes(ty, ws, x, out);
     match ty {
         WeightType::F16 => dot_floats::<false, FLOAT_LANES, 1>(ws, &[x], out),
         WeightType::BF16 => dot_floats::<true, FLOAT_LANES, 1>(ws, &[x], out),

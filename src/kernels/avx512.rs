@@ -29,6 +29,7 @@
 use std::arch::x86_64::*;
 
 use super::activation::{Q8x256, Q8x32};
+use super::avx2::FLOAT_LANES;
 use super::formats::WeightType;
 use super::tiles::TileJob;
 use super::tiles::{T_IQ4NL, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0};
@@ -62,9 +63,6 @@ pub unsafe fn dot_floats_rows(ty: WeightType, w: &[u8], xs: &[&[f32]], out: &mut
     }
 }
 
-/// Weight rows per call of [`dot_floats_lanes`].
-pub const FLOAT_LANES: usize = 4;
-
 /// `out[l] = ws[l] · x` for [`FLOAT_LANES`] rows of F16 or BF16 weights and one f32
 /// activation row (decode): the rows advance in lockstep, each widened and multiplied
 /// as [`dot_floats_rows`] does one row (the same bits), the activation loaded once per
@@ -79,13 +77,10 @@ pub const FLOAT_LANES: usize = 4;
 /// As the module: the CPU supports AVX-512 F and F16C.
 ///
 /// # Panics
-/// If `ty` is not F16 or BF16, the rows differ in length or have an odd one, or `x`
-/// is shorter than a row.
-pub unsafe fn dot_floats_lanes(ty: WeightType, ws: [&[u8]; FLOAT_LANES], x: &[f32], out: &mut [f32; FLOAT_LANES]) {
-    for w in ws {
-        super::avx2::check(ty, w, &[x], &out[..1]);
-        assert_eq!(w.len(), ws[0].len(), "weight rows of different lengths");
-    }
+/// If `ty` is not F16 or BF16, `ws` or `out` do not hold [`FLOAT_LANES`] rows, the rows
+/// differ in length or have an odd one, or `x` is shorter than a row.
+pub unsafe fn dot_floats_lanes(ty: WeightType, ws: &[&[u8]], x: &[f32], out: &mut [f32]) {
+    let ws = super::avx2::check_lanes(ty, ws, x, out);
     if is_bf16(ty) {
         dot_floats::<true, FLOAT_LANES, 1>(ws, &[x], out)
     } else {

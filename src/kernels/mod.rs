@@ -422,20 +422,18 @@ mod dispatch {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => RowKernels {
                 dot: |t, w, x, o| unsafe { super::avx2::dot_floats_rows(t, w, x, o) },
-                lanes: Some((super::avx2::FLOAT_LANES, |t, ws, x, o| {
-                    let (ws, o) = (ws.try_into().expect("FLOAT_LANES rows"), o.try_into().expect("an output each"));
-                    // SAFETY: as above.
-                    unsafe { super::avx2::dot_floats_lanes(t, ws, x, o) }
+                // SAFETY: as above.
+                lanes: Some((super::avx2::FLOAT_LANES, |t, ws, x, o| unsafe {
+                    super::avx2::dot_floats_lanes(t, ws, x, o)
                 })),
             },
             // SAFETY: as above.
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => RowKernels {
                 dot: |t, w, x, o| unsafe { super::avx512::dot_floats_rows(t, w, x, o) },
-                lanes: Some((super::avx512::FLOAT_LANES, |t, ws, x, o| {
-                    let (ws, o) = (ws.try_into().expect("FLOAT_LANES rows"), o.try_into().expect("an output each"));
-                    // SAFETY: as above.
-                    unsafe { super::avx512::dot_floats_lanes(t, ws, x, o) }
+                // SAFETY: as above.
+                lanes: Some((super::avx2::FLOAT_LANES, |t, ws, x, o| unsafe {
+                    super::avx512::dot_floats_lanes(t, ws, x, o)
                 })),
             },
             _ => RowKernels::from(super::scalar::dot_floats as DotFn<f32>),
