@@ -23,7 +23,9 @@
 //! `-d`: the depth is prefilled once, untimed, and each run truncates back to it) and
 //! `BENCH_KV` (`f32`, the default, or `f16`: the KV cache's type; llama-bench's own
 //! default is f16). With a depth, the decode runs start from the depth, as
-//! llama-bench's `tg` test does, not after the prompt.
+//! llama-bench's `tg` test does, not after the prompt. `BENCH_DEVICE` (`cpu`, the
+//! default, or `cuda[:N]`) picks the device; off the CPU the bandwidth probe (a CPU
+//! read) is skipped and reported as NaN.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -76,6 +78,14 @@ fn main() {
         Ok(other) => panic!("BENCH_KV={other:?}: f32 or f16"),
     };
     let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    // The library's log on stderr (`RUST_LOG`, e.g. `toolgate=info` for the CUDA
+    // graph sizes), as the binary prints it.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    let device: DeviceChoice =
+        std::env::var("BENCH_DEVICE").map_or(DeviceChoice::Cpu, |d| d.parse().expect("BENCH_DEVICE"));
     let files: Vec<String> = match std::env::var("BENCH_MODELS") {
         Ok(list) => list.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
         Err(_) => vec!["SmolLM2-135M-Instruct.Q4_1.gguf".into(), "gemma-3-270m-q4_k_m.gguf".into()],
@@ -93,7 +103,7 @@ fn main() {
             continue;
         }
         let context_length = Some(depth + prompt_tokens + decode_tokens + 1);
-        let opts = LoadOptions { device: DeviceChoice::Cpu, context_length, kv_cache };
+        let opts = LoadOptions { device, context_length, kv_cache };
         let mut engine = Engine::load_with(&path, &opts).expect("load");
         let tok = engine.tokenizer();
         // Enough text for the depth and the prompt (the dense synthetic files spend a
@@ -137,7 +147,7 @@ fn main() {
         let best_tg = 1.0 / steps[steps.len() / 2];
         let rss_mib = peak_rss_mib();
         let bytes = bytes_per_token(&GgufFile::open(&path).expect("open"));
-        let bandwidth = if smoke { f64::NAN } else { read_bandwidth_gbs() };
+        let bandwidth = if smoke || device != DeviceChoice::Cpu { f64::NAN } else { read_bandwidth_gbs() };
         let threads = std::env::var("RAYON_NUM_THREADS")
             .unwrap_or_else(|_| std::thread::available_parallelism().map(|n| n.get().to_string()).unwrap_or_default());
         println!(

@@ -20,6 +20,7 @@ use crate::kernels::glu::{glu_rows, OAI_ALPHA, OAI_LIMIT};
 use super::arch::{Activation, ArchSpec, Gating, RopeStyle};
 use super::attention::{attend, soft_cap};
 use super::config::{Hyperparams, Yarn};
+use super::cuda;
 use super::kv_cache::KvCache;
 use super::qlinear::QLinear;
 use super::rowwise::{rms_norm, rope};
@@ -142,6 +143,8 @@ struct Layer {
     window: Option<usize>,
     /// One attention-sink logit per query head (gpt-oss's `attn_sinks`), if any.
     sinks: Option<Vec<f32>>,
+    /// The same on the model's device, for the CUDA decode kernels (off the CPU only).
+    sinks_dev: Option<Tensor>,
     /// Index into `Decoder::rope_tables`; `None` for a layer without RoPE.
     rope: Option<usize>,
     /// One cache per slot.
@@ -156,13 +159,22 @@ struct RopeTable {
     inv_freq: Vec<f32>,
     /// cos and sin are multiplied by this (YaRN's magnitude; 1 otherwise).
     mscale: f32,
+    /// `inv_freq` on the model's device, for the CUDA decode kernels (off the CPU only).
+    inv_freq_dev: Option<Tensor>,
 }
 
 impl RopeTable {
     /// `(cos, sin)` of `positions`, each `(positions.len(), rope_dim / 2)`.
     fn at(&self, positions: impl ExactSizeIterator<Item = usize>, device: &Device) -> Result<(Tensor, Tensor)> {
         let (half, t) = (self.inv_freq.len(), positions.len());
-        let (mut cos, mut sin) = (Vec::with_capacity(t * half), Vec::with_capacity(t * half));
+        let (cos, sin) = self.values(positions);
+        Ok((Tensor::from_vec(cos, (t, half), device)?, Tensor::from_vec(sin, (t, half), device)?))
+    }
+
+    /// The values of [`RopeTable::at`], row-major, on the host.
+    fn values(&self, positions: impl ExactSizeIterator<Item = usize>) -> (Vec<f32>, Vec<f32>) {
+        let n = positions.len() * self.inv_freq.len();
+        let (mut cos, mut sin) = (Vec::with_capacity(n), Vec::with_capacity(n));
         for p in positions {
             for f in &self.inv_freq {
                 let a = p as f32 * f;
@@ -170,7 +182,7 @@ impl RopeTable {
                 sin.push(a.sin() * self.mscale);
             }
         }
-        Ok((Tensor::from_vec(cos, (t, half), device)?, Tensor::from_vec(sin, (t, half), device)?))
+        (cos, sin)
     }
 }
 
@@ -192,9 +204,28 @@ pub struct Decoder {
     pos: Vec<usize>,
     /// The slot `forward`, `forward_tail`, `position` and `truncate` act on.
     slot: usize,
+    /// The fixed inputs and output of a CUDA decode step (allocated at its first use).
+    step: Option<StepTensors>,
+    /// Captured CUDA decode steps.
+    graphs: cuda::Graphs,
+}
+
+/// What a single-sequence CUDA decode step reads and writes, at fixed device
+/// addresses so that a captured graph of the step replays ([`cuda::Graphs`]).
+#[derive(Debug)]
+struct StepTensors {
+    /// The token, `(1)` u32.
+    ids: Tensor,
+    /// Its position, `(1)` u32 (the kernels read it from here).
+    pos: Tensor,
+    /// RoPE's `(cos, sin)` of that position per table, each `(1, rope_dim / 2)`.
+    ropes: Vec<(Tensor, Tensor)>,
+    /// The step's logits, `(1, vocab)`.
+    logits: Tensor,
 }
 
 /// Which rows of a forward pass belong to which sequence.
+#[derive(Clone, Copy)]
 enum Rows<'a> {
     /// All rows are one sequence: `slot`, starting at position `pos`.
     One { slot: usize, pos: usize },
@@ -416,6 +447,11 @@ impl Decoder {
             });
         }
 
+        if !device.is_cpu() {
+            for table in &mut rope_tables {
+                table.inv_freq_dev = Some(Tensor::new(table.inv_freq.as_slice(), device)?);
+            }
+        }
         let mut layers = Vec::with_capacity(hp.n_layer);
         for i in 0..hp.n_layer {
             let p = |s: &str| format!("blk.{i}.{s}");
@@ -475,6 +511,10 @@ impl Decoder {
                 (None, None)
             };
             let sinks = ld.opt_vec(&p("attn_sinks.weight"), hp.n_head)?;
+            let sinks_dev = match &sinks {
+                Some(z) if !device.is_cpu() => Some(Tensor::from_slice(z, hp.n_head, device)?),
+                _ => None,
+            };
             let is_local = match spec.sliding_window {
                 Some(sw) => (i + 1) % sw.pattern != 0,
                 None => false,
@@ -492,6 +532,7 @@ impl Decoder {
                 post_ffn_norm,
                 window: if is_local { hp.sliding_window } else { None },
                 sinks,
+                sinks_dev,
                 rope: match spec.no_rope_every {
                     Some(n) if (i + 1) % n == 0 => None,
                     _ => Some(if is_local { 1 } else { 0 }),
@@ -512,6 +553,8 @@ impl Decoder {
             device: device.clone(),
             pos: vec![0],
             slot: 0,
+            step: None,
+            graphs: cuda::Graphs::default(),
         };
         decoder.prepare();
         Ok(decoder)
@@ -650,9 +693,12 @@ impl Decoder {
         if pos + t > self.max_context {
             return Err(Error::ContextOverflow { prompt_tokens: pos + t, context_length: self.max_context });
         }
+        if t == 1 && cuda::fused(&self.device) {
+            return self.decode_step(tokens[0]);
+        }
         let x = self.embed_tokens(tokens)?; // (1, t, n_embd)
         let ropes = self.rope_tables.iter().map(|r| r.at(pos..pos + t, &self.device)).collect::<Result<Vec<_>>>()?;
-        let x = self.layers_forward(x, Rows::One { slot, pos }, &ropes)?;
+        let x = self.layers_forward(x, Rows::One { slot, pos }, &ropes, None)?;
         self.pos[slot] += t;
         let tail = x.narrow(1, t - n, n)?; // (1, n, n_embd), contiguous: one sequence
         self.head(&tail)
@@ -697,11 +743,92 @@ impl Decoder {
             .iter()
             .map(|r| r.at(rows.iter().map(|r| r.1), &self.device))
             .collect::<Result<Vec<_>>>()?;
-        let x = self.layers_forward(x, Rows::Each(&rows), &ropes)?;
+        // The CUDA kernels read each row's position from the device.
+        let positions = match cuda::fused(&self.device) {
+            true => Some(Tensor::new(rows.iter().map(|r| r.1 as u32).collect::<Vec<_>>(), &self.device)?),
+            false => None,
+        };
+        let x = self.layers_forward(x, Rows::Each(&rows), &ropes, positions.as_ref())?;
         for &(slot, _) in &rows {
             self.pos[slot] += 1;
         }
         self.head(&x)
+    }
+
+    /// One token of the current slot through the CUDA decode step: inputs written into
+    /// [`StepTensors`], the step replayed from a captured graph where it can be
+    /// ([`cuda::Graphs`]), logits `(1, vocab)` copied out of the step's fixed output.
+    fn decode_step(&mut self, token: u32) -> Result<Tensor> {
+        let (slot, pos) = (self.slot, self.pos[self.slot]);
+        let vocab = self.embed_rows();
+        if token as usize >= vocab {
+            return Err(Error::InvalidParameter {
+                name: "tokens",
+                reason: format!("token id {token} >= vocab {vocab}"),
+            });
+        }
+        let widths = (self.hp.n_head_kv, self.hp.head_dim, self.hp.v_head_dim);
+        for layer in &mut self.layers {
+            layer.caches[slot].reserve(pos + 1, widths, &self.device)?;
+        }
+        if self.step.is_none() {
+            let dev = &self.device;
+            let ropes = self.rope_tables.iter().map(|r| r.at(0..1, dev)).collect::<Result<Vec<_>>>()?;
+            self.step = Some(StepTensors {
+                ids: Tensor::zeros(1, DType::U32, dev)?,
+                pos: Tensor::zeros(1, DType::U32, dev)?,
+                ropes,
+                logits: Tensor::zeros((1, self.output.out_features()), DType::F32, dev)?,
+            });
+        }
+        let step = self.step.take().expect("made above");
+        let ran = self.run_step(&step, slot, pos, token);
+        self.step = Some(step);
+        ran?;
+        for layer in &mut self.layers {
+            layer.caches[slot].set_len(pos + 1);
+        }
+        self.pos[slot] += 1;
+        Ok(self.step.as_ref().expect("kept above").logits.copy()?)
+    }
+
+    /// [`Decoder::decode_step`]'s device work, replayed or captured by `self.graphs`
+    /// when the architecture allows (no host round trip inside the step: no mixture of
+    /// experts, whose routing is read back, and no per-position query scale).
+    fn run_step(&mut self, step: &StepTensors, slot: usize, pos: usize, token: u32) -> Result<()> {
+        cuda::write_u32(&step.ids, &[token])?;
+        cuda::write_u32(&step.pos, &[pos as u32])?;
+        for (table, (cos, sin)) in self.rope_tables.iter().zip(&step.ropes) {
+            let (c, s) = table.values(pos..pos + 1);
+            cuda::write_f32(cos, &c)?;
+            cuda::write_f32(sin, &s)?;
+        }
+        let capturable =
+            self.hp.attn_temperature.is_none() && !self.layers.iter().any(|l| matches!(l.ffn, Ffn::Moe(_)));
+        let body = |d: &mut Self| -> Result<()> {
+            let x = d.embed_ids(&step.ids)?;
+            let x = d.layers_forward(x, Rows::One { slot, pos }, &step.ropes, Some(&step.pos))?;
+            let logits = d.head(&x.narrow(1, 0, 1)?)?; // (1, vocab)
+            step.logits.slice_set(&logits, 0, 0)?;
+            Ok(())
+        };
+        if !capturable {
+            return body(self);
+        }
+        let mut key = vec![slot as u64];
+        for layer in &self.layers {
+            let (k, v) = layer.caches[slot].buffers().ok_or_else(|| Error::InvalidParameter {
+                name: "kv cache",
+                reason: "not allocated before a decode step".into(),
+            })?;
+            key.extend(cuda::buffer_ids(&[k, v])?);
+            key.push(k.dim(2)? as u64); // the capacity sets the kernels' launch shapes
+        }
+        let mut graphs = std::mem::take(&mut self.graphs);
+        let device = self.device.clone();
+        let ran = graphs.run(&device, key, || body(self));
+        self.graphs = graphs;
+        ran
     }
 
     /// Token ids `(t)` → scaled embeddings `(1, t, n_embd)`.
@@ -710,8 +837,12 @@ impl Decoder {
         if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= vocab) {
             return Err(Error::InvalidParameter { name: "tokens", reason: format!("token id {bad} >= vocab {vocab}") });
         }
-        let ids = Tensor::new(tokens, &self.device)?;
-        let x = self.embed.embedding(&ids)?.unsqueeze(0)?;
+        self.embed_ids(&Tensor::new(tokens, &self.device)?)
+    }
+
+    /// Token ids already on the device, `(t)` u32 and in range → `(1, t, n_embd)`.
+    fn embed_ids(&self, ids: &Tensor) -> Result<Tensor> {
+        let x = self.embed.embedding(ids)?.unsqueeze(0)?;
         let x = if self.spec.embed_scale { (x * (self.hp.n_embd as f64).sqrt())? } else { x };
         Ok(match self.hp.scales.embedding {
             Some(s) => (x * s as f64)?,
@@ -719,7 +850,16 @@ impl Decoder {
         })
     }
 
-    fn layers_forward(&mut self, mut x: Tensor, rows: Rows<'_>, ropes: &[(Tensor, Tensor)]) -> Result<Tensor> {
+    /// Every layer over `x` `(1, t, n_embd)`. `positions` (u32, one per row), when given,
+    /// sends attention through the CUDA decode kernels, which store keys and values and
+    /// read positions on the device (`t` is then one token per row).
+    fn layers_forward(
+        &mut self,
+        mut x: Tensor,
+        rows: Rows<'_>,
+        ropes: &[(Tensor, Tensor)],
+        positions: Option<&Tensor>,
+    ) -> Result<Tensor> {
         // The query multipliers of the positions (Ministral 3), `(1, 1, t, 1)`, once
         // for every layer.
         let q_scale = match self.hp.attn_temperature {
@@ -734,7 +874,7 @@ impl Decoder {
             None => None,
         };
         for li in 0..self.layers.len() {
-            x = self.layer_forward(li, &x, &rows, ropes, q_scale.as_ref())?;
+            x = self.layer_forward(li, &x, &rows, ropes, q_scale.as_ref(), positions)?;
         }
         Ok(x)
     }
@@ -764,6 +904,7 @@ impl Decoder {
         rows: &Rows<'_>,
         ropes: &[(Tensor, Tensor)],
         q_scale: Option<&Tensor>,
+        positions: Option<&Tensor>,
     ) -> Result<Tensor> {
         let hp = &self.hp;
         let (_, t, _) = x.dims3()?;
@@ -772,16 +913,64 @@ impl Decoder {
             Some(w) => rms_norm(x, w, hp.rms_eps)?,
             None => x.clone(),
         };
-        let (q, k, v) = match &layer.qkv {
-            Qkv::Separate { q, k, v } => (q.forward(&h)?, k.forward(&h)?, v.forward(&h)?),
+        // The CUDA decode kernels add the q/k/v biases themselves (unless a norm over the
+        // whole projection comes first).
+        let fused = positions.is_some() && q_scale.is_none();
+        let unbiased = fused && !layer.qk_norm_full;
+        let project = |l: &QLinear| if unbiased { l.forward_unbiased(&h) } else { l.forward(&h) };
+        let qw = hp.n_head * hp.head_dim;
+        let kw = hp.n_head_kv * hp.head_dim;
+        let vw = hp.n_head_kv * hp.v_head_dim;
+        let ((q, k, v), biases) = match &layer.qkv {
+            Qkv::Separate { q, k, v } => {
+                ((project(q)?, project(k)?, project(v)?), [q.bias().cloned(), k.bias().cloned(), v.bias().cloned()])
+            }
             Qkv::Fused(w) => {
-                let qkv = w.forward(&h)?;
-                let qw = hp.n_head * hp.head_dim;
-                let kw = hp.n_head_kv * hp.head_dim;
-                let vw = hp.n_head_kv * hp.v_head_dim;
-                (qkv.narrow(2, 0, qw)?, qkv.narrow(2, qw, kw)?, qkv.narrow(2, qw + kw, vw)?)
+                let qkv = project(w)?;
+                let part = |b: &Tensor, at, n| b.narrow(0, at, n);
+                let biases = match w.bias() {
+                    Some(b) => [Some(part(b, 0, qw)?), Some(part(b, qw, kw)?), Some(part(b, qw + kw, vw)?)],
+                    None => [None, None, None],
+                };
+                ((qkv.narrow(2, 0, qw)?, qkv.narrow(2, qw, kw)?, qkv.narrow(2, qw + kw, vw)?), biases)
             }
         };
+        let biases = if unbiased { biases } else { [None, None, None] };
+        // Decode on the CUDA kernels: from the projections to the attention output in
+        // three launches per row (a per-position query scale takes the general path).
+        if let (Some(p), true) = (positions, fused) {
+            let (q, k) = match layer.qk_norm_full {
+                true => (rms_norm(&q.contiguous()?, layer.q_norm.as_ref().expect("full norms"), hp.rms_eps)?, {
+                    rms_norm(&k.contiguous()?, layer.k_norm.as_ref().expect("full norms"), hp.rms_eps)?
+                }),
+                false => (q, k),
+            };
+            // (Clones share the weights: the cache store below borrows the layer.)
+            let (qn, kn) = match layer.qk_norm_full {
+                true => (None, None),
+                false => (layer.q_norm.clone(), layer.k_norm.clone()),
+            };
+            let norms = (qn.as_ref(), kn.as_ref(), hp.rms_eps);
+            let rope = match layer.rope {
+                Some(r) => Some(cuda::Rope {
+                    inv_freq: self.rope_tables[r].inv_freq_dev.as_ref().ok_or_else(|| Error::InvalidParameter {
+                        name: "rope",
+                        reason: "no device copy of the frequencies".into(),
+                    })?,
+                    mscale: self.rope_tables[r].mscale,
+                    dims: hp.rope_dim,
+                    interleaved: matches!(self.spec.rope, RopeStyle::Interleaved),
+                }),
+                None => None,
+            };
+            // A window of a fused projection is copied out (contiguous ones are not).
+            let (q, k, v) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
+            let (d, dv) = (hp.head_dim, hp.v_head_dim);
+            let qkv = [projection(&q, d)?, projection(&k, d)?, projection(&v, dv)?];
+            let biases = [biases[0].as_ref(), biases[1].as_ref(), biases[2].as_ref()];
+            let o = fused_attention(layer, hp, *rows, p, qkv, biases, norms, rope)?;
+            return self.layer_tail(li, x, o);
+        }
         let norm = |x: Tensor, w: &Option<Tensor>| -> Result<Tensor> {
             Ok(match w {
                 Some(w) => rms_norm(&x.contiguous()?, w, hp.rms_eps)?,
@@ -806,9 +995,13 @@ impl Decoder {
             None => q,
         };
 
-        let o = match *rows {
-            Rows::One { slot, pos } => layer_attention(layer, hp, slot, pos, &q, &k, &v)?, // (1, t, h * dv)
-            Rows::Each(rows) => {
+        let o = match (*rows, positions) {
+            (rows, Some(p)) => {
+                let qkv = [heads_first(&q)?, heads_first(&k)?, heads_first(&v)?];
+                fused_attention(layer, hp, rows, p, qkv, [None; 3], (None, None, 0.0), None)?
+            }
+            (Rows::One { slot, pos }, None) => layer_attention(layer, hp, slot, pos, &q, &k, &v)?, // (1, t, h * dv)
+            (Rows::Each(rows), None) => {
                 let mut out = Vec::with_capacity(rows.len());
                 for (i, &(slot, pos)) in rows.iter().enumerate() {
                     let (q, k, v) = (q.narrow(2, i, 1)?, k.narrow(2, i, 1)?, v.narrow(2, i, 1)?);
@@ -817,6 +1010,12 @@ impl Decoder {
                 Tensor::cat(&out, 1)? // (1, b, h * dv)
             }
         };
+        self.layer_tail(li, x, o)
+    }
+
+    /// The rest of layer `li` after attention: output projection, residual, FFN.
+    fn layer_tail(&self, li: usize, x: &Tensor, o: Tensor) -> Result<Tensor> {
+        let (hp, layer) = (&self.hp, &self.layers[li]);
         let mut o = layer.attn_out.forward(&o)?;
         if let Some(w) = &layer.post_attn_norm {
             o = rms_norm(&o, w, hp.rms_eps)?;
@@ -824,11 +1023,19 @@ impl Decoder {
         if let Some(s) = hp.scales.residual {
             o = (o * s as f64)?;
         }
-        let x = (x + o)?;
-
-        let h = match &layer.ffn_norm {
-            Some(w) => rms_norm(&x, w, hp.rms_eps)?,
-            None => x.clone(),
+        let (x, h) = match &layer.ffn_norm {
+            Some(w) if cuda::fused(x.device()) => {
+                cuda::add_rms_norm(&x.contiguous()?, &o.contiguous()?, w, hp.rms_eps)?
+            }
+            Some(w) => {
+                let x = (x + o)?;
+                let h = rms_norm(&x, w, hp.rms_eps)?;
+                (x, h)
+            }
+            None => {
+                let x = (x + o)?;
+                (x.clone(), x)
+            }
         };
         let mut f = ffn_forward(&layer.ffn, self.spec.activation, &h)?;
         if let Some(w) = &layer.post_ffn_norm {
@@ -845,7 +1052,14 @@ impl Decoder {
 fn ffn_forward(ffn: &Ffn, activation: Activation, h: &Tensor) -> Result<Tensor> {
     Ok(match ffn {
         Ffn::GateUp { gate, up, down } => {
-            down.forward(&glu_tensors(activation, &gate.forward(h)?, &up.forward(h)?)?)?
+            let (g, u) = (gate.forward(h)?, up.forward(h)?);
+            let (_, rows, n) = g.dims3()?;
+            match cuda::fused(h.device()) {
+                true => {
+                    down.forward(&cuda::glu(activation, (&g.contiguous()?, 0), (&u.contiguous()?, 0), n, (rows, n))?)?
+                }
+                false => down.forward(&glu_tensors(activation, &g, &u)?)?,
+            }
         }
         Ffn::FusedGateUp { gate_up, down } => {
             let gu = gate_up.forward(h)?;
@@ -856,6 +1070,10 @@ fn ffn_forward(ffn: &Ffn, activation: Activation, h: &Tensor) -> Result<Tensor> 
                 let mut act = vec![0f32; b * t * half];
                 glu_rows(activation, &gu, half, &mut act)?;
                 down.forward(&Tensor::from_vec(act, (b, t, half), h.device())?.to_dtype(h.dtype())?)?
+            } else if cuda::fused(gu.device()) {
+                let (_, rows, _) = gu.dims3()?;
+                let gu = gu.contiguous()?;
+                down.forward(&cuda::glu(activation, (&gu, 0), (&gu, half), 2 * half, (rows, half))?)?
             } else {
                 down.forward(&glu_tensors(activation, &gu.narrow(2, 0, half)?, &gu.narrow(2, half, half)?)?)?
             }
@@ -982,6 +1200,86 @@ fn add_bias(rows: &mut [f32], bias: Option<&[f32]>) {
     }
 }
 
+/// A contiguous q, k or v projection `(1, rows, heads · width)` as [`cuda::Heads`]:
+/// head stride `width`, row stride the whole row.
+fn projection(t: &Tensor, width: usize) -> Result<cuda::Heads<'_>> {
+    let (_, _, row_stride) = t.dims3()?;
+    Ok(cuda::Heads { t, head_stride: width, row_stride })
+}
+
+/// A contiguous `(1, heads, rows, width)` tensor as [`cuda::Heads`]: head stride
+/// `rows · width`, row stride `width`.
+fn heads_first(t: &Tensor) -> Result<cuda::Heads<'_>> {
+    let (_, _, rows, width) = t.dims4()?;
+    Ok(cuda::Heads { t, head_stride: rows * width, row_stride: width })
+}
+
+/// Decode attention on the CUDA kernels ([`cuda::attend`]): row `i` of `qkv` (one
+/// token of sequence `rows[i].0` at position `rows[i].1`, which `positions[i]` holds on
+/// the device) gets its biases, is normed, rotated, stored in that slot's cache and
+/// attended → `(1, rows, h · dv)`.
+#[allow(clippy::too_many_arguments)]
+fn fused_attention(
+    layer: &mut Layer,
+    hp: &Hyperparams,
+    rows: Rows<'_>,
+    positions: &Tensor,
+    qkv: [cuda::Heads<'_>; 3],
+    biases: [Option<&Tensor>; 3],
+    norms: (Option<&Tensor>, Option<&Tensor>, f32),
+    rope: Option<cuda::Rope<'_>>,
+) -> Result<Tensor> {
+    let one;
+    let rows = match rows {
+        Rows::One { slot, pos } => {
+            one = [(slot, pos)];
+            &one[..]
+        }
+        Rows::Each(rows) => rows,
+    };
+    let widths = (hp.n_head_kv, hp.head_dim, hp.v_head_dim);
+    let mut caches = Vec::with_capacity(rows.len());
+    for &(slot, pos) in rows {
+        let cache = &mut layer.caches[slot];
+        cache.reserve(pos + 1, widths, positions.device())?;
+        let (kc, vc) = cache.buffers().expect("reserved above");
+        caches.push((kc.clone(), vc.clone()));
+    }
+    let caches: Vec<(&Tensor, &Tensor)> = caches.iter().map(|(k, v)| (k, v)).collect();
+    let shape = attention_shape(layer.window, hp, 1, 0, 0, 1, None);
+    let out = cuda::attend(&shape, qkv, biases, norms, rope, &caches, positions, layer.sinks_dev.as_ref())?;
+    for &(slot, pos) in rows {
+        layer.caches[slot].set_len(pos + 1);
+    }
+    Ok(out)
+}
+
+/// The attention of `queries` rows from `pos` over keys `first_key..first_key + keys`.
+fn attention_shape<'a>(
+    window: Option<usize>,
+    hp: &Hyperparams,
+    queries: usize,
+    pos: usize,
+    first_key: usize,
+    keys: usize,
+    sinks: Option<&'a [f32]>,
+) -> AttentionShape<'a> {
+    AttentionShape {
+        n_head: hp.n_head,
+        n_kv_head: hp.n_head_kv,
+        head_dim: hp.head_dim,
+        v_head_dim: hp.v_head_dim,
+        queries,
+        pos,
+        first_key,
+        keys,
+        window,
+        scale: hp.scales.attention.unwrap_or((1.0 / (hp.head_dim as f64).sqrt()) as f32),
+        softcap: hp.scales.attention_softcap,
+        sinks,
+    }
+}
+
 /// One sequence's attention in one layer: append `k`, `v` `(1, n_kv_head, t, d)` at
 /// `pos` to `slot`'s cache and attend `q` `(1, n_head, t, d)` to it → `(1, t, h · dv)`.
 #[allow(clippy::too_many_arguments)]
@@ -1007,20 +1305,7 @@ fn layer_attention(
     } else {
         (k_all, v_all)
     };
-    let shape = AttentionShape {
-        n_head: hp.n_head,
-        n_kv_head: hp.n_head_kv,
-        head_dim: hp.head_dim,
-        v_head_dim: hp.v_head_dim,
-        queries: t,
-        pos,
-        first_key,
-        keys: total - first_key,
-        window: layer.window,
-        scale: hp.scales.attention.unwrap_or((1.0 / (hp.head_dim as f64).sqrt()) as f32),
-        softcap: hp.scales.attention_softcap,
-        sinks: layer.sinks.as_deref(),
-    };
+    let shape = attention_shape(layer.window, hp, t, pos, first_key, total - first_key, layer.sinks.as_deref());
     attend(q, &k_all, &v_all, shape)
 }
 
@@ -1042,7 +1327,7 @@ fn rope_table(
     if let Some(ff) = &factors {
         inv_freq.iter_mut().zip(ff).for_each(|(f, ff)| *f /= ff);
     }
-    Ok(RopeTable { inv_freq, mscale: yarn.map_or(1.0, |y| y.mscale) })
+    Ok(RopeTable { inv_freq, mscale: yarn.map_or(1.0, |y| y.mscale), inv_freq_dev: None })
 }
 
 fn apply_rope(x: &Tensor, (cos, sin): &(Tensor, Tensor), rope_dim: usize, style: RopeStyle) -> Result<Tensor> {

@@ -69,6 +69,42 @@ impl KvCache {
     }
 }
 
+impl KvCache {
+    /// Make room for `need` positions without appending (keys `(1, heads, cap, d)`,
+    /// values `(1, heads, cap, dv)`, allocated on `device` if there are none yet):
+    /// the CUDA decode step writes a position into the buffers itself
+    /// ([`KvCache::buffers`], [`KvCache::set_len`]).
+    ///
+    /// Cost: nothing when there is room; else one regrowth as in [`KvCache::append`].
+    ///
+    /// # Errors
+    /// On a candle error allocating or copying.
+    pub fn reserve(&mut self, need: usize, (heads, d, dv): (usize, usize, usize), device: &Device) -> Result<()> {
+        let cap = self.k.as_ref().map(|b| b.dim(2)).transpose()?.unwrap_or(0);
+        if need <= cap {
+            return Ok(());
+        }
+        let new_cap = need.max(cap * 2).max(256);
+        let like_k = Tensor::zeros((1, heads, 1, d), self.dtype, device)?;
+        let like_v = Tensor::zeros((1, heads, 1, dv), self.dtype, device)?;
+        self.k = Some(grow(self.k.as_ref(), &like_k, self.len, new_cap, self.dtype)?);
+        self.v = Some(grow(self.v.as_ref(), &like_v, self.len, new_cap, self.dtype)?);
+        Ok(())
+    }
+
+    /// The whole key and value buffers, `(1, heads, capacity, width)`, if allocated.
+    pub fn buffers(&self) -> Option<(&Tensor, &Tensor)> {
+        self.k.as_ref().zip(self.v.as_ref())
+    }
+
+    /// Set the number of cached positions to `len` (at most the capacity) after
+    /// positions were written into [`KvCache::buffers`] directly.
+    pub fn set_len(&mut self, len: usize) {
+        let cap = self.k.as_ref().and_then(|b| b.dim(2).ok()).unwrap_or(0);
+        self.len = len.min(cap);
+    }
+}
+
 fn grow(old: Option<&Tensor>, like: &Tensor, len: usize, cap: usize, dtype: DType) -> Result<Tensor> {
     let (b, h, _, d) = like.dims4()?;
     let dev: &Device = like.device();

@@ -17,6 +17,7 @@
 pub mod arch;
 mod attention;
 pub mod config;
+mod cuda;
 pub mod decoder;
 pub mod kv_cache;
 pub mod qlinear;

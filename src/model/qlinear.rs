@@ -124,14 +124,28 @@ impl QLinear {
     /// # Errors
     /// On a shape mismatch.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = match &self.weight {
-            Weight::Candle(w) => w.forward(x)?,
-            Weight::Kernels(w) => x.to_dtype(DType::F32)?.contiguous()?.apply_op1_no_bwd(&KernelMatmul(w))?,
-        };
+        let y = self.forward_unbiased(x)?;
         Ok(match &self.bias {
             Some(b) => y.broadcast_add(b)?,
             None => y,
         })
+    }
+
+    /// [`QLinear::forward`] without the bias: for a caller that adds [`QLinear::bias`]
+    /// itself, inside a fused kernel (the CUDA decode step's q/k/v).
+    ///
+    /// # Errors
+    /// On a shape mismatch.
+    pub fn forward_unbiased(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(match &self.weight {
+            Weight::Candle(w) => w.forward(x)?,
+            Weight::Kernels(w) => x.to_dtype(DType::F32)?.contiguous()?.apply_op1_no_bwd(&KernelMatmul(w))?,
+        })
+    }
+
+    /// The bias `(out_features)`, if any.
+    pub fn bias(&self) -> Option<&Tensor> {
+        self.bias.as_ref()
     }
 
     /// Gather rows (token embedding lookup) without dequantizing the whole matrix.

@@ -282,3 +282,33 @@ fn a_query_gets_the_same_bits_in_any_call() {
         }
     }
 }
+
+/// The KV cache's direct-write path (what the CUDA decode step uses): `reserve` makes
+/// room without appending and keeps what was cached, `set_len` counts a position
+/// written into `buffers`, and a later `append` continues after it.
+#[test]
+fn kv_cache_reserve_then_append_keeps_positions() {
+    use candle_core::{DType, Device, Tensor};
+    use toolgate::model::kv_cache::KvCache;
+    let dev = Device::Cpu;
+    let row = |x: f32, w: usize| Tensor::full(x, (1, 2, 1, w), &dev).unwrap();
+    let mut cache = KvCache::new(DType::F32);
+    assert!(cache.buffers().is_none());
+    cache.append(&row(1.0, 4), &row(10.0, 3)).unwrap();
+    cache.reserve(300, (2, 4, 3), &dev).unwrap(); // regrows past the first 256
+    let (k, v) = cache.buffers().unwrap();
+    assert_eq!((k.dims(), v.dims()), (&[1, 2, 512, 4][..], &[1, 2, 512, 3][..]));
+    assert_eq!(cache.len(), 1, "reserve appends nothing");
+    // Position 1 written in place, as the CUDA kernel does.
+    k.slice_set(&row(2.0, 4), 2, 1).unwrap();
+    v.slice_set(&row(20.0, 3), 2, 1).unwrap();
+    cache.set_len(2);
+    let (k, v) = cache.append(&row(3.0, 4), &row(30.0, 3)).unwrap();
+    let firsts = |t: &Tensor| {
+        t.narrow(1, 0, 1).unwrap().narrow(3, 0, 1).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap()
+    };
+    assert_eq!(firsts(&k), [1.0, 2.0, 3.0]);
+    assert_eq!(firsts(&v), [10.0, 20.0, 30.0]);
+    cache.set_len(10_000);
+    assert_eq!(cache.len(), 512, "set_len stops at the capacity");
+}

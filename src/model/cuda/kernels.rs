@@ -1,0 +1,335 @@
+//! Launchers of toolgate's own CUDA kernels (`kernels/decode.cu`, compiled to PTX by
+//! `build.rs`): the attention of decode rows (per-head norms, RoPE, the KV-cache store,
+//! flash-decoding), the gated activation and the residual sum with the next norm.
+//!
+//! They take candle tensors and launch on candle's stream, so they interleave with
+//! candle's ops and can be captured into a CUDA graph with them. Both read the row's
+//! position from a device tensor (`pos`, u32), never from a launch parameter: a graph
+//! captured at one position replays at the next.
+
+use std::sync::Arc;
+
+use candle_core::cuda_backend::cudarc::driver::{CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::CudaDevice;
+use candle_core::{DType, Storage, Tensor};
+
+use super::{Heads, Rope};
+use crate::{Error, Result};
+
+const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/decode.ptx"));
+const MODULE: &str = "toolgate_decode";
+/// Threads of an attention block: `ATTN_WARPS` (decode.cu) warps.
+const ATTN_THREADS: u32 = 128;
+/// The widest head the attention kernel holds (`MAX_D` in decode.cu).
+pub(crate) const MAX_HEAD_DIM: usize = 512;
+
+fn bad(reason: String) -> Error {
+    Error::InvalidParameter { name: "cuda decode", reason }
+}
+
+/// The CUDA device of `t`.
+fn cuda_device(t: &Tensor) -> Result<CudaDevice> {
+    Ok(t.device().as_cuda_device()?.clone())
+}
+
+/// The device address of `t`'s first element (f32 or u32), which must be on `stream`'s
+/// device. The caller keeps `t` alive until the kernel that reads it is launched (freeing
+/// is ordered on the stream after that kernel).
+fn address(t: &Tensor, stream: &Arc<CudaStream>) -> Result<u64> {
+    let (storage, layout) = t.storage_and_layout();
+    let Storage::Cuda(cs) = &*storage else { return Err(bad("a CUDA tensor expected".into())) };
+    let (base, elem) = match t.dtype() {
+        DType::F32 => (cs.as_cuda_slice::<f32>()?.device_ptr(stream).0, 4),
+        DType::U32 => (cs.as_cuda_slice::<u32>()?.device_ptr(stream).0, 4),
+        other => return Err(bad(format!("f32 or u32 tensor expected, got {other:?}"))),
+    };
+    Ok(base + (layout.start_offset() * elem) as u64)
+}
+
+/// What [`attend`] needs to know of a layer's attention (the fields of
+/// [`crate::kernels::attention::AttentionShape`] that do not change per step).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DecodeShape {
+    pub n_head: usize,
+    pub n_kv_head: usize,
+    pub head_dim: usize,
+    pub v_head_dim: usize,
+    /// Each query sees only keys less than `window` positions back.
+    pub window: Option<usize>,
+    pub scale: f32,
+    pub softcap: Option<f32>,
+}
+
+/// Decode attention of `rows` rows, one token each, row `r` at position `pos[r]` of
+/// the sequence whose cache is `caches[r]` (`(1, n_kv_head, cap, head_dim)` keys and
+/// `(1, n_kv_head, cap, v_head_dim)` values, contiguous f32, `cap > pos[r]`): the
+/// `biases` (one per projection, its whole width) are added, each query and key head is RMS-normed by `norms` (per-head weights, when given) and
+/// rotated by `rope` (when given), the keys and values are stored in the cache, and
+/// the queries attend to keys `0..=pos[r]` (less those outside the window; with the
+/// head's sink logit from `sinks`). Returns `(1, rows, n_head · v_head_dim)`.
+///
+/// The keys are split into shares (flash-decoding) so that about two blocks per
+/// multiprocessor run whatever the head count; the number of shares depends on the
+/// cache's capacity only, so one captured graph serves every position below it.
+///
+/// Cost: three launches per row; reads the visible keys and values once.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] on a shape or type mismatch (nothing is launched);
+/// a candle/driver error if a launch fails.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attend(
+    s: &DecodeShape,
+    [q, k, v]: [Heads<'_>; 3],
+    biases: [Option<&Tensor>; 3],
+    norms: (Option<&Tensor>, Option<&Tensor>, f32),
+    rope: Option<Rope<'_>>,
+    caches: &[(&Tensor, &Tensor)],
+    pos: &Tensor,
+    sinks: Option<&Tensor>,
+) -> Result<Tensor> {
+    let (d, dv, rows) = (s.head_dim, s.v_head_dim, caches.len());
+    let covers = |h: &Heads<'_>, heads: usize, width: usize| {
+        rows > 0 && (rows - 1) * h.row_stride + (heads - 1) * h.head_stride + width <= h.t.elem_count()
+    };
+    let f32_contiguous = |t: &Tensor| t.dtype() == DType::F32 && t.is_contiguous();
+    let cache_ok = caches.iter().all(|(kc, vc)| {
+        let cap = kc.dim(2).unwrap_or(0);
+        f32_contiguous(kc)
+            && f32_contiguous(vc)
+            && kc.dims() == [1, s.n_kv_head, cap, d]
+            && vc.dims() == [1, s.n_kv_head, cap, dv]
+    });
+    let norm_ok = |w: Option<&Tensor>| w.is_none_or(|w| f32_contiguous(w) && w.elem_count() == d);
+    let widths = [s.n_head * d, s.n_kv_head * d, s.n_kv_head * dv];
+    let bias_ok = biases.iter().zip(widths).all(|(b, n)| b.is_none_or(|b| f32_contiguous(b) && b.elem_count() == n));
+    if s.n_kv_head == 0
+        || !s.n_head.is_multiple_of(s.n_kv_head)
+        || d > MAX_HEAD_DIM
+        || dv > MAX_HEAD_DIM
+        || ![q.t, k.t, v.t].iter().all(|t| f32_contiguous(t))
+        || !covers(&q, s.n_head, d)
+        || !covers(&k, s.n_kv_head, d)
+        || !covers(&v, s.n_kv_head, dv)
+        || !cache_ok
+        || pos.dtype() != DType::U32
+        || pos.elem_count() < rows
+        || !norm_ok(norms.0)
+        || !norm_ok(norms.1)
+        || !bias_ok
+        || rope.is_some_and(|r| r.dims > d || !r.dims.is_multiple_of(2) || r.inv_freq.elem_count() < r.dims / 2)
+        || sinks.is_some_and(|z| z.elem_count() != s.n_head || z.dtype() != DType::F32)
+    {
+        return Err(bad(format!("unsupported decode attention: {s:?}, {rows} rows")));
+    }
+    let device = q.t.device();
+    let dev = cuda_device(q.t)?;
+    let stream = dev.cuda_stream();
+    let f = |name: &str| dev.get_or_load_custom_func(name, MODULE, PTX);
+    let opt = |t: Option<&Tensor>| t.map_or(Ok(0u64), |t| address(t, &stream));
+    let (qa, ka, va, pa) =
+        (address(q.t, &stream)?, address(k.t, &stream)?, address(v.t, &stream)?, address(pos, &stream)?);
+    let (qn, kn, za) = (opt(norms.0)?, opt(norms.1)?, opt(sinks)?);
+    let (qb, kb, vb) = (opt(biases[0])?, opt(biases[1])?, opt(biases[2])?);
+    let (freq, mscale, rope_dim, interleaved) = match rope {
+        Some(r) => (address(r.inv_freq, &stream)?, r.mscale, r.dims as i32, r.interleaved as i32),
+        None => (0, 1.0, 0, 0),
+    };
+    let (d_i, dv_i, nh_i, nkv_i, eps) = (d as i32, dv as i32, s.n_head as i32, s.n_kv_head as i32, norms.2);
+    let (q_hs, k_hs, v_hs) = (q.head_stride as i32, k.head_stride as i32, v.head_stride as i32);
+    let window = s.window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
+    let softcap = s.softcap.unwrap_or(0.0);
+    // SAFETY (all three): uninitialised buffers, every element written before it is read.
+    let q_out = unsafe { Tensor::empty((rows, s.n_head, d), DType::F32, device)? };
+    let out = unsafe { Tensor::empty((1, rows, s.n_head * dv), DType::F32, device)? };
+    let (qo, oa) = (address(&q_out, &stream)?, address(&out, &stream)?);
+    let (store, partial, combine) = (f("tg_qkv_store_f32")?, f("tg_attn_partial_f32")?, f("tg_attn_combine_f32")?);
+    for (r, (kc, vc)) in caches.iter().enumerate() {
+        let cap = kc.dim(2)?;
+        let (kca, vca) = (address(kc, &stream)?, address(vc, &stream)?);
+        let (row_i, cap_i, qo_hs) = (r as i32, cap as i32, d as i32);
+        let q_row = qa + (r * q.row_stride * 4) as u64;
+        let k_row = ka + (r * k.row_stride * 4) as u64;
+        let v_row = va + (r * v.row_stride * 4) as u64;
+        let qo_row = qo + (r * s.n_head * d * 4) as u64;
+        let o_row = oa + (r * s.n_head * dv * 4) as u64;
+        let mut b = store.builder();
+        b.arg(&q_row).arg(&k_row).arg(&v_row).arg(&q_hs).arg(&k_hs).arg(&v_hs).arg(&qb).arg(&kb).arg(&vb);
+        b.arg(&qn).arg(&kn).arg(&eps);
+        b.arg(&freq).arg(&mscale).arg(&rope_dim).arg(&interleaved).arg(&pa).arg(&row_i).arg(&nh_i).arg(&cap_i);
+        b.arg(&d_i).arg(&dv_i).arg(&qo_row).arg(&qo_hs).arg(&kca).arg(&vca);
+        let heads = (s.n_head + s.n_kv_head) as u32;
+        // SAFETY: the arguments match tg_qkv_store_f32's signature; every input covers
+        // the heads read (checked above); a position outside the cache is not written.
+        unsafe { b.launch(LaunchConfig { grid_dim: (heads, 1, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 }) }
+            .map_err(|e| bad(format!("qkv store launch: {e}")))?;
+
+        let n_split = shares(s.n_head, cap);
+        let parts = unsafe { Tensor::empty(s.n_head * n_split * (dv + 2), DType::F32, device)? };
+        let pm = address(&parts, &stream)?;
+        let pl = pm + (s.n_head * n_split * 4) as u64;
+        let pacc = pl + (s.n_head * n_split * 4) as u64;
+        let mut b = partial.builder();
+        b.arg(&qo_row).arg(&qo_hs).arg(&kca).arg(&vca).arg(&pa).arg(&row_i).arg(&nh_i).arg(&nkv_i).arg(&cap_i);
+        b.arg(&d_i).arg(&dv_i).arg(&window).arg(&s.scale).arg(&softcap).arg(&pm).arg(&pl).arg(&pacc);
+        let grid = (s.n_head as u32, n_split as u32, 1);
+        // SAFETY: as above; every key index the kernel reads is below pos[r] + 1 <= cap.
+        unsafe { b.launch(LaunchConfig { grid_dim: grid, block_dim: (ATTN_THREADS, 1, 1), shared_mem_bytes: 0 }) }
+            .map_err(|e| bad(format!("attention launch: {e}")))?;
+        let ns_i = n_split as i32;
+        let mut b = combine.builder();
+        b.arg(&pm).arg(&pl).arg(&pacc).arg(&za).arg(&ns_i).arg(&dv_i).arg(&o_row);
+        // SAFETY: as above; `parts` and `out` hold what the kernel indexes.
+        unsafe {
+            b.launch(LaunchConfig { grid_dim: (s.n_head as u32, 1, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 })
+        }
+        .map_err(|e| bad(format!("attention merge launch: {e}")))?;
+    }
+    Ok(out)
+}
+
+/// The gated activation `act(g) · u` of `rows` rows of `n` (`g`, `u` rows `row_stride`
+/// apart in contiguous f32 tensors; they may be two halves of one): `mode` 0 SiLU, 1
+/// GELU (tanh), 2 gpt-oss's clamped SwiGLU with `alpha`, `limit`. Returns `(1, rows, n)`.
+///
+/// # Errors
+/// On a type or size mismatch; a failed launch.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn glu(
+    g: &Tensor,
+    g_offset: usize,
+    u: &Tensor,
+    u_offset: usize,
+    row_stride: usize,
+    (rows, n): (usize, usize),
+    (mode, alpha, limit): (i32, f32, f32),
+) -> Result<Tensor> {
+    let fits = |t: &Tensor, off: usize| rows > 0 && off + (rows - 1) * row_stride + n <= t.elem_count();
+    if [g, u].iter().any(|t| t.dtype() != DType::F32 || !t.is_contiguous()) || !fits(g, g_offset) || !fits(u, u_offset)
+    {
+        return Err(bad(format!("gated activation of {rows} x {n} over {:?} / {:?}", g.dims(), u.dims())));
+    }
+    let dev = cuda_device(g)?;
+    let stream = dev.cuda_stream();
+    // SAFETY: every element is written by the kernel.
+    let out = unsafe { Tensor::empty((1, rows, n), DType::F32, g.device())? };
+    let ga = address(g, &stream)? + (g_offset * 4) as u64;
+    let ua = address(u, &stream)? + (u_offset * 4) as u64;
+    let oa = address(&out, &stream)?;
+    let (rs, n_i, rows_i) = (row_stride as i32, n as i32, rows as i32);
+    let func = dev.get_or_load_custom_func("tg_glu_f32", MODULE, PTX)?;
+    let mut b = func.builder();
+    b.arg(&ga).arg(&ua).arg(&rs).arg(&n_i).arg(&rows_i).arg(&mode).arg(&alpha).arg(&limit).arg(&oa);
+    let blocks = (rows * n).div_ceil(256) as u32;
+    // SAFETY: the arguments match tg_glu_f32; the inputs cover every index (checked).
+    unsafe { b.launch(LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }) }
+        .map_err(|e| bad(format!("gated activation launch: {e}")))?;
+    Ok(out)
+}
+
+/// `x + o` and the RMS norm of that sum with weight `w`, per last-axis row, in one
+/// launch: returns `(x + o, norm(x + o) · w)`, each shaped as `x`.
+///
+/// # Errors
+/// On a shape or type mismatch; a failed launch.
+pub(crate) fn add_rms_norm(x: &Tensor, o: &Tensor, w: &Tensor, eps: f32) -> Result<(Tensor, Tensor)> {
+    let n = x.dims().last().copied().unwrap_or(0);
+    if x.dims() != o.dims()
+        || w.elem_count() != n
+        || n == 0
+        || [x, o, w].iter().any(|t| t.dtype() != DType::F32 || !t.is_contiguous())
+    {
+        return Err(bad(format!("residual norm of {:?} + {:?} with {:?}", x.dims(), o.dims(), w.dims())));
+    }
+    let dev = cuda_device(x)?;
+    let stream = dev.cuda_stream();
+    // SAFETY: every element of both is written by the kernel.
+    let (sum, h) = unsafe { (x.empty_like()?, x.empty_like()?) };
+    let (xa, oa, wa) = (address(x, &stream)?, address(o, &stream)?, address(w, &stream)?);
+    let (sa, ha) = (address(&sum, &stream)?, address(&h, &stream)?);
+    let n_i = n as i32;
+    let func = dev.get_or_load_custom_func("tg_add_rms_norm_f32", MODULE, PTX)?;
+    let mut b = func.builder();
+    b.arg(&xa).arg(&oa).arg(&wa).arg(&eps).arg(&n_i).arg(&sa).arg(&ha);
+    let rows = (x.elem_count() / n) as u32;
+    // SAFETY: the arguments match tg_add_rms_norm_f32; all three hold `rows` rows of n.
+    unsafe { b.launch(LaunchConfig { grid_dim: (rows, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }) }
+        .map_err(|e| bad(format!("residual norm launch: {e}")))?;
+    Ok((sum, h))
+}
+
+/// Shares of the keys per query head: enough blocks for ~264 (two per multiprocessor
+/// of an H100/H200), at least 64 cache rows per share.
+fn shares(n_head: usize, cap: usize) -> usize {
+    264usize.div_ceil(n_head.max(1)).clamp(1, (cap / 64).max(1))
+}
+
+/// Overwrite the contiguous u32 tensor `t` with `values` (same length), in place: the
+/// inputs of a captured graph live at fixed addresses.
+///
+/// # Errors
+/// On a length or type mismatch, or a failed copy.
+pub(crate) fn write_u32(t: &Tensor, values: &[u32]) -> Result<()> {
+    t.inplace_op1(&Upload::U32(values))?;
+    Ok(())
+}
+
+/// As [`write_u32`] for an f32 tensor.
+///
+/// # Errors
+/// As [`write_u32`].
+pub(crate) fn write_f32(t: &Tensor, values: &[f32]) -> Result<()> {
+    t.inplace_op1(&Upload::F32(values))?;
+    Ok(())
+}
+
+/// A host-to-device copy into an existing tensor, as a candle in-place op.
+enum Upload<'a> {
+    U32(&'a [u32]),
+    F32(&'a [f32]),
+}
+
+impl candle_core::InplaceOp1 for Upload<'_> {
+    fn name(&self) -> &'static str {
+        "toolgate-upload"
+    }
+
+    fn cpu_fwd(&self, _: &mut candle_core::CpuStorage, _: &candle_core::Layout) -> candle_core::Result<()> {
+        candle_core::bail!("toolgate-upload runs on CUDA only")
+    }
+
+    fn cuda_fwd(
+        &self,
+        storage: &mut candle_core::cuda_backend::CudaStorage,
+        layout: &candle_core::Layout,
+    ) -> candle_core::Result<()> {
+        let Some((a, b)) = layout.contiguous_offsets() else { candle_core::bail!("upload into a strided tensor") };
+        let dev = storage.device.clone();
+        match self {
+            Upload::U32(v) => {
+                if v.len() != b - a {
+                    candle_core::bail!("upload of {} values into {}", v.len(), b - a);
+                }
+                let slice = storage.as_cuda_slice_mut::<u32>()?;
+                dev.memcpy_htod(*v, &mut slice.slice_mut(a..b))
+            }
+            Upload::F32(v) => {
+                if v.len() != b - a {
+                    candle_core::bail!("upload of {} values into {}", v.len(), b - a);
+                }
+                let slice = storage.as_cuda_slice_mut::<f32>()?;
+                dev.memcpy_htod(*v, &mut slice.slice_mut(a..b))
+            }
+        }
+    }
+}
+
+/// The device address of each tensor's storage (see `super::buffer_ids`).
+///
+/// # Errors
+/// If a tensor is not an f32/u32 CUDA tensor.
+pub(crate) fn buffer_ids(tensors: &[&Tensor]) -> Result<Vec<u64>> {
+    let Some(first) = tensors.first() else { return Ok(Vec::new()) };
+    let stream = cuda_device(first)?.cuda_stream();
+    tensors.iter().map(|t| address(t, &stream)).collect()
+}

@@ -1,0 +1,213 @@
+//! The CUDA decode step: toolgate's own kernels for what candle runs as many small ops
+//! (`kernels/decode.cu`: a decode row's norms, RoPE, KV-cache store and attention; the
+//! gated activation; the residual sum with the next norm), and CUDA graphs that replay
+//! a whole single-sequence decode step with one launch.
+//!
+//! Without the `cuda` feature nothing here runs ([`fused`] is false), and the
+//! functions that would launch a kernel return [`crate::Error::Device`].
+//!
+//! Switches (read once per process):
+//! - `TOOLGATE_CUDA_DECODE=candle` keeps candle's ops for decode attention (K/V repeated
+//!   per head, a score matrix, softmax) — the path before these kernels, for comparison;
+//!   the default `fused` runs [`attend`], [`glu`] and [`add_rms_norm`].
+//! - `TOOLGATE_CUDA_GRAPH=off` runs the fused step without capturing it.
+
+#[cfg(feature = "cuda")]
+mod graph;
+#[cfg(feature = "cuda")]
+mod kernels;
+
+use std::sync::OnceLock;
+
+use candle_core::{Device, Tensor};
+
+use crate::Result;
+
+#[cfg(feature = "cuda")]
+pub(super) use graph::Graphs;
+#[cfg(feature = "cuda")]
+pub(super) use kernels::DecodeShape;
+
+/// Whether decode on `device` runs toolgate's fused kernels: a CUDA device, the
+/// `cuda` feature, and `TOOLGATE_CUDA_DECODE` not `candle`.
+pub(super) fn fused(device: &Device) -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    cfg!(feature = "cuda")
+        && device.is_cuda()
+        && *ON.get_or_init(|| std::env::var("TOOLGATE_CUDA_DECODE").map_or(true, |v| v != "candle"))
+}
+
+/// Whether a fused single-sequence decode step is captured and replayed as a CUDA graph
+/// (`TOOLGATE_CUDA_GRAPH` not `off`).
+#[cfg(feature = "cuda")]
+fn graphs() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TOOLGATE_CUDA_GRAPH").map_or(true, |v| v != "off"))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn unavailable() -> crate::Error {
+    crate::Error::Device { device: "cuda".into(), reason: "built without the `cuda` feature".into() }
+}
+
+/// Device addresses of `tensors`' storage: equal lists mean the same buffers, so a
+/// graph captured over them is still valid.
+///
+/// # Errors
+/// If a tensor is not on a CUDA device (or without the `cuda` feature).
+pub(super) fn buffer_ids(tensors: &[&Tensor]) -> Result<Vec<u64>> {
+    #[cfg(feature = "cuda")]
+    return kernels::buffer_ids(tensors);
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = tensors;
+        Err(unavailable())
+    }
+}
+
+/// Overwrite the u32 tensor `t` in place with `values` (a graph's inputs stay at one
+/// address).
+///
+/// # Errors
+/// On a length or type mismatch; without the `cuda` feature.
+pub(super) fn write_u32(t: &Tensor, values: &[u32]) -> Result<()> {
+    #[cfg(feature = "cuda")]
+    return kernels::write_u32(t, values);
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (t, values);
+        Err(unavailable())
+    }
+}
+
+/// As [`write_u32`] for an f32 tensor.
+///
+/// # Errors
+/// As [`write_u32`].
+pub(super) fn write_f32(t: &Tensor, values: &[f32]) -> Result<()> {
+    #[cfg(feature = "cuda")]
+    return kernels::write_f32(t, values);
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (t, values);
+        Err(unavailable())
+    }
+}
+
+/// One of q, k, v for [`attend`]: `rows` rows of heads, head `h` of row `r` at element
+/// `r · row_stride + h · head_stride` of the contiguous f32 tensor `t`.
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))] // read by the CUDA launchers only
+pub(super) struct Heads<'a> {
+    pub t: &'a Tensor,
+    pub head_stride: usize,
+    pub row_stride: usize,
+}
+
+/// RoPE as [`attend`] applies it: the angle of pair `i` at position `p` is
+/// `p · inv_freq[i]` (`inv_freq` f32 on the device, at least `dims / 2` long), cos and
+/// sin times `mscale`; pairs `(i, i + dims/2)`, or `(2i, 2i+1)` when `interleaved`.
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))] // read by the CUDA launchers only
+pub(super) struct Rope<'a> {
+    pub inv_freq: &'a Tensor,
+    pub mscale: f32,
+    pub dims: usize,
+    pub interleaved: bool,
+}
+
+/// Decode attention on toolgate's kernels: the projections' `biases` (q, k, v; each
+/// the projection's width), per-head norms (`norms`: q and k weights, eps), RoPE, the KV-cache store and flash-decoding, for one token per row, row `r`
+/// at position `pos[r]` (u32 on the device) of the sequence cached in `caches[r]`.
+/// `shape` gives heads, widths, window, scale and soft cap (its positions are
+/// ignored). Returns `(1, rows, n_head · v_head_dim)` (`kernels::attend`).
+///
+/// # Errors
+/// [`crate::Error::InvalidParameter`] on a shape mismatch; a failed launch; without the
+/// `cuda` feature, [`crate::Error::Device`].
+#[allow(clippy::too_many_arguments)]
+pub(super) fn attend(
+    shape: &crate::kernels::attention::AttentionShape<'_>,
+    qkv: [Heads<'_>; 3],
+    biases: [Option<&Tensor>; 3],
+    norms: (Option<&Tensor>, Option<&Tensor>, f32),
+    rope: Option<Rope<'_>>,
+    caches: &[(&Tensor, &Tensor)],
+    pos: &Tensor,
+    sinks: Option<&Tensor>,
+) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    {
+        let s = DecodeShape {
+            n_head: shape.n_head,
+            n_kv_head: shape.n_kv_head,
+            head_dim: shape.head_dim,
+            v_head_dim: shape.v_head_dim,
+            window: shape.window,
+            scale: shape.scale,
+            softcap: shape.softcap,
+        };
+        kernels::attend(&s, qkv, biases, norms, rope, caches, pos, sinks)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (shape, qkv, biases, norms, rope, caches, pos, sinks);
+        Err(unavailable())
+    }
+}
+
+/// The gated activation on the device (`kernels::glu`): `act(g) · u` for `rows` rows of
+/// `n`, `g` and `u` starting at the given element offsets, rows `row_stride` apart.
+///
+/// # Errors
+/// As `kernels::glu`; without the `cuda` feature.
+pub(super) fn glu(
+    activation: super::arch::Activation,
+    (g, g_offset): (&Tensor, usize),
+    (u, u_offset): (&Tensor, usize),
+    row_stride: usize,
+    rows_n: (usize, usize),
+) -> Result<Tensor> {
+    use super::arch::Activation;
+    use crate::kernels::glu::{OAI_ALPHA, OAI_LIMIT};
+    let mode = match activation {
+        Activation::Silu => 0,
+        Activation::GeluTanh => 1,
+        Activation::SwigluOai => 2,
+    };
+    #[cfg(feature = "cuda")]
+    return kernels::glu(g, g_offset, u, u_offset, row_stride, rows_n, (mode, OAI_ALPHA, OAI_LIMIT));
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (g, g_offset, u, u_offset, row_stride, rows_n, mode, OAI_ALPHA, OAI_LIMIT);
+        Err(unavailable())
+    }
+}
+
+/// `(x + o, rms_norm(x + o) · w)` in one launch (`kernels::add_rms_norm`).
+///
+/// # Errors
+/// As `kernels::add_rms_norm`; without the `cuda` feature.
+pub(super) fn add_rms_norm(x: &Tensor, o: &Tensor, w: &Tensor, eps: f32) -> Result<(Tensor, Tensor)> {
+    #[cfg(feature = "cuda")]
+    return kernels::add_rms_norm(x, o, w, eps);
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (x, o, w, eps);
+        Err(unavailable())
+    }
+}
+
+/// Decode-step graphs of a decoder; without the `cuda` feature a step always runs
+/// directly.
+#[cfg(not(feature = "cuda"))]
+#[derive(Debug, Default)]
+pub(super) struct Graphs(());
+
+#[cfg(not(feature = "cuda"))]
+impl Graphs {
+    /// Run `step` (no graphs without the `cuda` feature).
+    pub(super) fn run(&mut self, _: &Device, _: Vec<u64>, mut step: impl FnMut() -> Result<()>) -> Result<()> {
+        step()
+    }
+}
