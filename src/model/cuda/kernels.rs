@@ -3,9 +3,9 @@
 //! flash-decoding), the gated activation and the residual sum with the next norm.
 //!
 //! They take candle tensors and launch on candle's stream, so they interleave with
-//! candle's ops and can be captured into a CUDA graph with them. Both read the row's
-//! position from a device tensor (`pos`, u32), never from a launch parameter: a graph
-//! captured at one position replays at the next.
+//! candle's ops and can be captured into a CUDA graph with them. The attention kernels
+//! read each row's position from a device tensor (`pos`, u32), never from a launch
+//! parameter: a graph captured at one position replays at the next.
 
 use std::sync::Arc;
 
