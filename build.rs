@@ -8,13 +8,7 @@ fn main() {
         cuda_kernels();
     }
     println!("cargo:rerun-if-changed=grammars");
-    let mut files: Vec<_> = std::fs::read_dir("grammars")
-        .expect("grammars/ exists")
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    files.sort();
+    let files = files_in("grammars", "json");
     let mut out = String::from(
         "/// `(file name, contents)` of every `grammars/*.json`.\npub const FORMAT_FILES: &[(&str, &str)] = &[\n",
     );
@@ -39,14 +33,7 @@ fn cuda_kernels() {
         _ => "nvcc".into(),
     };
     let out = std::env::var("OUT_DIR").unwrap();
-    let mut sources: Vec<_> = std::fs::read_dir("kernels")
-        .expect("kernels/ exists")
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "cu"))
-        .collect();
-    sources.sort();
-    for path in sources {
+    for path in files_in("kernels", "cu") {
         let name = path.file_stem().unwrap().to_string_lossy().into_owned();
         let src = path.display().to_string();
         let ptx = Path::new(&out).join(format!("{name}.ptx"));
@@ -58,4 +45,16 @@ fn cuda_kernels() {
             .unwrap_or_else(|e| panic!("running {} for {src}: {e} (scripts/cuda-env sets CUDA_HOME)", nvcc.display()));
         assert!(status.success(), "nvcc failed on {src}");
     }
+}
+
+/// The files of `dir` ending in `.ext`, sorted.
+fn files_in(dir: &str, ext: &str) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{dir}/: {e}"))
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == ext))
+        .collect();
+    files.sort();
+    files
 }

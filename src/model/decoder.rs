@@ -852,16 +852,16 @@ impl Decoder {
         // Decode on the CUDA kernels: from the projections to the attention output in
         // three launches per row (a per-position query scale takes the general path).
         if let (Some(p), true) = (positions, fused) {
-            let (q, k) = match layer.qk_norm_full {
-                true => (rms_norm(&q.contiguous()?, layer.q_norm.as_ref().expect("full norms"), hp.rms_eps)?, {
-                    rms_norm(&k.contiguous()?, layer.k_norm.as_ref().expect("full norms"), hp.rms_eps)?
-                }),
-                false => (q, k),
-            };
-            // (Clones share the weights: the cache store below borrows the layer.)
-            let (qn, kn) = match layer.qk_norm_full {
-                true => (None, None),
-                false => (layer.q_norm.clone(), layer.k_norm.clone()),
+            // Norms over the whole projection run here; per-head ones in the kernel (clones
+            // share the weights: the cache store below borrows the layer).
+            let (q, k, qn, kn) = match (layer.qk_norm_full, &layer.q_norm, &layer.k_norm) {
+                (true, Some(qw), Some(kw)) => (
+                    rms_norm(&q.contiguous()?, qw, hp.rms_eps)?,
+                    rms_norm(&k.contiguous()?, kw, hp.rms_eps)?,
+                    None,
+                    None,
+                ),
+                _ => (q, k, layer.q_norm.clone(), layer.k_norm.clone()),
             };
             let norms = (qn.as_ref(), kn.as_ref(), hp.rms_eps);
             let rope = match layer.rope {

@@ -53,14 +53,9 @@ impl KvCache {
     /// # Errors
     /// On a shape mismatch with earlier appends.
     pub fn append(&mut self, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
-        let t = k.dim(2)?;
+        let (b, heads, t, d) = k.dims4()?;
         let need = self.len + t;
-        let cap = self.k.as_ref().map(|b| b.dim(2)).transpose()?.unwrap_or(0);
-        if need > cap {
-            let new_cap = need.max(cap * 2).max(256);
-            self.k = Some(grow(self.k.as_ref(), k, self.len, new_cap, self.dtype)?);
-            self.v = Some(grow(self.v.as_ref(), v, self.len, new_cap, self.dtype)?);
-        }
+        self.make_room(need, (b, heads, d, v.dim(3)?), k.device())?;
         let (kb, vb) = (self.k.as_ref().expect("allocated above"), self.v.as_ref().expect("allocated above"));
         kb.slice_set(&k.to_dtype(self.dtype)?.contiguous()?, 2, self.len)?;
         vb.slice_set(&v.to_dtype(self.dtype)?.contiguous()?, 2, self.len)?;
@@ -80,16 +75,30 @@ impl KvCache {
     /// # Errors
     /// On a candle error allocating or copying.
     pub fn reserve(&mut self, need: usize, (heads, d, dv): (usize, usize, usize), device: &Device) -> Result<()> {
-        let cap = self.k.as_ref().map(|b| b.dim(2)).transpose()?.unwrap_or(0);
+        self.make_room(need, (1, heads, d, dv), device)
+    }
+
+    /// Grow both buffers (`(b, heads, cap, d)` keys, `(b, heads, cap, dv)` values) to
+    /// hold `need` positions: at least double, at least 256, keeping what is cached.
+    fn make_room(
+        &mut self,
+        need: usize,
+        (b, heads, d, dv): (usize, usize, usize, usize),
+        device: &Device,
+    ) -> Result<()> {
+        let cap = self.capacity();
         if need <= cap {
             return Ok(());
         }
         let new_cap = need.max(cap * 2).max(256);
-        let like_k = Tensor::zeros((1, heads, 1, d), self.dtype, device)?;
-        let like_v = Tensor::zeros((1, heads, 1, dv), self.dtype, device)?;
-        self.k = Some(grow(self.k.as_ref(), &like_k, self.len, new_cap, self.dtype)?);
-        self.v = Some(grow(self.v.as_ref(), &like_v, self.len, new_cap, self.dtype)?);
+        self.k = Some(grow(self.k.as_ref(), (b, heads, d), device, self.len, new_cap, self.dtype)?);
+        self.v = Some(grow(self.v.as_ref(), (b, heads, dv), device, self.len, new_cap, self.dtype)?);
         Ok(())
+    }
+
+    /// Positions the buffers hold (0 before the first append or reserve).
+    fn capacity(&self) -> usize {
+        self.k.as_ref().and_then(|b| b.dim(2).ok()).unwrap_or(0)
     }
 
     /// The whole key and value buffers, `(1, heads, capacity, width)`, if allocated.
@@ -100,14 +109,18 @@ impl KvCache {
     /// Set the number of cached positions to `len` (at most the capacity) after
     /// positions were written into [`KvCache::buffers`] directly.
     pub fn set_len(&mut self, len: usize) {
-        let cap = self.k.as_ref().and_then(|b| b.dim(2).ok()).unwrap_or(0);
-        self.len = len.min(cap);
+        self.len = len.min(self.capacity());
     }
 }
 
-fn grow(old: Option<&Tensor>, like: &Tensor, len: usize, cap: usize, dtype: DType) -> Result<Tensor> {
-    let (b, h, _, d) = like.dims4()?;
-    let dev: &Device = like.device();
+fn grow(
+    old: Option<&Tensor>,
+    (b, h, d): (usize, usize, usize),
+    dev: &Device,
+    len: usize,
+    cap: usize,
+    dtype: DType,
+) -> Result<Tensor> {
     let buf = Tensor::zeros((b, h, cap, d), dtype, dev)?;
     if let (Some(old), true) = (old, len > 0) {
         buf.slice_set(&old.narrow(2, 0, len)?.contiguous()?, 2, 0)?;

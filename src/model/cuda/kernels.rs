@@ -14,6 +14,7 @@ use candle_core::cuda_backend::CudaDevice;
 use candle_core::{DType, Storage, Tensor};
 
 use super::{Heads, Rope};
+use crate::kernels::attention::AttentionShape;
 use crate::{Error, Result};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/decode.ptx"));
@@ -46,27 +47,15 @@ fn address(t: &Tensor, stream: &Arc<CudaStream>) -> Result<u64> {
     Ok(base + (layout.start_offset() * elem) as u64)
 }
 
-/// What [`attend`] needs to know of a layer's attention (the fields of
-/// [`crate::kernels::attention::AttentionShape`] that do not change per step).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct DecodeShape {
-    pub n_head: usize,
-    pub n_kv_head: usize,
-    pub head_dim: usize,
-    pub v_head_dim: usize,
-    /// Each query sees only keys less than `window` positions back.
-    pub window: Option<usize>,
-    pub scale: f32,
-    pub softcap: Option<f32>,
-}
-
 /// Decode attention of `rows` rows, one token each, row `r` at position `pos[r]` of
 /// the sequence whose cache is `caches[r]` (`(1, n_kv_head, cap, head_dim)` keys and
 /// `(1, n_kv_head, cap, v_head_dim)` values, contiguous f32, `cap > pos[r]`): the
-/// `biases` (one per projection, its whole width) are added, each query and key head is RMS-normed by `norms` (per-head weights, when given) and
-/// rotated by `rope` (when given), the keys and values are stored in the cache, and
+/// `biases` (one per projection, its whole width) are added, each query and key head
+/// is RMS-normed by `norms` (per-head weights, when given) and rotated by `rope` (when given), the keys and values are stored in the cache, and
 /// the queries attend to keys `0..=pos[r]` (less those outside the window; with the
-/// head's sink logit from `sinks`). Returns `(1, rows, n_head · v_head_dim)`.
+/// head's sink logit from `sinks`). `s` gives heads, widths, window, scale and soft
+/// cap; its positions and key counts are not read. Returns `(1, rows, n_head ·
+/// v_head_dim)`.
 ///
 /// The keys are split into shares (flash-decoding) so that about two blocks per
 /// multiprocessor run whatever the head count; the number of shares depends on the
@@ -79,7 +68,7 @@ pub(crate) struct DecodeShape {
 /// a candle/driver error if a launch fails.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attend(
-    s: &DecodeShape,
+    s: &AttentionShape<'_>,
     [q, k, v]: [Heads<'_>; 3],
     biases: [Option<&Tensor>; 3],
     norms: (Option<&Tensor>, Option<&Tensor>, f32),
@@ -120,7 +109,10 @@ pub(crate) fn attend(
         || rope.is_some_and(|r| r.dims > d || !r.dims.is_multiple_of(2) || r.inv_freq.elem_count() < r.dims / 2)
         || sinks.is_some_and(|z| z.elem_count() != s.n_head || z.dtype() != DType::F32)
     {
-        return Err(bad(format!("unsupported decode attention: {s:?}, {rows} rows")));
+        let (nh, nkv) = (s.n_head, s.n_kv_head);
+        return Err(bad(format!(
+            "unsupported decode attention: {nh} heads, {nkv} KV heads, width {d}/{dv}, {rows} rows"
+        )));
     }
     let device = q.t.device();
     let dev = cuda_device(q.t)?;

@@ -25,8 +25,6 @@ use crate::Result;
 
 #[cfg(feature = "cuda")]
 pub(super) use graph::Graphs;
-#[cfg(feature = "cuda")]
-pub(super) use kernels::DecodeShape;
 
 /// Whether decode on `device` runs toolgate's fused kernels: a CUDA device, the
 /// `cuda` feature, and `TOOLGATE_CUDA_DECODE` not `candle`.
@@ -117,8 +115,8 @@ pub(super) struct Rope<'a> {
 }
 
 /// Decode attention on toolgate's kernels: the projections' `biases` (q, k, v; each
-/// the projection's width), per-head norms (`norms`: q and k weights, eps), RoPE, the KV-cache store and flash-decoding, for one token per row, row `r`
-/// at position `pos[r]` (u32 on the device) of the sequence cached in `caches[r]`.
+/// the projection's width), per-head norms (`norms`: q and k weights, eps), RoPE, the
+/// KV-cache store and flash-decoding, for one token per row, row `r` at position `pos[r]` (u32 on the device) of the sequence cached in `caches[r]`.
 /// `shape` gives heads, widths, window, scale and soft cap (its positions are
 /// ignored). Returns `(1, rows, n_head · v_head_dim)` (`kernels::attend`).
 ///
@@ -137,18 +135,7 @@ pub(super) fn attend(
     sinks: Option<&Tensor>,
 ) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
-    {
-        let s = DecodeShape {
-            n_head: shape.n_head,
-            n_kv_head: shape.n_kv_head,
-            head_dim: shape.head_dim,
-            v_head_dim: shape.v_head_dim,
-            window: shape.window,
-            scale: shape.scale,
-            softcap: shape.softcap,
-        };
-        kernels::attend(&s, qkv, biases, norms, rope, caches, pos, sinks)
-    }
+    return kernels::attend(shape, qkv, biases, norms, rope, caches, pos, sinks);
     #[cfg(not(feature = "cuda"))]
     {
         let _ = (shape, qkv, biases, norms, rope, caches, pos, sinks);
