@@ -177,33 +177,63 @@ unsafe fn store_tile<const R: usize>(y: &[__m512; R], out: *mut f32, ld: usize, 
     }
 }
 
-/// Independent `vpdpbusd` sums per activation row for [`dot_codes`] when a kernel
-/// multiplies `rows` rows: 4 for one row, 2 for two, else 1 (the rows themselves are
-/// independent chains then).
-const fn chains(rows: usize) -> usize {
-    match rows {
+/// `Σ_c codes[c] · x_r[c]` per 32-bit lane for each of the `R` activation rows: `N`
+/// code vectors (unsigned bytes, 16 weight rows × 4 codes) against row `r`'s
+/// activation codes at `q[r]`, 4 per vector (broadcast).
+///
+/// `vpdpbusd` takes several cycles before its sum can take the next product, so the
+/// sums run as independent chains: with 3 or more rows the rows themselves — each code
+/// vector against every row before the next vector (row after row, each row's `N` sums
+/// were one chain: the Q4_K tile at 8 rows waited on it, 1.5B-shape Q4_K_M prefill
+/// on an Intel Xeon VM 48–52 → 60–62 tok/s); with 1 or 2 rows each row's sum is split in 4 or 2
+/// chains. Integer sums are exact, so the order does not change the result.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn dot_rows<const N: usize, const R: usize>(codes: &[__m512i; N], q: [*const i32; R]) -> [__m512i; R] {
+    let split = match R {
         1 => 4,
         2 => 2,
         _ => 1,
+    };
+    let mut acc = [[_mm512_setzero_si512(); R]; 4];
+    for c in 0..N {
+        for r in 0..R {
+            let xq = _mm512_set1_epi32(std::ptr::read_unaligned(q[r].add(c)));
+            acc[c % split][r] = _mm512_dpbusd_epi32(acc[c % split][r], codes[c], xq);
+        }
+    }
+    for r in 0..R {
+        for i in 1..split {
+            acc[0][r] = _mm512_add_epi32(acc[0][r], acc[i][r]);
+        }
+    }
+    acc[0]
+}
+
+/// An activation block's codes, for [`codes_at`].
+trait Codes {
+    fn codes(&self) -> *const i8;
+}
+
+impl Codes for Q8x32 {
+    fn codes(&self) -> *const i8 {
+        self.qs.as_ptr()
     }
 }
 
-/// `Σ_c codes[c] · x[c]` per 32-bit lane: `N` code vectors (unsigned bytes, 16 rows ×
-/// 4 codes) against the activation codes at `q`, 4 per vector (broadcast), in `chains`
-/// independent sums (1, 2 or 4: with few rows they hide `vpdpbusd`'s latency; integer
-/// sums are exact, so the split does not change the result).
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+impl Codes for Q8x256 {
+    fn codes(&self) -> *const i8 {
+        self.qs.as_ptr()
+    }
+}
+
+/// Each activation row's codes of block `b` from code `at` on, as [`dot_rows`] reads them.
+///
+/// # Safety
+/// Every `x[r]` points at `b + 1` or more blocks.
 #[inline]
-unsafe fn dot_codes<const N: usize>(codes: &[__m512i; N], q: *const i32, chains: usize) -> __m512i {
-    let mut acc = [_mm512_setzero_si512(); 4];
-    for c in 0..N {
-        let xq = _mm512_set1_epi32(std::ptr::read_unaligned(q.add(c)));
-        acc[c % chains] = _mm512_dpbusd_epi32(acc[c % chains], codes[c], xq);
-    }
-    for i in 1..chains {
-        acc[0] = _mm512_add_epi32(acc[0], acc[i]);
-    }
-    acc[0]
+unsafe fn codes_at<A: Codes, const R: usize>(x: &[*const A; R], b: usize, at: usize) -> [*const i32; R] {
+    std::array::from_fn(|r| (*x[r].add(b)).codes().add(at) as *const i32)
 }
 
 /// One tile (16 weight rows, layout in [`super::tiles`]) against `R` activation rows:
@@ -224,7 +254,6 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(job: &TileJob) {
         T_Q8_0 | T_IQ4NL => 128,
         _ => 0,
     };
-    let chains = chains(R);
     let m4 = _mm512_set1_epi8(0x0F);
     let sixteen = _mm512_set1_epi8(0x10);
     let table = _mm512_broadcast_i32x4(_mm_loadu_si128(super::tiles::IQ4_SHIFTED.as_ptr() as *const __m128i));
@@ -258,9 +287,10 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(job: &TileJob) {
         }
         let d = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(scales_at) as *const __m256i));
         let m = if has_m { _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(scales_at + 32) as *const __m256i)) } else { d };
+        let accs = dot_rows(&codes, codes_at(&x, b, 0));
         for r in 0..R {
             let a = &*x[r].add(b);
-            let mut acc = dot_codes(&codes, a.qs.as_ptr() as *const i32, chains);
+            let mut acc = accs[r];
             if offset != 0 {
                 acc = _mm512_sub_epi32(acc, _mm512_set1_epi32(offset * *sums.get_unchecked(r * blocks + b)));
             }
@@ -322,7 +352,6 @@ unsafe fn iq4xs_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
     use super::tiles::IQ4XS_SCALES_AT;
     let TileJob { tile, acts, blocks, out, ld, cols, .. } = *job;
     let bb = IQ4XS_SCALES_AT + 128 + 32;
-    let chains = chains(R);
     let m4 = _mm512_set1_epi8(0x0F);
     let table = _mm512_broadcast_i32x4(_mm_loadu_si128(super::tiles::IQ4_SHIFTED.as_ptr() as *const __m128i));
     let x: [*const Q8x256; R] = std::array::from_fn(|r| acts.as_ptr().add(r * blocks));
@@ -339,11 +368,11 @@ unsafe fn iq4xs_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
                 codes[v + 4] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16::<4>(z), m4));
             }
             let ls = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(IQ4XS_SCALES_AT + 16 * s) as *const __m128i));
+            let accs = dot_rows(&codes, codes_at(&x, b, 32 * s));
             for r in 0..R {
                 let a = &*x[r].add(b);
-                let acc = dot_codes(&codes, a.qs.as_ptr().add(32 * s) as *const i32, chains);
                 let shift = 128 * (i32::from(a.bsums[2 * s]) + i32::from(a.bsums[2 * s + 1]));
-                let sub = _mm512_sub_epi32(acc, _mm512_set1_epi32(shift));
+                let sub = _mm512_sub_epi32(accs[r], _mm512_set1_epi32(shift));
                 total[r] = _mm512_add_epi32(total[r], _mm512_mullo_epi32(sub, ls));
             }
         }
@@ -362,7 +391,6 @@ unsafe fn q2k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
     use super::tiles::Q2K_SCALES_AT;
     let TileJob { tile, acts, blocks, out, ld, cols, .. } = *job;
     let bb = Q2K_SCALES_AT + 256 + 64;
-    let chains = chains(R);
     let m3 = _mm512_set1_epi8(3);
     let low4 = _mm512_set1_epi32(0xF);
     let x: [*const Q8x256; R] = std::array::from_fn(|r| acts.as_ptr().add(r * blocks));
@@ -394,10 +422,9 @@ unsafe fn q2k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
             ];
             let sm = _mm512_cvtepu8_epi32(_mm_loadu_si128(blk.add(Q2K_SCALES_AT + 16 * g) as *const __m128i));
             let sc = _mm512_and_si512(sm, low4);
+            let accs = dot_rows(&codes, codes_at(&x, b, 16 * g));
             for r in 0..R {
-                let a = &*x[r].add(b);
-                let acc = dot_codes(&codes, a.qs.as_ptr().add(16 * g) as *const i32, chains);
-                sums[r] = _mm512_add_epi32(sums[r], _mm512_mullo_epi32(acc, sc));
+                sums[r] = _mm512_add_epi32(sums[r], _mm512_mullo_epi32(accs[r], sc));
             }
         }
         add_block(&mut y, blk.add(Q2K_SCALES_AT + 256), &x, b, &sums, Some(&mins));
@@ -443,13 +470,12 @@ unsafe fn add_scaled_group<const R: usize>(
     g: usize,
     offset: i32,
     sc: __m512i,
-    chains: usize,
 ) {
+    let accs = dot_rows(codes, codes_at(x, b, 16 * g));
     for r in 0..R {
         let a = &*x[r].add(b);
-        let acc = dot_codes(codes, a.qs.as_ptr().add(16 * g) as *const i32, chains);
         let shift = _mm512_set1_epi32(offset * i32::from(*a.bsums.get_unchecked(g)));
-        total[r] = _mm512_add_epi32(total[r], _mm512_mullo_epi32(_mm512_sub_epi32(acc, shift), sc));
+        total[r] = _mm512_add_epi32(total[r], _mm512_mullo_epi32(_mm512_sub_epi32(accs[r], shift), sc));
     }
 }
 
@@ -463,7 +489,6 @@ unsafe fn q3k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
     use super::tiles::{Q3K_MASKS_AT, Q3K_SCALES_AT};
     let TileJob { tile, acts, blocks, out, ld, cols, .. } = *job;
     let bb = Q3K_SCALES_AT + 256 + 32;
-    let chains = chains(R);
     let (m3, four) = (_mm512_set1_epi8(3), _mm512_set1_epi8(4));
     let x: [*const Q8x256; R] = std::array::from_fn(|r| acts.as_ptr().add(r * blocks));
     let mut y = [_mm512_setzero_ps(); R];
@@ -479,7 +504,7 @@ unsafe fn q3k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
                 _mm512_mask_add_epi8(low, third, low, four)
             });
             let sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(Q3K_SCALES_AT + 16 * g) as *const __m128i));
-            add_scaled_group(&mut total, &codes, &x, b, g, 4, sc, chains);
+            add_scaled_group(&mut total, &codes, &x, b, g, 4, sc);
         }
         add_block(&mut y, blk.add(Q3K_SCALES_AT + 256), &x, b, &total, None);
     }
@@ -498,7 +523,6 @@ unsafe fn q45k_tile_kernel<const Q5: bool, const R: usize>(job: &TileJob<Q8x256>
     let TileJob { tile, acts, blocks, out, ld, cols, .. } = *job;
     let scales_at = Q45K_MASKS_AT + if Q5 { 512 } else { 0 };
     let bb = scales_at + 256 + 64;
-    let chains = chains(R);
     let (m4, sixteen) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x10));
     let x: [*const Q8x256; R] = std::array::from_fn(|r| acts.as_ptr().add(r * blocks));
     let mut y = [_mm512_setzero_ps(); R];
@@ -521,10 +545,9 @@ unsafe fn q45k_tile_kernel<const Q5: bool, const R: usize>(job: &TileJob<Q8x256>
                 }
             }
             let (sc_lo, sc_hi) = (bytes16(scales_at + 32 * i), bytes16(scales_at + 32 * i + 16));
+            let (lo, hi) = (dot_rows(&lo, codes_at(&x, b, 64 * i)), dot_rows(&hi, codes_at(&x, b, 64 * i + 32)));
             for r in 0..R {
-                let q = (*x[r].add(b)).qs.as_ptr().add(64 * i) as *const i32;
-                let lo = _mm512_mullo_epi32(dot_codes(&lo, q, chains), sc_lo);
-                let hi = _mm512_mullo_epi32(dot_codes(&hi, q.add(8), chains), sc_hi);
+                let (lo, hi) = (_mm512_mullo_epi32(lo[r], sc_lo), _mm512_mullo_epi32(hi[r], sc_hi));
                 total[r] = _mm512_add_epi32(total[r], _mm512_add_epi32(lo, hi));
             }
         }
@@ -551,7 +574,6 @@ unsafe fn q6k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
     use super::tiles::{Q6K_HIGH_AT, Q6K_SCALES_AT};
     let TileJob { tile, acts, blocks, out, ld, cols, .. } = *job;
     let bb = Q6K_SCALES_AT + 256 + 32;
-    let chains = chains(R);
     let (m4, m30) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
     let x: [*const Q8x256; R] = std::array::from_fn(|r| acts.as_ptr().add(r * blocks));
     let mut y = [_mm512_setzero_ps(); R];
@@ -574,7 +596,7 @@ unsafe fn q6k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
                     _mm512_ternarylogic_epi32::<0xE4>(low, _mm512_and_si512(up[c], m30), m4)
                 });
                 let sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(Q6K_SCALES_AT + 16 * g) as *const __m128i));
-                add_scaled_group(&mut total, &codes, &x, b, g, 32, sc, chains);
+                add_scaled_group(&mut total, &codes, &x, b, g, 32, sc);
             }
         }
         add_block(&mut y, blk.add(Q6K_SCALES_AT + 256), &x, b, &total, None);
