@@ -186,7 +186,8 @@ unsafe fn store_tile<const R: usize>(y: &[__m512; R], out: *mut f32, ld: usize, 
 /// vector against every row before the next vector (row after row, each row's `N` sums
 /// were one chain: the Q4_K tile at 8 rows waited on it, and 1.5B-shape Q4_K_M prefill
 /// on an Intel Xeon VM went from 0.92–0.95× to 1.20–1.39× of llama-bench's); with 1 or
-/// 2 rows each row's sum is split in 4 or 2 chains. Integer sums are exact, so the order does not change the result.
+/// 2 rows each row's sum is split in 4 or 2 chains. Integer sums are exact, so the
+/// order does not change the result.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
 unsafe fn dot_rows<const N: usize, const R: usize>(codes: &[__m512i; N], q: [*const i32; R]) -> [__m512i; R] {

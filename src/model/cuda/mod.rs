@@ -116,7 +116,8 @@ pub(super) struct Rope<'a> {
 
 /// Decode attention on toolgate's kernels: the projections' `biases` (q, k, v; each
 /// the projection's width), per-head norms (`norms`: q and k weights, eps), RoPE, the
-/// KV-cache store and flash-decoding, for one token per row, row `r` at position `pos[r]` (u32 on the device) of the sequence cached in `caches[r]`.
+/// KV-cache store and flash-decoding, for one token per row, row `r` at position
+/// `pos[r]` (u32 on the device) of the sequence cached in `caches[r]`.
 /// `shape` gives heads, widths, window, scale and soft cap (its positions are
 /// ignored). Returns `(1, rows, n_head · v_head_dim)` (`kernels::attend`).
 ///
