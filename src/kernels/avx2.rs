@@ -596,7 +596,7 @@ pub unsafe fn dot_floats_lanes(ty: WeightType, ws: &[&[u8]], x: &[f32], out: &mu
 /// block by block: an output's value is the same for any `R`, and the same as on
 /// AVX-512.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile_kernel<const TY: u8, const R: usize>(job: &TileJob, half: usize) {
+unsafe fn tile_kernel<const TY: u8, const R: usize, const H: usize>(job: &TileJob, half0: usize) {
     let TileJob { tile, acts, sums, blocks, out, ld, cols } = *job;
     let super::tiles::BlockLayout { nibbles, fifth, has_m, scales_at, bytes: bb } = super::tiles::block_layout(TY);
     // Q8_0's codes go back to signed (the sign trick), so they take no offset here;
@@ -615,80 +615,86 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(job: &TileJob, half: usize) 
     let signed = !nibbles || TY == T_IQ4NL;
     let iq4 = table16(&IQ4_VALUES);
     let x: [*const Q8x32; R] = std::array::from_fn(|r| acts.as_ptr().add(r * blocks));
-    let mut y = [_mm256_setzero_ps(); R];
+    let mut y = [[_mm256_setzero_ps(); R]; H];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        super::prefetch_ahead(blk, bb);
-        let mut codes = [_mm256_setzero_si256(); 8];
-        if nibbles {
-            for v in 0..4 {
-                let z = _mm256_loadu_si256(blk.add(64 * v + 32 * half) as *const __m256i);
-                codes[v] = _mm256_and_si256(z, m4);
-                codes[v + 4] = _mm256_and_si256(_mm256_srli_epi16::<4>(z), m4);
+        for (h, y) in y.iter_mut().enumerate() {
+            let half = half0 + h;
+            if super::prefetches(R) && h == 0 {
+                super::prefetch_ahead(blk, bb);
             }
-        } else {
-            for c in 0..8 {
-                // Back to signed codes for the sign trick.
-                codes[c] = _mm256_xor_si256(_mm256_loadu_si256(blk.add(64 * c + 32 * half) as *const __m256i), flip);
-            }
-        }
-        if fifth {
-            for c in 0..8 {
-                let mask = std::ptr::read_unaligned(blk.add(256 + 8 * c) as *const u64);
-                let set = bits_to_bytes((mask >> (32 * half)) as u32);
-                codes[c] = _mm256_or_si256(codes[c], _mm256_and_si256(set, sixteen));
-            }
-        }
-        if TY == T_IQ4NL {
-            // The nibbles index IQ4_NL's signed values (the sign trick below, as Q8_0).
-            for c in &mut codes {
-                *c = _mm256_shuffle_epi8(iq4, *c);
-            }
-        }
-        let abs: [__m256i; 8] = std::array::from_fn(|c| if signed { _mm256_abs_epi8(codes[c]) } else { codes[c] });
-        let d = _mm256_cvtph_ps(_mm_loadu_si128(blk.add(scales_at + 16 * half) as *const __m128i));
-        let m = if has_m {
-            _mm256_cvtph_ps(_mm_loadu_si128(blk.add(scales_at + 32 + 16 * half) as *const __m128i))
-        } else {
-            d
-        };
-        for r in 0..R {
-            let a = &*x[r].add(b);
-            let q = a.qs.as_ptr() as *const i32;
-            let xq = |c: usize| _mm256_set1_epi32(std::ptr::read_unaligned(q.add(c)));
-            let acc = if signed {
-                let mut acc = _mm256_setzero_si256();
+            let mut codes = [_mm256_setzero_si256(); 8];
+            if nibbles {
+                for v in 0..4 {
+                    let z = _mm256_loadu_si256(blk.add(64 * v + 32 * half) as *const __m256i);
+                    codes[v] = _mm256_and_si256(z, m4);
+                    codes[v + 4] = _mm256_and_si256(_mm256_srli_epi16::<4>(z), m4);
+                }
+            } else {
                 for c in 0..8 {
-                    let p = _mm256_maddubs_epi16(abs[c], _mm256_sign_epi8(xq(c), codes[c]));
-                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones));
+                    // Back to signed codes for the sign trick.
+                    codes[c] =
+                        _mm256_xor_si256(_mm256_loadu_si256(blk.add(64 * c + 32 * half) as *const __m256i), flip);
                 }
-                acc
+            }
+            if fifth {
+                for c in 0..8 {
+                    let mask = std::ptr::read_unaligned(blk.add(256 + 8 * c) as *const u64);
+                    let set = bits_to_bytes((mask >> (32 * half)) as u32);
+                    codes[c] = _mm256_or_si256(codes[c], _mm256_and_si256(set, sixteen));
+                }
+            }
+            if TY == T_IQ4NL {
+                // The nibbles index IQ4_NL's signed values (the sign trick below, as Q8_0).
+                for c in &mut codes {
+                    *c = _mm256_shuffle_epi8(iq4, *c);
+                }
+            }
+            let abs: [__m256i; 8] = std::array::from_fn(|c| if signed { _mm256_abs_epi8(codes[c]) } else { codes[c] });
+            let d = _mm256_cvtph_ps(_mm_loadu_si128(blk.add(scales_at + 16 * half) as *const __m128i));
+            let m = if has_m {
+                _mm256_cvtph_ps(_mm_loadu_si128(blk.add(scales_at + 32 + 16 * half) as *const __m128i))
             } else {
-                // 16-bit partial sums: at most 8 groups of codes ≤ 15, or 4 of ≤ 31.
-                let per = if fifth { 4 } else { 8 };
-                let mut acc = _mm256_setzero_si256();
-                for g in (0..8).step_by(per) {
-                    let mut s = _mm256_maddubs_epi16(abs[g], xq(g));
-                    for c in g + 1..g + per {
-                        s = _mm256_add_epi16(s, _mm256_maddubs_epi16(abs[c], xq(c)));
+                d
+            };
+            for r in 0..R {
+                let a = &*x[r].add(b);
+                let q = a.qs.as_ptr() as *const i32;
+                let xq = |c: usize| _mm256_set1_epi32(std::ptr::read_unaligned(q.add(c)));
+                let acc = if signed {
+                    let mut acc = _mm256_setzero_si256();
+                    for c in 0..8 {
+                        let p = _mm256_maddubs_epi16(abs[c], _mm256_sign_epi8(xq(c), codes[c]));
+                        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones));
                     }
-                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(s, ones));
+                    acc
+                } else {
+                    // 16-bit partial sums: at most 8 groups of codes ≤ 15, or 4 of ≤ 31.
+                    let per = if fifth { 4 } else { 8 };
+                    let mut acc = _mm256_setzero_si256();
+                    for g in (0..8).step_by(per) {
+                        let mut s = _mm256_maddubs_epi16(abs[g], xq(g));
+                        for c in g + 1..g + per {
+                            s = _mm256_add_epi16(s, _mm256_maddubs_epi16(abs[c], xq(c)));
+                        }
+                        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(s, ones));
+                    }
+                    acc
+                };
+                let acc = if offset != 0 {
+                    _mm256_sub_epi32(acc, _mm256_set1_epi32(offset * *sums.get_unchecked(r * blocks + b)))
+                } else {
+                    acc
+                };
+                let t = _mm256_cvtepi32_ps(acc);
+                y[r] = _mm256_fmadd_ps(d, _mm256_mul_ps(t, _mm256_set1_ps(a.d)), y[r]);
+                if has_m {
+                    y[r] = _mm256_fmadd_ps(m, _mm256_set1_ps(a.s_min), y[r]);
                 }
-                acc
-            };
-            let acc = if offset != 0 {
-                _mm256_sub_epi32(acc, _mm256_set1_epi32(offset * *sums.get_unchecked(r * blocks + b)))
-            } else {
-                acc
-            };
-            let t = _mm256_cvtepi32_ps(acc);
-            y[r] = _mm256_fmadd_ps(d, _mm256_mul_ps(t, _mm256_set1_ps(a.d)), y[r]);
-            if has_m {
-                y[r] = _mm256_fmadd_ps(m, _mm256_set1_ps(a.s_min), y[r]);
             }
         }
     }
-    store_half(&y, out, ld, cols, half);
+    store_halves(&y, out, ld, cols, half0);
 }
 
 /// Store half `half` (weight rows `8·half ..`) of a tile's outputs: `y[r]`'s lanes at
@@ -709,6 +715,21 @@ unsafe fn store_half<const R: usize>(y: &[__m256; R], out: *mut f32, ld: usize, 
     }
 }
 
+/// [`store_half`] for each of the `H` halves a kernel ran in one pass, from `half0` on.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn store_halves<const R: usize, const H: usize>(
+    y: &[[__m256; R]; H],
+    out: *mut f32,
+    ld: usize,
+    cols: usize,
+    half0: usize,
+) {
+    for (h, y) in y.iter().enumerate() {
+        store_half(y, out, ld, cols, half0 + h);
+    }
+}
+
 /// One tile (layout in [`super::tiles`]) against the job's 1..=8 activation rows, four
 /// at a time, each 8-row half of the tile in turn. Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and
 /// IQ4_NL (its values looked up from the nibbles, signed as Q8_0's).
@@ -722,29 +743,34 @@ unsafe fn store_half<const R: usize>(y: &[__m256; R], out: *mut f32, ld: usize, 
 pub unsafe fn tile_rows(ty: WeightType, job: &TileJob) {
     let rows = job.check(ty);
     macro_rules! run {
-        ($t:expr, $sub:expr, $r:expr, $half:expr) => {
-            match $r {
-                1 => tile_kernel::<$t, 1>($sub, $half),
-                2 => tile_kernel::<$t, 2>($sub, $half),
-                3 => tile_kernel::<$t, 3>($sub, $half),
-                _ => tile_kernel::<$t, 4>($sub, $half),
+        ($t:expr, $sub:expr, $r:expr, $half:expr, $both:expr) => {
+            match ($r, $both) {
+                (1, true) => tile_kernel::<$t, 1, 2>($sub, $half),
+                (2, true) => tile_kernel::<$t, 2, 2>($sub, $half),
+                (1, _) => tile_kernel::<$t, 1, 1>($sub, $half),
+                (2, _) => tile_kernel::<$t, 2, 1>($sub, $half),
+                (3, _) => tile_kernel::<$t, 3, 1>($sub, $half),
+                _ => tile_kernel::<$t, 4, 1>($sub, $half),
             }
         };
     }
-    in_groups(job, rows, 1, |sub, r, half| match ty {
-        WeightType::Q4_0 => run!(T_Q4_0, sub, r, half),
-        WeightType::Q4_1 => run!(T_Q4_1, sub, r, half),
-        WeightType::Q5_0 => run!(T_Q5_0, sub, r, half),
-        WeightType::Q5_1 => run!(T_Q5_1, sub, r, half),
-        WeightType::Q8_0 => run!(T_Q8_0, sub, r, half),
-        WeightType::IQ4NL => run!(T_IQ4NL, sub, r, half),
+    in_groups(job, rows, 1, |sub, r, half, both| match ty {
+        WeightType::Q4_0 => run!(T_Q4_0, sub, r, half, both),
+        WeightType::Q4_1 => run!(T_Q4_1, sub, r, half, both),
+        WeightType::Q5_0 => run!(T_Q5_0, sub, r, half, both),
+        WeightType::Q5_1 => run!(T_Q5_1, sub, r, half, both),
+        WeightType::Q8_0 => run!(T_Q8_0, sub, r, half, both),
+        WeightType::IQ4NL => run!(T_IQ4NL, sub, r, half, both),
         _ => panic!("{} has no AVX2 tile kernel", ty.name()),
     });
 }
 
-/// `kernel(sub, r, half)` for the job's `rows` activation rows four at a time (`sub`
-/// the job narrowed to `r` of them, `sums_per` code sums per block each) and each
-/// 8-row half of the tile in turn.
+/// `kernel(sub, r, half, both)` for the job's `rows` activation rows four at a time
+/// (`sub` the job narrowed to `r` of them, `sums_per` code sums per block each): with
+/// one or two rows and a tile of more than 8 weight rows, both 8-row halves in one
+/// pass (`both`, from `half` 0: each block's cache lines are read once, whole — at one
+/// activation row, decode, the pass is bound by memory); otherwise each half in turn,
+/// as four rows' accumulators of two halves would not fit the 16 registers.
 ///
 /// # Safety
 /// As the kernels': `job` checked ([`TileJob::check`]), its output valid for every row.
@@ -753,7 +779,7 @@ unsafe fn in_groups<A>(
     job: &TileJob<A>,
     rows: usize,
     sums_per: usize,
-    mut kernel: impl FnMut(&TileJob<A>, usize, usize),
+    mut kernel: impl FnMut(&TileJob<A>, usize, usize, bool),
 ) {
     let b = job.blocks;
     for g in (0..rows).step_by(4) {
@@ -764,8 +790,12 @@ unsafe fn in_groups<A>(
             out: job.out.add(g * job.ld),
             ..*job
         };
-        for half in 0..job.cols.div_ceil(8) {
-            kernel(&sub, r, half);
+        if r <= 2 && job.cols > 8 {
+            kernel(&sub, r, 0, true);
+        } else {
+            for half in 0..job.cols.div_ceil(8) {
+                kernel(&sub, r, half, false);
+            }
         }
     }
 }
@@ -821,7 +851,7 @@ unsafe fn bytes8(at: *const u8) -> __m128i {
 /// activations' per-16 sums by `madd`; the integer sums over the block equal
 /// AVX-512's, and so does the float step.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q45k_tile_kernel<const Q5: bool, const R: usize>(job: &TileJob<Q8x256>, half: usize) {
+unsafe fn q45k_tile_kernel<const Q5: bool, const R: usize, const H: usize>(job: &TileJob<Q8x256>, half0: usize) {
     use super::tiles::Q45K_MASKS_AT;
     let TileJob { tile, acts, blocks, out, ld, cols, .. } = *job;
     let scales_at = Q45K_MASKS_AT + if Q5 { 512 } else { 0 };
@@ -829,49 +859,54 @@ unsafe fn q45k_tile_kernel<const Q5: bool, const R: usize>(job: &TileJob<Q8x256>
     let per = if Q5 { 4 } else { 8 };
     let (m4, sixteen) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x10));
     let x: [*const Q8x256; R] = std::array::from_fn(|r| acts.as_ptr().add(r * blocks));
-    let mut y = [_mm256_setzero_ps(); R];
+    let mut y = [[_mm256_setzero_ps(); R]; H];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        let (mut total, mut mins) = ([_mm256_setzero_si256(); R], [_mm256_setzero_si256(); R]);
-        for s in 0..8 {
-            super::prefetch_part(blk, bb, s, 8);
-            // Sub-block s: the low nibbles of run s / 2 when s is even, else the high.
-            let codes: [__m256i; 8] = std::array::from_fn(|v| {
-                let z = _mm256_loadu_si256(blk.add(512 * (s / 2) + 64 * v + 32 * half) as *const __m256i);
-                let c = if s % 2 == 0 { z } else { _mm256_srli_epi16::<4>(z) };
-                let c = _mm256_and_si256(c, m4);
-                if Q5 {
-                    let mask = std::ptr::read_unaligned(blk.add(Q45K_MASKS_AT + 64 * s + 8 * v) as *const u64);
-                    let set = bits_to_bytes((mask >> (32 * half)) as u32);
-                    _mm256_or_si256(c, _mm256_and_si256(set, sixteen))
-                } else {
-                    c
+        for (h, y) in y.iter_mut().enumerate() {
+            let half = half0 + h;
+            let (mut total, mut mins) = ([_mm256_setzero_si256(); R], [_mm256_setzero_si256(); R]);
+            for s in 0..8 {
+                if super::prefetches(R) && h == 0 {
+                    super::prefetch_part(blk, bb, s, 8);
                 }
-            });
-            let sc = twice(bytes8(blk.add(scales_at + 16 * s + 8 * half)));
-            for r in 0..R {
-                let q = (*x[r].add(b)).qs.as_ptr().add(32 * s) as *const i32;
-                let xq = |v: usize| _mm256_set1_epi32(std::ptr::read_unaligned(q.add(v)));
-                for g in (0..8).step_by(per) {
-                    let mut p = _mm256_maddubs_epi16(codes[g], xq(g));
-                    for v in g + 1..g + per {
-                        p = _mm256_add_epi16(p, _mm256_maddubs_epi16(codes[v], xq(v)));
+                // Sub-block s: the low nibbles of run s / 2 when s is even, else the high.
+                let codes: [__m256i; 8] = std::array::from_fn(|v| {
+                    let z = _mm256_loadu_si256(blk.add(512 * (s / 2) + 64 * v + 32 * half) as *const __m256i);
+                    let c = if s % 2 == 0 { z } else { _mm256_srli_epi16::<4>(z) };
+                    let c = _mm256_and_si256(c, m4);
+                    if Q5 {
+                        let mask = std::ptr::read_unaligned(blk.add(Q45K_MASKS_AT + 64 * s + 8 * v) as *const u64);
+                        let set = bits_to_bytes((mask >> (32 * half)) as u32);
+                        _mm256_or_si256(c, _mm256_and_si256(set, sixteen))
+                    } else {
+                        c
                     }
-                    total[r] = _mm256_add_epi32(total[r], _mm256_madd_epi16(p, sc));
+                });
+                let sc = twice(bytes8(blk.add(scales_at + 16 * s + 8 * half)));
+                for r in 0..R {
+                    let q = (*x[r].add(b)).qs.as_ptr().add(32 * s) as *const i32;
+                    let xq = |v: usize| _mm256_set1_epi32(std::ptr::read_unaligned(q.add(v)));
+                    for g in (0..8).step_by(per) {
+                        let mut p = _mm256_maddubs_epi16(codes[g], xq(g));
+                        for v in g + 1..g + per {
+                            p = _mm256_add_epi16(p, _mm256_maddubs_epi16(codes[v], xq(v)));
+                        }
+                        total[r] = _mm256_add_epi32(total[r], _mm256_madd_epi16(p, sc));
+                    }
                 }
             }
-        }
-        for s in 0..8 {
-            let m = twice(bytes8(blk.add(scales_at + 128 + 16 * s + 8 * half)));
-            for r in 0..R {
-                let sums = (*x[r].add(b)).bsums.as_ptr().add(2 * s) as *const i32;
-                let pair = _mm256_set1_epi32(std::ptr::read_unaligned(sums));
-                mins[r] = _mm256_add_epi32(mins[r], _mm256_madd_epi16(m, pair));
+            for s in 0..8 {
+                let m = twice(bytes8(blk.add(scales_at + 128 + 16 * s + 8 * half)));
+                for r in 0..R {
+                    let sums = (*x[r].add(b)).bsums.as_ptr().add(2 * s) as *const i32;
+                    let pair = _mm256_set1_epi32(std::ptr::read_unaligned(sums));
+                    mins[r] = _mm256_add_epi32(mins[r], _mm256_madd_epi16(m, pair));
+                }
             }
+            add_block(y, blk.add(scales_at + 256 + 16 * half), &x, b, &total, Some(&mins));
         }
-        add_block(&mut y, blk.add(scales_at + 256 + 16 * half), &x, b, &total, Some(&mins));
     }
-    store_half(&y, out, ld, cols, half);
+    store_halves(&y, out, ld, cols, half0);
 }
 
 /// `total[r] += sc ⊙ Σ codes·qₓ` over 16-weight group `g` of block `b` of each
@@ -951,34 +986,39 @@ unsafe fn take_offsets<const R: usize>(
 /// 4-bit minimums against the activations' per-16 sums ([`group_sums`]). The integer
 /// sums equal AVX-512's, and so does the float step.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q2k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) {
+unsafe fn q2k_tile_kernel<const R: usize, const H: usize>(job: &TileJob<Q8x256>, half0: usize) {
     use super::tiles::Q2K_SCALES_AT;
     let TileJob { tile, acts, blocks, out, ld, cols, .. } = *job;
     let bb = Q2K_SCALES_AT + 256 + 64;
     let m3 = _mm256_set1_epi8(3);
     let low4 = _mm_set1_epi8(0xF);
     let x: [*const Q8x256; R] = std::array::from_fn(|r| acts.as_ptr().add(r * blocks));
-    let mut y = [_mm256_setzero_ps(); R];
+    let mut y = [[_mm256_setzero_ps(); R]; H];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        // Group g's 8 bytes `sc | m << 4`.
-        let bytes = |g: usize| bytes8(blk.add(Q2K_SCALES_AT + 16 * g + 8 * half));
-        let mut total = [_mm256_setzero_si256(); R];
-        for g in 0..16 {
-            super::prefetch_part(blk, bb, g, 16);
-            let z = _mm256_loadu_si256(blk.add(64 * g + 32 * half) as *const __m256i);
-            let codes = [
-                _mm256_and_si256(z, m3),
-                _mm256_and_si256(_mm256_srli_epi16::<2>(z), m3),
-                _mm256_and_si256(_mm256_srli_epi16::<4>(z), m3),
-                _mm256_and_si256(_mm256_srli_epi16::<6>(z), m3),
-            ];
-            add_scaled_group::<R, 4>(&mut total, &codes, &x, b, g, _mm_and_si128(bytes(g), low4));
+        for (h, y) in y.iter_mut().enumerate() {
+            let half = half0 + h;
+            // Group g's 8 bytes `sc | m << 4`.
+            let bytes = |g: usize| bytes8(blk.add(Q2K_SCALES_AT + 16 * g + 8 * half));
+            let mut total = [_mm256_setzero_si256(); R];
+            for g in 0..16 {
+                if super::prefetches(R) && h == 0 {
+                    super::prefetch_part(blk, bb, g, 16);
+                }
+                let z = _mm256_loadu_si256(blk.add(64 * g + 32 * half) as *const __m256i);
+                let codes = [
+                    _mm256_and_si256(z, m3),
+                    _mm256_and_si256(_mm256_srli_epi16::<2>(z), m3),
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(z), m3),
+                    _mm256_and_si256(_mm256_srli_epi16::<6>(z), m3),
+                ];
+                add_scaled_group::<R, 4>(&mut total, &codes, &x, b, g, _mm_and_si128(bytes(g), low4));
+            }
+            let mins = group_sums(&x, b, |g| _mm_and_si128(_mm_srli_epi16::<4>(bytes(g)), low4));
+            add_block(y, blk.add(Q2K_SCALES_AT + 256 + 16 * half), &x, b, &total, Some(&mins));
         }
-        let mins = group_sums(&x, b, |g| _mm_and_si128(_mm_srli_epi16::<4>(bytes(g)), low4));
-        add_block(&mut y, blk.add(Q2K_SCALES_AT + 256 + 16 * half), &x, b, &total, Some(&mins));
     }
-    store_half(&y, out, ld, cols, half);
+    store_halves(&y, out, ld, cols, half0);
 }
 
 /// Half `half` (8 weight rows) of a Q6_K tile (layout in [`super::tiles`]) against `R`
@@ -989,33 +1029,39 @@ unsafe fn q2k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) {
 /// ([`take_offsets`]). The integer sums equal AVX-512's, and
 /// so does the float step.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) {
+unsafe fn q6k_tile_kernel<const R: usize, const H: usize>(job: &TileJob<Q8x256>, half0: usize) {
     use super::tiles::{Q6K_HIGH_AT, Q6K_SCALES_AT};
     let TileJob { tile, acts, blocks, out, ld, cols, .. } = *job;
     let bb = Q6K_SCALES_AT + 256 + 32;
     let (m4, m30) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
     let x: [*const Q8x256; R] = std::array::from_fn(|r| acts.as_ptr().add(r * blocks));
-    let mut y = [_mm256_setzero_ps(); R];
+    let mut y = [[_mm256_setzero_ps(); R]; H];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        let mut total = [_mm256_setzero_si256(); R];
-        let scales = |g: usize| bytes8(blk.add(Q6K_SCALES_AT + 16 * g + 8 * half));
-        for g in 0..16 {
-            super::prefetch_part(blk, bb, g, 16);
-            let high = _mm256_loadu_si256(blk.add(Q6K_HIGH_AT + 64 * g + 32 * half) as *const __m256i);
-            // Code vector c's high bits (bits 2c, 2c + 1 of each byte) moved to 4, 5.
-            let up = [_mm256_slli_epi16::<4>(high), _mm256_slli_epi16::<2>(high), high, _mm256_srli_epi16::<2>(high)];
-            let codes: [__m256i; 4] = std::array::from_fn(|c| {
-                let z = _mm256_loadu_si256(blk.add(256 * (g / 2) + 64 * c + 32 * half) as *const __m256i);
-                let low = if g % 2 == 0 { z } else { _mm256_srli_epi16::<4>(z) };
-                _mm256_or_si256(_mm256_and_si256(low, m4), _mm256_and_si256(up[c], m30))
-            });
-            add_scaled_group::<R, 2>(&mut total, &codes, &x, b, g, scales(g));
+        for (h, y) in y.iter_mut().enumerate() {
+            let half = half0 + h;
+            let mut total = [_mm256_setzero_si256(); R];
+            let scales = |g: usize| bytes8(blk.add(Q6K_SCALES_AT + 16 * g + 8 * half));
+            for g in 0..16 {
+                if super::prefetches(R) && h == 0 {
+                    super::prefetch_part(blk, bb, g, 16);
+                }
+                let high = _mm256_loadu_si256(blk.add(Q6K_HIGH_AT + 64 * g + 32 * half) as *const __m256i);
+                // Code vector c's high bits (bits 2c, 2c + 1 of each byte) moved to 4, 5.
+                let up =
+                    [_mm256_slli_epi16::<4>(high), _mm256_slli_epi16::<2>(high), high, _mm256_srli_epi16::<2>(high)];
+                let codes: [__m256i; 4] = std::array::from_fn(|c| {
+                    let z = _mm256_loadu_si256(blk.add(256 * (g / 2) + 64 * c + 32 * half) as *const __m256i);
+                    let low = if g % 2 == 0 { z } else { _mm256_srli_epi16::<4>(z) };
+                    _mm256_or_si256(_mm256_and_si256(low, m4), _mm256_and_si256(up[c], m30))
+                });
+                add_scaled_group::<R, 2>(&mut total, &codes, &x, b, g, scales(g));
+            }
+            take_offsets(&mut total, &x, b, scales, 32);
+            add_block(y, blk.add(Q6K_SCALES_AT + 256 + 16 * half), &x, b, &total, None);
         }
-        take_offsets(&mut total, &x, b, scales, 32);
-        add_block(&mut y, blk.add(Q6K_SCALES_AT + 256 + 16 * half), &x, b, &total, None);
     }
-    store_half(&y, out, ld, cols, half);
+    store_halves(&y, out, ld, cols, half0);
 }
 
 /// Half `half` (8 weight rows) of a Q3_K tile (layout in [`super::tiles`]) against `R`
@@ -1025,7 +1071,7 @@ unsafe fn q6k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) {
 /// activations' per-16 sums, as in [`q6k_tile_kernel`]. The integer sums equal
 /// AVX-512's, and so does the float step.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q3k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) {
+unsafe fn q3k_tile_kernel<const R: usize, const H: usize>(job: &TileJob<Q8x256>, half0: usize) {
     use super::tiles::{Q3K_MASKS_AT, Q3K_SCALES_AT};
     let TileJob { tile, acts, blocks, out, ld, cols, .. } = *job;
     let bb = Q3K_SCALES_AT + 256 + 32;
@@ -1034,36 +1080,43 @@ unsafe fn q3k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) {
     // Code vector c's mask bytes are bytes 8c + 4·half .. + 4 of the group's 32: the
     // first two spread over lane 0's 16 bytes, the last two over lane 1's (byte i of
     // the result holds bit i of the 32; `bits_to_bytes` from a vector, no scalar load).
-    let spread: [__m256i; 2] = std::array::from_fn(|odd| {
-        let at = (8 * odd + 4 * half) as i64;
-        let rep = |k: i64| (at + k) * 0x0101010101010101;
-        _mm256_set_epi64x(rep(3), rep(2), rep(1), rep(0))
+    let spread: [[__m256i; 2]; H] = std::array::from_fn(|h| {
+        std::array::from_fn(|odd| {
+            let at = (8 * odd + 4 * (half0 + h)) as i64;
+            let rep = |k: i64| (at + k) * 0x0101010101010101;
+            _mm256_set_epi64x(rep(3), rep(2), rep(1), rep(0))
+        })
     });
     let x: [*const Q8x256; R] = std::array::from_fn(|r| acts.as_ptr().add(r * blocks));
-    let mut y = [_mm256_setzero_ps(); R];
+    let mut y = [[_mm256_setzero_ps(); R]; H];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        let mut total = [_mm256_setzero_si256(); R];
-        let scales = |g: usize| bytes8(blk.add(Q3K_SCALES_AT + 16 * g + 8 * half));
-        for g in 0..16 {
-            super::prefetch_part(blk, bb, g, 16);
-            let z = _mm256_loadu_si256(blk.add(64 * g + 32 * half) as *const __m256i);
-            let masks = _mm256_loadu_si256(blk.add(Q3K_MASKS_AT + 32 * g) as *const __m256i);
-            // Both lanes the masks of codes 0 and 1, or of codes 2 and 3.
-            let pairs =
-                [_mm256_permute2x128_si256::<0x00>(masks, masks), _mm256_permute2x128_si256::<0x11>(masks, masks)];
-            let codes: [__m256i; 4] = std::array::from_fn(|c| {
-                let low = _mm256_and_si256(_mm256_srl_epi16(z, _mm_cvtsi32_si128(2 * c as i32)), m3);
-                let spread = _mm256_shuffle_epi8(pairs[c / 2], spread[c % 2]);
-                let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
-                _mm256_or_si256(low, _mm256_and_si256(set, four))
-            });
-            add_scaled_group::<R, 4>(&mut total, &codes, &x, b, g, scales(g));
+        for (h, y) in y.iter_mut().enumerate() {
+            let half = half0 + h;
+            let mut total = [_mm256_setzero_si256(); R];
+            let scales = |g: usize| bytes8(blk.add(Q3K_SCALES_AT + 16 * g + 8 * half));
+            for g in 0..16 {
+                if super::prefetches(R) && h == 0 {
+                    super::prefetch_part(blk, bb, g, 16);
+                }
+                let z = _mm256_loadu_si256(blk.add(64 * g + 32 * half) as *const __m256i);
+                let masks = _mm256_loadu_si256(blk.add(Q3K_MASKS_AT + 32 * g) as *const __m256i);
+                // Both lanes the masks of codes 0 and 1, or of codes 2 and 3.
+                let pairs =
+                    [_mm256_permute2x128_si256::<0x00>(masks, masks), _mm256_permute2x128_si256::<0x11>(masks, masks)];
+                let codes: [__m256i; 4] = std::array::from_fn(|c| {
+                    let low = _mm256_and_si256(_mm256_srl_epi16(z, _mm_cvtsi32_si128(2 * c as i32)), m3);
+                    let spread = _mm256_shuffle_epi8(pairs[c / 2], spread[h][c % 2]);
+                    let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+                    _mm256_or_si256(low, _mm256_and_si256(set, four))
+                });
+                add_scaled_group::<R, 4>(&mut total, &codes, &x, b, g, scales(g));
+            }
+            take_offsets(&mut total, &x, b, scales, 4);
+            add_block(y, blk.add(Q3K_SCALES_AT + 256 + 16 * half), &x, b, &total, None);
         }
-        take_offsets(&mut total, &x, b, scales, 4);
-        add_block(&mut y, blk.add(Q3K_SCALES_AT + 256 + 16 * half), &x, b, &total, None);
     }
-    store_half(&y, out, ld, cols, half);
+    store_halves(&y, out, ld, cols, half0);
 }
 
 /// Half `half` (8 weight rows) of an IQ4_XS tile (layout in [`super::tiles`]) against
@@ -1073,39 +1126,44 @@ unsafe fn q3k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) {
 /// scales `ls − 32`, summed over the block in integers; the sums equal AVX-512's, and
 /// so does the float step.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn iq4xs_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) {
+unsafe fn iq4xs_tile_kernel<const R: usize, const H: usize>(job: &TileJob<Q8x256>, half0: usize) {
     use super::tiles::IQ4XS_SCALES_AT;
     let TileJob { tile, acts, blocks, out, ld, cols, .. } = *job;
     let bb = IQ4XS_SCALES_AT + 128 + 32;
     let m4 = _mm256_set1_epi8(0x0F);
     let table = table16(&IQ4_VALUES);
     let x: [*const Q8x256; R] = std::array::from_fn(|r| acts.as_ptr().add(r * blocks));
-    let mut y = [_mm256_setzero_ps(); R];
+    let mut y = [[_mm256_setzero_ps(); R]; H];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        let mut total = [_mm256_setzero_si256(); R];
-        for s in 0..8 {
-            super::prefetch_part(blk, bb, s, 8);
-            let mut codes = [_mm256_setzero_si256(); 8];
-            for v in 0..4 {
-                let z = _mm256_loadu_si256(blk.add(256 * s + 64 * v + 32 * half) as *const __m256i);
-                codes[v] = _mm256_shuffle_epi8(table, _mm256_and_si256(z, m4));
-                codes[v + 4] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16::<4>(z), m4));
-            }
-            let abs: [__m256i; 8] = std::array::from_fn(|c| _mm256_abs_epi8(codes[c]));
-            let ls = twice(bytes8(blk.add(IQ4XS_SCALES_AT + 16 * s + 8 * half)));
-            for r in 0..R {
-                let q = (*x[r].add(b)).qs.as_ptr().add(32 * s) as *const i32;
-                for c in 0..8 {
-                    let xq = _mm256_set1_epi32(std::ptr::read_unaligned(q.add(c)));
-                    let p = _mm256_maddubs_epi16(abs[c], _mm256_sign_epi8(xq, codes[c]));
-                    total[r] = _mm256_add_epi32(total[r], _mm256_madd_epi16(p, ls));
+        for (h, y) in y.iter_mut().enumerate() {
+            let half = half0 + h;
+            let mut total = [_mm256_setzero_si256(); R];
+            for s in 0..8 {
+                if super::prefetches(R) && h == 0 {
+                    super::prefetch_part(blk, bb, s, 8);
+                }
+                let mut codes = [_mm256_setzero_si256(); 8];
+                for v in 0..4 {
+                    let z = _mm256_loadu_si256(blk.add(256 * s + 64 * v + 32 * half) as *const __m256i);
+                    codes[v] = _mm256_shuffle_epi8(table, _mm256_and_si256(z, m4));
+                    codes[v + 4] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16::<4>(z), m4));
+                }
+                let abs: [__m256i; 8] = std::array::from_fn(|c| _mm256_abs_epi8(codes[c]));
+                let ls = twice(bytes8(blk.add(IQ4XS_SCALES_AT + 16 * s + 8 * half)));
+                for r in 0..R {
+                    let q = (*x[r].add(b)).qs.as_ptr().add(32 * s) as *const i32;
+                    for c in 0..8 {
+                        let xq = _mm256_set1_epi32(std::ptr::read_unaligned(q.add(c)));
+                        let p = _mm256_maddubs_epi16(abs[c], _mm256_sign_epi8(xq, codes[c]));
+                        total[r] = _mm256_add_epi32(total[r], _mm256_madd_epi16(p, ls));
+                    }
                 }
             }
+            add_block(y, blk.add(IQ4XS_SCALES_AT + 128 + 16 * half), &x, b, &total, None);
         }
-        add_block(&mut y, blk.add(IQ4XS_SCALES_AT + 128 + 16 * half), &x, b, &total, None);
     }
-    store_half(&y, out, ld, cols, half);
+    store_halves(&y, out, ld, cols, half0);
 }
 
 /// One tile of a 256-weight type (Q2_K … Q6_K, IQ4_XS; layout in [`super::tiles`]) against
@@ -1119,22 +1177,24 @@ unsafe fn iq4xs_tile_kernel<const R: usize>(job: &TileJob<Q8x256>, half: usize) 
 pub unsafe fn tile_rows_256(ty: WeightType, job: &TileJob<Q8x256>) {
     let rows = job.check(ty);
     macro_rules! run {
-        ($k:ident $(, $q5:expr)?; $sub:expr, $r:expr, $half:expr) => {
-            match $r {
-                1 => $k::<$($q5,)? 1>($sub, $half),
-                2 => $k::<$($q5,)? 2>($sub, $half),
-                3 => $k::<$($q5,)? 3>($sub, $half),
-                _ => $k::<$($q5,)? 4>($sub, $half),
+        ($k:ident $(, $q5:expr)?; $sub:expr, $r:expr, $half:expr, $both:expr) => {
+            match ($r, $both) {
+                (1, true) => $k::<$($q5,)? 1, 2>($sub, $half),
+                (2, true) => $k::<$($q5,)? 2, 2>($sub, $half),
+                (1, _) => $k::<$($q5,)? 1, 1>($sub, $half),
+                (2, _) => $k::<$($q5,)? 2, 1>($sub, $half),
+                (3, _) => $k::<$($q5,)? 3, 1>($sub, $half),
+                _ => $k::<$($q5,)? 4, 1>($sub, $half),
             }
         };
     }
-    in_groups(job, rows, 0, |sub, r, half| match ty {
-        WeightType::Q4K => run!(q45k_tile_kernel, false; sub, r, half),
-        WeightType::Q5K => run!(q45k_tile_kernel, true; sub, r, half),
-        WeightType::Q6K => run!(q6k_tile_kernel; sub, r, half),
-        WeightType::IQ4XS => run!(iq4xs_tile_kernel; sub, r, half),
-        WeightType::Q3K => run!(q3k_tile_kernel; sub, r, half),
-        WeightType::Q2K => run!(q2k_tile_kernel; sub, r, half),
+    in_groups(job, rows, 0, |sub, r, half, both| match ty {
+        WeightType::Q4K => run!(q45k_tile_kernel, false; sub, r, half, both),
+        WeightType::Q5K => run!(q45k_tile_kernel, true; sub, r, half, both),
+        WeightType::Q6K => run!(q6k_tile_kernel; sub, r, half, both),
+        WeightType::IQ4XS => run!(iq4xs_tile_kernel; sub, r, half, both),
+        WeightType::Q3K => run!(q3k_tile_kernel; sub, r, half, both),
+        WeightType::Q2K => run!(q2k_tile_kernel; sub, r, half, both),
         _ => panic!("{} has no AVX2 256-weight tile kernel", ty.name()),
     });
 }
