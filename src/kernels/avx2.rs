@@ -620,8 +620,8 @@ unsafe fn tile_kernel<const TY: u8, const R: usize, const H: usize>(job: &TileJo
         let blk = tile.as_ptr().add(b * bb);
         for (h, y) in y.iter_mut().enumerate() {
             let half = half0 + h;
-            if super::prefetches(R) && h == 0 {
-                super::prefetch_ahead(blk, bb);
+            if h == 0 {
+                super::prefetch_part(R, blk, bb, 0, 1);
             }
             let mut codes = [_mm256_setzero_si256(); 8];
             if nibbles {
@@ -866,8 +866,8 @@ unsafe fn q45k_tile_kernel<const Q5: bool, const R: usize, const H: usize>(job: 
             let half = half0 + h;
             let (mut total, mut mins) = ([_mm256_setzero_si256(); R], [_mm256_setzero_si256(); R]);
             for s in 0..8 {
-                if super::prefetches(R) && h == 0 {
-                    super::prefetch_part(blk, bb, s, 8);
+                if h == 0 {
+                    super::prefetch_part(R, blk, bb, s, 8);
                 }
                 // Sub-block s: the low nibbles of run s / 2 when s is even, else the high.
                 let codes: [__m256i; 8] = std::array::from_fn(|v| {
@@ -1002,8 +1002,8 @@ unsafe fn q2k_tile_kernel<const R: usize, const H: usize>(job: &TileJob<Q8x256>,
             let bytes = |g: usize| bytes8(blk.add(Q2K_SCALES_AT + 16 * g + 8 * half));
             let mut total = [_mm256_setzero_si256(); R];
             for g in 0..16 {
-                if super::prefetches(R) && h == 0 {
-                    super::prefetch_part(blk, bb, g, 16);
+                if h == 0 {
+                    super::prefetch_part(R, blk, bb, g, 16);
                 }
                 let z = _mm256_loadu_si256(blk.add(64 * g + 32 * half) as *const __m256i);
                 let codes = [
@@ -1043,8 +1043,8 @@ unsafe fn q6k_tile_kernel<const R: usize, const H: usize>(job: &TileJob<Q8x256>,
             let mut total = [_mm256_setzero_si256(); R];
             let scales = |g: usize| bytes8(blk.add(Q6K_SCALES_AT + 16 * g + 8 * half));
             for g in 0..16 {
-                if super::prefetches(R) && h == 0 {
-                    super::prefetch_part(blk, bb, g, 16);
+                if h == 0 {
+                    super::prefetch_part(R, blk, bb, g, 16);
                 }
                 let high = _mm256_loadu_si256(blk.add(Q6K_HIGH_AT + 64 * g + 32 * half) as *const __m256i);
                 // Code vector c's high bits (bits 2c, 2c + 1 of each byte) moved to 4, 5.
@@ -1096,8 +1096,8 @@ unsafe fn q3k_tile_kernel<const R: usize, const H: usize>(job: &TileJob<Q8x256>,
             let mut total = [_mm256_setzero_si256(); R];
             let scales = |g: usize| bytes8(blk.add(Q3K_SCALES_AT + 16 * g + 8 * half));
             for g in 0..16 {
-                if super::prefetches(R) && h == 0 {
-                    super::prefetch_part(blk, bb, g, 16);
+                if h == 0 {
+                    super::prefetch_part(R, blk, bb, g, 16);
                 }
                 let z = _mm256_loadu_si256(blk.add(64 * g + 32 * half) as *const __m256i);
                 let masks = _mm256_loadu_si256(blk.add(Q3K_MASKS_AT + 32 * g) as *const __m256i);
@@ -1140,8 +1140,8 @@ unsafe fn iq4xs_tile_kernel<const R: usize, const H: usize>(job: &TileJob<Q8x256
             let half = half0 + h;
             let mut total = [_mm256_setzero_si256(); R];
             for s in 0..8 {
-                if super::prefetches(R) && h == 0 {
-                    super::prefetch_part(blk, bb, s, 8);
+                if h == 0 {
+                    super::prefetch_part(R, blk, bb, s, 8);
                 }
                 let mut codes = [_mm256_setzero_si256(); 8];
                 for v in 0..4 {

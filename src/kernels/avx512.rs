@@ -262,9 +262,7 @@ unsafe fn tile_kernel<const TY: u8, const R: usize>(job: &TileJob) {
     let mut y = [_mm512_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        if super::prefetches(R) {
-            super::prefetch_ahead(blk, bb);
-        }
+        super::prefetch_part(R, blk, bb, 0, 1);
         let mut codes = [_mm512_setzero_si512(); 8];
         if nibbles {
             for v in 0..4 {
@@ -363,9 +361,7 @@ unsafe fn iq4xs_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
         let blk = tile.as_ptr().add(b * bb);
         let mut total = [_mm512_setzero_si512(); R];
         for s in 0..8 {
-            if super::prefetches(R) {
-                super::prefetch_part(blk, bb, s, 8);
-            }
+            super::prefetch_part(R, blk, bb, s, 8);
             let mut codes = [_mm512_setzero_si512(); 8];
             for v in 0..4 {
                 let z = _mm512_loadu_si512(blk.add(256 * s + 64 * v) as *const _);
@@ -417,9 +413,7 @@ unsafe fn q2k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
             }
         }
         for g in 0..16 {
-            if super::prefetches(R) {
-                super::prefetch_part(blk, bb, g, 16);
-            }
+            super::prefetch_part(R, blk, bb, g, 16);
             let z = _mm512_loadu_si512(blk.add(64 * g) as *const _);
             let codes = [
                 _mm512_and_si512(z, m3),
@@ -503,9 +497,7 @@ unsafe fn q3k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
         let blk = tile.as_ptr().add(b * bb);
         let mut total = [_mm512_setzero_si512(); R];
         for g in 0..16 {
-            if super::prefetches(R) {
-                super::prefetch_part(blk, bb, g, 16);
-            }
+            super::prefetch_part(R, blk, bb, g, 16);
             let z = _mm512_loadu_si512(blk.add(64 * g) as *const _);
             let codes: [__m512i; 4] = std::array::from_fn(|c| {
                 let low = _mm512_and_si512(_mm512_srl_epi16(z, _mm_cvtsi32_si128(2 * c as i32)), m3);
@@ -542,9 +534,7 @@ unsafe fn q45k_tile_kernel<const Q5: bool, const R: usize>(job: &TileJob<Q8x256>
         for i in 0..4 {
             let (mut lo, mut hi) = ([_mm512_setzero_si512(); 8], [_mm512_setzero_si512(); 8]);
             for v in 0..8 {
-                if super::prefetches(R) {
-                    super::prefetch_part(blk, bb, 8 * i + v, 32);
-                }
+                super::prefetch_part(R, blk, bb, 8 * i + v, 32);
                 let z = _mm512_loadu_si512(blk.add(512 * i + 64 * v) as *const _);
                 lo[v] = _mm512_and_si512(z, m4);
                 hi[v] = _mm512_and_si512(_mm512_srli_epi16::<4>(z), m4);
@@ -595,9 +585,7 @@ unsafe fn q6k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
             // Two groups' low nibbles per run: group 2p low, 2p + 1 high.
             let runs: [__m512i; 4] = std::array::from_fn(|c| _mm512_loadu_si512(blk.add(256 * p + 64 * c) as *const _));
             for h in 0..2 {
-                if super::prefetches(R) {
-                    super::prefetch_part(blk, bb, 2 * p + h, 16);
-                }
+                super::prefetch_part(R, blk, bb, 2 * p + h, 16);
                 let g = 2 * p + h;
                 let high = _mm512_loadu_si512(blk.add(Q6K_HIGH_AT + 64 * g) as *const _);
                 // Code vector c's high bits (bits 2c, 2c + 1 of each byte) moved to 4, 5.

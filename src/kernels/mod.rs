@@ -98,48 +98,51 @@ pub const MAX_ROWS: usize = 4;
 pub(crate) const PREFETCH_BYTES: usize = 2048;
 
 /// Most activation rows at which a tile kernel asks for its next bytes ahead
-/// ([`prefetches`]).
+/// ([`prefetch_part`]). At one or two rows (decode) a pass over a tile is bound by
+/// memory and the asks keep lines in flight; at more (prefill) the same tile is walked
+/// again per group of rows from L2 and the hardware's streams keep up, while the asks'
+/// loop cost issue slots and, with the line-fill buffers full, stalled: on an Intel Xeon
+/// VM (Cascade Lake) a third of the AVX2 Q4_K tile's prefill samples sat on it, and a
+/// 1.5B Q4_K_M prefill went 26.5–26.9 → 32.6–35.3 tok/s on AVX2 without it.
 #[cfg(target_arch = "x86_64")]
 const PREFETCH_MAX_ROWS: usize = 2;
 
-/// Whether a tile kernel multiplying `rows` activation rows asks for the next block's
-/// bytes ahead ([`prefetch_part`]). At one or two rows (decode) a pass over a tile is
-/// bound by memory and the asks keep lines in flight; at more (prefill) the same tile is
-/// walked again per group of rows from L2 and the hardware's streams keep up, while the
-/// asks' loop cost issue slots and, with the line-fill buffers full, stalled: on an Intel
-/// Xeon VM (Cascade Lake) a third of the AVX2 Q4_K tile's prefill samples sat on it, and
-/// a 1.5B Q4_K_M prefill went 26.5–26.9 → 32.6–35.3 tok/s on AVX2 without it.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-pub(crate) const fn prefetches(rows: usize) -> bool {
-    rows <= PREFETCH_MAX_ROWS
-}
-
 /// Ask for the `len` bytes [`PREFETCH_BYTES`] ahead of the ones at `at`, rounded up to
 /// whole spans of `len` and at least `PREFETCH_BLOCKS` spans ahead: called once per
-/// step of a decode kernel, `len` being the weight bytes one step reads (a tile
-/// kernel's block: then the next tile's, past the current one's end, as a task's tiles
-/// are contiguous; a row kernel's step). A prefetch never faults, so running past the
-/// last row or tile is harmless. (`len` is a constant of each kernel, so the division
-/// folds.)
+/// step of a row kernel (decode of the float files), `len` being the weight bytes one
+/// step reads. A prefetch never faults, so running past the last row is harmless.
+/// (`len` is a constant of each kernel, so the division folds.)
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) fn prefetch_ahead(at: *const u8, len: usize) {
-    prefetch_part(at, len, 0, 1);
+    ask_ahead(at, len, 0, 1);
 }
 
-/// Ask for part `part` of `parts` of the `len`-byte block that [`prefetch_ahead`]
-/// would ask for whole: its lines `⌈lines / parts⌉ · part ..` (a few per call). The
-/// 256-weight tile kernels, whose blocks are 1.3–3.4 KiB (20–53 cache lines), call it
-/// once per step of a block (`parts` steps), so the block's lines are asked for a few
-/// at a time. Asked for whole at the block's start, the burst of prefetches was more
-/// than the core tracks at once: on an AMD EPYC VM (Zen 4 class), the Q6_K tiles at
-/// one activation row read about 8 GB/s per thread from memory against 28 with the
-/// same lines asked for 4 at a time (9.5 → 34 GMAC/s; `docs/performance.md`). (`len` and `parts` are
-/// constants of each kernel, so the arithmetic folds.)
+/// What a tile kernel multiplying `rows` activation rows asks for ahead, once per step
+/// of its `len`-byte blocks: nothing above [`PREFETCH_MAX_ROWS`] rows; otherwise part
+/// `part` of `parts` of what [`prefetch_ahead`] would ask for whole (then the next
+/// tile's bytes, past the current one's end, as a task's tiles are contiguous): the
+/// lines `⌈lines / parts⌉ · part ..`, a few per call. The 256-weight tile kernels,
+/// whose blocks are 1.3–3.4 KiB (20–53 cache lines), call it once per step of a block
+/// (`parts` steps), so the block's lines are asked for a few at a time; the 32-weight
+/// ones once per block, whole (`0, 1`). Asked for whole at the block's start, the burst
+/// of prefetches was more than the core tracks at once: on an AMD EPYC VM (Zen 4
+/// class), the Q6_K tiles at one activation row read about 8 GB/s per thread from memory
+/// against 28 with the same lines asked for 4 at a time (9.5 → 34 GMAC/s;
+/// `docs/performance.md`). (`rows`, `len` and `parts` are constants of each kernel, so
+/// the test and the arithmetic fold.)
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub(crate) fn prefetch_part(at: *const u8, len: usize, part: usize, parts: usize) {
+pub(crate) fn prefetch_part(rows: usize, at: *const u8, len: usize, part: usize, parts: usize) {
+    if rows <= PREFETCH_MAX_ROWS {
+        ask_ahead(at, len, part, parts);
+    }
+}
+
+/// The prefetches of [`prefetch_ahead`] and [`prefetch_part`].
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn ask_ahead(at: *const u8, len: usize, part: usize, parts: usize) {
     let ahead = at.wrapping_add(PREFETCH_BYTES.div_ceil(len).max(PREFETCH_BLOCKS) * len);
     let (lines, per) = (len.div_ceil(64), len.div_ceil(64).div_ceil(parts));
     for line in per * part..(per * (part + 1)).min(lines) {
