@@ -1206,6 +1206,9 @@ pub(super) const PANEL_MR: usize = 6;
 /// Weight rows per AVX2 micro-panel ([`widen_transposed`]'s layout): two 8-wide
 /// registers.
 pub(super) const PANEL_NR: usize = 16;
+/// Steps of `k` ahead that [`panel_tile`] asks for its micro-panel's lines (as
+/// [`super::avx512::panel_tile`]'s: 2 KiB).
+const PANEL_PREFETCH: usize = 32;
 
 /// Transpose 8 rows of 8 f32 values in registers: afterwards `r[c]` holds what was
 /// column `c`. Three rounds of 8 shuffles (pairs of floats, pairs of pairs, then the
@@ -1281,8 +1284,8 @@ pub(super) unsafe fn widen_transposed<const BF: bool>(
     }
 }
 
-/// One AVX2 register tile of the panel GEMM: for `R` activation rows `x + i · ldx` and
-/// the 16 weight rows of a micro-panel (`panel[kk · 16 + j]`, [`widen_transposed`]),
+/// One AVX2 register tile of the panel GEMM: for `R` activation rows packed step-major
+/// (`x[kk · R + i]`) and the 16 weight rows of a micro-panel (`panel[kk · 16 + j]`, [`widen_transposed`]),
 /// `y[i · ldy + j] = Σ_kk x[i][kk] · panel[kk][j]` over `kk < kc` — added to what `y`
 /// holds when `accumulate` — for the columns `j` whose bit is set in `cols`. Each step
 /// broadcasts one activation per row against the panel's two vectors: `2R` FMAs, no
@@ -1290,13 +1293,12 @@ pub(super) unsafe fn widen_transposed<const BF: bool>(
 /// is (the same order as [`super::avx512::panel_tile`], in 8-wide registers).
 ///
 /// # Safety
-/// The CPU supports AVX2 and FMA; `x + i · ldx` is valid for `kc` floats (`i < R`),
-/// `panel` for `16 · kc`, and `y + i · ldy + j` for each column `j` in `cols`.
+/// The CPU supports AVX2 and FMA; `x` is valid for `R · kc` floats, `panel` for
+/// `16 · kc`, and `y + i · ldy + j` for each column `j` in `cols`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)] // a register kernel's operands: pointers and strides, as BLAS passes them
 pub(super) unsafe fn panel_tile<const R: usize>(
     x: *const f32,
-    ldx: usize,
     panel: *const f32,
     kc: usize,
     y: *mut f32,
@@ -1318,10 +1320,11 @@ pub(super) unsafe fn panel_tile<const R: usize>(
         }
     }
     for kk in 0..kc {
+        _mm_prefetch::<_MM_HINT_T0>(panel.wrapping_add((kk + PANEL_PREFETCH) * PANEL_NR) as *const i8);
         let b0 = _mm256_loadu_ps(panel.add(kk * PANEL_NR));
         let b1 = _mm256_loadu_ps(panel.add(kk * PANEL_NR + 8));
         for (i, row) in acc.iter_mut().enumerate() {
-            let a = _mm256_broadcast_ss(&*x.add(i * ldx + kk));
+            let a = _mm256_broadcast_ss(&*x.add(kk * R + i));
             row[0] = _mm256_fmadd_ps(a, b0, row[0]);
             row[1] = _mm256_fmadd_ps(a, b1, row[1]);
         }

@@ -146,7 +146,7 @@ fn matmul_float_tiles(w: &QWeight, x: &[f32], m: usize, y: &mut [f32]) {
             }
         }
         let xb = &*xb;
-        let chunk = n.div_ceil(threads()).next_multiple_of(BF16_RN);
+        let chunk = float_chunk(n, BF16_RN);
         let cols = Columns(y.as_mut_ptr());
         for_each_task(n.div_ceil(chunk), |ci| {
             let (j0, j1) = (ci * chunk, ((ci + 1) * chunk).min(n));
@@ -260,7 +260,6 @@ trait Panels {
     unsafe fn tile(
         rm: usize,
         x: *const f32,
-        ldx: usize,
         panel: *const f32,
         kc: usize,
         y: *mut f32,
@@ -297,7 +296,6 @@ macro_rules! panels_impl {
             unsafe fn tile(
                 rm: usize,
                 x: *const f32,
-                ldx: usize,
                 panel: *const f32,
                 kc: usize,
                 y: *mut f32,
@@ -306,7 +304,7 @@ macro_rules! panels_impl {
                 accumulate: bool,
             ) {
                 match rm {
-                    $($r => super::$isa::panel_tile::<$r>(x, ldx, panel, kc, y, ldy, cols, accumulate),)*
+                    $($r => super::$isa::panel_tile::<$r>(x, panel, kc, y, ldy, cols, accumulate),)*
                     _ => unreachable!("at most {} rows", Self::MR),
                 }
             }
@@ -318,6 +316,24 @@ panels_impl!(Avx512Panels, avx512, 12 11 10 9 8 7 6 5 4 3 2 1);
 #[cfg(target_arch = "x86_64")]
 panels_impl!(Avx2Panels, avx2, 6 5 4 3 2 1);
 
+/// Weight rows per task of the F16/BF16 prefill paths ([`matmul_float_panels`],
+/// [`matmul_float_tiles`]) for `n` rows taken `step` at a time: about
+/// [`FLOAT_TASKS_PER_THREAD`] tasks per thread, so a thread that finishes early takes
+/// another task instead of waiting at the barrier for a slower one (one task per thread
+/// spent an eighth of a prefill spinning), and at least [`FLOAT_MIN_CHUNK`] rows (each
+/// task reads the whole of the activations once per panel).
+#[cfg(target_arch = "x86_64")]
+fn float_chunk(n: usize, step: usize) -> usize {
+    n.div_ceil(threads() * FLOAT_TASKS_PER_THREAD).max(FLOAT_MIN_CHUNK).next_multiple_of(step)
+}
+
+/// Tasks per thread in [`float_chunk`].
+#[cfg(target_arch = "x86_64")]
+const FLOAT_TASKS_PER_THREAD: usize = 4;
+/// Fewest weight rows per task in [`float_chunk`].
+#[cfg(target_arch = "x86_64")]
+const FLOAT_MIN_CHUNK: usize = 128;
+
 /// Bytes of f32 panel per task in [`matmul_float_panels`] (L2-sized: the panel is read
 /// once per register tile's group of activation rows, [`Panels::MR`]).
 #[cfg(target_arch = "x86_64")]
@@ -328,11 +344,11 @@ const PANEL_BYTES: usize = 1 << 20;
 /// once per panel, not once per 32 weight rows.
 #[cfg(target_arch = "x86_64")]
 const PANEL_SLICE: usize = 512;
-/// Values of `k` per register-tile call in [`matmul_float_panels`]: a micro-panel's
-/// slice (`NR × PANEL_K` floats, 16 KiB on AVX-512) and the activation rows'
-/// (`MR × PANEL_K`) stay in L1 together.
+/// Most activation rows per register tile of any [`Panels`]: the packed activations'
+/// buffer in [`matmul_float_panels`] holds `MAX_PANEL_MR × PANEL_SLICE` floats (24 KiB,
+/// the part of the work that stays in L1; the micro-panels stream from L2).
 #[cfg(target_arch = "x86_64")]
-const PANEL_K: usize = 128;
+const MAX_PANEL_MR: usize = 12;
 
 /// The F16/BF16 prefill path on AVX2, on Intel's AVX-512, and for BF16 on CPUs without
 /// AVX-512 BF16 ([`super::float_tiles_path`], [`super::float_tiles_route`]), with the
@@ -342,8 +358,11 @@ const PANEL_K: usize = 128;
 /// ([`super::avx512::widen_transposed`]; each weight is converted once per call, not
 /// once per group of activation rows), then multiplies every activation row with the
 /// panel in register tiles of 12 rows × 32 columns, 6 × 16 on AVX2
-/// ([`super::avx512::panel_tile`]), [`PANEL_K`] values of `k` per call, the partial
-/// sums kept in `y`. An output's
+/// ([`super::avx512::panel_tile`]), a whole slice per call, the partial sums kept in
+/// `y`. A register tile's activations are packed step-major first (read in order from
+/// L1 while the tile's micro-panels stream from L2, prefetched ahead; as rows a row's
+/// length apart, the 12 rows' lines fell into a few L1 sets and were evicted by the
+/// panel). The weight rows go out in [`float_chunk`]'s tasks. An output's
 /// products are added in `k` order whatever the row count, so a row's result does not
 /// depend on how many rows share the matmul.
 #[cfg(target_arch = "x86_64")]
@@ -356,10 +375,11 @@ fn matmul_float_panels<P: Panels>(w: &QWeight, x: &[f32], m: usize, y: &mut [f32
     let slice = PANEL_SLICE.min(k);
     // Rows per panel: a multiple of `nr`, at least one micro-panel.
     let per_panel = (PANEL_BYTES / (4 * slice) / nr).max(1) * nr;
-    let chunk = n.div_ceil(threads()).next_multiple_of(nr);
+    let chunk = float_chunk(n, nr);
     let cols = Columns(y.as_mut_ptr());
     for_each_task(n.div_ceil(chunk), |ci| {
         let (j0, j1) = (ci * chunk, ((ci + 1) * chunk).min(n));
+        let mut packed = [0f32; MAX_PANEL_MR * PANEL_SLICE];
         with_scratch(&WEIGHTS, per_panel.min((j1 - j0).next_multiple_of(nr)) * slice, 0.0, |panel| {
             for jc in (j0..j1).step_by(per_panel) {
                 let rows = per_panel.min(j1 - jc);
@@ -390,25 +410,28 @@ fn matmul_float_panels<P: Panels>(w: &QWeight, x: &[f32], m: usize, y: &mut [f32
                         }
                     }
                     let panel = &*panel;
-                    for k0 in (0..sl).step_by(PANEL_K) {
-                        let kc = PANEL_K.min(sl - k0);
-                        for ib in (0..m).step_by(mr) {
-                            let rm = mr.min(m - ib);
-                            for jr in (0..rows).step_by(nr) {
-                                let valid = nr.min(rows - jr);
-                                let mask = if valid == 32 { u32::MAX } else { (1u32 << valid) - 1 };
-                                let xs = x[ib * k + s0 + k0..].as_ptr();
-                                let micro = panel[jr * sl + k0 * nr..].as_ptr();
-                                let acc = s0 + k0 > 0;
-                                // SAFETY: the CPU checks as above; rows `ib..ib + rm` of `x`
-                                // hold `s0 + k0 + kc <= k` values each; the micro-panel
-                                // holds `nr · kc` floats from step `k0`; outputs
-                                // `(ib + i, jc + jr + j)` for the `valid` columns are
-                                // inside `y` (m × n, checked above) and this task's alone.
-                                unsafe {
-                                    let out = cols.base().add(ib * n + jc + jr);
-                                    P::tile(rm, xs, k, micro, kc, out, n, mask, acc);
-                                }
+                    for ib in (0..m).step_by(mr) {
+                        let rm = mr.min(m - ib);
+                        // The activations `(ib + i, s0 + kk)` packed step-major,
+                        // `packed[kk · rm + i]`: one contiguous run the tile reads in
+                        // order, not `rm` rows a row's length apart (whose lines fall in
+                        // the same few L1 sets).
+                        for (i, row) in x[ib * k..].chunks(k).take(rm).enumerate() {
+                            for (kk, &v) in row[s0..][..sl].iter().enumerate() {
+                                packed[kk * rm + i] = v;
+                            }
+                        }
+                        for jr in (0..rows).step_by(nr) {
+                            let valid = nr.min(rows - jr);
+                            let mask = if valid == 32 { u32::MAX } else { (1u32 << valid) - 1 };
+                            let micro = panel[jr * sl..].as_ptr();
+                            // SAFETY: the CPU checks as above; `packed` holds `sl · rm`
+                            // values; the micro-panel holds `nr · sl` floats; outputs
+                            // `(ib + i, jc + jr + j)` for the `valid` columns are inside
+                            // `y` (m × n, checked above) and this task's alone.
+                            unsafe {
+                                let out = cols.base().add(ib * n + jc + jr);
+                                P::tile(rm, packed.as_ptr(), micro, sl, out, n, mask, s0 > 0);
                             }
                         }
                     }
