@@ -120,6 +120,8 @@ thread_local! {
     static WEIGHTS: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
     /// The activations rounded to BF16 ([`matmul_float_tiles`]).
     static BF16_ACTS: Cell<Vec<u16>> = const { Cell::new(Vec::new()) };
+    /// The activations packed for the panel tiles ([`pack_panel_rows`]).
+    static PACKED_ACTS: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
 }
 
 /// The F16/BF16 prefill path on CPUs other than Intel's ([`super::float_tiles_path`],
@@ -344,11 +346,29 @@ const PANEL_BYTES: usize = 1 << 20;
 /// once per panel, not once per 32 weight rows.
 #[cfg(target_arch = "x86_64")]
 const PANEL_SLICE: usize = 512;
-/// Most activation rows per register tile of any [`Panels`]: the packed activations'
-/// buffer in [`matmul_float_panels`] holds `MAX_PANEL_MR × PANEL_SLICE` floats (24 KiB,
-/// the part of the work that stays in L1; the micro-panels stream from L2).
+/// `x` (`m` rows of `k`) packed for [`matmul_float_panels`]'s register tiles: for each
+/// slice of `slice` values from `s0` and each group of `mr` rows from `ib` (`rm` rows,
+/// the last group may hold fewer), the group's values step-major — value `kk` of row
+/// `ib + i` at `out[s0 · m + ib · sl + kk · rm + i]`, `sl` the slice's length. A tile
+/// then reads its activations in order, 12 × 2 KiB of them staying in L1 while its
+/// micro-panels stream from L2 (as rows a row's length apart, the 12 rows' lines fell
+/// into a few L1 sets and the panel's lines evicted them). Once per call, `m · k`
+/// copies, shared by every task.
 #[cfg(target_arch = "x86_64")]
-const MAX_PANEL_MR: usize = 12;
+fn pack_panel_rows(x: &[f32], m: usize, k: usize, mr: usize, slice: usize, out: &mut [f32]) {
+    for s0 in (0..k).step_by(slice) {
+        let sl = slice.min(k - s0);
+        for ib in (0..m).step_by(mr) {
+            let rm = mr.min(m - ib);
+            let group = &mut out[s0 * m + ib * sl..][..rm * sl];
+            for (i, row) in x[ib * k..].chunks_exact(k).take(rm).enumerate() {
+                for (dst, &v) in group[i..].iter_mut().step_by(rm).zip(&row[s0..s0 + sl]) {
+                    *dst = v;
+                }
+            }
+        }
+    }
+}
 
 /// The F16/BF16 prefill path on AVX2, on Intel's AVX-512, and for BF16 on CPUs without
 /// AVX-512 BF16 ([`super::float_tiles_path`], [`super::float_tiles_route`]), with the
@@ -359,10 +379,9 @@ const MAX_PANEL_MR: usize = 12;
 /// once per group of activation rows), then multiplies every activation row with the
 /// panel in register tiles of 12 rows × 32 columns, 6 × 16 on AVX2
 /// ([`super::avx512::panel_tile`]), a whole slice per call, the partial sums kept in
-/// `y`. A register tile's activations are packed step-major first (read in order from
-/// L1 while the tile's micro-panels stream from L2, prefetched ahead; as rows a row's
-/// length apart, the 12 rows' lines fell into a few L1 sets and were evicted by the
-/// panel). The weight rows go out in [`float_chunk`]'s tasks. An output's
+/// `y`, the activations packed for the tiles once per call ([`pack_panel_rows`]), the
+/// micro-panels' lines asked for ahead. The weight rows go out in [`float_chunk`]'s
+/// tasks. An output's
 /// products are added in `k` order whatever the row count, so a row's result does not
 /// depend on how many rows share the matmul.
 #[cfg(target_arch = "x86_64")]
@@ -377,66 +396,62 @@ fn matmul_float_panels<P: Panels>(w: &QWeight, x: &[f32], m: usize, y: &mut [f32
     let per_panel = (PANEL_BYTES / (4 * slice) / nr).max(1) * nr;
     let chunk = float_chunk(n, nr);
     let cols = Columns(y.as_mut_ptr());
-    for_each_task(n.div_ceil(chunk), |ci| {
-        let (j0, j1) = (ci * chunk, ((ci + 1) * chunk).min(n));
-        let mut packed = [0f32; MAX_PANEL_MR * PANEL_SLICE];
-        with_scratch(&WEIGHTS, per_panel.min((j1 - j0).next_multiple_of(nr)) * slice, 0.0, |panel| {
-            for jc in (j0..j1).step_by(per_panel) {
-                let rows = per_panel.min(j1 - jc);
-                for s0 in (0..k).step_by(slice) {
-                    let sl = slice.min(k - s0);
-                    // Micro-panel `p` (weight rows jc + p·nr ..) is `panel[p · nr · sl ..]`:
-                    // `sl` steps of `nr` values.
-                    for (p, micro) in panel.chunks_exact_mut(nr * sl).take(rows.div_ceil(nr)).enumerate() {
-                        let group_len = nr / 2;
-                        for half in 0..2 {
-                            let first = jc + p * nr + half * group_len;
-                            let group: [*const u8; 16] = std::array::from_fn(|r| {
-                                if r < group_len && first + r < jc + rows {
-                                    w.row(first + r).as_ptr()
-                                } else {
-                                    std::ptr::null()
+    with_scratch(&PACKED_ACTS, m * k, 0.0, |packed| {
+        pack_panel_rows(x, m, k, mr, slice, packed);
+        let packed = &*packed;
+        for_each_task(n.div_ceil(chunk), |ci| {
+            let (j0, j1) = (ci * chunk, ((ci + 1) * chunk).min(n));
+            with_scratch(&WEIGHTS, per_panel.min((j1 - j0).next_multiple_of(nr)) * slice, 0.0, |panel| {
+                for jc in (j0..j1).step_by(per_panel) {
+                    let rows = per_panel.min(j1 - jc);
+                    for s0 in (0..k).step_by(slice) {
+                        let sl = slice.min(k - s0);
+                        // Micro-panel `p` (weight rows jc + p·nr ..) is `panel[p · nr · sl ..]`:
+                        // `sl` steps of `nr` values.
+                        for (p, micro) in panel.chunks_exact_mut(nr * sl).take(rows.div_ceil(nr)).enumerate() {
+                            let group_len = nr / 2;
+                            for half in 0..2 {
+                                let first = jc + p * nr + half * group_len;
+                                let group: [*const u8; 16] = std::array::from_fn(|r| {
+                                    if r < group_len && first + r < jc + rows {
+                                        w.row(first + r).as_ptr()
+                                    } else {
+                                        std::ptr::null()
+                                    }
+                                });
+                                // SAFETY: `float_tiles_path` checked the instruction set (AVX2
+                                // with FMA and F16C; AVX-512 F/BW/VL on top for
+                                // `Avx512Panels`); each row holds `k >= s0 + sl` 16-bit
+                                // values; `micro` holds `nr · sl` floats, written at
+                                // `kk · nr + half · nr / 2 ..+ nr / 2` for `kk < sl`.
+                                unsafe {
+                                    let out = micro.as_mut_ptr().add(half * group_len);
+                                    P::widen(bf16, &group[..group_len], s0, sl, out, nr);
                                 }
-                            });
-                            // SAFETY: `float_tiles_path` checked the instruction set (AVX2
-                            // with FMA and F16C; AVX-512 F/BW/VL on top for
-                            // `Avx512Panels`); each row holds `k >= s0 + sl` 16-bit
-                            // values; `micro` holds `nr · sl` floats, written at
-                            // `kk · nr + half · nr / 2 ..+ nr / 2` for `kk < sl`.
-                            unsafe {
-                                let out = micro.as_mut_ptr().add(half * group_len);
-                                P::widen(bf16, &group[..group_len], s0, sl, out, nr);
                             }
                         }
-                    }
-                    let panel = &*panel;
-                    for ib in (0..m).step_by(mr) {
-                        let rm = mr.min(m - ib);
-                        // The activations `(ib + i, s0 + kk)` packed step-major,
-                        // `packed[kk · rm + i]`: one contiguous run the tile reads in
-                        // order, not `rm` rows a row's length apart (whose lines fall in
-                        // the same few L1 sets).
-                        for (i, row) in x[ib * k..].chunks(k).take(rm).enumerate() {
-                            for (kk, &v) in row[s0..][..sl].iter().enumerate() {
-                                packed[kk * rm + i] = v;
-                            }
-                        }
-                        for jr in (0..rows).step_by(nr) {
-                            let valid = nr.min(rows - jr);
-                            let mask = if valid == 32 { u32::MAX } else { (1u32 << valid) - 1 };
-                            let micro = panel[jr * sl..].as_ptr();
-                            // SAFETY: the CPU checks as above; `packed` holds `sl · rm`
-                            // values; the micro-panel holds `nr · sl` floats; outputs
-                            // `(ib + i, jc + jr + j)` for the `valid` columns are inside
-                            // `y` (m × n, checked above) and this task's alone.
-                            unsafe {
-                                let out = cols.base().add(ib * n + jc + jr);
-                                P::tile(rm, packed.as_ptr(), micro, sl, out, n, mask, s0 > 0);
+                        let panel = &*panel;
+                        for ib in (0..m).step_by(mr) {
+                            let rm = mr.min(m - ib);
+                            // Rows `ib..ib + rm`, values `s0..s0 + sl`, step-major.
+                            let xs = &packed[s0 * m + ib * sl..][..rm * sl];
+                            for jr in (0..rows).step_by(nr) {
+                                let valid = nr.min(rows - jr);
+                                let mask = if valid == 32 { u32::MAX } else { (1u32 << valid) - 1 };
+                                let micro = panel[jr * sl..].as_ptr();
+                                // SAFETY: the CPU checks as above; `xs` holds `sl · rm`
+                                // values; the micro-panel holds `nr · sl` floats; outputs
+                                // `(ib + i, jc + jr + j)` for the `valid` columns are inside
+                                // `y` (m × n, checked above) and this task's alone.
+                                unsafe {
+                                    let out = cols.base().add(ib * n + jc + jr);
+                                    P::tile(rm, xs.as_ptr(), micro, sl, out, n, mask, s0 > 0);
+                                }
                             }
                         }
                     }
                 }
-            }
+            });
         });
     });
 }
