@@ -1206,9 +1206,6 @@ pub(super) const PANEL_MR: usize = 6;
 /// Weight rows per AVX2 micro-panel ([`widen_transposed`]'s layout): two 8-wide
 /// registers.
 pub(super) const PANEL_NR: usize = 16;
-/// Steps of `k` ahead that [`panel_tile`] asks for its micro-panel's lines (as
-/// [`super::avx512::panel_tile`]'s: 2 KiB).
-const PANEL_PREFETCH: usize = 32;
 
 /// Transpose 8 rows of 8 f32 values in registers: afterwards `r[c]` holds what was
 /// column `c`. Three rounds of 8 shuffles (pairs of floats, pairs of pairs, then the
@@ -1320,7 +1317,7 @@ pub(super) unsafe fn panel_tile<const R: usize>(
         }
     }
     for kk in 0..kc {
-        _mm_prefetch::<_MM_HINT_T0>(panel.wrapping_add((kk + PANEL_PREFETCH) * PANEL_NR) as *const i8);
+        super::prefetch_ahead(panel.add(kk * PANEL_NR) as *const u8, 4 * PANEL_NR);
         let b0 = _mm256_loadu_ps(panel.add(kk * PANEL_NR));
         let b1 = _mm256_loadu_ps(panel.add(kk * PANEL_NR + 8));
         for (i, row) in acc.iter_mut().enumerate() {

@@ -109,8 +109,8 @@ const PREFETCH_MAX_ROWS: usize = 2;
 
 /// Ask for the `len` bytes [`PREFETCH_BYTES`] ahead of the ones at `at`, rounded up to
 /// whole spans of `len` and at least `PREFETCH_BLOCKS` spans ahead: called once per
-/// step of a row kernel (decode of the float files), `len` being the weight bytes one
-/// step reads. A prefetch never faults, so running past the last row is harmless.
+/// step of a row kernel (decode of the float files) or of a panel tile (F16/BF16
+/// prefill's micro-panel, one step's floats), `len` being the bytes one step reads. A prefetch never faults, so running past the last row is harmless.
 /// (`len` is a constant of each kernel, so the division folds.)
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
