@@ -133,8 +133,8 @@ pub(crate) fn prefetch_ahead(at: *const u8, len: usize) {
 /// lines, plus one for the first `lines mod parts` parts. As a loop over a range
 /// worked out per call (the parts' index is not a constant where the kernel's loop
 /// stays rolled) the asks cost as much as the arithmetic: on an Intel Xeon VM the
-/// AVX-512 Q4_K tile at one row read 9–13 GB/s per core from L2 with that loop and
-/// 17–22 with these asks, and a 1.5B Q4_K_M decode went 10.5–13.2 → 14.5–15.4 tok/s. (`rows`,
+/// AVX-512 Q4_K tile at one row read 9 GB/s per core from L2 with that loop and 23
+/// with these asks (AVX2: 8 and 15), and a 1.5B Q4_K_M decode went 10.5–13.2 → 14.5–15.4 tok/s. (`rows`,
 /// `len` and `parts` are constants of each kernel, so the test and the division fold.)
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
