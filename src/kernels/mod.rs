@@ -110,8 +110,9 @@ const PREFETCH_MAX_ROWS: usize = 2;
 /// Ask for the `len` bytes [`PREFETCH_BYTES`] ahead of the ones at `at`, rounded up to
 /// whole spans of `len` and at least `PREFETCH_BLOCKS` spans ahead: called once per
 /// step of a row kernel (decode of the float files) or of a panel tile (F16/BF16
-/// prefill's micro-panel, one step's floats), `len` being the bytes one step reads. A prefetch never faults, so running past the last row is harmless.
-/// (`len` is a constant of each kernel, so the division folds.)
+/// prefill's micro-panel, one step's floats), `len` being the bytes one step reads. A
+/// prefetch never faults, so running past the last row is harmless. (`len` is a
+/// constant of each kernel, so the division folds.)
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) fn prefetch_ahead(at: *const u8, len: usize) {
@@ -122,10 +123,10 @@ pub(crate) fn prefetch_ahead(at: *const u8, len: usize) {
 /// of its `len`-byte blocks: nothing above [`PREFETCH_MAX_ROWS`] rows; otherwise part
 /// `part` of `parts` of what [`prefetch_ahead`] would ask for whole (then the next
 /// tile's bytes, past the current one's end, as a task's tiles are contiguous), a
-/// line or two per call. The 256-weight tile kernels,
-/// whose blocks are 1.3–3.4 KiB (20–53 cache lines), call it once per step of a block
-/// (`parts` steps), so the block's lines are asked for one or two at a time; the 32-weight
-/// ones once per block, whole (`0, 1`). Asked for whole at the block's start, the burst
+/// line or two per call. The 256-weight tile kernels, whose blocks are 1.3–3.4 KiB
+/// (20–53 cache lines), call it once per step of a block (`parts` steps), so the
+/// block's lines are asked for one or two at a time; the 32-weight ones once per
+/// block, whole (`0, 1`). Asked for whole at the block's start, the burst
 /// of prefetches was more than the core tracks at once: on an AMD EPYC VM (Zen 4
 /// class), the Q6_K tiles at one activation row read about 8 GB/s per thread from memory
 /// against 28 with the same lines asked for 4 at a time (9.5 → 34 GMAC/s;
@@ -134,8 +135,9 @@ pub(crate) fn prefetch_ahead(at: *const u8, len: usize) {
 /// worked out per call (the parts' index is not a constant where the kernel's loop
 /// stays rolled) the asks cost as much as the arithmetic: on an Intel Xeon VM the
 /// AVX-512 Q4_K tile at one row read 9 GB/s per core from L2 with that loop and 23
-/// with these asks (AVX2: 8 and 15), and a 1.5B Q4_K_M decode went 10.5–13.2 → 14.5–15.4 tok/s. (`rows`,
-/// `len` and `parts` are constants of each kernel, so the test and the division fold.)
+/// with these asks (AVX2: 8 and 15), and a 1.5B Q4_K_M decode went 10.5–13.2 →
+/// 14.5–15.4 tok/s. (`rows`, `len` and `parts` are constants of each kernel, so the
+/// test and the division fold.)
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) fn prefetch_part(rows: usize, at: *const u8, len: usize, part: usize, parts: usize) {
