@@ -8,7 +8,6 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::{Constraint, Engine, FinishReason, GenerateParams, Generation, LazyConstraint};
-use crate::grammar::regex::Json as JsonDialect;
 use crate::grammar::schema::Mode as SchemaMode;
 use crate::grammar::{Grammar, TokenVocab};
 use crate::sampling::TokenLogprob;
@@ -389,17 +388,17 @@ fn prepare_tools(
     let constraint = match (&fmt, mode, choice, answer) {
         (None, ..) | (_, ToolMode::Native, ..) => TurnConstraint::Free,
         (Some(fmt), ToolMode::Constrained, ToolChoice::Auto, None) => {
-            let calls = tools::calls_regex(fmt, tools, choice, parallel, tok)?;
+            let calls = tools::calls_grammar(fmt, tools, choice, parallel, tok)?;
             let recovery = if setup.call_recovery && fmt.trigger() != Recovery::TRIGGER {
                 // One call at a time: after it the model goes on freely (see
                 // `recover_again`), so JSON it writes next is not forced into a call.
-                let r = tools::calls_regex(&Recovery::grammar_format(), tools, choice, false, tok)?;
-                Some(engine.grammar(&r.regex, &r.rules)?)
+                let bare = tools::calls_grammar(&Recovery::grammar_format(), tools, choice, false, tok)?;
+                Some(engine.grammar(&bare)?)
             } else {
                 None
             };
             TurnConstraint::Lazy(LazyConstraint {
-                grammar: engine.grammar(&calls.regex, &calls.rules)?,
+                grammar: engine.grammar(&calls)?,
                 vocab: engine.token_vocab(),
                 trigger: tools::marker_bytes(fmt.trigger(), tok),
                 recovery,
@@ -413,14 +412,14 @@ fn prepare_tools(
         (Some(fmt), ToolMode::Constrained, _, answer) => {
             let mut calls = match answer {
                 Some(answer) => tools::calls_or_answer(fmt, tools, parallel, setup.call_recovery, answer, tok)?,
-                None => tools::calls_regex(fmt, tools, choice, parallel, tok)?,
+                None => tools::calls_grammar(fmt, tools, choice, parallel, tok)?,
             };
             // After an opened reasoning block: the model finishes it, then must call
             // (or answer).
             if let Some((_, end)) = opened {
                 calls = tools::after_reasoning(end, calls, tok);
             }
-            TurnConstraint::Full(engine.grammar(&calls.regex, &calls.rules)?, engine.token_vocab())
+            TurnConstraint::Full(engine.grammar(&calls)?, engine.token_vocab())
         }
     };
     let incremental = mode == ToolMode::Constrained;
@@ -479,17 +478,18 @@ pub fn prepare_text_turn(
     let tok = engine.tokenizer();
     let (text, prompt) = encode_chat_within(setup, tok, messages, None, vars, engine.context_length())?;
     check_context(engine, &prompt)?;
-    // A prompt that opened a reasoning block: the model finishes it, then answers.
     let opened = opened_reasoning(setup, &text);
-    let constraint = match (schema, opened) {
-        (Some(answer), Some((_, end))) => {
-            let r = tools::after_reasoning(end, tools::answer_regex(answer)?, tok);
-            TurnConstraint::Full(engine.grammar(&r.regex, &r.rules)?, engine.token_vocab())
+    let constraint = match schema {
+        Some(answer) => {
+            let answer = tools::answer_grammar(answer)?;
+            // A prompt that opened a reasoning block: the model finishes it, then answers.
+            let answer = match opened {
+                Some((_, end)) => tools::after_reasoning(end, answer, tok),
+                None => answer,
+            };
+            TurnConstraint::Full(engine.grammar(&answer)?, engine.token_vocab())
         }
-        (Some((schema, mode)), None) => {
-            TurnConstraint::Full(Arc::new(Grammar::from_schema(schema, mode, &JsonDialect)?), engine.token_vocab())
-        }
-        (None, _) => TurnConstraint::Free,
+        None => TurnConstraint::Free,
     };
     let parser = RecoveringParser::new(with_reasoning(StreamParser::new(None, false, 0), setup, &text), None);
     let stops = setup.stop_strings.clone();

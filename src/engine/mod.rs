@@ -20,6 +20,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::gguf::GgufFile;
+use crate::grammar::spec::Spec;
+use crate::grammar::Grammar;
 use crate::model::{self, DeviceChoice, LoadOptions, Model};
 use crate::sampling::{log_probs, Sampler, SamplingParams, TokenLogprob, MAX_TOP_LOGPROBS};
 use crate::tokenizer::Tokenizer;
@@ -332,9 +334,9 @@ pub struct Engine {
     /// The vocabulary trie constrained generation masks with, built on first use.
     /// Shared by the engines [`Engine::into_batched`] makes, like the grammars.
     vocab: Arc<OnceLock<Arc<crate::grammar::TokenVocab>>>,
-    /// Compiled grammars by regex, so requests with the same tools or schema share one
-    /// (and its warm masks).
-    grammars: Arc<Mutex<std::collections::HashMap<String, Arc<crate::grammar::Grammar>>>>,
+    /// Compiled grammars by what they were compiled from, so requests with the same
+    /// tools or schema share one (and its warm masks).
+    grammars: Arc<Mutex<std::collections::HashMap<Spec, Arc<Grammar>>>>,
     /// Where the model runs.
     device: DeviceChoice,
 }
@@ -486,37 +488,27 @@ impl Engine {
         self.vocab.get_or_init(|| Arc::new(self.tokenizer.token_vocab())).clone()
     }
 
-    /// The compiled grammar of `regex` and the `rules` it references
-    /// ([`crate::grammar::Grammar::from_rules`]), from the engine's cache of the last
-    /// [`GRAMMAR_CACHE_ENTRIES`] grammars or compiled now. A cached grammar keeps the
-    /// masks earlier requests computed, so the same tools cost a mask walk per DFA state
-    /// once, not once per request.
+    /// The compiled grammar of `spec` ([`crate::grammar::spec::Spec::compile`]), from
+    /// the engine's cache of the last [`GRAMMAR_CACHE_ENTRIES`] grammars or compiled
+    /// now. The cache is keyed by the spec itself (equal specs compile to the same
+    /// grammar): requests with the same tools, layout and response format share one
+    /// grammar and the masks earlier requests computed, so the same tools cost a mask
+    /// walk per DFA state once, not once per request.
     ///
-    /// Cost: a hash of the grammar's text; on a miss, the compile.
+    /// Cost: a hash of the spec's texts; on a miss, the compile and a copy of the spec.
     ///
     /// # Errors
-    /// As [`crate::grammar::Grammar::from_rules`].
-    pub fn grammar(
-        &self,
-        regex: &str,
-        rules: &crate::grammar::rules::Rules,
-    ) -> Result<std::sync::Arc<crate::grammar::Grammar>> {
-        // Each part prefixed by its length: the key names one grammar.
-        let sets = format!("{:?}", rules.sets());
-        let key: String = std::iter::once(regex)
-            .chain(rules.bodies().iter().map(String::as_str))
-            .chain(std::iter::once(sets.as_str()))
-            .map(|part| format!("{}:{part}", part.len()))
-            .collect();
+    /// As [`crate::grammar::spec::Spec::compile`].
+    pub fn grammar(&self, spec: &Spec) -> Result<Arc<Grammar>> {
         let mut cache = self.grammars.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(g) = cache.get(&key) {
+        if let Some(g) = cache.get(spec) {
             return Ok(g.clone());
         }
-        let g = Arc::new(crate::grammar::Grammar::from_rules(regex, rules)?);
+        let g = Arc::new(spec.compile()?);
         if cache.len() >= GRAMMAR_CACHE_ENTRIES {
             cache.clear();
         }
-        cache.insert(key, g.clone());
+        cache.insert(spec.clone(), g.clone());
         Ok(g)
     }
 

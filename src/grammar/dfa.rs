@@ -63,7 +63,7 @@ use regex_automata::util::primitives::StateID;
 
 use super::error::{BuildError, BuildErrorKind as Kind};
 use super::nfa::{self, Source};
-use super::part::Part;
+use super::part::{Built, Part};
 use super::rules::{PropertySet, Rules, CALL_DIGIT, CALL_END, CALL_START, SET_START};
 use crate::Result;
 
@@ -201,7 +201,7 @@ impl Dfa {
     /// # Ok::<(), toolgate::Error>(())
     /// ```
     pub fn with_rules(main: &str, rules: &[String], nfa_size_limit: usize) -> Result<Self> {
-        Self::build(main, rules, &[], &[], nfa_size_limit)
+        Self::build(Source::Text(main), rules, &[], &[], nfa_size_limit)
     }
 
     /// Compile `main` and everything `rules` holds: its rule bodies and the property
@@ -233,11 +233,24 @@ impl Dfa {
     /// # Ok::<(), toolgate::Error>(())
     /// ```
     pub fn from_rules(main: &str, rules: &Rules, nfa_size_limit: usize) -> Result<Self> {
+        Self::build(Source::Text(main), rules.bodies(), rules.parts(), rules.sets(), nfa_size_limit)
+    }
+
+    /// [`Dfa::from_rules`] for a main part as it was built (parsed only where it is
+    /// text only): a [`super::spec::Spec`]'s compile.
+    ///
+    /// # Errors
+    /// As [`Dfa::from_rules`].
+    pub(crate) fn from_built(main: &Built, rules: &Rules, nfa_size_limit: usize) -> Result<Self> {
+        let main = match main.steps() {
+            Some(p) => Source::Part(p),
+            None => Source::Text(&main.text),
+        };
         Self::build(main, rules.bodies(), rules.parts(), rules.sets(), nfa_size_limit)
     }
 
     fn build(
-        main: &str,
+        main: Source<'_>,
         rules: &[String],
         built: &[Option<Arc<Part>>],
         sets: &[PropertySet],
@@ -246,7 +259,7 @@ impl Dfa {
         let fail = |kind: Kind| move |reason: String| BuildError::new(kind, reason).at("#");
         // Rules built as parts already (see [`Rules::share_built`]) compile as they
         // are; the others are parsed first.
-        let sources: Vec<Source> = std::iter::once(Source::Text(main))
+        let sources: Vec<Source> = std::iter::once(main)
             .chain(rules.iter().enumerate().map(|(i, text)| match built.get(i).and_then(Option::as_ref) {
                 Some(p) => Source::Part(p),
                 None => Source::Text(text),

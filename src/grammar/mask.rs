@@ -23,7 +23,8 @@ use regex_automata::util::alphabet::ByteClasses;
 use regex_syntax::utf8::Utf8Sequences;
 
 use super::dfa::{Cache, Dfa, DfaState};
-use super::regex::{to_rules, Dialect};
+use super::part::Built;
+use super::regex::{to_rules_part, Dialect};
 use super::rules::Rules;
 use super::schema::{check_grammar_size, compile_shared, Mode, Objects};
 use super::token_mask::TokenMask;
@@ -108,14 +109,22 @@ impl Grammar {
     /// As [`Grammar::from_regex`], and for a reference to a missing rule.
     pub fn from_rules(regex: &str, rules: &Rules) -> Result<Self> {
         let dfa = Dfa::from_rules(regex, rules, NFA_SIZE_LIMIT)?;
+        Ok(Self::with_dfa(dfa, regex.to_string(), rules))
+    }
+
+    /// Compile `main`, referencing `rules`, as they were built (the text of a part
+    /// built as text only is parsed): what [`super::spec::Spec::compile`] calls.
+    ///
+    /// # Errors
+    /// As [`Grammar::from_rules`].
+    pub(crate) fn from_built(main: &Built, rules: &Rules) -> Result<Self> {
+        let dfa = Dfa::from_built(main, rules, NFA_SIZE_LIMIT)?;
+        Ok(Self::with_dfa(dfa, main.text.clone(), rules))
+    }
+
+    fn with_dfa(dfa: Dfa, regex: String, rules: &Rules) -> Self {
         let plain_paths = plain_paths(dfa.byte_classes());
-        Ok(Self {
-            dfa,
-            regex: regex.to_string(),
-            rules: rules.bodies().to_vec(),
-            plain_paths,
-            warm: std::sync::Mutex::new(None),
-        })
+        Self { dfa, regex, rules: rules.bodies().to_vec(), plain_paths, warm: std::sync::Mutex::new(None) }
     }
 
     /// Compile a JSON Schema in a dialect.
@@ -145,9 +154,9 @@ impl Grammar {
     ) -> Result<Self> {
         let node = compile_shared(schema, mode, objects)?;
         let mut rules = Rules::new().any_order(objects == Objects::Open);
-        let main = to_rules(&node, dialect, &mut rules);
-        check_grammar_size(main.len() + rules.total_len())?;
-        Self::from_rules(&main, &rules)
+        let main = to_rules_part(&node, dialect, &mut rules);
+        check_grammar_size(main.text.len() + rules.total_len())?;
+        Self::from_built(&main, &rules)
     }
 
     /// The regex this grammar was built from (it may reference [`Grammar::rules`]).

@@ -50,6 +50,7 @@ pub mod prune;
 pub mod regex;
 pub mod rules;
 pub mod schema;
+pub mod spec;
 pub mod token_mask;
 pub mod vocab;
 

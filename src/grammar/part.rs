@@ -349,6 +349,11 @@ impl Built {
         }
     }
 
+    /// The steps that make the `Hir` (`None` where text only): what the compiler reads.
+    pub(crate) fn steps(&self) -> Option<&std::sync::Arc<Part>> {
+        self.part.as_ref()
+    }
+
     /// The text and the steps (`None` where text only), taken apart: for the table of
     /// rules, and for a graph's edges.
     pub(crate) fn into_parts(self) -> (String, Option<std::sync::Arc<Part>>) {

@@ -45,8 +45,24 @@ pub const MAX_INLINE: usize = 1 << 16;
 ///
 /// Cost: linear in the schema's size, where [`to_regex`] copies shared parts.
 pub fn to_rules(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> String {
+    to_rules_part(node, d, rules).text
+}
+
+/// [`to_rules`] as a [`Built`] part (its steps kept, for a [`super::spec::Spec`]).
+///
+/// ```
+/// use toolgate::grammar::{regex::{to_rules_part, Json}, rules::Rules, schema, spec::Spec};
+/// let node = schema::compile(&serde_json::json!({"type": "array", "items": {"type": "integer"}}), schema::Mode::Strict)?;
+/// let mut rules = Rules::new();
+/// let main = to_rules_part(&node, &Json, &mut rules);
+/// assert!(Spec::new(main, rules).compile()?.matches(b"[1,-2]"));
+/// # Ok::<(), toolgate::Error>(())
+/// ```
+///
+/// Cost: as [`to_rules`].
+pub fn to_rules_part(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> Built {
     let main = emit(node, d, rules);
-    rules.share_part(main).text
+    rules.share_part(main)
 }
 
 fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> Built {

@@ -464,7 +464,7 @@ pub(crate) async fn count_tokens(State(s): State<Arc<AppState>>, req: Request) -
         // The schemas are checked as `/v1/messages` checks them: a request it refuses
         // is refused here too, with the same error.
         if let (Some(fmt), false) = (&state.setup.layout.format, tools.is_empty() || none) {
-            crate::tools::calls_regex(fmt, &tools, &ToolChoice::Auto, true, &state.tokenizer)
+            crate::tools::calls_grammar(fmt, &tools, &ToolChoice::Auto, true, &state.tokenizer)
                 .map_err(|e| super::in_request_shape(e, &tools, ".input_schema"))?;
         }
         encode_chat(&state.setup, &state.tokenizer, prompt.messages, tool_json, prompt.vars).map(|(_, ids)| ids.len())

@@ -642,7 +642,7 @@ pub fn conformance(f: &ToolFormat, sample: &str, parallel: bool) -> Result<(), S
             shorten(sample)
         ));
     }
-    let calls = super::calls_regex_plain(f, &tools, &ToolChoice::Required, parallel).map_err(|e| e.to_string())?;
+    let calls = super::calls_grammar_plain(f, &tools, &ToolChoice::Required, parallel).map_err(|e| e.to_string())?;
     let grammar = calls.compile().map_err(|e| e.to_string())?;
     // JSON's own whitespace is not part of a layout: the grammar writes compact JSON,
     // the parser reads indented JSON too (Command R+ indents its calls).
@@ -719,7 +719,7 @@ pub fn check_calls(f: &ToolFormat, tools: &[Tool], text: &str) -> Result<String,
     let trigger = f.trigger();
     let Some(at) = text.find(trigger) else { return Err(format!("no call in the text (no {trigger:?})")) };
     let calls = text[at..].trim_end();
-    let grammar = super::calls_regex_plain(f, tools, &ToolChoice::Required, true)
+    let grammar = super::calls_grammar_plain(f, tools, &ToolChoice::Required, true)
         .and_then(|c| c.compile())
         .map_err(|e| e.to_string())?;
     let bytes = as_generated(f, calls);

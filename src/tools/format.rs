@@ -15,7 +15,7 @@
 //!    tagged parameters or Python keyword arguments, one file each in
 //!    [`super::dialect`].
 //!
-//! The same description drives the constrained grammar ([`super::calls_regex`]) and
+//! The same description drives the constrained grammar ([`super::calls_grammar`]) and
 //! the parser ([`super::stream::StreamParser`]). Adding a family is adding a file (and
 //! a test); `build.rs` embeds every file.
 

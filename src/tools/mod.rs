@@ -13,9 +13,11 @@ pub mod stream;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::grammar::part::Built;
+use crate::grammar::regex::{to_rules_part, without_literal, Json as JsonValues};
 use crate::grammar::rules::Rules;
 use crate::grammar::schema::{check_grammar_size, compile_shared, Mode, Objects};
-use crate::grammar::Grammar;
+use crate::grammar::spec::Spec;
 use crate::tokenizer::{TokenKind, Tokenizer, SPECIAL_PREFIX};
 use crate::{Error, Result};
 use format::{BodyKind, ToolFormat};
@@ -176,6 +178,22 @@ fn marker(text: &str, tok: &Tokenizer) -> String {
         .collect()
 }
 
+/// A marker as a part of a grammar: [`marker`]'s text, [`marker_bytes`]' bytes.
+fn marker_part(text: &str, tok: &Tokenizer) -> Built {
+    match text.is_empty() {
+        true => Built::empty(),
+        false => Built::bytes(marker(text, tok), marker_bytes(text, tok)),
+    }
+}
+
+/// A marker as plain text (no control tokens), as a part of a grammar.
+fn plain_marker(text: &str) -> Built {
+    match text.is_empty() {
+        true => Built::empty(),
+        false => Built::bytes(regex_syntax::escape(text), text.as_bytes()),
+    }
+}
+
 /// The bytes a marker is generated as (see [`marker`]): what the lazy constraint
 /// watches the output for.
 pub fn marker_bytes(text: &str, tok: &Tokenizer) -> Vec<u8> {
@@ -211,83 +229,74 @@ pub fn check_vocabulary(f: &ToolFormat, tok: &Tokenizer) -> Result<()> {
     Ok(())
 }
 
-/// A call grammar's text: a regex and the rules it references (see
-/// [`crate::grammar::rules::Rules`]; each tool's arguments are compiled as
-/// [`Grammar::from_schema`] compiles a schema, with shared parts as rules).
-#[derive(Debug, Clone)]
-pub struct CallsRegex {
-    /// The calls, anchored at both ends by the matcher.
-    pub regex: String,
-    /// The rules `regex` references.
-    pub rules: Rules,
-}
-
-impl CallsRegex {
-    /// Compile it. Cost: building the lazy DFA's NFA, linear in the text.
-    ///
-    /// # Errors
-    /// As [`Grammar::from_rules`].
-    pub fn compile(&self) -> Result<Grammar> {
-        Grammar::from_rules(&self.regex, &self.rules)
-    }
-}
-
 /// The grammar of the calls `choice` allows, in `f`'s layout: one call (`parallel ==
 /// false`) or one or more, inside the family's section if it has one. Markers that
 /// are control tokens of `tok`'s vocabulary must be generated as those tokens. Each
-/// tool's `parameters` compile as [`Grammar::from_schema`] compiles a schema (closed
-/// objects, properties in schema order), into rules all tools share.
+/// tool's `parameters` compile as [`Grammar::from_schema`](crate::grammar::Grammar::from_schema) compiles a schema (closed
+/// objects, properties in schema order), into rules all tools share. The engine
+/// compiles (and caches) the [`Spec`]: [`crate::engine::Engine::grammar`].
 ///
-/// Cost: one schema compile per selected tool; the text grows linearly with the schemas.
+/// Cost: one schema compile per selected tool; the grammar grows linearly with the
+/// schemas.
 ///
 /// # Errors
 /// [`Error::Schema`] for a tool whose `parameters` cannot be compiled, or whose
 /// grammars together pass [`crate::grammar::schema::MAX_GRAMMAR_BYTES`];
 /// [`Error::InvalidParameter`] for `ToolChoice::None`, no tools, or a named tool that is
 /// not declared.
-pub fn calls_regex(
+pub fn calls_grammar(
     f: &ToolFormat,
     tools: &[Tool],
     choice: &ToolChoice,
     parallel: bool,
     tok: &Tokenizer,
-) -> Result<CallsRegex> {
-    calls_regex_with(f, tools, choice, parallel, &|text| marker(text, tok))
+) -> Result<Spec> {
+    calls_grammar_with(f, tools, choice, parallel, &|text| marker_part(text, tok))
 }
 
-/// [`calls_regex`] without a vocabulary: every marker is plain text. For checking a
+/// [`calls_grammar`] without a vocabulary: every marker is plain text. For checking a
 /// format against text a template rendered (the markers then are text too), as
 /// [`derive::conformance`] does.
 ///
+/// ```
+/// use toolgate::tools::{calls_grammar_plain, format::for_family, Tool, ToolChoice};
+/// let tools: Vec<Tool> = serde_json::from_value(serde_json::json!([{"type": "function", "function":
+///     {"name": "add", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}]))?;
+/// let hermes = for_family("hermes")?.ok_or("no hermes layout")?;
+/// let g = calls_grammar_plain(&hermes, &tools, &ToolChoice::Required, false)?.compile()?;
+/// assert!(g.matches(b"<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 2}}\n</tool_call>"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
 /// # Errors
-/// As [`calls_regex`].
-pub fn calls_regex_plain(f: &ToolFormat, tools: &[Tool], choice: &ToolChoice, parallel: bool) -> Result<CallsRegex> {
-    calls_regex_with(f, tools, choice, parallel, &|text| regex_syntax::escape(text))
+/// As [`calls_grammar`].
+pub fn calls_grammar_plain(f: &ToolFormat, tools: &[Tool], choice: &ToolChoice, parallel: bool) -> Result<Spec> {
+    calls_grammar_with(f, tools, choice, parallel, &plain_marker)
 }
 
-fn calls_regex_with(
+fn calls_grammar_with(
     f: &ToolFormat,
     tools: &[Tool],
     choice: &ToolChoice,
     parallel: bool,
-    marker: &dyn Fn(&str) -> String,
-) -> Result<CallsRegex> {
+    marker: &dyn Fn(&str) -> Built,
+) -> Result<Spec> {
     let mut rules = Rules::new();
-    let regex = calls_into(f, tools, choice, parallel, marker, &mut rules)?;
-    Ok(CallsRegex { regex, rules })
+    let main = calls_into(f, tools, choice, parallel, marker, &mut rules)?;
+    Ok(Spec::new(main, rules))
 }
 
 /// The grammar of a turn in `tool_choice: auto` that has a response format
 /// (`response_format: json_schema`): a text answer follows the format, a call its tool.
-/// It is the calls `calls_regex` writes for `f` (and, when `recovery` is set, the bare
-/// JSON calls small models write instead: [`Recovery::grammar_format`]), or one JSON
-/// value of `schema`, constrained from the first token. Properties of the answer
-/// come in schema order, with no undeclared ones (as [`Grammar::from_schema`]).
+/// It is the calls [`calls_grammar`] builds for `f` (and, when `recovery` is set, the
+/// bare JSON calls small models write instead: [`Recovery::grammar_format`]), or one
+/// JSON value of `schema`, constrained from the first token. Properties of the answer
+/// come in schema order, with no undeclared ones (as [`Grammar::from_schema`](crate::grammar::Grammar::from_schema)).
 ///
-/// Cost: as [`calls_regex`], plus one schema compile.
+/// Cost: as [`calls_grammar`], plus one schema compile.
 ///
 /// # Errors
-/// As [`calls_regex`]; [`Error::Schema`] for a `schema` that cannot be compiled (its
+/// As [`calls_grammar`]; [`Error::Schema`] for a `schema` that cannot be compiled (its
 /// pointer under `response_format.json_schema.schema`).
 pub fn calls_or_answer(
     f: &ToolFormat,
@@ -296,38 +305,39 @@ pub fn calls_or_answer(
     recovery: bool,
     schema: (&Value, Mode),
     tok: &Tokenizer,
-) -> Result<CallsRegex> {
+) -> Result<Spec> {
     let mut rules = Rules::new();
-    let marker = |text: &str| marker(text, tok);
+    let marker = |text: &str| marker_part(text, tok);
     let mut alternatives = vec![calls_into(f, tools, &ToolChoice::Auto, parallel, &marker, &mut rules)?];
     if recovery && f.trigger() != Recovery::TRIGGER {
         let bare = Recovery::grammar_format();
         alternatives.push(calls_into(&bare, tools, &ToolChoice::Auto, parallel, &marker, &mut rules)?);
     }
     alternatives.push(answer_into(schema, &mut rules)?);
-    let regex = alternatives.iter().map(|a| format!("(?:{a})")).collect::<Vec<_>>().join("|");
-    check_grammar_size(regex.len() + rules.total_len()).map_err(in_format)?;
-    Ok(CallsRegex { regex, rules })
+    let spec = Spec::new(Built::bar(alternatives.into_iter().map(Built::group).collect()), rules);
+    check_grammar_size(spec.text_len()).map_err(in_format)?;
+    Ok(spec)
 }
 
-/// The regex of one JSON value of a response format's `schema` (a text answer), in
-/// the shape of [`calls_regex`]'s, so [`after_reasoning`] can put it after an open
-/// reasoning block.
+/// The grammar of one JSON value of a response format's `schema` (a text answer), as
+/// [`Grammar::from_schema`](crate::grammar::Grammar::from_schema) compiles it (closed objects, properties in schema order),
+/// so the engine caches it and [`after_reasoning`] can put it after an open reasoning
+/// block.
 ///
 /// # Errors
 /// [`Error::Schema`] (its pointer under `response_format.json_schema.schema`) for a
 /// schema that cannot be compiled, admits no value or is too large.
-pub fn answer_regex(schema: (&Value, Mode)) -> Result<CallsRegex> {
+pub fn answer_grammar(schema: (&Value, Mode)) -> Result<Spec> {
     let mut rules = Rules::new();
-    let regex = answer_into(schema, &mut rules)?;
-    check_grammar_size(regex.len() + rules.total_len()).map_err(in_format)?;
-    Ok(CallsRegex { regex, rules })
+    let spec = Spec::new(answer_into(schema, &mut rules)?, rules);
+    check_grammar_size(spec.text_len()).map_err(in_format)?;
+    Ok(spec)
 }
 
-/// A response format's schema as a regex, its shared parts written into `rules`.
-fn answer_into(schema: (&Value, Mode), rules: &mut Rules) -> Result<String> {
+/// A response format's schema as a part, its shared parts written into `rules`.
+fn answer_into(schema: (&Value, Mode), rules: &mut Rules) -> Result<Built> {
     let node = compile_shared(schema.0, schema.1, Objects::Closed).map_err(in_format)?;
-    Ok(crate::grammar::regex::to_rules(&node, &crate::grammar::regex::Json, rules))
+    Ok(to_rules_part(&node, &JsonValues, rules))
 }
 
 /// A schema error of a response format, pointed at where the request holds it.
@@ -340,15 +350,15 @@ fn in_format(e: Error) -> Error {
     }
 }
 
-/// The calls' regex, its shared parts written into `rules`.
+/// The calls' grammar, its shared parts written into `rules`.
 fn calls_into(
     f: &ToolFormat,
     tools: &[Tool],
     choice: &ToolChoice,
     parallel: bool,
-    marker: &dyn Fn(&str) -> String,
+    marker: &dyn Fn(&str) -> Built,
     rules: &mut Rules,
-) -> Result<String> {
+) -> Result<Built> {
     let selected: Vec<&Tool> = match choice {
         ToolChoice::None => {
             return Err(Error::InvalidParameter { name: "tool_choice", reason: "`none` allows no call".into() })
@@ -380,7 +390,7 @@ fn calls_into(
         // The call grammar is composed around each tool's arguments; their shared
         // parts go into one table of rules.
         let args = f.dialect.syntax().grammar(&node, f, rules);
-        check_grammar_size(args.len() + rules.total_len()).map_err(in_tool)?;
+        check_grammar_size(args.text.len() + rules.total_len()).map_err(in_tool)?;
         let name = &t.function.name;
         match f.body {
             BodyKind::JsonNameArguments => {
@@ -391,16 +401,18 @@ fn calls_into(
                     (false, false) => (String::new(), format!("(?:, ?{member})?")),
                 };
                 let inner = format!(
-                    r#""{}": ?{}, ?"{}": ?{args}"#,
+                    r#""{}": ?{}, ?"{}": ?"#,
                     regex_syntax::escape(&f.name_key),
                     regex_syntax::escape(&serde_json::to_string(name).unwrap_or_default()),
                     regex_syntax::escape(&f.arguments_key),
                 );
-                bodies.push(if f.nested_function {
-                    format!(r#"\{{{lead}"type": ?"function", ?"function": ?\{{{inner}\}}{id}\}}"#)
-                } else {
-                    format!(r#"\{{{lead}{inner}{id}\}}"#)
-                })
+                let (open, close) = match f.nested_function {
+                    true => {
+                        (format!(r#"\{{{lead}"type": ?"function", ?"function": ?\{{{inner}"#), format!(r"\}}{id}\}}"))
+                    }
+                    false => (format!(r"\{{{lead}{inner}"), format!(r"{id}\}}")),
+                };
+                bodies.push(Built::cat(vec![Built::read(open), args, Built::read(close)]));
             }
             BodyKind::NameThenArguments => {
                 let index = if f.name_index_separator.is_empty() {
@@ -408,34 +420,34 @@ fn calls_into(
                 } else {
                     format!("{}[0-9]{{1,3}}", regex_syntax::escape(&f.name_index_separator))
                 };
-                bodies.push(format!(
-                    "{}{}{index}{}{args}",
-                    regex_syntax::escape(&f.name_prefix),
-                    regex_syntax::escape(name),
-                    marker(&f.name_end)
-                ));
+                let name = format!("{}{}{index}", regex_syntax::escape(&f.name_prefix), regex_syntax::escape(name));
+                bodies.push(Built::cat(vec![Built::read(name), marker(&f.name_end), args]));
             }
         }
     }
-    let nl = if f.inner_newlines { "\\n?" } else { "" };
-    let call = format!("{}{nl}(?:{}){nl}{}", marker(&f.call_start), bodies.join("|"), marker(&f.call_end));
+    let nl = || if f.inner_newlines { Built::read("\\n?".into()) } else { Built::empty() };
+    let call = Built::cat(vec![marker(&f.call_start), nl(), Built::alt(bodies), nl(), marker(&f.call_end)]);
     // A list of calls is a JSON array: compact, or pretty-printed with a newline and a
     // bounded indent (Command R7B's `[\n    {…}\n]`); never an unbounded run.
     const LIST_WS: &str = "(?:\\n {0,8})?";
     let sep = if f.list { format!(",(?: |{LIST_WS})") } else { format!("(?:{})?", regex_syntax::escape(&f.separator)) };
-    let calls = if parallel {
-        let call = rules.share(call);
-        format!("{call}(?:{sep}{call})*")
-    } else {
-        call
-    };
+    let calls = if parallel { Built::separated(rules.share_part(call), &Built::read(sep)) } else { call };
     Ok(if f.has_section() {
         let (open, close) = match (f.list, f.start_opens_list()) {
             (true, true) => (LIST_WS.to_string(), format!("{LIST_WS}\\]")),
             (true, false) => (format!("\\[{LIST_WS}"), format!("{LIST_WS}\\]")),
             (false, _) => (String::new(), String::new()),
         };
-        format!("{}{nl}{open}{calls}{close}{nl}{}", marker(&f.section_start), marker(&f.section_end))
+        let around = |text: String| if text.is_empty() { Built::empty() } else { Built::read(text) };
+        Built::cat(vec![
+            marker(&f.section_start),
+            nl(),
+            around(open),
+            calls,
+            around(close),
+            nl(),
+            marker(&f.section_end),
+        ])
     } else {
         calls
     })
@@ -446,10 +458,9 @@ fn calls_into(
 /// constrained from its first token whose prompt already opened the block (the
 /// reasoning splitter then reads the block, the parser the calls). The closing logic of
 /// [`crate::engine::Engine::generate_constrained`] bounds the reasoning by the budget.
-pub fn after_reasoning(end: &str, calls: CallsRegex, tok: &Tokenizer) -> CallsRegex {
-    let regex =
-        format!("{}{}\\n{{0,2}}(?:{})", crate::grammar::regex::without_literal(end), marker(end, tok), calls.regex);
-    CallsRegex { regex, ..calls }
+pub fn after_reasoning(end: &str, calls: Spec, tok: &Tokenizer) -> Spec {
+    let rest = Built::read(without_literal(end));
+    calls.after(Built::cat(vec![rest, marker_part(end, tok), Built::read("\\n{0,2}".into())]))
 }
 
 /// Split model output into text content and calls, reading each call whole (see

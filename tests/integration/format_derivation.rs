@@ -12,7 +12,7 @@ use toolgate::template::{inspect, ChatTemplate};
 use toolgate::tools::derive::{conformance, derive, Origin};
 use toolgate::tools::format::ToolFormat;
 use toolgate::tools::stream::StreamParser;
-use toolgate::tools::{calls_regex_plain, Tool, ToolChoice};
+use toolgate::tools::{calls_grammar_plain, Tool, ToolChoice};
 
 fn templates_dir() -> PathBuf {
     crate::common::templates_dir()
@@ -116,7 +116,7 @@ fn glm_calls_are_tagged_parameters_typed_by_the_schema() {
         read_every_way(f, &tools, text),
         vec![("get_weather".into(), json!({"city": "1984", "days": 3, "metric": true}))]
     );
-    let g = calls_regex_plain(f, &tools, &ToolChoice::Required, true).unwrap().compile().unwrap();
+    let g = calls_grammar_plain(f, &tools, &ToolChoice::Required, true).unwrap().compile().unwrap();
     let calls = &text["I'll check.".len()..];
     assert!(g.matches(calls.as_bytes()));
     assert!(!g.matches(calls.replace("<arg_value>3<", "<arg_value>three<").as_bytes()));
@@ -202,7 +202,7 @@ fn invoke_and_typed_parameter_layouts_are_derived() {
                 <｜DSML｜parameter name=\"days\" string=\"false\">5</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>";
     assert_eq!(read_every_way(f, &tools, text), vec![("get_weather".into(), json!({"city": "42", "days": 5}))]);
     // The grammar types the tag: a number may not claim to be a string.
-    let g = calls_regex_plain(f, &tools, &ToolChoice::Required, true).unwrap().compile().unwrap();
+    let g = calls_grammar_plain(f, &tools, &ToolChoice::Required, true).unwrap().compile().unwrap();
     assert!(g.matches(text.as_bytes()));
     assert!(!g.matches(text.replace("\"days\" string=\"false\"", "\"days\" string=\"true\"").as_bytes()));
 }
@@ -316,7 +316,7 @@ fn command_r7b_calls_lead_with_their_index_in_a_pretty_printed_list() {
             ("get_weather".into(), json!({"city": "Rome", "days": 1}))
         ]
     );
-    let g = calls_regex_plain(f, &tools, &ToolChoice::Required, true).unwrap().compile().unwrap();
+    let g = calls_grammar_plain(f, &tools, &ToolChoice::Required, true).unwrap().compile().unwrap();
     assert!(g.matches(text.as_bytes()));
     assert!(!g.matches(text.replace("\"tool_call_id\": \"0\"", "\"tool_call_id\": \"x\"").as_bytes()));
 }
@@ -435,7 +435,7 @@ fn typed_attribute_single_quoted_and_string_argument_layouts_are_derived() {
             )
         ]
     );
-    let g = calls_regex_plain(f, &tools, &ToolChoice::Required, true).unwrap().compile().unwrap();
+    let g = calls_grammar_plain(f, &tools, &ToolChoice::Required, true).unwrap().compile().unwrap();
     let plain = text.replace("a <b> & c <|close|>argument, the tag's text", "Oslo");
     assert!(g.matches(plain.as_bytes()));
     // A boolean may not claim to be a number, nor a number a string.
@@ -451,7 +451,7 @@ fn typed_attribute_single_quoted_and_string_argument_layouts_are_derived() {
         read_every_way(f, &tools, text),
         vec![("get_weather".into(), json!({"city": "Bergen 'sentrum'", "days": 2, "metric": true}))]
     );
-    let g = calls_regex_plain(f, &tools, &ToolChoice::Required, true).unwrap().compile().unwrap();
+    let g = calls_grammar_plain(f, &tools, &ToolChoice::Required, true).unwrap().compile().unwrap();
     assert!(g.matches(text.as_bytes()));
     assert!(!g.matches(text.replace("city='Bergen \\'sentrum\\''", "city=\"Bergen\"").as_bytes()));
 

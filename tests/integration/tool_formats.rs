@@ -12,13 +12,14 @@ use std::path::PathBuf;
 use serde_json::{json, Value};
 use toolgate::engine::chat::{tool_turn, ToolMode};
 use toolgate::engine::{Engine, GenerateParams};
+use toolgate::grammar::part::Built;
 use toolgate::model::DeviceChoice;
 use toolgate::template::source::GgufTemplates;
 use toolgate::template::{family, gate, ChatTemplate, ToolFallback};
 use toolgate::tokenizer::Tokenizer;
 use toolgate::tools::format::{self, ArgsDialect, ToolFormat};
 use toolgate::tools::stream::{ParsedOutput, StreamParser};
-use toolgate::tools::{calls_regex, Tool, ToolChoice};
+use toolgate::tools::{calls_grammar, Tool, ToolChoice};
 
 /// `(template file, family)`: every template in the corpus that renders tool calls in
 /// a layout toolgate has a format file for.
@@ -165,10 +166,12 @@ fn the_constraint_accepts_the_calls_each_template_renders() {
         let (input, rendered) = roundtrip(template);
         let text = after_question(&rendered);
         let tools = roundtrip_tools(&input);
-        let grammar = calls_regex(&fmt, &tools, &ToolChoice::Required, true, &tok)
-            .unwrap()
-            .compile()
-            .unwrap_or_else(|e| panic!("{template}: {e}"));
+        let spec = calls_grammar(&fmt, &tools, &ToolChoice::Required, true, &tok).unwrap();
+        // The grammar compiles the steps it was built from; its text (which keys the
+        // engine's cache) must spell the same language.
+        let reread = Built::parse(&spec.main.text).unwrap_or_else(|e| panic!("{template}: {e}"));
+        assert!(spec.main == reread, "{template}: the calls' text and steps differ");
+        let grammar = spec.compile().unwrap_or_else(|e| panic!("{template}: {e}"));
         let start = text.find(fmt.trigger()).unwrap_or_else(|| panic!("{template}: no trigger in {text:?}"));
         let calls = &text[start..];
         // The longest prefix of the calls text the grammar accepts whole.
@@ -181,9 +184,9 @@ fn the_constraint_accepts_the_calls_each_template_renders() {
         // …and it holds both calls.
         assert_roundtrip_calls(&parse(&fmt, false, &[&calls[..*accepted]]), template);
         // One call only when parallel calls are off; a named tool excludes the other.
-        let one = calls_regex(&fmt, &tools, &ToolChoice::Required, false, &tok).unwrap().compile().unwrap();
+        let one = calls_grammar(&fmt, &tools, &ToolChoice::Required, false, &tok).unwrap().compile().unwrap();
         assert!(!one.matches(&constraint_bytes(&fmt, &calls[..*accepted])), "{template}");
-        let named = calls_regex(&fmt, &tools, &ToolChoice::Named("add".into()), true, &tok).unwrap();
+        let named = calls_grammar(&fmt, &tools, &ToolChoice::Named("add".into()), true, &tok).unwrap();
         assert!(!named.compile().unwrap().matches(&constraint_bytes(&fmt, &calls[..*accepted])));
     }
 }
@@ -211,7 +214,7 @@ fn granite_and_functools_read_the_layout_their_templates_describe() {
                 assert_eq!(parse(&fmt, incremental, &[&text[..i], &text[i..]]), out, "{fam} split at {i}");
             }
         }
-        let grammar = calls_regex(&fmt, &tools, &ToolChoice::Required, true, &tok).unwrap().compile().unwrap();
+        let grammar = calls_grammar(&fmt, &tools, &ToolChoice::Required, true, &tok).unwrap().compile().unwrap();
         let calls = &text[text.find(fmt.trigger()).unwrap()..text.rfind(']').unwrap() + 1];
         assert!(grammar.matches(calls.as_bytes()), "{fam}: {calls}");
     }
@@ -378,7 +381,7 @@ fn llama3_bare_json_calls() {
                 assert_eq!(parse(&fmt, incremental, &[&text[..i], &text[i..]]), whole, "split at {i}");
             }
         }
-        let g = calls_regex(&fmt, &tools, &ToolChoice::Required, false, &tok).unwrap().compile().unwrap();
+        let g = calls_grammar(&fmt, &tools, &ToolChoice::Required, false, &tok).unwrap().compile().unwrap();
         let start = text.find("{\"name\"").unwrap();
         let end = text[start..].find("}}").unwrap() + start + 2;
         assert!(g.matches(&text.as_bytes()[start..end]), "{:?}", &text[start..end]);
@@ -395,7 +398,7 @@ fn llama3_bare_json_calls() {
             assert_eq!(parse(&tagged, incremental, &[&text[..i], &text[i..]]), whole, "split at {i}");
         }
     }
-    let g = calls_regex(&tagged, &tools, &ToolChoice::Required, false, &tok).unwrap().compile().unwrap();
+    let g = calls_grammar(&tagged, &tools, &ToolChoice::Required, false, &tok).unwrap().compile().unwrap();
     assert!(g.matches(&text.as_bytes()[..text.find("<|eom_id|>").unwrap()]));
     // Text that merely starts like a call stays text; so does an unfinished object.
     for text in ["Use {\"name\": 1} as the key.", "Set {\"name\" to something"] {
@@ -443,7 +446,7 @@ fn xml_parameters_follow_the_declared_types() {
         assert_eq!(args, json!({"zip": "75001", "count": 3, "note": "a < b and </param> inside", "tags": ["x", "y"]}));
     }
     let tok = smollm2_tokenizer();
-    let g = calls_regex(&fmt, &tools, &ToolChoice::Required, false, &tok).unwrap().compile().unwrap();
+    let g = calls_grammar(&fmt, &tools, &ToolChoice::Required, false, &tok).unwrap().compile().unwrap();
     assert!(g.matches(text.as_bytes()));
     assert!(!g.matches(text.replace("\n3\n", "\nthree\n").as_bytes()), "an integer parameter is JSON");
 }
@@ -469,7 +472,7 @@ fn tool_arguments_hold_patterns_with_lengths_and_multiples() {
     ];
     for (fam, layout) in layouts {
         let fmt = format::for_family(fam).unwrap().unwrap();
-        let g = calls_regex(&fmt, &tools, &ToolChoice::Required, false, &tok).unwrap().compile().unwrap();
+        let g = calls_grammar(&fmt, &tools, &ToolChoice::Required, false, &tok).unwrap().compile().unwrap();
         let call = |zip: &str, qty: &str| constraint_bytes(&fmt, &layout.replace("ZIP", zip).replace("QTY", qty));
         for (zip, qty) in [("75001", "2.5"), ("7", "3"), ("00000", "-0.5"), ("1", "100.0")] {
             assert!(g.matches(&call(zip, qty)), "{fam}: {zip} {qty}");
@@ -506,7 +509,7 @@ fn pythonic_calls() {
     let (input, _) = roundtrip("Qwen-Qwen2.5-7B-Instruct.jinja");
     let tools = roundtrip_tools(&input);
     let tok = smollm2_tokenizer();
-    let g = calls_regex(&fmt, &tools, &ToolChoice::Required, true, &tok).unwrap().compile().unwrap();
+    let g = calls_grammar(&fmt, &tools, &ToolChoice::Required, true, &tok).unwrap().compile().unwrap();
     let canonical =
         "<|tool_call_start|>[get_weather(city=\"Paris\", unit=\"celsius\"), add(a=2, b=3)]<|tool_call_end|>";
     assert!(g.matches(canonical.as_bytes()));

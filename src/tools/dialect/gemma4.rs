@@ -7,7 +7,8 @@ use super::literals::{LiteralReader, Literals, QUOTE};
 use super::scan::Brackets;
 use super::{ArgsSyntax, Extent, ValueScan};
 use crate::grammar::ir::Node;
-use crate::grammar::regex::to_rules;
+use crate::grammar::part::Built;
+use crate::grammar::regex::to_rules_part;
 use crate::grammar::rules::Rules;
 use crate::tools::format::ToolFormat;
 
@@ -16,8 +17,8 @@ use crate::tools::format::ToolFormat;
 pub struct Gemma4;
 
 impl ArgsSyntax for Gemma4 {
-    fn grammar(&self, node: &Node, _: &ToolFormat, rules: &mut Rules) -> String {
-        to_rules(node, &crate::grammar::regex::Gemma4, rules)
+    fn grammar(&self, node: &Node, _: &ToolFormat, rules: &mut Rules) -> Built {
+        to_rules_part(node, &crate::grammar::regex::Gemma4, rules)
     }
     fn opener(&self) -> Option<u8> {
         Some(b'{')

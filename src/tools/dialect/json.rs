@@ -5,7 +5,8 @@ use std::collections::HashSet;
 use super::scan::Brackets;
 use super::{ArgsSyntax, Extent, ValueScan};
 use crate::grammar::ir::Node;
-use crate::grammar::regex::to_rules;
+use crate::grammar::part::Built;
+use crate::grammar::regex::to_rules_part;
 use crate::grammar::rules::Rules;
 use crate::tools::format::ToolFormat;
 
@@ -14,8 +15,8 @@ use crate::tools::format::ToolFormat;
 pub struct Json;
 
 impl ArgsSyntax for Json {
-    fn grammar(&self, node: &Node, _: &ToolFormat, rules: &mut Rules) -> String {
-        to_rules(node, &crate::grammar::regex::Json, rules)
+    fn grammar(&self, node: &Node, _: &ToolFormat, rules: &mut Rules) -> Built {
+        to_rules_part(node, &crate::grammar::regex::Json, rules)
     }
     fn opener(&self) -> Option<u8> {
         Some(b'{')

@@ -15,7 +15,7 @@
 //! | [`ArgsDialect::Python`] | [`python`] | `(city="Oslo", days=3)` |
 //!
 //! Adding a dialect is a file here, a variant of [`ArgsDialect`] and its arm in
-//! [`ArgsDialect::syntax`]; the grammar ([`super::calls_regex`]), the parser
+//! [`ArgsDialect::syntax`]; the grammar ([`super::calls_grammar`]), the parser
 //! ([`super::stream::StreamParser`]) and derivation ([`super::derive`]) go through the
 //! trait.
 
@@ -30,6 +30,7 @@ use std::collections::HashSet;
 
 use super::format::{ArgsDialect, ToolFormat};
 use crate::grammar::ir::Node;
+use crate::grammar::part::Built;
 use crate::grammar::rules::Rules;
 pub use scan::ValueScan;
 
@@ -53,11 +54,12 @@ pub enum Extent {
 /// Every method is cheap to call (no state): the reader's state lives in the
 /// [`ValueScan`] the parser keeps per call.
 pub trait ArgsSyntax: Sync {
-    /// The regex of the arguments for a tool whose compiled arguments schema is
-    /// `node`, in layout `f`; large parts go into `rules` (see [`Rules`]).
+    /// The grammar of the arguments for a tool whose compiled arguments schema is
+    /// `node`, in layout `f`, as a part of the call's grammar; large parts go into
+    /// `rules` (see [`Rules`]).
     ///
     /// Cost: linear in the schema's size.
-    fn grammar(&self, node: &Node, f: &ToolFormat, rules: &mut Rules) -> String;
+    fn grammar(&self, node: &Node, f: &ToolFormat, rules: &mut Rules) -> Built;
 
     /// The byte the arguments open with, after optional whitespace (`{`, `(`), or
     /// `None` where the dialect reads its own whitespace from the name's end.

@@ -9,6 +9,7 @@ use super::literals::{LiteralReader, Literals};
 use super::scan::Brackets;
 use super::{ArgsSyntax, Extent, ValueScan};
 use crate::grammar::ir::Node;
+use crate::grammar::part::Built;
 use crate::grammar::regex::{key_except, members, to_rules, Dialect, PythonSingle};
 use crate::grammar::rules::Rules;
 use crate::tools::format::ToolFormat;
@@ -18,9 +19,9 @@ use crate::tools::format::ToolFormat;
 pub struct Python;
 
 impl ArgsSyntax for Python {
-    fn grammar(&self, node: &Node, f: &ToolFormat, rules: &mut Rules) -> String {
+    fn grammar(&self, node: &Node, f: &ToolFormat, rules: &mut Rules) -> Built {
         let values: &dyn Dialect = if f.single_quotes { &PythonSingle } else { &crate::grammar::regex::Python };
-        grammar(node, values, rules)
+        Built::read(grammar(node, values, rules))
     }
     fn opener(&self) -> Option<u8> {
         Some(b'(')

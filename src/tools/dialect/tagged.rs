@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::{ArgsSyntax, Extent, ValueScan};
 use crate::grammar::ir::Node;
-use crate::grammar::part::alt;
+use crate::grammar::part::{alt, Built};
 use crate::grammar::regex::{key_except, members, to_rules, without_literal, Dialect, Json, XmlText};
 use crate::grammar::rules::Rules;
 use crate::tools::format::{ParamTags, ToolFormat, JSON_TYPES, TYPE_SLOT};
@@ -32,8 +32,8 @@ fn leading_ws(s: &str) -> usize {
 pub struct Tagged;
 
 impl ArgsSyntax for Tagged {
-    fn grammar(&self, node: &Node, f: &ToolFormat, rules: &mut Rules) -> String {
-        grammar(node, rules, &f.param_tags())
+    fn grammar(&self, node: &Node, f: &ToolFormat, rules: &mut Rules) -> Built {
+        Built::read(grammar(node, rules, &f.param_tags()))
     }
     fn opener(&self) -> Option<u8> {
         None
