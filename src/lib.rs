@@ -15,7 +15,7 @@
 //! | [`engine`] | the generation loop: prompt → tokens → streamed text, stop conditions, prefix reuse; one chat turn; [`engine::conversation::ToolConversation`] |
 //! | [`tools`] | OpenAI tool types and builders, family call formats, the calls grammar, the streaming call parser |
 //! | [`server`] | OpenAI and Anthropic HTTP APIs on axum, metrics |
-//! | [`bench`] | tool-calling reliability bench: BFCL tasks in constrained, native and prompt-only modes, BFCL's AST rules, table/JSON/SVG |
+//! | [`bench`](mod@bench) | tool-calling reliability bench: BFCL tasks in constrained, native and prompt-only modes, BFCL's AST rules, table/JSON/SVG |
 //! | [`hub`] | Hugging Face Hub: resolve, quant pick, header pre-check by range, verified resumable download, cache |
 //!
 //! ```no_run

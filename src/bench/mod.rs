@@ -406,7 +406,7 @@ pub fn load_tasks(
 /// Cost: one template gate (a probe of the generic template), milliseconds.
 ///
 /// # Errors
-/// Those of [`crate::template::gate`] on the generic template (none expected).
+/// Those of [`crate::template::gate()`] on the generic template (none expected).
 pub fn prompt_only_setup(name: &str, setup: &ChatSetup, arch: Option<&str>) -> crate::Result<Option<ChatSetup>> {
     use crate::template::ToolFallback;
     let generic = crate::template::gate(name, &Default::default(), arch, None, ToolFallback::Generic)?;

@@ -30,7 +30,7 @@ pub trait Dialect {
     /// Regex for a literal JSON value (`enum`, `const`).
     fn literal(&self, v: &Value) -> String;
     /// Whether an object key is spelled as a string of this dialect (so a key
-    /// machine, [`Node::Object`]'s `extra_keys`, can be written as one).
+    /// machine, [`super::ir::Node::Object`]'s `extra_keys`, can be written as one).
     fn keys_are_strings(&self) -> bool {
         true
     }

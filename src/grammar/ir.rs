@@ -36,7 +36,7 @@ pub enum Objects {
 }
 
 /// Containers an extra property's value may nest in an [`Objects::Open`] object, in a
-/// plain regex ([`compile`] for [`super::regex::to_regex`]).
+/// plain regex ([`compile`](super::schema::compile) for [`super::regex::to_regex`]).
 pub const OPEN_EXTRA_LEVELS: usize = 1;
 
 /// Containers an unconstrained value (`{}`, `true`, `additionalProperties: true`, an
@@ -45,11 +45,11 @@ pub const OPEN_EXTRA_LEVELS: usize = 1;
 /// regex grows 4× per level).
 pub const ANY_VALUE_LEVELS: usize = 3;
 
-/// [`OPEN_EXTRA_LEVELS`] for grammars with shared rules ([`compile_shared`]): as deep
+/// [`OPEN_EXTRA_LEVELS`] for grammars with shared rules ([`compile_shared`](super::schema::compile_shared)): as deep
 /// as the DFA's stack ([`super::dfa::MAX_STACK`]), one rule that calls itself.
 pub const SHARED_OPEN_EXTRA_LEVELS: usize = super::dfa::MAX_STACK;
 
-/// [`ANY_VALUE_LEVELS`] for grammars with shared rules ([`compile_shared`]): as deep
+/// [`ANY_VALUE_LEVELS`] for grammars with shared rules ([`compile_shared`](super::schema::compile_shared)): as deep
 /// as the DFA's stack ([`super::dfa::MAX_STACK`]), one rule that calls itself.
 pub const SHARED_ANY_VALUE_LEVELS: usize = super::dfa::MAX_STACK;
 /// Most schema nodes one compilation visits, `$ref` expansions included: recursive
@@ -60,10 +60,10 @@ pub const MAX_GRAMMAR_BYTES: usize = 4 << 20;
 /// Schemas nested deeper than this are refused with an error (no stack exhaustion
 /// on hostile input).
 pub const MAX_NESTING: usize = 64;
-/// In a plain regex ([`compile`]), how many times one `$ref` is expanded inside
+/// In a plain regex ([`compile`](super::schema::compile)), how many times one `$ref` is expanded inside
 /// itself (a recursive schema); deeper, the recursive branch matches nothing (so a
 /// tree's innermost `children` must be empty). With shared rules
-/// ([`compile_shared`]) a recursive `$ref` is a rule that calls itself
+/// ([`compile_shared`](super::schema::compile_shared)) a recursive `$ref` is a rule that calls itself
 /// ([`Node::Def`]) and nests as deep as the DFA's stack instead.
 pub const MAX_REF_DEPTH: usize = 6;
 /// Most distinct `$ref`s expanded inside one another; deeper, the branch matches
@@ -207,7 +207,7 @@ pub enum Node {
     },
     /// A value whose language is an explicit automaton: a `pattern` or `format` with
     /// length bounds, a `pattern` beside a `format`, or a number's `multipleOf`. Only
-    /// [`compile_shared`] makes these; the regex stage writes them as rules
+    /// [`compile_shared`](super::schema::compile_shared) makes these; the regex stage writes them as rules
     /// ([`super::regex::to_rules`]).
     Machine {
         /// The automaton: over the string's characters (UTF-8, unescaped) for
@@ -258,7 +258,7 @@ pub enum Node {
     /// A `$ref`'s target that refers to itself inside `body` ([`Node::Recurse`]
     /// with the same `key`): written once, as a rule that calls itself, so a
     /// recursive schema nests as deep as the DFA's stack
-    /// ([`super::dfa::MAX_STACK`]). Only [`compile_shared`] makes these.
+    /// ([`super::dfa::MAX_STACK`]). Only [`compile_shared`](super::schema::compile_shared) makes these.
     Def {
         /// The `$ref` target.
         key: String,

@@ -18,6 +18,10 @@
 //! 5. **Verify** the file as a model (header, tensor extents, tokenizer, architecture,
 //!    gate); a failure moves it to quarantine with a `.reason` file.
 //!
+//! Files: `http.rs` (requests, ranges, redirects), `quant.rs` (the pick), `judge.rs`
+//! (the gate before and after download), `download.rs`, `cache.rs` (the
+//! `huggingface_hub` layout), `error.rs` ([`HubError`]); this file the client.
+//!
 //! The token (`HF_TOKEN`, or the token file under `HF_HOME`) is sent as
 //! `Authorization: Bearer` to the Hub's own host only, never logged, never written.
 //!
@@ -31,7 +35,9 @@
 
 pub mod cache;
 mod download;
+mod error;
 mod http;
+mod judge;
 pub mod quant;
 
 use std::path::{Path, PathBuf};
@@ -40,11 +46,13 @@ use serde::Serialize;
 
 pub use cache::{Cache, CachedFile, CachedModel};
 pub use download::sha256_file;
+pub use error::HubError;
 pub use http::redirect_target;
+use judge::judge;
+pub use judge::{verify_file, GateOptions, Precheck, PrecheckSource, Verdict};
 
-use crate::gguf::{self, GgufFile};
+use crate::gguf;
 use crate::template::source::GgufTemplates;
-use crate::template::ToolFallback;
 use cache::{BlobId, CommitId};
 use http::{Http, RangeReader};
 
@@ -53,167 +61,6 @@ pub const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
 
 /// Most bytes of a GGUF header the pre-check reads by range before giving up.
 pub const MAX_HEADER_BYTES: u64 = 256 << 20;
-
-/// Everything that can go wrong talking to the Hub or the cache.
-#[derive(Debug, thiserror::Error)]
-pub enum HubError {
-    /// Not `NAME` or `ORG/NAME`.
-    #[error("`{0}` is not a Hugging Face repository id (expected ORG/NAME)")]
-    InvalidRepoId(String),
-    /// 401 from the Hub.
-    #[error("authentication required for {what}: {}", if *token_sent { "the Hub rejected the token (check HF_TOKEN)" } else { "set HF_TOKEN (the repository is private or gated)" })]
-    Unauthorized {
-        /// What was asked for.
-        what: String,
-        /// Whether a token was sent.
-        token_sent: bool,
-    },
-    /// 403 from the Hub.
-    #[error(
-        "access to {what} is forbidden: accept the model's license on the Hub (and check that the token may read it)"
-    )]
-    Forbidden {
-        /// What was asked for.
-        what: String,
-    },
-    /// The repository is gated or private and no token is configured.
-    #[error("model {repo} is {kind}, set HF_TOKEN (and accept its license on the Hub)")]
-    NeedsToken {
-        /// The repository.
-        repo: String,
-        /// `gated` or `private`.
-        kind: &'static str,
-    },
-    /// 404 from the Hub.
-    #[error("{what} not found on the Hub")]
-    NotFound {
-        /// What was asked for.
-        what: String,
-    },
-    /// The repository has no `.gguf` file.
-    #[error("{repo} has no .gguf file (toolgate runs GGUF models; look for a -GGUF repository)")]
-    NoGguf {
-        /// The repository.
-        repo: String,
-    },
-    /// `--file` names no `.gguf` file of the repository.
-    #[error("{repo} has no file `{file}`; its .gguf files: {available}")]
-    FileNotFound {
-        /// The repository.
-        repo: String,
-        /// The file asked for.
-        file: String,
-        /// The `.gguf` files there are.
-        available: String,
-    },
-    /// Several model files and none of the preferred quantizations.
-    #[error("{repo}: none of the preferred quantizations ({}) among {available}; choose one with --file", quant::PREFERENCE.join(", "))]
-    AmbiguousFile {
-        /// The repository.
-        repo: String,
-        /// The `.gguf` files there are.
-        available: String,
-    },
-    /// The chosen model is split into shards.
-    #[error("{repo}: {file} is one of {} shards ({}); toolgate loads single-file GGUF only: merge them with `llama-gguf-split --merge {file} merged.gguf`, or choose a single-file quantization with --file", shards.len(), shards.join(", "))]
-    SplitUnsupported {
-        /// The repository.
-        repo: String,
-        /// The first shard.
-        file: String,
-        /// All shards.
-        shards: Vec<String>,
-    },
-    /// The pre-check refused the model before download.
-    #[error("{repo}/{file} refused before download: {reason} (--force downloads it anyway)")]
-    Refused {
-        /// The repository.
-        repo: String,
-        /// The file.
-        file: String,
-        /// The gate's or loader's reason.
-        reason: String,
-    },
-    /// The downloaded file failed verification and was quarantined.
-    #[error("{repo}/{file} failed verification after download and was quarantined at {}: {reason}", quarantined.display())]
-    VerifyFailed {
-        /// The repository.
-        repo: String,
-        /// The file.
-        file: String,
-        /// Why.
-        reason: String,
-        /// Where the file is now.
-        quarantined: PathBuf,
-    },
-    /// The Hub reported no sha256 for the file, so it cannot be verified.
-    #[error("{url}: the Hub reported no sha256 for this file, so it cannot be verified; refusing to download it")]
-    NoChecksum {
-        /// The file's URL.
-        url: String,
-    },
-    /// The downloaded bytes do not have the sha256 the Hub reported.
-    #[error(
-        "{url}: sha256 mismatch: the Hub reported {expected}, the download has {actual}; the partial file was deleted"
-    )]
-    ChecksumMismatch {
-        /// The file's URL.
-        url: String,
-        /// What the Hub reported.
-        expected: String,
-        /// What arrived.
-        actual: String,
-    },
-    /// The download kept failing after every resume attempt.
-    #[error("{url}: download interrupted at {have} of {size} bytes after every retry ({reason}); run the command again to resume")]
-    Interrupted {
-        /// The file's URL.
-        url: String,
-        /// Bytes kept for resuming.
-        have: u64,
-        /// Total bytes.
-        size: u64,
-        /// The last error.
-        reason: String,
-    },
-    /// The connection failed.
-    #[error("{url}: {reason}")]
-    Network {
-        /// The URL.
-        url: String,
-        /// The transport error.
-        reason: String,
-    },
-    /// Another error status.
-    #[error("{url}: HTTP {status}: {body}")]
-    Http {
-        /// The URL.
-        url: String,
-        /// The status.
-        status: u16,
-        /// The start of the body.
-        body: String,
-    },
-    /// The Hub answered something toolgate cannot use.
-    #[error("unexpected answer from the Hub: {0}")]
-    Protocol(String),
-    /// `HF_HUB_OFFLINE` is set, or nothing is cached.
-    #[error("{repo} is not in the cache ({detail})")]
-    NotCached {
-        /// The repository.
-        repo: String,
-        /// What was missing.
-        detail: String,
-    },
-    /// A local file operation failed.
-    #[error("{path}: {source}")]
-    Io {
-        /// The path.
-        path: PathBuf,
-        /// The error.
-        source: std::io::Error,
-    },
-}
 
 /// An access token. Its `Debug` output is redacted and it has no `Display`, so it
 /// cannot end up in a log line by accident.
@@ -322,15 +169,6 @@ pub struct RepoInfo {
     pub files: Vec<String>,
 }
 
-/// How the gate judges a model (the same options as `serve`).
-#[derive(Debug, Clone, Default)]
-pub struct GateOptions {
-    /// What to do with a model whose template cannot do tools.
-    pub fallback: ToolFallback,
-    /// A template file to use instead of the model's.
-    pub chat_template: Option<PathBuf>,
-}
-
 /// Options of [`Hub::pull`].
 #[derive(Debug, Clone)]
 pub struct PullOptions {
@@ -348,46 +186,6 @@ impl Default for PullOptions {
     fn default() -> Self {
         Self { revision: "main".into(), file: None, force: false, gate: GateOptions::default() }
     }
-}
-
-/// What the pre-check read.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "snake_case", tag = "kind")]
-pub enum PrecheckSource {
-    /// The GGUF header, by range requests.
-    Header {
-        /// Bytes fetched.
-        bytes: u64,
-        /// Range requests made.
-        requests: usize,
-    },
-    /// The Hub's `?expand[]=gguf` hint (the header could not be read).
-    HubHint {
-        /// Why the header could not be read.
-        header_error: String,
-    },
-}
-
-/// The verdict of the pre-check (before download) or the verification (after).
-#[derive(Debug, Clone, Serialize)]
-pub struct Verdict {
-    /// `general.architecture`.
-    pub architecture: Option<String>,
-    /// Where the judged template came from.
-    pub template_source: Option<String>,
-    /// The tool-call family of the template.
-    pub family: Option<String>,
-    /// `None` when the model passes; else why it is refused.
-    pub refusal: Option<String>,
-}
-
-/// The pre-check's result.
-#[derive(Debug, Clone, Serialize)]
-pub struct Precheck {
-    /// What was read.
-    pub source: PrecheckSource,
-    /// The verdict.
-    pub verdict: Verdict,
 }
 
 /// A pulled model file.
@@ -422,66 +220,6 @@ fn encode(s: &str, keep_slash: bool) -> String {
         }
     }
     out
-}
-
-/// Judge a model from its metadata the way `serve` will: supported architecture and
-/// the chat-template gate.
-fn judge(model_id: &str, arch: Option<&str>, templates: &GgufTemplates, gate: &GateOptions) -> Verdict {
-    let mut v = Verdict { architecture: arch.map(str::to_string), template_source: None, family: None, refusal: None };
-    match arch {
-        Some(a) if crate::model::arch::spec_for(a).is_none() => {
-            v.refusal = Some(format!(
-                "unsupported architecture `{a}` (supported: {})",
-                crate::model::arch::SUPPORTED.join(", ")
-            ));
-            return v;
-        }
-        _ => {}
-    }
-    match crate::template::gate(model_id, templates, arch, gate.chat_template.as_deref(), gate.fallback) {
-        Ok(setup) => {
-            v.template_source = Some(setup.source.to_string());
-            v.family = Some(setup.family().to_string());
-            if setup.layout.format.is_none() {
-                v.refusal = Some(format!(
-                    "{model_id}: its chat template's tool-call layout cannot be read ({}); \
-                     serve it with --tool-format FAMILY or --tool-fallback generic",
-                    setup.layout.round_trip
-                ));
-            }
-        }
-        Err(e) => v.refusal = Some(e.to_string()),
-    }
-    v
-}
-
-/// Verify a local GGUF file as a model: header and tensor extents, tokenizer,
-/// architecture, and the gate. This is what [`Hub::pull`] runs after a download.
-///
-/// Cost: reads the header and builds the tokenizer (well under a second for small
-/// models); the weights are not loaded.
-pub fn verify_file(model_id: &str, path: &Path, gate: &GateOptions) -> Verdict {
-    let gguf = match GgufFile::open(path) {
-        Ok(g) => g,
-        Err(e) => {
-            return Verdict { architecture: None, template_source: None, family: None, refusal: Some(e.to_string()) }
-        }
-    };
-    let arch = gguf.architecture().ok().map(str::to_string);
-    let fail = |reason: String| Verdict {
-        architecture: arch.clone(),
-        template_source: None,
-        family: None,
-        refusal: Some(reason),
-    };
-    if let Err(e) = crate::tokenizer::Tokenizer::from_gguf(&gguf) {
-        return fail(e.to_string());
-    }
-    let templates = match GgufTemplates::from_gguf(&gguf) {
-        Ok(t) => t,
-        Err(e) => return fail(e.to_string()),
-    };
-    judge(model_id, arch.as_deref(), &templates, gate)
 }
 
 /// A client for one Hub endpoint and one cache.

@@ -9,15 +9,14 @@
 //! [`Decoder::forward_batch`] decodes one token of each of `b` sequences in one pass:
 //! hidden `(1, b, n_embd)`, every projection one `b`-row matmul (the weights are read
 //! once for all of them), attention per row against that row's own cache.
+//!
+//! Files: this one the layers and the forward passes; `load.rs` reading the weights;
+//! `ffn.rs` the feed-forward block (gated or a mixture of experts); `step.rs` the
+//! fused CUDA decode step.
 
-use std::sync::Arc;
+use candle_core::{DType, Device, Tensor};
 
-use candle_core::quantized::QTensor;
-use candle_core::{DType, Device, Tensor, D};
-
-use crate::kernels::glu::{glu_rows, OAI_ALPHA, OAI_LIMIT};
-
-use super::arch::{Activation, ArchSpec, Gating, RopeStyle};
+use super::arch::{ArchSpec, RopeStyle};
 use super::attention::{attend, soft_cap};
 use super::config::{Hyperparams, Yarn};
 use super::cuda;
@@ -28,104 +27,17 @@ use crate::gguf::GgufFile;
 use crate::kernels::attention::AttentionShape;
 use crate::{Error, Result};
 
+mod ffn;
+mod load;
 mod step;
+use ffn::{ffn_forward, Ffn};
+use load::Loader;
 use step::{fused_attention, heads_first, projected, StepTensors};
 
 #[derive(Debug)]
 enum Qkv {
     Separate { q: QLinear, k: QLinear, v: QLinear },
     Fused(QLinear),
-}
-
-#[derive(Debug)]
-enum Ffn {
-    GateUp {
-        gate: QLinear,
-        up: QLinear,
-        down: QLinear,
-    },
-    /// Phi-3: `ffn_up` holds gate and up concatenated along the output axis.
-    FusedGateUp {
-        gate_up: QLinear,
-        down: QLinear,
-    },
-    /// Mixture of experts: a router picks `used` of `experts` per token.
-    Moe(Moe),
-}
-
-/// A mixture-of-experts FFN: `router` `(n_expert, n_embd)` scores the experts of each
-/// token, `gating` turns the scores into probabilities; the `used` best (by
-/// probability plus `selection_bias`, when the file has one) run, and their outputs
-/// are summed weighted by those probabilities (renormalised to 1 when `norm_topk`,
-/// then multiplied by `scale`), plus the `shared` expert's output unweighted. Each
-/// expert is a window of the stacked `ffn_{gate,up,down}_exps` tensors (no copy), so a
-/// decode step reads only the chosen experts' weights.
-#[derive(Debug)]
-struct Moe {
-    router: QLinear,
-    gating: Gating,
-    /// One gated FFN per expert (gate and up stacked when they can be).
-    experts: Vec<Ffn>,
-    used: usize,
-    norm_topk: bool,
-    scale: Option<f32>,
-    /// Added to the probabilities to choose experts, not to weight them (`exp_probs_b`).
-    selection_bias: Option<Vec<f32>>,
-    /// The expert every token runs (`ffn_*_shexp`).
-    shared: Option<Box<Ffn>>,
-}
-
-/// A projection on toolgate's kernels with its bias as plain floats.
-type KernelPart<'a> = (&'a crate::kernels::QWeight, Option<Vec<f32>>);
-
-impl Ffn {
-    /// Push every projection of this FFN (a mixture's router, experts and shared
-    /// expert) onto `out`.
-    fn linears<'a>(&'a self, out: &mut Vec<&'a QLinear>) {
-        match self {
-            Ffn::GateUp { gate, up, down } => out.extend([gate, up, down]),
-            Ffn::FusedGateUp { gate_up, down } => out.extend([gate_up, down]),
-            Ffn::Moe(moe) => {
-                out.push(&moe.router);
-                for ffn in moe.experts.iter().chain(moe.shared.as_deref()) {
-                    ffn.linears(out);
-                }
-            }
-        }
-    }
-
-    /// A gated FFN, gate and up stacked into one projection when they can be.
-    fn gated(gate: QLinear, up: QLinear, down: QLinear) -> Result<Ffn> {
-        Ok(match QLinear::stack(&[&gate, &up])? {
-            Some(gate_up) => Ffn::FusedGateUp { gate_up, down },
-            None => Ffn::GateUp { gate, up, down },
-        })
-    }
-
-    /// `(gate_up, down)` when a gated FFN runs on toolgate's kernels with gate and up
-    /// stacked: what a MoE expert runs on plain rows.
-    fn kernel_weights(&self) -> Result<Option<(KernelPart<'_>, KernelPart<'_>)>> {
-        let Ffn::FusedGateUp { gate_up, down } = self else { return Ok(None) };
-        let (Some((gu, gu_bias)), Some((d, d_bias))) = (gate_up.kernel_parts(), down.kernel_parts()) else {
-            return Ok(None);
-        };
-        let plain = |b: Option<&Tensor>| b.map(|b| b.to_dtype(DType::F32)?.to_vec1::<f32>()).transpose();
-        Ok(Some(((gu, plain(gu_bias)?), (d, plain(d_bias)?))))
-    }
-}
-
-/// The gated activation on tensors `g`, `u` of one shape, by candle's ops (off the
-/// CPU; on it, [`glu_rows`]).
-fn glu_tensors(activation: Activation, g: &Tensor, u: &Tensor) -> Result<Tensor> {
-    Ok(match activation {
-        Activation::Silu => (candle_nn::ops::silu(g)? * u)?,
-        Activation::GeluTanh => (g.gelu()? * u)?,
-        Activation::SwigluOai => {
-            let g = g.minimum(OAI_LIMIT as f64)?;
-            let s = candle_nn::ops::sigmoid(&(&g * OAI_ALPHA as f64)?)?;
-            ((g * s)? * (u.clamp(-OAI_LIMIT, OAI_LIMIT)? + 1.0)?)?
-        }
-    })
 }
 
 #[derive(Debug)]
@@ -220,177 +132,6 @@ enum Rows<'a> {
     One { slot: usize, pos: usize },
     /// Row `i` is one token of sequence `rows[i].0` at position `rows[i].1`.
     Each(&'a [(usize, usize)]),
-}
-
-struct Loader<'a> {
-    gguf: &'a GgufFile,
-    device: &'a Device,
-}
-
-impl Loader<'_> {
-    fn qtensor(&self, name: &str) -> Result<Arc<QTensor>> {
-        Ok(Arc::new(self.gguf.tensor(name, self.device)?))
-    }
-
-    fn f32(&self, name: &str) -> Result<Tensor> {
-        let t = self.gguf.tensor(name, self.device)?;
-        Ok(t.dequantize(self.device)?.to_dtype(DType::F32)?)
-    }
-
-    fn opt_f32(&self, name: &str) -> Result<Option<Tensor>> {
-        if self.gguf.has_tensor(name) {
-            self.f32(name).map(Some)
-        } else {
-            Ok(None)
-        }
-    }
-
-    fn linear(&self, name: &str) -> Result<QLinear> {
-        let b = self.opt_f32(&format!("{name}.bias"))?;
-        self.weight(&format!("{name}.weight"), b)
-    }
-
-    /// A projection: the file's mapped bytes run by toolgate's kernels when they run
-    /// it (no copy at all), else through candle's `QTensor`.
-    fn weight(&self, name: &str, bias: Option<Tensor>) -> Result<QLinear> {
-        let info = self.gguf.tensor_info(name).ok_or_else(|| self.bad(name, "missing"))?;
-        if let [rows, cols] = info.dims[..] {
-            return self.projection(name, info.ty, self.gguf.tensor_data(name)?, rows, cols, bias);
-        }
-        QLinear::new(self.qtensor(name)?, bias).map_err(|e| self.bad(name, e))
-    }
-
-    /// The experts' biases `{name}.bias` `(n, rows)` of a stacked expert tensor, when
-    /// the file has them (gpt-oss); read once for all `n` experts.
-    fn expert_biases(&self, name: &str, n: usize) -> Result<Option<Tensor>> {
-        let bias_name = format!("{name}.bias");
-        match self.opt_f32(&bias_name)? {
-            Some(b) if b.dims().first() == Some(&n) && b.rank() == 2 => Ok(Some(b)),
-            Some(b) => Err(self.bad(&bias_name, format!("shape {:?} is not (experts, rows)", b.dims()))),
-            None => Ok(None),
-        }
-    }
-
-    /// Matrix `e` of a stacked `(n, rows, cols)` expert tensor `{name}.weight`, as a
-    /// projection (a window of the mapped tensor), with row `e` of `biases` (from
-    /// [`Self::expert_biases`]) as its bias.
-    fn expert(&self, name: &str, e: usize, n: usize, biases: Option<&Tensor>) -> Result<QLinear> {
-        let bias_name = format!("{name}.bias");
-        let bias = biases.map(|b| b.get(e)).transpose()?;
-        let name = &format!("{name}.weight");
-        let info = self.gguf.tensor_info(name).ok_or_else(|| self.bad(name, "missing"))?;
-        let [count, rows, cols] = info.dims[..] else {
-            return Err(self.bad(name, format!("shape {:?} is not (experts, rows, columns)", info.dims)));
-        };
-        if count != n {
-            return Err(self.bad(name, format!("{count} experts, the metadata says {n}")));
-        }
-        let per = info.byte_len() as usize / count;
-        let bytes = self.gguf.tensor_data(name)?.slice(e * per..(e + 1) * per).map_err(|err| self.bad(name, err))?;
-        if bias.as_ref().is_some_and(|b| b.elem_count() != rows) {
-            return Err(self.bad(&bias_name, format!("bias rows differ from the weight's {rows}")));
-        }
-        self.projection(name, info.ty, bytes, rows, cols, bias)
-    }
-
-    /// `bytes`, a `(rows, cols)` matrix of type `ty` (all or part of tensor `name`), as
-    /// a projection: on toolgate's kernels when they run it, else a candle tensor.
-    fn projection(
-        &self,
-        name: &str,
-        ty: crate::gguf::GgmlType,
-        bytes: crate::kernels::WeightBytes,
-        rows: usize,
-        cols: usize,
-        bias: Option<Tensor>,
-    ) -> Result<QLinear> {
-        let kernel_type = crate::kernels::WeightType::from_ggml_id(ty.id);
-        if let (true, Some(kt)) = (self.device.is_cpu() && crate::kernels::enabled(), kernel_type) {
-            if cols.is_multiple_of(kt.block_len()) {
-                let w = crate::kernels::QWeight::new(kt, bytes, rows, cols).map_err(|err| self.bad(name, err))?;
-                return Ok(QLinear::from_qweight(w, bias));
-            }
-        }
-        let t = self.gguf.qtensor_of(name, ty, &bytes, vec![rows, cols], self.device)?;
-        QLinear::new(Arc::new(t), bias).map_err(|err| self.bad(name, err))
-    }
-
-    fn moe(&self, i: usize, spec: &ArchSpec, hp: &Hyperparams) -> Result<Ffn> {
-        let p = |s: &str| format!("blk.{i}.{s}");
-        let Some(ex) = hp.experts else {
-            return Err(self.bad(&p("ffn_gate_inp.weight"), "a router but no `expert_count` in the metadata"));
-        };
-        let router = self.linear(&p("ffn_gate_inp"))?;
-        self.expect_width(&p("ffn_gate_inp.weight"), &router, hp.n_embd, ex.count)?;
-        let mut experts = Vec::with_capacity(ex.count);
-        let names = [p("ffn_gate_exps"), p("ffn_up_exps"), p("ffn_down_exps")];
-        let [gate_b, up_b, down_b] = [0, 1, 2].map(|j| self.expert_biases(&names[j], ex.count));
-        let (gate_b, up_b, down_b) = (gate_b?, up_b?, down_b?);
-        for e in 0..ex.count {
-            let gate = self.expert(&names[0], e, ex.count, gate_b.as_ref())?;
-            let up = self.expert(&names[1], e, ex.count, up_b.as_ref())?;
-            let down = self.expert(&names[2], e, ex.count, down_b.as_ref())?;
-            self.expect_width(&p("ffn_gate_exps.weight"), &gate, hp.n_embd, up.out_features())?;
-            self.expect_width(&p("ffn_down_exps.weight"), &down, up.out_features(), hp.n_embd)?;
-            experts.push(Ffn::gated(gate, up, down)?);
-        }
-        let selection_bias = self.opt_vec(&p("exp_probs_b.bias"), ex.count)?;
-        let shared = match self.gguf.has_tensor(&p("ffn_gate_shexp.weight")) {
-            true => Some(Box::new(self.gated(&p("ffn_gate_shexp"), &p("ffn_up_shexp"), &p("ffn_down_shexp"))?)),
-            false => None,
-        };
-        Ok(Ffn::Moe(Moe {
-            router,
-            gating: spec.moe_gating,
-            experts,
-            used: ex.used,
-            norm_topk: ex.norm.unwrap_or(spec.moe_norm_topk),
-            scale: ex.scale,
-            selection_bias,
-            shared,
-        }))
-    }
-
-    /// A gated FFN from three projections `{gate,up,down}.weight` (and biases).
-    fn gated(&self, gate: &str, up: &str, down: &str) -> Result<Ffn> {
-        let (g, u, d) = (self.linear(gate)?, self.linear(up)?, self.linear(down)?);
-        if g.out_features() != u.out_features() {
-            return Err(self.bad(&format!("{up}.weight"), "gate and up projections differ in width"));
-        }
-        Ffn::gated(g, u, d)
-    }
-
-    /// An optional 1-D f32 tensor that must hold `width` values, as plain floats.
-    fn opt_vec(&self, name: &str, width: usize) -> Result<Option<Vec<f32>>> {
-        let Some(t) = self.opt_f32(name)? else { return Ok(None) };
-        self.expect_norm(name, &t, width)?;
-        Ok(Some(t.to_vec1::<f32>()?))
-    }
-
-    fn bad(&self, name: &str, e: impl std::fmt::Display) -> Error {
-        Error::Tensor { path: self.gguf.path().to_path_buf(), name: name.to_string(), reason: e.to_string() }
-    }
-
-    fn expect_width(&self, name: &str, lin: &QLinear, input: usize, output: usize) -> Result<()> {
-        if lin.in_features() != input || lin.out_features() != output {
-            return Err(self.bad(
-                name,
-                format!(
-                    "shape ({}, {}) but the hyperparameters need ({output}, {input})",
-                    lin.out_features(),
-                    lin.in_features()
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    fn expect_norm(&self, name: &str, t: &Tensor, width: usize) -> Result<()> {
-        if t.dims() != [width] {
-            return Err(self.bad(name, format!("shape {:?}, expected [{width}]", t.dims())));
-        }
-        Ok(())
-    }
 }
 
 impl Decoder {
@@ -958,158 +699,6 @@ impl Decoder {
             f = (f * s as f64)?;
         }
         Ok((x + f)?)
-    }
-}
-
-/// A feed-forward block on `h` `(1, t, n_embd)` → `(1, t, n_embd)`.
-fn ffn_forward(ffn: &Ffn, activation: Activation, h: &Tensor) -> Result<Tensor> {
-    Ok(match ffn {
-        Ffn::GateUp { gate, up, down } => {
-            let (g, u) = (gate.forward(h)?, up.forward(h)?);
-            let (_, rows, n) = g.dims3()?;
-            match cuda::fused(h.device()) {
-                true => {
-                    down.forward(&cuda::glu(activation, (&g.contiguous()?, 0), (&u.contiguous()?, 0), n, (rows, n))?)?
-                }
-                false => down.forward(&glu_tensors(activation, &g, &u)?)?,
-            }
-        }
-        Ffn::FusedGateUp { gate_up, down } => {
-            let gu = gate_up.forward(h)?;
-            let half = gu.dim(D::Minus1)? / 2;
-            if gu.device().is_cpu() {
-                let (b, t, _) = gu.dims3()?;
-                let gu: Vec<f32> = gu.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?;
-                let mut act = vec![0f32; b * t * half];
-                glu_rows(activation, &gu, half, &mut act)?;
-                down.forward(&Tensor::from_vec(act, (b, t, half), h.device())?.to_dtype(h.dtype())?)?
-            } else if cuda::fused(gu.device()) {
-                let (_, rows, _) = gu.dims3()?;
-                let gu = gu.contiguous()?;
-                down.forward(&cuda::glu(activation, (&gu, 0), (&gu, half), 2 * half, (rows, half))?)?
-            } else {
-                down.forward(&glu_tensors(activation, &gu.narrow(2, 0, half)?, &gu.narrow(2, half, half)?)?)?
-            }
-        }
-        Ffn::Moe(moe) => moe_forward(moe, activation, h)?,
-    })
-}
-
-/// Route each of the `t` rows of `h` `(1, t, n_embd)` to its experts and sum their
-/// weighted outputs. Rows are grouped by expert, so each chosen expert runs one
-/// matmul over all the rows that chose it (prefill), and a decode step touches only
-/// `used` experts.
-fn moe_forward(moe: &Moe, activation: Activation, h: &Tensor) -> Result<Tensor> {
-    let (_, t, width) = h.dims3()?;
-    let logits: Vec<Vec<f32>> = moe.router.forward(h)?.squeeze(0)?.to_dtype(DType::F32)?.to_vec2()?;
-    // rows_of[e] = the (row, weight) pairs routed to expert e.
-    let mut rows_of: Vec<Vec<(usize, f32)>> = vec![Vec::new(); moe.experts.len()];
-    for (r, l) in logits.iter().enumerate() {
-        let probs: Vec<f32> = match moe.gating {
-            Gating::Softmax => {
-                let max = l.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-                let exp: Vec<f32> = l.iter().map(|x| (x - max).exp()).collect();
-                let sum: f32 = exp.iter().sum();
-                exp.iter().map(|e| e / sum).collect()
-            }
-            Gating::Sigmoid => l.iter().map(|x| 1.0 / (1.0 + (-x).exp())).collect(),
-        };
-        let key = |e: usize| probs[e] + moe.selection_bias.as_ref().map_or(0.0, |b| b[e]);
-        let mut order: Vec<usize> = (0..probs.len()).collect();
-        // Highest first; ties by index, as a stable sort gives.
-        order.sort_by(|&a, &b| key(b).total_cmp(&key(a)));
-        let chosen = &order[..moe.used.min(order.len())];
-        // llama.cpp's floor on the sum (an f16's smallest normal).
-        let total: f32 = chosen.iter().map(|&e| probs[e]).sum::<f32>().max(6.103_515_6e-5);
-        for &e in chosen {
-            let w = if moe.norm_topk { probs[e] / total } else { probs[e] };
-            rows_of[e].push((r, w * moe.scale.unwrap_or(1.0)));
-        }
-    }
-    // Each chosen expert's output rows, in its `routed` order. Experts on toolgate's
-    // kernels run on plain f32 rows, all of them in two batched kernel calls (gate+up,
-    // then down: one fork/join each per layer, not two per expert); the others
-    // through candle ops.
-    let mut ys: Vec<Option<Vec<f32>>> = vec![None; moe.experts.len()];
-    let mut plain = Vec::new();
-    for (e, (expert, routed)) in moe.experts.iter().zip(&rows_of).enumerate() {
-        if routed.is_empty() {
-            continue;
-        }
-        match expert.kernel_weights()? {
-            Some(parts) => plain.push((e, parts)),
-            None => {
-                let idx: Vec<u32> = routed.iter().map(|&(r, _)| r as u32).collect();
-                let idx = Tensor::new(idx.as_slice(), h.device())?;
-                let x = h.index_select(&idx, 1)?; // (1, m, n_embd)
-                ys[e] = Some(ffn_forward(expert, activation, &x)?.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?);
-            }
-        }
-    }
-    if !plain.is_empty() {
-        let h_rows: Vec<f32> = h.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?;
-        let xs: Vec<Vec<f32>> = plain
-            .iter()
-            .map(|(e, _)| rows_of[*e].iter().flat_map(|&(r, _)| &h_rows[r * width..(r + 1) * width]).copied().collect())
-            .collect();
-        let mut gus: Vec<Vec<f32>> =
-            plain.iter().map(|(e, ((gate_up, _), _))| vec![0f32; rows_of[*e].len() * gate_up.out_features()]).collect();
-        let mut products: Vec<_> = plain
-            .iter()
-            .zip(&xs)
-            .zip(gus.iter_mut())
-            .map(|(((_, ((gate_up, _), _)), x), gu)| (*gate_up, x.as_slice(), gu.as_mut_slice()))
-            .collect();
-        crate::kernels::matmul_batch(&mut products)?;
-        drop(products);
-        let acts: Vec<Vec<f32>> = plain
-            .iter()
-            .zip(&mut gus)
-            .map(|((_, ((gate_up, gate_up_bias), _)), gu)| {
-                add_bias(gu, gate_up_bias.as_deref());
-                let ff = gate_up.out_features() / 2;
-                let mut act = vec![0f32; gu.len() / 2];
-                glu_rows(activation, gu, ff, &mut act)?;
-                Ok(act)
-            })
-            .collect::<Result<_>>()?;
-        let mut downs: Vec<Vec<f32>> = plain.iter().map(|(e, _)| vec![0f32; rows_of[*e].len() * width]).collect();
-        let mut products: Vec<_> = plain
-            .iter()
-            .zip(&acts)
-            .zip(downs.iter_mut())
-            .map(|(((_, (_, (down, _))), a), y)| (*down, a.as_slice(), y.as_mut_slice()))
-            .collect();
-        crate::kernels::matmul_batch(&mut products)?;
-        drop(products);
-        for ((e, (_, (_, down_bias))), mut y) in plain.iter().zip(downs) {
-            add_bias(&mut y, down_bias.as_deref());
-            ys[*e] = Some(y);
-        }
-    }
-    // Weighted sum, in expert order.
-    let mut out = vec![0f32; t * width];
-    for (y, routed) in ys.iter().zip(&rows_of) {
-        let Some(y) = y else { continue };
-        for (&(r, w), row) in routed.iter().zip(y.chunks_exact(width)) {
-            for (o, v) in out[r * width..(r + 1) * width].iter_mut().zip(row) {
-                *o += w * v;
-            }
-        }
-    }
-    let out = Tensor::from_vec(out, (1, t, width), h.device())?.to_dtype(h.dtype())?;
-    Ok(match &moe.shared {
-        Some(shared) => (out + ffn_forward(shared, activation, h)?)?,
-        None => out,
-    })
-}
-
-/// Add `bias` (one row's width) to every row of `rows`.
-fn add_bias(rows: &mut [f32], bias: Option<&[f32]>) {
-    if let Some(b) = bias {
-        for row in rows.chunks_exact_mut(b.len()) {
-            row.iter_mut().zip(b).for_each(|(y, b)| *y += b);
-        }
     }
 }
 

@@ -170,7 +170,7 @@ impl std::str::FromStr for DeviceChoice {
 }
 
 impl std::fmt::Display for DeviceChoice {
-    /// `cpu`, `cuda:N` or `metal` (what [`DeviceChoice::from_str`] reads back).
+    /// `cpu`, `cuda:N` or `metal` (what `DeviceChoice::from_str` reads back).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Cpu => write!(f, "cpu"),

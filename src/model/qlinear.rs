@@ -75,7 +75,7 @@ impl QLinear {
     }
 
     /// Wrap a weight already in toolgate's kernel layout (read straight from the file,
-    /// [`crate::gguf::GgufFile::tensor_bytes_of`]).
+    /// [`crate::gguf::GgufFile::tensor_data`]).
     pub fn from_qweight(weight: QWeight, bias: Option<Tensor>) -> Self {
         let (in_features, out_features) = (weight.in_features(), weight.out_features());
         Self { weight: Weight::Kernels(Arc::new(weight)), bias, in_features, out_features }

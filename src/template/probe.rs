@@ -38,7 +38,7 @@ pub struct ModelInfo {
     /// The tool-call family the template writes.
     pub chat_format: String,
     /// The call layout, how it was chosen and its round trip.
-    pub tool_format: crate::tools::derive::CallLayout,
+    pub tool_format: crate::tools::layout::CallLayout,
     /// The GGUF holds a separate `tool_use` template.
     pub has_tool_use_template: bool,
     /// Which template was probed.
@@ -113,7 +113,7 @@ pub struct OutputReport {
     /// `accepted`, or where the constrained grammar for these tools rejects the calls.
     pub grammar: String,
     /// The layout used and how it was chosen.
-    pub tool_format: crate::tools::derive::CallLayout,
+    pub tool_format: crate::tools::layout::CallLayout,
     /// The layout's markers, in one line.
     pub layout: String,
     /// Every call parsed and the grammar accepts them.
@@ -131,7 +131,7 @@ pub struct OutputReport {
 /// [`Error::InvalidParameter`] (`tool_format`) when the template gives no call layout
 /// toolgate can read.
 pub fn read_output(setup: &super::ChatSetup, tools: &[crate::tools::Tool], output: &str) -> Result<OutputReport> {
-    use crate::tools::{derive, stream::StreamParser};
+    use crate::tools::{conformance, derive, stream::StreamParser};
     let Some(format) = setup.layout.format.clone() else {
         return Err(Error::InvalidParameter {
             name: "tool_format",
@@ -145,7 +145,7 @@ pub fn read_output(setup: &super::ChatSetup, tools: &[crate::tools::Tool], outpu
     parser.push(output);
     parser.finish();
     let out = parser.into_output();
-    let (grammar, accepted) = match derive::check_calls(&format, tools, output) {
+    let (grammar, accepted) = match conformance::check_calls(&format, tools, output) {
         Ok(verdict) => (verdict, true),
         Err(e) => (e, false),
     };

@@ -34,6 +34,8 @@
 //!                  to=functions.get_weather<|channel|>commentary json<|message|>{\"city\":\"Oslo\"}");
 //! ```
 
+use super::body::partial_suffix;
+
 /// The reasoning block of a harmony turn, `(start, end)`, as the reasoning splitter
 /// reads it ([`crate::template::family::REASONING_MARKERS`] holds it too).
 pub const HARMONY_REASONING: (&str, &str) = ("<|channel|>analysis<|message|>", "<|end|>");
@@ -166,12 +168,4 @@ fn could_be_header(text: &str) -> bool {
     t.is_empty()
         || [START, CHANNEL, " to=", "to="].iter().any(|m| t.starts_with(m) || m.starts_with(t))
         || t.starts_with("assistant")
-}
-
-/// The length of the longest suffix of `text` that is a proper prefix of `marker`.
-fn partial_suffix(text: &str, marker: &str) -> usize {
-    (1..marker.len().min(text.len() + 1))
-        .rev()
-        .find(|&n| text.is_char_boundary(text.len() - n) && marker.starts_with(&text[text.len() - n..]))
-        .unwrap_or(0)
 }

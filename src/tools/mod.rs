@@ -1,11 +1,14 @@
 //! Tool calling: OpenAI tool types, the constrained grammar of a family's calls for a
 //! `tool_choice`, and the parser that turns model output into OpenAI `tool_calls`.
 
+mod body;
+pub mod conformance;
 pub mod definition;
 pub mod derive;
 pub mod dialect;
 pub mod format;
 pub mod harmony;
+pub mod layout;
 pub mod reasoning;
 pub mod recovery;
 pub mod stream;
@@ -256,7 +259,7 @@ pub fn calls_grammar(
 
 /// [`calls_grammar`] without a vocabulary: every marker is plain text. For checking a
 /// format against text a template rendered (the markers then are text too), as
-/// [`derive::conformance`] does.
+/// [`conformance::conformance`] does.
 ///
 /// ```
 /// use toolgate::tools::{calls_grammar_plain, format::for_family, Tool, ToolChoice};

@@ -9,8 +9,10 @@ use std::path::PathBuf;
 use serde_json::{json, Value};
 use toolgate::template::source::GgufTemplates;
 use toolgate::template::{inspect, ChatTemplate};
-use toolgate::tools::derive::{conformance, derive, Origin};
+use toolgate::tools::conformance::conformance;
+use toolgate::tools::derive::derive;
 use toolgate::tools::format::ToolFormat;
+use toolgate::tools::layout::Origin;
 use toolgate::tools::stream::StreamParser;
 use toolgate::tools::{calls_grammar_plain, Tool, ToolChoice};
 

@@ -12,7 +12,7 @@ use toolgate::template::metadata;
 use toolgate::template::render::RenderRequest;
 use toolgate::template::source::GgufTemplates;
 use toolgate::template::{inspect, ChatTemplate};
-use toolgate::tools::derive::Origin;
+use toolgate::tools::layout::Origin;
 
 fn example(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("templates").join(name)

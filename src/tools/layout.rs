@@ -1,0 +1,185 @@
+//! Which call layout a model is served with ([`resolve`]): derived from its template
+//! ([`super::derive`]), a tested file of `grammars/` that reads the template's own
+//! calls, the template's metadata, or `--tool-format` — with the evidence for the
+//! choice ([`CallLayout`]).
+
+use super::conformance::conformance;
+use super::derive::{derive, probe_sample};
+use super::format::ToolFormat;
+use crate::template::ChatTemplate;
+
+/// How a model's call layout was chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    /// Read off the template ([`derive()`]).
+    Derived,
+    /// A tested file of `grammars/` that reads the template's own calls (or, for a
+    /// template that renders none, whose markers the template names).
+    Override,
+    /// `--tool-format`: the user's choice, not checked against the template.
+    Flag,
+    /// The template's own metadata (`tool_start`, `tool_end`:
+    /// [`crate::template::metadata`]), which wins over derivation.
+    Metadata,
+    /// No layout: requests with tools are refused with the reason.
+    None,
+}
+
+/// The call layout a model is served with, and the evidence for it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CallLayout {
+    /// The layout; `None` when none could be had (see `reason`).
+    #[serde(skip)]
+    pub format: Option<ToolFormat>,
+    /// Its family: an override's name, `derived`, or `unknown`.
+    pub family: String,
+    /// How it was chosen.
+    pub origin: Origin,
+    /// The round trip: `passed`, or why it failed or was not run.
+    pub round_trip: String,
+    /// The template renders two calls in one turn.
+    pub parallel: bool,
+    /// The call text the template wrote for the probe calls, when it wrote some.
+    pub sample: Option<String>,
+    /// Earlier calls go to the template with their arguments as JSON strings, although
+    /// it reads objects: what it writes for objects is no call layout (Apriel 1.5
+    /// prints an object through `|string` as a Python dict inside its JSON calls),
+    /// while string arguments render as the JSON its instructions ask for.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub string_arguments: bool,
+}
+
+impl CallLayout {
+    /// The layout `family`'s file gives, as `--tool-format` chooses it (no check).
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidParameter`] when `grammars/` has no such family (the
+    /// message lists those it has).
+    pub fn from_flag(family: &str) -> crate::Result<Self> {
+        let formats = super::format::all()?;
+        let Some(f) = formats.iter().find(|f| f.family == family) else {
+            return Err(crate::Error::InvalidParameter {
+                name: "tool-format",
+                reason: format!(
+                    "no tool-call format `{family}` (formats: {})",
+                    formats.iter().map(|f| f.family.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+            });
+        };
+        Ok(Self {
+            format: Some(f.clone()),
+            family: family.to_string(),
+            origin: Origin::Flag,
+            round_trip: "not checked: chosen with --tool-format".into(),
+            parallel: true,
+            sample: None,
+            string_arguments: false,
+        })
+    }
+
+    /// No layout, for `reason`: requests with tools are refused with it.
+    pub(crate) fn unusable(reason: String) -> Self {
+        Self {
+            format: None,
+            family: "unknown".into(),
+            origin: Origin::None,
+            round_trip: reason,
+            parallel: false,
+            sample: None,
+            string_arguments: false,
+        }
+    }
+
+    fn with(format: ToolFormat, origin: Origin, round_trip: String, parallel: bool, sample: Option<String>) -> Self {
+        let family = format.family.clone();
+        Self { family, format: Some(format), origin, round_trip, parallel, sample, string_arguments: false }
+    }
+}
+
+/// The layout a template's metadata names (`format`, from
+/// [`crate::template::metadata`]), checked against the calls the template renders for
+/// the probe tools: the round trip is reported, and the metadata wins either way (it is
+/// the template author's word, as `--tool-format` is the user's).
+///
+/// Cost: the renders of [`derive()`] and one [`conformance`] check.
+pub fn from_metadata(template: &ChatTemplate, object_arguments: bool, format: ToolFormat) -> CallLayout {
+    let (round_trip, parallel, sample) = match probe_sample(template, object_arguments) {
+        Ok((sample, parallel)) => {
+            let check =
+                conformance(&format, &sample, parallel).map_or_else(|e| format!("failed: {e}"), |()| "passed".into());
+            (check, parallel, Some(sample))
+        }
+        Err(e) => (format!("not checked: {e}"), true, None),
+    };
+    CallLayout::with(format, Origin::Metadata, round_trip, parallel, sample)
+}
+
+/// Choose the call layout for `template`: derive it ([`derive()`]); a `grammars/` file
+/// whose markers the template names (`marker_family`, from
+/// [`crate::template::family::detect`]) is used instead when it reads the template's
+/// own calls (it carries tested tolerances, such as optional newlines); for a template
+/// that renders no calls, that file is used unchecked; otherwise there is no layout,
+/// and the reason says what could not be derived. A template that reads object
+/// arguments but lays them out in no readable way is tried again with string arguments
+/// (see [`CallLayout::string_arguments`]).
+///
+/// Cost: [`derive()`], and one [`conformance`] check per candidate file (twice for the
+/// retry).
+pub fn resolve(template: &ChatTemplate, object_arguments: bool, marker_family: &str) -> CallLayout {
+    let layout = resolve_with(template, object_arguments, marker_family);
+    if layout.format.is_some() || !object_arguments {
+        return layout;
+    }
+    match resolve_with(template, false, marker_family) {
+        retry @ CallLayout { format: Some(_), .. } => CallLayout {
+            round_trip: format!(
+                "{}, with arguments passed as JSON strings (with objects: {})",
+                retry.round_trip, layout.round_trip
+            ),
+            string_arguments: true,
+            ..retry
+        },
+        _ => layout,
+    }
+}
+
+fn resolve_with(template: &ChatTemplate, object_arguments: bool, marker_family: &str) -> CallLayout {
+    let over = super::format::for_family(marker_family).ok().flatten();
+    match derive(template, object_arguments) {
+        Ok(d) => match over.filter(|o| conformance(o, &d.sample, d.parallel).is_ok()) {
+            Some(o) => CallLayout::with(o, Origin::Override, "passed".into(), d.parallel, Some(d.sample)),
+            None => CallLayout::with(d.format, Origin::Derived, "passed".into(), d.parallel, Some(d.sample)),
+        },
+        Err(e) => match (over, e.sample) {
+            (Some(o), None) => {
+                let note = format!("not checked: the template shows no calls ({})", e.reason);
+                CallLayout::with(o, Origin::Override, note, true, None)
+            }
+            (Some(o), Some(sample)) => match conformance(&o, &sample, false) {
+                Ok(()) => CallLayout::with(o, Origin::Override, "passed".into(), false, Some(sample)),
+                Err(why) => CallLayout {
+                    format: None,
+                    family: "unknown".into(),
+                    origin: Origin::None,
+                    round_trip: format!(
+                        "failed: {}; the `{}` format does not read them either: {why}",
+                        e.reason, o.family
+                    ),
+                    parallel: false,
+                    sample: Some(sample),
+                    string_arguments: false,
+                },
+            },
+            (None, sample) => CallLayout {
+                format: None,
+                family: "unknown".into(),
+                origin: Origin::None,
+                round_trip: format!("failed: {}", e.reason),
+                parallel: false,
+                sample,
+                string_arguments: false,
+            },
+        },
+    }
+}
