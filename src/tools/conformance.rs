@@ -3,12 +3,39 @@
 //! to the probe calls, and the constrained grammar accepts that text), and the
 //! answer to "why didn't my call parse" ([`check_calls`], `toolgate tools parse`).
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
-use super::derive::{probe_arguments, probe_tools, shorten, PROBE_NAMES};
 use super::format::{BodyKind, ToolFormat};
 use super::stream::StreamParser;
 use super::{Tool, ToolChoice};
+
+/// The probe tools' names (never in a real template).
+pub const PROBE_NAMES: [&str; 2] = ["tg_probe_alpha", "tg_probe_beta"];
+
+/// The two probe tools: a string parameter `xa_q` and an integer `xb_n`, both required.
+pub fn probe_tools() -> Vec<Tool> {
+    PROBE_NAMES
+        .iter()
+        .map(|name| {
+            serde_json::from_value(json!({"type": "function", "function": {
+                "name": name, "description": "A probe.",
+                "parameters": {"type": "object", "properties": {
+                    "xa_q": {"type": "string", "description": "A text."}, "xb_n": {"type": "integer", "description": "A count."}}, "required": ["xa_q", "xb_n"]}}}))
+            .expect("a valid tool")
+        })
+        .collect()
+}
+
+/// The probe calls' arguments: `{"xa_q": "vq_alpha", "xb_n": 4711}` and
+/// `{"xa_q": "vq_beta", "xb_n": 815}`.
+pub fn probe_arguments(i: usize) -> Value {
+    [json!({"xa_q": "vq_alpha", "xb_n": 4711}), json!({"xa_q": "vq_beta", "xb_n": 815})][i].clone()
+}
+
+/// `s` cut to its first 160 characters, for an error message.
+pub(super) fn shorten(s: &str) -> String {
+    s.chars().take(160).collect()
+}
 
 /// Check `f` against calls a template rendered for the probe tools (`sample`, one call
 /// or, with `parallel`, two): the parser reads them back to the probe calls, and the

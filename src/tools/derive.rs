@@ -52,15 +52,11 @@
 
 use serde_json::{json, Value};
 
-use super::conformance::conformance;
+use super::conformance::{conformance, probe_arguments, probe_tools, shorten, PROBE_NAMES};
 use super::dialect::{gemma4, python, tagged};
 use super::format::{ArgsDialect, BodyKind, CallIds, ParamTags, ToolFormat, TYPE_SLOT};
-use super::Tool;
 use crate::template::transform::shape_fields;
 use crate::template::{ChatTemplate, RenderRequest};
-
-/// The probe tools' names (never in a real template).
-pub const PROBE_NAMES: [&str; 2] = ["tg_probe_alpha", "tg_probe_beta"];
 
 /// What a template's layout could not be read for.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -89,26 +85,6 @@ pub struct Derivation {
     /// The call text the template wrote for the probe calls (two when `parallel`):
     /// what [`conformance`] checks formats against.
     pub sample: String,
-}
-
-/// The two probe tools: a string parameter `xa_q` and an integer `xb_n`, both required.
-pub fn probe_tools() -> Vec<Tool> {
-    PROBE_NAMES
-        .iter()
-        .map(|name| {
-            serde_json::from_value(json!({"type": "function", "function": {
-                "name": name, "description": "A probe.",
-                "parameters": {"type": "object", "properties": {
-                    "xa_q": {"type": "string", "description": "A text."}, "xb_n": {"type": "integer", "description": "A count."}}, "required": ["xa_q", "xb_n"]}}}))
-            .expect("a valid tool")
-        })
-        .collect()
-}
-
-/// The probe calls' arguments: `{"xa_q": "vq_alpha", "xb_n": 4711}` and
-/// `{"xa_q": "vq_beta", "xb_n": 815}`.
-pub fn probe_arguments(i: usize) -> Value {
-    [json!({"xa_q": "vq_alpha", "xb_n": 4711}), json!({"xa_q": "vq_beta", "xb_n": 815})][i].clone()
 }
 
 /// Ids in OpenAI's shape, then ids of nine letters and digits (Mistral's templates
@@ -371,10 +347,6 @@ fn typed_key_end(text: &str, json: &str) -> String {
     } else {
         json.to_string()
     }
-}
-
-pub(super) fn shorten(s: &str) -> String {
-    s.chars().take(160).collect()
 }
 
 /// Whether byte `i` of `s` is a marker edge: the text before it ends a marker or
