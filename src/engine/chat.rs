@@ -225,6 +225,9 @@ pub struct TurnTimings {
     /// Computing constraint masks (inside `prompt` and `decode`).
     #[serde(serialize_with = "secs")]
     pub mask: std::time::Duration,
+    /// Generated tokens jump-forward decoding fed in chunks instead of one decode step
+    /// each ([`GenerateParams::jump_forward`]).
+    pub forced_tokens: usize,
 }
 
 fn secs<S: serde::Serializer>(d: &std::time::Duration, s: S) -> std::result::Result<S::Ok, S::Error> {
@@ -637,7 +640,12 @@ impl PreparedTurn {
             prompt_tokens: gen.prompt_tokens,
             cached_tokens: gen.cached_tokens,
             completion_tokens: gen.completion_tokens,
-            timings: TurnTimings { prompt: gen.prompt_time, decode: gen.decode_time, mask: gen.mask_time },
+            timings: TurnTimings {
+                prompt: gen.prompt_time,
+                decode: gen.decode_time,
+                mask: gen.mask_time,
+                forced_tokens: gen.forced_tokens,
+            },
             logprobs: gen.logprobs,
         })
     }

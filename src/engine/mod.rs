@@ -224,6 +224,14 @@ pub struct GenerateParams {
     /// pick their path by chunk size), so at temperature 0 a reused prefix can change
     /// a close choice between two tokens.
     pub reuse_prefix: bool,
+    /// Jump-forward decoding: where the constraint allows exactly one continuation for
+    /// the next bytes (a call's keys, `", "`, closing braces, a named tool's name), those
+    /// bytes are tokenized and go through the model as one chunk at prefill speed
+    /// instead of one decode step per token (`forced_run` in `engine/mod.rs`). The text is the
+    /// one the constraint forces either way; the tokens spelling it are the
+    /// tokenizer's. Not with `logprobs` (each forced token would need its own
+    /// logits). Default `false`.
+    pub jump_forward: bool,
 }
 
 impl Default for GenerateParams {
@@ -237,6 +245,7 @@ impl Default for GenerateParams {
             cancel: None,
             logprobs: None,
             reuse_prefix: true,
+            jump_forward: false,
         }
     }
 }
@@ -296,6 +305,10 @@ pub struct Generation {
     /// ([`closer`]): the caller decides what a cut region means (the chat layer
     /// drops a cut call). `None` when no region was open or the open one was complete.
     pub unfinished: Option<String>,
+    /// Tokens jump-forward decoding emitted without a decode step of their own
+    /// ([`GenerateParams::jump_forward`]): forced by the constraint and fed to the model
+    /// in chunks. Included in `tokens`.
+    pub forced_tokens: usize,
 }
 
 impl Generation {
@@ -666,6 +679,11 @@ impl Engine {
         let mut boundary = Boundary::default();
         let mut mask = crate::grammar::TokenMask::new(self.tokenizer.vocab_size());
         let (mut logprobs, mut step_logprobs) = (Vec::new(), Vec::new());
+        // Jump-forward: forced tokens still to emit, and emitted tokens the model has
+        // not seen yet (fed as one chunk when the run is through).
+        let mut forced: std::collections::VecDeque<u32> = Default::default();
+        let mut unfed: Vec<u32> = Vec::new();
+        let mut jumped = 0;
         while tokens.len() < params.max_tokens {
             if params.cancel.as_ref().is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
                 finish = FinishReason::Cancelled;
@@ -679,8 +697,23 @@ impl Engine {
                 // next call's boundaries are its own.
                 boundary = Boundary::default();
             }
-            let next = match constraint.active() {
-                Some(m) => {
+            if forced.is_empty() && params.jump_forward && params.logprobs.is_none() {
+                if let Some(m) = constraint.active() {
+                    let t = Instant::now();
+                    let room = remaining.min(ctx.saturating_sub(self.model.position() + 2));
+                    forced.extend(forced_run(&self.tokenizer, m, room));
+                    jumped += forced.len();
+                    mask_time += t.elapsed();
+                }
+            }
+            let next = match (forced.pop_front(), constraint.active()) {
+                (Some(tok), m) => {
+                    if let Some(m) = m {
+                        boundary.observe(m, tokens.len());
+                    }
+                    tok
+                }
+                (_, Some(m)) => {
                     let t = Instant::now();
                     boundary.observe(m, tokens.len());
                     let step = next_step(m);
@@ -709,7 +742,7 @@ impl Engine {
                         }
                     }
                 }
-                None => sampler.sample(&mut logits, None)?,
+                (_, None) => sampler.sample(&mut logits, None)?,
             };
             if let Some(m) = constraint.active() {
                 let t = Instant::now();
@@ -746,8 +779,11 @@ impl Engine {
             if tokens.len() >= params.max_tokens || self.model.position() + 1 >= ctx {
                 break;
             }
-            logits = self.model.forward(&[next])?;
-            self.cached.push(next);
+            unfed.push(next);
+            if forced.is_empty() {
+                logits = self.model.forward(&unfed)?;
+                self.cached.append(&mut unfed);
+            }
         }
         if !stop_hit {
             let tail = detok.finish();
@@ -782,6 +818,57 @@ impl Engine {
             mask_time,
             logprobs,
             unfinished,
+            forced_tokens: jumped,
         })
     }
+}
+
+/// Most bytes of forced text one jump-forward chunk covers.
+const JUMP_MAX_BYTES: usize = 256;
+
+/// The tokens of the text `m`'s constraint forces from here ([`Matcher::forced_bytes`]),
+/// at most `limit` of them, for jump-forward decoding; empty when fewer than two.
+///
+/// The text is tokenized as the model's tokenizer tokenizes it, and the last token is
+/// dropped: it could be the start of a longer token the text after the forced run
+/// makes possible (`"` before `",`), so the run stops where the tokenizer's choice is
+/// still open and the model writes the rest itself. Kept: the tokens that spell the
+/// forced text in order (a tokenizer that adds a leading space spells something else,
+/// and nothing is jumped) and that the constraint accepts one after another (checked
+/// by committing them, then rolled back).
+///
+/// Cost: a DFA walk over the forced bytes, one tokenization of at most
+/// [`JUMP_MAX_BYTES`] bytes, a commit and rollback per token.
+fn forced_run(tokenizer: &Tokenizer, m: &mut crate::grammar::Matcher, limit: usize) -> Vec<u32> {
+    if limit < 2 {
+        return Vec::new();
+    }
+    let bytes = m.forced_bytes(JUMP_MAX_BYTES);
+    let text = match std::str::from_utf8(&bytes) {
+        Ok(t) => t,
+        Err(e) => std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or_default(),
+    };
+    if text.len() < 2 {
+        return Vec::new();
+    }
+    let Ok(mut ids) = tokenizer.encode(text, crate::tokenizer::EncodeOptions::TEXT) else { return Vec::new() };
+    ids.pop();
+    let mut at = 0;
+    let spelled = ids
+        .iter()
+        .take_while(|&&id| {
+            let piece = tokenizer.piece_bytes(id, false);
+            let fits = !piece.is_empty() && text.as_bytes()[at..].starts_with(&piece);
+            at += piece.len();
+            fits
+        })
+        .count();
+    ids.truncate(spelled.min(limit));
+    let accepted = ids.iter().take_while(|&&id| m.commit(id).is_ok()).count();
+    m.rollback(accepted);
+    ids.truncate(accepted);
+    if ids.len() < 2 {
+        ids.clear();
+    }
+    ids
 }

@@ -43,6 +43,7 @@ pub struct Metrics {
     tool_calls: Counter,
     recovered_calls: Counter,
     cut_calls: Counter,
+    forced_tokens: Counter,
     parse_failures: Counter,
     mask_seconds: Counter<f64, AtomicU64>,
     turn_seconds: Histogram,
@@ -97,6 +98,12 @@ impl Metrics {
             "Calls max_tokens ended before they were complete: dropped, the turn ends with finish_reason length",
             cut_calls.clone(),
         );
+        let forced_tokens = Counter::default();
+        registry.register(
+            "jump_forward_tokens",
+            "Generated tokens the constraint forced and jump-forward fed in chunks (no decode step each)",
+            forced_tokens.clone(),
+        );
         let parse_failures = Counter::default();
         registry.register(
             "tool_call_parse_failures",
@@ -134,6 +141,7 @@ impl Metrics {
             tool_calls,
             recovered_calls,
             cut_calls,
+            forced_tokens,
             parse_failures,
             mask_seconds,
             turn_seconds,
@@ -149,6 +157,7 @@ impl Metrics {
         self.parse_failures.inc_by(turn.parse_failures as u64);
         self.recovered_calls.inc_by(turn.recovered_calls as u64);
         self.cut_calls.inc_by(u64::from(turn.cut_call));
+        self.forced_tokens.inc_by(turn.timings.forced_tokens as u64);
         self.mask_seconds.inc_by(turn.timings.mask.as_secs_f64());
         let q = queued.as_secs_f64();
         self.first_token_seconds.observe(q + turn.timings.prompt.as_secs_f64());

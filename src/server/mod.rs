@@ -59,6 +59,8 @@ pub struct AppState {
     /// Where the model runs (`cpu`, `cuda:N`, `metal`).
     device: String,
     max_queue: usize,
+    /// Jump-forward decoding for every request ([`AppState::with_jump_forward`]).
+    jump_forward: bool,
     queued: AtomicUsize,
     metrics: Metrics,
     batch: Option<BatchStats>,
@@ -210,6 +212,7 @@ impl AppState {
             model_id,
             tool_mode,
             max_queue: DEFAULT_MAX_QUEUE,
+            jump_forward: false,
             queued: AtomicUsize::new(0),
             metrics: Metrics::new(),
             batch,
@@ -238,6 +241,14 @@ impl AppState {
     /// Answer 429 once `n` requests (at least 1) are waiting for or holding the engine.
     pub fn with_max_queue(mut self, n: usize) -> Self {
         self.max_queue = n.max(1);
+        self
+    }
+
+    /// Jump-forward decoding for every request (`--jump-forward on`): text the
+    /// constraint forces goes through the model in chunks
+    /// ([`crate::engine::GenerateParams::jump_forward`]). Off by default.
+    pub fn with_jump_forward(mut self, on: bool) -> Self {
+        self.jump_forward = on;
         self
     }
 
@@ -628,7 +639,7 @@ impl Running {
             };
             lease.follow_prefix(prepared.prompt());
             let _ = tx.send(Msg::Started(prepared.prompt_tokens()));
-            let params = GenerateParams { cancel: Some(cancel.clone()), ..params };
+            let params = GenerateParams { cancel: Some(cancel.clone()), jump_forward: state.jump_forward, ..params };
             let engine = lease.engine();
             let vocab = params.logprobs.map(|_| engine.token_vocab());
             let result = prepared.run_with_logprobs(

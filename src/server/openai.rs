@@ -266,6 +266,18 @@ fn usage_json(turn: &ChatTurn) -> Value {
         "prompt_tokens_details": {"cached_tokens": turn.cached_tokens}})
 }
 
+/// Where a turn's time went, in llama.cpp server's names: the prompt tokens prefilled
+/// (those not reused from the cache) and the time to the first generated token, the
+/// generated tokens and the time after it, and toolgate's own: the tokens jump-forward
+/// fed in chunks and the time spent computing constraint masks.
+fn timings_json(turn: &ChatTurn) -> Value {
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
+    let t = &turn.timings;
+    json!({"prompt_n": turn.prompt_tokens - turn.cached_tokens.min(turn.prompt_tokens), "prompt_ms": ms(t.prompt),
+        "predicted_n": turn.completion_tokens, "predicted_ms": ms(t.decode),
+        "forced_n": t.forced_tokens, "mask_ms": ms(t.mask)})
+}
+
 fn message_json(turn: &ChatTurn) -> Value {
     let content =
         if turn.content.is_empty() && !turn.tool_calls.is_empty() { Value::Null } else { json!(turn.content) };
@@ -318,6 +330,7 @@ pub(crate) async fn chat_completions(State(s): State<Arc<AppState>>, req: Reques
             "choices": [{"index": 0, "message": message_json(&turn), "finish_reason": turn.finish_reason,
                 "logprobs": logprobs_field(asked, logprobs)}],
             "usage": usage_json(&turn),
+            "timings": timings_json(&turn),
         }))
         .into_response());
     }

@@ -240,3 +240,53 @@ fn streamed_deltas_add_up_to_the_turn_and_cancel_stops_it() {
     assert_eq!(turn.finish_reason, "cancelled");
     assert!(turn.completion_tokens < 30, "{turn:?}");
 }
+
+/// Jump-forward decoding (`GenerateParams::jump_forward`) on three vocabularies (gpt2
+/// BPE with the generic layout, Qwen's with its own Hermes template and control-token
+/// markers, Gemma 3's SentencePiece): the text the constraint forces — keys in schema
+/// order, `", "`, the named tool's name — goes through the model in chunks, and every
+/// call is as valid as without it.
+#[test]
+fn jump_forward_feeds_forced_text_in_chunks_and_calls_stay_valid() {
+    let tools: Vec<Tool> = serde_json::from_value(json!([
+        {"type": "function", "function": {"name": "book_flight", "description": "Book a flight",
+            "parameters": {"type": "object", "properties": {
+                "origin": {"type": "string"}, "destination": {"type": "string"},
+                "passengers": {"type": "integer", "minimum": 1, "maximum": 9},
+                "cabin": {"type": "string", "enum": ["economy", "business", "first"]},
+                "refundable": {"type": "boolean"}},
+                "required": ["origin", "destination", "passengers", "cabin", "refundable"]}}}
+    ]))
+    .unwrap();
+    let msg = vec![json!({"role": "user", "content": "Book two business seats from Oslo to Rome, refundable."})];
+    for (file, arch) in [(common::SMOLLM2, "llama"), (common::QWEN_CODER, "qwen2"), (common::GEMMA3, "gemma3")] {
+        let mut engine = Engine::load(common::model(file), DeviceChoice::Cpu).unwrap();
+        let templates = GgufTemplates::from_gguf(engine.gguf()).unwrap();
+        let setup = gate(file, &templates, Some(arch), None, ToolFallback::Generic).unwrap();
+        for jump in [false, true] {
+            let params = GenerateParams {
+                max_tokens: 160,
+                sampling: toolgate::sampling::SamplingParams::greedy(),
+                jump_forward: jump,
+                ..GenerateParams::default()
+            };
+            let choice = ToolChoice::Named("book_flight".into());
+            let turn =
+                tool_turn(&mut engine, &setup, msg.clone(), &tools, &choice, false, ToolMode::Constrained, &params)
+                    .unwrap();
+            assert_eq!(turn.tool_calls.len(), 1, "{file}, jump {jump}: {turn:?}");
+            let args: Value = serde_json::from_str(&turn.tool_calls[0].function.arguments).unwrap();
+            let keys: Vec<&str> = args.as_object().unwrap().keys().map(String::as_str).collect();
+            assert_eq!(keys, ["origin", "destination", "passengers", "cabin", "refundable"], "{file}: {args}");
+            assert!(args["passengers"].as_i64().is_some_and(|n| (1..=9).contains(&n)), "{file}: {args}");
+            assert!(["economy", "business", "first"].contains(&args["cabin"].as_str().unwrap()), "{file}: {args}");
+            assert!(args["refundable"].is_boolean(), "{file}: {args}");
+            let forced = turn.timings.forced_tokens;
+            match jump {
+                false => assert_eq!(forced, 0),
+                // The keys and separators between the values alone are several tokens.
+                true => assert!(forced >= 4 && forced < turn.completion_tokens, "{file}: {forced} of {turn:?}"),
+            }
+        }
+    }
+}

@@ -315,6 +315,11 @@ pub(crate) struct ServeArgs {
     /// `constrained`: tool calls always valid for the schemas; `native`: free generation + parser.
     #[arg(long, env = "TOOLGATE_TOOL_MODE", value_enum, default_value = "constrained")]
     pub(crate) tool_mode: ToolModeArg,
+    /// Jump-forward decoding: text the constraint forces (a call's keys, separators, a
+    /// named tool's name) goes through the model in chunks instead of one decode step
+    /// per token. `off` by default (docs/server.md, "Jump-forward").
+    #[arg(long, env = "TOOLGATE_JUMP_FORWARD", value_enum, default_value = "off")]
+    pub(crate) jump_forward: Switch,
     /// Requests that may wait for or hold the model at once; more get 429 with Retry-After.
     #[arg(long, env = "TOOLGATE_MAX_QUEUE", default_value_t = toolgate::server::DEFAULT_MAX_QUEUE)]
     pub(crate) max_queue: usize,
@@ -508,7 +513,7 @@ impl From<ToolModeArg> for ToolMode {
     }
 }
 
-/// An on/off switch (`--call-recovery`).
+/// An on/off switch (`--call-recovery`, `--jump-forward`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Switch {
     On,

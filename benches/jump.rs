@@ -1,0 +1,97 @@
+//! Jump-forward decoding (`cargo bench --bench jump`): a named call of five required
+//! properties (strings, an integer, an enum, a boolean), greedy, on each test model
+//! `scripts/fetch-models` caches (or the folder in `TOOLGATE_MODELS`), with
+//! `GenerateParams::jump_forward` off and on, interleaved. One JSON line per model:
+//! the median time of the generation phase (`timings.decode`: every token after the
+//! first; the prompt is the same either way) of each, their ratio, the tokens
+//! generated and those jump-forward fed in chunks, and whether the arguments came out
+//! the same. `BENCH_ROUNDS` (default 7). Under `cargo test` it runs one round as a
+//! smoke test.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use toolgate::engine::chat::{tool_turn, ChatTurn, ToolMode};
+use toolgate::engine::{Engine, GenerateParams};
+use toolgate::model::DeviceChoice;
+use toolgate::sampling::SamplingParams;
+use toolgate::template::source::GgufTemplates;
+use toolgate::template::{gate, ToolFallback};
+use toolgate::tools::{Tool, ToolChoice};
+
+const MODELS: [(&str, &str); 3] = [
+    ("SmolLM2-135M-Instruct.Q4_1.gguf", "llama"),
+    ("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "qwen2"),
+    ("gemma-3-270m-q4_k_m.gguf", "gemma3"),
+];
+
+fn models_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("TOOLGATE_MODELS") {
+        return dir.into();
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache"));
+    base.join("toolgate/models")
+}
+
+fn median(mut v: Vec<Duration>) -> f64 {
+    v.sort();
+    v[v.len() / 2].as_secs_f64() * 1000.0
+}
+
+fn main() {
+    let smoke = !std::env::args().any(|a| a == "--bench");
+    let rounds: usize =
+        if smoke { 1 } else { std::env::var("BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(7) };
+    let tools: Vec<Tool> = serde_json::from_value(json!([
+        {"type": "function", "function": {"name": "book_flight", "description": "Book a flight",
+            "parameters": {"type": "object", "properties": {
+                "origin": {"type": "string"}, "destination": {"type": "string"},
+                "passengers": {"type": "integer", "minimum": 1, "maximum": 9},
+                "cabin": {"type": "string", "enum": ["economy", "business", "first"]},
+                "refundable": {"type": "boolean"}},
+                "required": ["origin", "destination", "passengers", "cabin", "refundable"]}}}
+    ]))
+    .expect("the bench's tool");
+    let messages = vec![json!({"role": "user", "content": "Book two business seats from Oslo to Rome, refundable."})];
+    let choice = ToolChoice::Named("book_flight".into());
+    for (file, arch) in MODELS {
+        let path = models_dir().join(file);
+        assert!(path.is_file(), "{} is missing: run scripts/fetch-models first", path.display());
+        let mut engine = Engine::load(&path, DeviceChoice::Cpu).expect("the model loads");
+        let templates = GgufTemplates::from_gguf(engine.gguf()).expect("its templates");
+        let setup = gate(file, &templates, Some(arch), None, ToolFallback::Generic).expect("the gate");
+        let mut turn = |jump: bool| -> ChatTurn {
+            let params = GenerateParams {
+                max_tokens: 160,
+                sampling: SamplingParams::greedy(),
+                jump_forward: jump,
+                ..GenerateParams::default()
+            };
+            tool_turn(&mut engine, &setup, messages.clone(), &tools, &choice, false, ToolMode::Constrained, &params)
+                .expect("the turn")
+        };
+        // One of each first: the prompt's cache, the grammar's masks.
+        let (mut off, mut on) = (turn(false), turn(true));
+        let (mut off_times, mut on_times) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            off = turn(false);
+            off_times.push(off.timings.decode);
+            on = turn(true);
+            on_times.push(on.timings.decode);
+        }
+        let args = |t: &ChatTurn| t.tool_calls.first().map(|c| c.function.arguments.clone()).unwrap_or_default();
+        let (off_ms, on_ms) = (median(off_times), median(on_times));
+        let line: Value = json!({
+            "model": file, "rounds": rounds,
+            "generation_ms_off": (off_ms * 10.0).round() / 10.0, "generation_ms_on": (on_ms * 10.0).round() / 10.0,
+            "ratio": (on_ms / off_ms * 1000.0).round() / 1000.0,
+            "tokens_off": off.completion_tokens, "tokens_on": on.completion_tokens,
+            "forced_tokens": on.timings.forced_tokens,
+            "same_arguments": args(&off) == args(&on), "arguments_on": args(&on),
+        });
+        println!("{line}");
+    }
+}
