@@ -45,16 +45,10 @@ fn main() {
     let smoke = !std::env::args().any(|a| a == "--bench");
     let rounds: usize =
         if smoke { 1 } else { std::env::var("BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(7) };
-    let tools: Vec<Tool> = serde_json::from_value(json!([
-        {"type": "function", "function": {"name": "book_flight", "description": "Book a flight",
-            "parameters": {"type": "object", "properties": {
-                "origin": {"type": "string"}, "destination": {"type": "string"},
-                "passengers": {"type": "integer", "minimum": 1, "maximum": 9},
-                "cabin": {"type": "string", "enum": ["economy", "business", "first"]},
-                "refundable": {"type": "boolean"}},
-                "required": ["origin", "destination", "passengers", "cabin", "refundable"]}}}
-    ]))
-    .expect("the bench's tool");
+    // The test's tool (tests/integration/tools.rs): five required properties.
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/book_flight_tools.json");
+    let tools: Vec<Tool> =
+        serde_json::from_str(&std::fs::read_to_string(fixture).expect("the tool fixture")).expect("the bench's tool");
     let messages = vec![json!({"role": "user", "content": "Book two business seats from Oslo to Rome, refundable."})];
     let choice = ToolChoice::Named("book_flight".into());
     for (file, arch) in MODELS {

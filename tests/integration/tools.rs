@@ -248,16 +248,8 @@ fn streamed_deltas_add_up_to_the_turn_and_cancel_stops_it() {
 /// call is as valid as without it.
 #[test]
 fn jump_forward_feeds_forced_text_in_chunks_and_calls_stay_valid() {
-    let tools: Vec<Tool> = serde_json::from_value(json!([
-        {"type": "function", "function": {"name": "book_flight", "description": "Book a flight",
-            "parameters": {"type": "object", "properties": {
-                "origin": {"type": "string"}, "destination": {"type": "string"},
-                "passengers": {"type": "integer", "minimum": 1, "maximum": 9},
-                "cabin": {"type": "string", "enum": ["economy", "business", "first"]},
-                "refundable": {"type": "boolean"}},
-                "required": ["origin", "destination", "passengers", "cabin", "refundable"]}}}
-    ]))
-    .unwrap();
+    // One call of five required properties: strings, an integer, an enum, a boolean.
+    let tools: Vec<Tool> = serde_json::from_value(common::fixture("book_flight_tools.json")).unwrap();
     let msg = vec![json!({"role": "user", "content": "Book two business seats from Oslo to Rome, refundable."})];
     for (file, arch) in [(common::SMOLLM2, "llama"), (common::QWEN_CODER, "qwen2"), (common::GEMMA3, "gemma3")] {
         let mut engine = Engine::load(common::model(file), DeviceChoice::Cpu).unwrap();
