@@ -702,12 +702,13 @@ impl Engine {
                     let t = Instant::now();
                     let room = remaining.min(ctx.saturating_sub(self.model.position() + 2));
                     forced.extend(forced_run(&self.tokenizer, m, room));
-                    jumped += forced.len();
                     mask_time += t.elapsed();
                 }
             }
             let next = match (forced.pop_front(), constraint.active()) {
                 (Some(tok), m) => {
+                    // Counted as emitted: a stop string may end the turn mid-run.
+                    jumped += 1;
                     if let Some(m) = m {
                         boundary.observe(m, tokens.len());
                     }
