@@ -45,6 +45,11 @@ pub struct Grammar {
     /// One byte string per plain-character class path (see [`plain_paths`]); `None`
     /// when the DFA's byte classes are too fine for the plain-text shortcut.
     plain_paths: Option<Vec<Vec<u8>>>,
+    /// One byte per byte class of the DFA (bytes of a class lead every state to the
+    /// same place), each with whether its class holds that byte alone: what the
+    /// searches over next bytes try ([`Matcher::completion_plan`],
+    /// [`Matcher::forced_bytes`]).
+    class_bytes: Box<[(u8, bool)]>,
     warm: std::sync::Mutex<Option<Warm>>,
 }
 
@@ -123,8 +128,18 @@ impl Grammar {
     }
 
     fn with_dfa(dfa: Dfa, regex: String, rules: &Rules) -> Self {
-        let plain_paths = plain_paths(dfa.byte_classes());
-        Self { dfa, regex, rules: rules.bodies().to_vec(), plain_paths, warm: std::sync::Mutex::new(None) }
+        let classes = dfa.byte_classes();
+        let plain_paths = plain_paths(classes);
+        let mut members = [0u16; 257];
+        for b in 0..=255u8 {
+            members[usize::from(classes.get(b))] += 1;
+        }
+        let class_bytes = classes
+            .representatives(..)
+            .filter_map(|u| u.as_u8())
+            .map(|b| (b, members[usize::from(classes.get(b))] == 1))
+            .collect();
+        Self { dfa, regex, rules: rules.bodies().to_vec(), plain_paths, class_bytes, warm: std::sync::Mutex::new(None) }
     }
 
     /// Compile a JSON Schema in a dialect.
@@ -593,22 +608,16 @@ impl Matcher {
         if self.finished {
             return out;
         }
-        let classes = self.grammar.dfa.byte_classes();
-        let mut members = [0u16; 257];
-        for b in 0..=255u8 {
-            members[usize::from(classes.get(b))] += 1;
-        }
-        let reps: Vec<u8> = classes.representatives(..).filter_map(|u| u.as_u8()).collect();
         let clears = self.cache.clear_count();
         let mut s = self.state;
         while out.len() < max && !self.grammar.accepting(&mut self.cache, s) {
             let mut next = None;
-            for &b in &reps {
+            for &(b, alone) in self.grammar.class_bytes.iter() {
                 if let Some(n) = self.grammar.step(&mut self.cache, s, b) {
                     if next.is_some() {
                         return out;
                     }
-                    next = Some((b, n));
+                    next = Some((b, alone, n));
                 }
             }
             if self.cache.clear_count() != clears {
@@ -616,7 +625,7 @@ impl Matcher {
             }
             match next {
                 // (0xF5 and up never occur in UTF-8: control-token marks and rule markers.)
-                Some((b, n)) if b < 0xF5 && members[usize::from(classes.get(b))] == 1 => {
+                Some((b, true, n)) if b < 0xF5 => {
                     out.push(b);
                     s = n;
                 }
@@ -665,8 +674,6 @@ impl Matcher {
     fn completion_bytes(&mut self, max_bytes: usize, max_depth: Option<usize>) -> Option<Vec<u8>> {
         const MAX_STATES: usize = 1 << 16;
         self.sync_cache();
-        // One byte per class: bytes of a class lead every state to the same place.
-        let reps: Vec<u8> = self.grammar.dfa.byte_classes().representatives(..).filter_map(|u| u.as_u8()).collect();
         let clears = self.cache.clear_count();
         // (state, parent index, byte, depth)
         let mut nodes: Vec<(DfaState, usize, u8, usize)> = vec![(self.state, usize::MAX, 0, 0)];
@@ -679,7 +686,7 @@ impl Matcher {
                 head += 1;
                 continue;
             }
-            for &b in &reps {
+            for &(b, _) in self.grammar.class_bytes.iter() {
                 let Some(n) = self.grammar.step(&mut self.cache, s, b) else { continue };
                 if self.cache.clear_count() != clears {
                     return None; // evicted mid-search: ids are stale

@@ -166,27 +166,29 @@ fn marker_pieces<'a>(text: &'a str, tok: &Tokenizer) -> Vec<(bool, &'a str)> {
     out
 }
 
-/// Regex for a marker: each control token of the vocabulary in it as its bytes
-/// (`0xFF` + text, which no text can spell), the rest as text.
-fn marker(text: &str, tok: &Tokenizer) -> String {
-    marker_pieces(text, tok)
-        .into_iter()
-        .map(|(special, piece)| {
-            if special {
-                format!("(?-u:\\x{SPECIAL_PREFIX:02X}){}", regex_syntax::escape(piece))
-            } else {
-                regex_syntax::escape(piece)
-            }
-        })
-        .collect()
+/// A marker as the grammar spells it and as it is generated: each control token of
+/// the vocabulary in it as its bytes (`0xFF` + text, which no text can spell; in the
+/// regex `(?-u:\xFF)` + the text), the rest as text.
+fn spell_marker(text: &str, tok: &Tokenizer) -> (String, Vec<u8>) {
+    let (mut regex, mut bytes) = (String::new(), Vec::with_capacity(text.len() + 2));
+    for (special, piece) in marker_pieces(text, tok) {
+        if special {
+            regex.push_str(&format!("(?-u:\\x{SPECIAL_PREFIX:02X})"));
+            bytes.push(SPECIAL_PREFIX);
+        }
+        regex.push_str(&regex_syntax::escape(piece));
+        bytes.extend_from_slice(piece.as_bytes());
+    }
+    (regex, bytes)
 }
 
-/// A marker as a part of a grammar: [`marker`]'s text, [`marker_bytes`]' bytes.
+/// A marker as a part of a grammar ([`spell_marker`]).
 fn marker_part(text: &str, tok: &Tokenizer) -> Built {
-    match text.is_empty() {
-        true => Built::empty(),
-        false => Built::bytes(marker(text, tok), marker_bytes(text, tok)),
+    if text.is_empty() {
+        return Built::empty();
     }
+    let (regex, bytes) = spell_marker(text, tok);
+    Built::bytes(regex, bytes)
 }
 
 /// A marker as plain text (no control tokens), as a part of a grammar.
@@ -197,17 +199,10 @@ fn plain_marker(text: &str) -> Built {
     }
 }
 
-/// The bytes a marker is generated as (see [`marker`]): what the lazy constraint
-/// watches the output for.
+/// The bytes a marker is generated as (those of its grammar part): what the lazy
+/// constraint watches the output for.
 pub fn marker_bytes(text: &str, tok: &Tokenizer) -> Vec<u8> {
-    let mut v = Vec::new();
-    for (special, piece) in marker_pieces(text, tok) {
-        if special {
-            v.push(SPECIAL_PREFIX);
-        }
-        v.extend_from_slice(piece.as_bytes());
-    }
-    v
+    spell_marker(text, tok).1
 }
 
 /// Whether `tok`'s vocabulary can write `f`'s calls: a dialect may need control
