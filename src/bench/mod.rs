@@ -116,6 +116,9 @@ pub struct BenchOptions {
     pub temperature: f32,
     /// Seed.
     pub seed: u64,
+    /// Feed the text the grammar forces through the model in chunks
+    /// ([`GenerateParams::jump_forward`]); constrained mode only.
+    pub jump_forward: bool,
 }
 
 impl Default for BenchOptions {
@@ -126,6 +129,7 @@ impl Default for BenchOptions {
             max_tokens: 256,
             temperature: 0.0,
             seed: 0,
+            jump_forward: false,
         }
     }
 }
@@ -152,6 +156,8 @@ pub struct TaskResult {
     pub prompt_tokens: usize,
     /// Tokens generated.
     pub completion_tokens: usize,
+    /// Of those, tokens fed as text the grammar forced (jump-forward), not sampled.
+    pub forced_tokens: usize,
     /// Prefill time (time to first token), seconds.
     pub ttft_s: f64,
     /// Decode time, seconds.
@@ -177,6 +183,7 @@ impl TaskResult {
             finish_reason: "error".into(),
             prompt_tokens: 0,
             completion_tokens: 0,
+            forced_tokens: 0,
             ttft_s: 0.0,
             decode_s: 0.0,
             mask_s: 0.0,
@@ -249,6 +256,7 @@ pub fn run(
                     seed: opts.seed,
                     ..SamplingParams::default()
                 },
+                jump_forward: opts.jump_forward,
                 ..GenerateParams::default()
             };
             let parallel = parallel_for(task);
@@ -268,6 +276,7 @@ pub fn run(
                         finish_reason: turn.finish_reason.to_string(),
                         prompt_tokens: turn.prompt_tokens,
                         completion_tokens: turn.completion_tokens,
+                        forced_tokens: turn.timings.forced_tokens,
                         ttft_s: turn.timings.prompt.as_secs_f64(),
                         decode_s: turn.timings.decode.as_secs_f64(),
                         mask_s: turn.timings.mask.as_secs_f64(),
@@ -317,6 +326,9 @@ pub struct Summary {
     pub ttft_s: f64,
     /// Mask computation per generated token, milliseconds.
     pub mask_ms_per_token: f64,
+    /// Share of the generated tokens that were forced text fed by jump-forward (0 with
+    /// it off).
+    pub forced_share: f64,
 }
 
 fn summary_of(mode: Mode, category: &str, rs: &[&TaskResult]) -> Summary {
@@ -343,6 +355,11 @@ fn summary_of(mode: Mode, category: &str, rs: &[&TaskResult]) -> Summary {
         tokens_per_s: if decode > 0.0 { tokens.saturating_sub(rs.len()) as f64 / decode } else { 0.0 },
         ttft_s: rs.iter().map(|r| r.ttft_s).sum::<f64>() / n,
         mask_ms_per_token: if tokens > 0 { 1000.0 * mask / tokens as f64 } else { 0.0 },
+        forced_share: if tokens > 0 {
+            rs.iter().map(|r| r.forced_tokens).sum::<usize>() as f64 / tokens as f64
+        } else {
+            0.0
+        },
     }
 }
 

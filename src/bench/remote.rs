@@ -169,6 +169,7 @@ pub fn run(
                 finish_reason,
                 prompt_tokens: body["usage"]["prompt_tokens"].as_u64().unwrap_or(0) as usize,
                 completion_tokens: body["usage"]["completion_tokens"].as_u64().unwrap_or(0) as usize,
+                forced_tokens: timings["forced_n"].as_u64().unwrap_or(0) as usize,
                 ttft_s,
                 decode_s,
                 mask_s: 0.0,

@@ -9,7 +9,7 @@ use std::fmt::Write;
 use super::{Mode, Summary};
 
 /// One summary as the table's cells, in column order.
-fn cells(r: &Summary) -> [String; 11] {
+fn cells(r: &Summary) -> [String; 12] {
     let pct = |x: f64| format!("{:.1}%", 100.0 * x);
     [
         r.mode.as_str().to_string(),
@@ -23,14 +23,27 @@ fn cells(r: &Summary) -> [String; 11] {
         format!("{:.1}", r.tokens_per_s),
         format!("{:.2}", r.ttft_s),
         format!("{:.3}", r.mask_ms_per_token),
+        pct(r.forced_share),
     ]
 }
 
 /// The summaries as an aligned text table.
 pub fn table(summaries: &[Summary]) -> String {
-    const HEAD: [&str; 11] =
-        ["mode", "category", "tasks", "called", "parse", "schema", "declared", "AST", "tok/s", "TTFT s", "mask ms/t"];
-    const WIDTH: [usize; 11] = [12, 18, 5, 7, 7, 8, 9, 7, 7, 7, 10];
+    const HEAD: [&str; 12] = [
+        "mode",
+        "category",
+        "tasks",
+        "called",
+        "parse",
+        "schema",
+        "declared",
+        "AST",
+        "tok/s",
+        "TTFT s",
+        "mask ms/t",
+        "forced",
+    ];
+    const WIDTH: [usize; 12] = [12, 18, 5, 7, 7, 8, 9, 7, 7, 7, 10, 7];
     let line = |cells: &[String]| {
         let row: Vec<String> = cells
             .iter()
@@ -50,7 +63,7 @@ pub fn table(summaries: &[Summary]) -> String {
 /// The summaries as a Markdown table (for BENCHMARKS.md).
 pub fn markdown(summaries: &[Summary]) -> String {
     let mut s = String::from(
-        "| mode | category | tasks | called | parse | schema-valid | declared tool | BFCL AST | tok/s | TTFT s | mask ms/token |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| mode | category | tasks | called | parse | schema-valid | declared tool | BFCL AST | tok/s | TTFT s | mask ms/token | forced |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in summaries {
         let _ = writeln!(s, "| {} |", cells(r).join(" | "));

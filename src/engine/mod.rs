@@ -229,8 +229,9 @@ pub struct GenerateParams {
     /// bytes are tokenized and go through the model as one chunk at prefill speed
     /// instead of one decode step per token (`forced_run` in `engine/mod.rs`). The text is the
     /// one the constraint forces either way; the tokens spelling it are the
-    /// tokenizer's. Not with `logprobs` (each forced token would need its own
-    /// logits). Default `false`.
+    /// tokenizer's. With `logprobs`, each forced token's entry comes from the chunk's
+    /// row for its position (the model's distribution there, as without the jump).
+    /// Default `false`.
     pub jump_forward: bool,
 }
 
@@ -684,20 +685,24 @@ impl Engine {
         let mut forced: std::collections::VecDeque<u32> = Default::default();
         let mut unfed: Vec<u32> = Vec::new();
         let mut jumped = 0;
+        // With `logprobs`: emitted forced tokens whose log-probabilities come from the
+        // rows of the chunk that feeds them (the last `deferred` of `tokens`).
+        let mut deferred = 0;
         while tokens.len() < params.max_tokens {
             if params.cancel.as_ref().is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
                 finish = FinishReason::Cancelled;
                 break;
             }
-            // The model's own distribution, before the sampler changes `logits`.
-            let top = params.logprobs.map(|k| log_probs(&logits, k, &mut step_logprobs));
+            // The model's own distribution, before the sampler changes `logits` (which
+            // predict this token only when every emitted token has been fed).
+            let top = params.logprobs.filter(|_| unfed.is_empty()).map(|k| log_probs(&logits, k, &mut step_logprobs));
             let remaining = params.max_tokens - tokens.len();
             if constraint.release_recovered_call() {
                 // A complete recovered call where more may follow: free again, and the
                 // next call's boundaries are its own.
                 boundary = Boundary::default();
             }
-            if forced.is_empty() && params.jump_forward && params.logprobs.is_none() {
+            if forced.is_empty() && params.jump_forward {
                 if let Some(m) = constraint.active() {
                     let t = Instant::now();
                     let room = remaining.min(ctx.saturating_sub(self.model.position() + 2));
@@ -762,10 +767,14 @@ impl Engine {
                 finish = FinishReason::Stop;
                 break;
             }
-            if let Some(top) = top {
-                let entry = TokenLogprob { token: next, logprob: step_logprobs[next as usize], top };
-                on_token(&entry);
-                logprobs.push(entry);
+            match top {
+                Some(top) => {
+                    let entry = TokenLogprob { token: next, logprob: step_logprobs[next as usize], top };
+                    on_token(&entry);
+                    logprobs.push(entry);
+                }
+                None if params.logprobs.is_some() => deferred += 1,
+                None => {}
             }
             let piece = detok.push(next);
             let (emit, hit) = stops.push(&piece);
@@ -782,9 +791,20 @@ impl Engine {
             }
             unfed.push(next);
             if forced.is_empty() {
-                logits = self.model.forward(&unfed)?;
-                self.cached.append(&mut unfed);
+                let rows = Rows { tokens: &tokens, deferred: &mut deferred, top: params.logprobs };
+                logits = feed(self.model.as_mut(), &mut self.cached, &mut unfed, rows, &mut step_logprobs, &mut |e| {
+                    on_token(&e);
+                    logprobs.push(e);
+                })?;
             }
+        }
+        if deferred > 0 {
+            // The turn ended inside a forced run: feed it for its tokens' log-probabilities.
+            let rows = Rows { tokens: &tokens, deferred: &mut deferred, top: params.logprobs };
+            feed(self.model.as_mut(), &mut self.cached, &mut unfed, rows, &mut step_logprobs, &mut |e| {
+                on_token(&e);
+                logprobs.push(e);
+            })?;
         }
         if !stop_hit {
             let tail = detok.finish();
@@ -822,6 +842,48 @@ impl Engine {
             forced_tokens: jumped,
         })
     }
+}
+
+/// The log-probabilities a fed chunk owes: the last `deferred` emitted `tokens` (forced
+/// tokens after the chunk's first), `top` alternatives each.
+struct Rows<'a> {
+    tokens: &'a [u32],
+    deferred: &'a mut usize,
+    top: Option<usize>,
+}
+
+/// Feed the emitted tokens `model` has not seen (`unfed`, emptied into `cached`) and
+/// return the logits after the last. When `rows` owes log-probabilities, the
+/// chunk returns a row per position and row `i`, which predicts the token after
+/// `unfed[i]`, gives the entry of the `i`-th owed token (in order, to `out`).
+///
+/// Cost: one forward pass over the chunk; with owed entries, an output-head row and a
+/// log-softmax per position.
+fn feed(
+    model: &mut dyn Model,
+    cached: &mut Vec<u32>,
+    unfed: &mut Vec<u32>,
+    rows: Rows<'_>,
+    scratch: &mut Vec<f32>,
+    out: &mut dyn FnMut(TokenLogprob),
+) -> Result<Vec<f32>> {
+    let (owed, k) = match rows.top {
+        Some(k) if *rows.deferred > 0 => (*rows.deferred, k),
+        _ => {
+            let logits = model.forward(unfed)?;
+            cached.append(unfed);
+            return Ok(logits);
+        }
+    };
+    let mut all = model.forward_tail(unfed, unfed.len())?;
+    cached.append(unfed);
+    let owed_tokens = &rows.tokens[rows.tokens.len() - owed..];
+    for (row, &token) in all.iter().zip(owed_tokens) {
+        let top = log_probs(row, k, scratch);
+        out(TokenLogprob { token, logprob: scratch[token as usize], top });
+    }
+    *rows.deferred = 0;
+    Ok(all.pop().unwrap_or_default())
 }
 
 /// Most bytes of forced text one jump-forward chunk covers.

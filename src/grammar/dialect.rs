@@ -373,15 +373,170 @@ impl Dialect for Json {
         }
     }
     fn literal(&self, v: &Value) -> String {
-        match v {
-            Value::Number(n) => number_literal(n),
-            Value::Array(a) => format!(r"\[{}\]", a.iter().map(|x| self.literal(x)).collect::<Vec<_>>().join(",")),
-            Value::Object(o) => format!(
-                r"\{{{}\}}",
-                o.iter().map(|(k, x)| format!("{}:{}", self.key(k), self.literal(x))).collect::<Vec<_>>().join(",")
-            ),
-            other => escape(&serde_json::to_string(other).unwrap_or_default()),
+        json_literal(v, ":", ",")
+    }
+}
+
+/// Regex for the JSON literal `v` with `colon` and `comma` (regexes) between its
+/// members and items.
+fn json_literal(v: &Value, colon: &str, comma: &str) -> String {
+    match v {
+        Value::Number(n) => number_literal(n),
+        Value::Array(a) => {
+            format!(r"\[{}\]", a.iter().map(|x| json_literal(x, colon, comma)).collect::<Vec<_>>().join(comma))
         }
+        Value::Object(o) => format!(
+            r"\{{{}\}}",
+            o.iter()
+                .map(|(k, x)| format!("{}{colon}{}", Json.key(k), json_literal(x, colon, comma)))
+                .collect::<Vec<_>>()
+                .join(comma)
+        ),
+        other => escape(&serde_json::to_string(other).unwrap_or_default()),
+    }
+}
+
+/// What JSON text writes after its `:` and `,` separators.
+///
+/// Python's `json.dumps` (and so transformers' `tojson`, which chat templates render
+/// tool calls with) writes `": "` and `", "`; `serde_json` and `JSON.stringify` write
+/// neither space. A model learns its template's spelling, so a tool-call grammar can
+/// follow it: one spelling instead of a choice at every separator lets
+/// jump-forward decoding feed a closed object's keys and separators as one run.
+///
+/// ```
+/// use toolgate::grammar::regex::{Dialect, JsonWith, Spacing};
+/// assert_eq!((JsonWith(Spacing::Spaced).colon(), JsonWith(Spacing::Compact).comma()), (": ".into(), ",".into()));
+/// assert_eq!(JsonWith(Spacing::Optional).colon(), ": ?");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Spacing {
+    /// At most one space after each separator, as the text comes (the model chooses).
+    #[default]
+    Optional,
+    /// One space after every `:` and `,` (`{"a": 1, "b": 2}`), as Python writes JSON.
+    Spaced,
+    /// No space (`{"a":1,"b":2}`).
+    Compact,
+}
+
+impl Spacing {
+    /// The spacing of the JSON `text` (one value): [`Spacing::Spaced`] when one space
+    /// follows every `:` and `,` outside strings, [`Spacing::Compact`] when none does,
+    /// and `None` when the text mixes them, puts other whitespace there (a newline, an
+    /// indent), or has no `:` or no `,` to tell by.
+    ///
+    /// Cost: one pass over `text`.
+    ///
+    /// ```
+    /// use toolgate::grammar::regex::Spacing;
+    /// assert_eq!(Spacing::of(r#"{"a": "x, y", "b": [1, 2]}"#), Some(Spacing::Spaced));
+    /// assert_eq!(Spacing::of(r#"{"a":"x: y","b":2}"#), Some(Spacing::Compact));
+    /// assert_eq!(Spacing::of(r#"{"a": 1,"b": 2}"#), None);
+    /// assert_eq!(Spacing::of("{\n  \"a\": 1,\n  \"b\": 2\n}"), None);
+    /// assert_eq!(Spacing::of(r#"{"a": 1}"#), None);
+    /// ```
+    pub fn of(text: &str) -> Option<Spacing> {
+        let (mut spaced, mut compact, mut colons, mut commas) = (0, 0, 0, 0);
+        let (mut in_string, mut escaped) = (false, false);
+        let bytes = text.as_bytes();
+        for (i, &b) in bytes.iter().enumerate() {
+            if in_string {
+                match (escaped, b) {
+                    (true, _) => escaped = false,
+                    (false, b'\\') => escaped = true,
+                    (false, b'"') => in_string = false,
+                    _ => {}
+                }
+                continue;
+            }
+            match b {
+                b'"' => in_string = true,
+                b':' | b',' => {
+                    if b == b':' {
+                        colons += 1
+                    } else {
+                        commas += 1
+                    }
+                    match (bytes.get(i + 1), bytes.get(i + 2)) {
+                        (Some(b' '), next) if !next.is_some_and(u8::is_ascii_whitespace) => spaced += 1,
+                        (Some(c), _) if !c.is_ascii_whitespace() => compact += 1,
+                        _ => return None,
+                    }
+                }
+                _ => {}
+            }
+        }
+        match (colons > 0 && commas > 0, spaced, compact) {
+            (false, _, _) => None,
+            (true, _, 0) => Some(Spacing::Spaced),
+            (true, 0, _) => Some(Spacing::Compact),
+            _ => None,
+        }
+    }
+
+    /// Regex for the separator between a key and its value.
+    pub fn colon(self) -> &'static str {
+        match self {
+            Spacing::Optional => ": ?",
+            Spacing::Spaced => ": ",
+            Spacing::Compact => ":",
+        }
+    }
+
+    /// Regex for the separator between items and members.
+    pub fn comma(self) -> &'static str {
+        match self {
+            Spacing::Optional => ", ?",
+            Spacing::Spaced => ", ",
+            Spacing::Compact => ",",
+        }
+    }
+}
+
+/// RFC 8259 JSON with its separators spelled as a [`Spacing`] says ([`Json`] is
+/// `JsonWith(Spacing::Optional)`, literals compact): the values of tool calls whose
+/// template fixes the spelling.
+///
+/// ```
+/// use toolgate::grammar::{regex::{to_regex, JsonWith, Spacing}, schema, Grammar};
+/// let schema = serde_json::json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"enum": [[1, 2]]}}, "required": ["a", "b"]});
+/// let node = schema::compile(&schema, schema::Mode::Strict)?;
+/// let g = Grammar::from_regex(&to_regex(&node, &JsonWith(Spacing::Spaced)))?;
+/// assert!(g.matches(br#"{"a": 1, "b": [1, 2]}"#) && !g.matches(br#"{"a":1, "b": [1, 2]}"#));
+/// # Ok::<(), toolgate::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct JsonWith(pub Spacing);
+
+impl Dialect for JsonWith {
+    fn quote(&self) -> String {
+        Json.quote()
+    }
+    fn string_char(&self) -> String {
+        Json.string_char()
+    }
+    fn key(&self, name: &str) -> String {
+        Json.key(name)
+    }
+    fn any_key(&self, except: &[&str]) -> String {
+        Json.any_key(except)
+    }
+    fn any_key_built(&self, except: &[&str], rules: &mut Rules) -> Option<Built> {
+        Json.any_key_built(except, rules)
+    }
+    fn literal(&self, v: &Value) -> String {
+        match self.0 {
+            Spacing::Optional => Json.literal(v),
+            s => json_literal(v, s.colon(), s.comma()),
+        }
+    }
+    fn colon(&self) -> String {
+        self.0.colon().into()
+    }
+    fn comma(&self) -> String {
+        self.0.comma().into()
     }
 }
 

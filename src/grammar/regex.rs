@@ -5,8 +5,8 @@
 //! bounded: at most one space after `:` and `,`, never a loop.
 
 pub use super::dialect::{
-    key_except, key_except_built, python_repr, python_repr_single, without_literal, Dialect, Gemma4, Json, Python,
-    PythonSingle, XmlText, MAX_BUILT_KEY_CHARS,
+    key_except, key_except_built, python_repr, python_repr_single, without_literal, Dialect, Gemma4, Json, JsonWith,
+    Python, PythonSingle, Spacing, XmlText, MAX_BUILT_KEY_CHARS,
 };
 pub use super::ecma::{
     decoded_pattern, names_machine, pattern_body, pattern_matches, pattern_with_length, NameMatcher,

@@ -270,7 +270,7 @@ fn usage_json(turn: &ChatTurn) -> Value {
 /// (those not reused from the cache) and the time to the first generated token, the
 /// generated tokens and the time after it, and toolgate's own: the tokens jump-forward
 /// fed in chunks and the time spent computing constraint masks.
-fn timings_json(turn: &ChatTurn) -> Value {
+pub(super) fn timings_json(turn: &ChatTurn) -> Value {
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
     let t = &turn.timings;
     json!({"prompt_n": turn.prompt_tokens - turn.cached_tokens.min(turn.prompt_tokens), "prompt_ms": ms(t.prompt),
@@ -306,9 +306,14 @@ fn delta_json(e: &StreamEvent) -> Value {
 
 /// One `chat.completion.chunk` event.
 fn chunk(head: &Value, delta: Value, finish: Option<&str>, logprobs: Value) -> Event {
+    Event::default().data(chunk_json(head, delta, finish, logprobs).to_string())
+}
+
+/// The JSON of one `chat.completion.chunk`.
+fn chunk_json(head: &Value, delta: Value, finish: Option<&str>, logprobs: Value) -> Value {
     let mut v = head.clone();
     v["choices"] = json!([{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}]);
-    Event::default().data(v.to_string())
+    v
 }
 
 /// The handler.
@@ -351,7 +356,10 @@ pub(crate) async fn chat_completions(State(s): State<Arc<AppState>>, req: Reques
             }
             Some(Msg::Done(turn)) => {
                 let lp = logprobs_field(asked, std::mem::take(&mut pending));
-                let last = chunk(&head, json!({}), Some(turn.finish_reason), lp);
+                // The finishing chunk carries the turn's timings, as llama.cpp's server's does.
+                let mut last = chunk_json(&head, json!({}), Some(turn.finish_reason), lp);
+                last["timings"] = timings_json(&turn);
+                let last = Event::default().data(last.to_string());
                 (stream_end(&head, last, include_usage.then(|| usage_json(&turn))), false)
             }
             Some(Msg::Failed(e)) => (stream_error(&e), false),

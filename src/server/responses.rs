@@ -24,7 +24,7 @@ use axum::Json;
 use futures_util::{stream, StreamExt};
 use serde_json::{json, Map, Value};
 
-use super::openai::ChatRequest;
+use super::openai::{timings_json, ChatRequest};
 use super::{now, read_body, ApiError, AppState, Msg, Running};
 use crate::engine::chat::ChatTurn;
 use crate::tools::stream::StreamEvent;
@@ -267,6 +267,10 @@ fn response(
             "output_tokens": t.completion_tokens, "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": t.prompt_tokens + t.completion_tokens})
     });
+    if let Some(t) = turn {
+        // Not in OpenAI's object: where the turn's time went (as chat completions give it).
+        r["timings"] = timings_json(t);
+    }
     r
 }
 

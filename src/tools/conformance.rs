@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use super::format::{BodyKind, ToolFormat};
 use super::stream::StreamParser;
 use super::{Tool, ToolChoice};
+use crate::grammar::regex::Spacing;
 
 /// The probe tools' names (never in a real template).
 pub const PROBE_NAMES: [&str; 2] = ["tg_probe_alpha", "tg_probe_beta"];
@@ -66,11 +67,12 @@ pub fn conformance(f: &ToolFormat, sample: &str, parallel: bool) -> Result<(), S
     }
     let calls = super::calls_grammar_plain(f, &tools, &ToolChoice::Required, parallel).map_err(|e| e.to_string())?;
     let grammar = calls.compile().map_err(|e| e.to_string())?;
-    // JSON's own whitespace is not part of a layout: the grammar writes compact JSON,
-    // the parser reads indented JSON too (Command R+ indents its calls).
+    // JSON's indentation is not part of a layout: the grammar writes JSON on one line,
+    // the parser reads indented JSON too (Command R+ indents its calls). A layout with
+    // a fixed `spacing` was read off text without indentation, and keeps its spaces.
     // (Only where the whole body is JSON: a name-then-arguments layout may spell its
     // markers with braces, Apertus's `{"NAME": {…}}`.)
-    let json_body = f.body == BodyKind::JsonNameArguments;
+    let json_body = f.body == BodyKind::JsonNameArguments && f.spacing == Spacing::Optional;
     let compact = if json_body { compact_json_objects(sample) } else { sample.to_string() };
     let bytes = as_generated(f, &compact);
     if !grammar.matches(&bytes) {

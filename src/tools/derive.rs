@@ -55,6 +55,7 @@ use serde_json::{json, Value};
 use super::conformance::{conformance, probe_arguments, probe_tools, shorten, PROBE_NAMES};
 use super::dialect::{gemma4, python, tagged};
 use super::format::{ArgsDialect, BodyKind, CallIds, ParamTags, ToolFormat, TYPE_SLOT};
+use crate::grammar::regex::Spacing;
 use crate::template::transform::shape_fields;
 use crate::template::{ChatTemplate, RenderRequest};
 
@@ -106,6 +107,8 @@ struct Renders {
     one: String,
     two: Option<String>,
     ids: CallIds,
+    /// The calls' arguments were passed as objects, so the template wrote their JSON.
+    object_arguments: bool,
 }
 
 fn render(t: &ChatTemplate, assistant: Option<Value>, object_arguments: bool) -> Result<String, String> {
@@ -145,7 +148,7 @@ fn renders(t: &ChatTemplate, object_arguments: bool) -> Result<Renders, Underiva
                         .ok()
                         .filter(|two| PROBE_NAMES.iter().all(|n| output_part(two, &text).contains(n)));
                     let reasoning = crate::template::family::reasoning_markers(t.source());
-                    return Ok(Renders { reasoning, text, one, two, ids: ids_kind });
+                    return Ok(Renders { reasoning, text, one, two, ids: ids_kind, object_arguments });
                 }
                 Ok(_) => last_error = "the template renders an assistant turn with a tool call without the call".into(),
                 Err(e) => last_error = format!("rendering an assistant turn with a tool call failed: {e}"),
@@ -535,6 +538,16 @@ fn read_layout(r: &Renders, one: &str) -> Result<Derivation, String> {
                 }
             }
         }
+    }
+    // The JSON spelling the template writes calls in, when it wrote their arguments
+    // itself (arguments passed as a string come back as the client spelled them): the
+    // grammar follows it.
+    if r.object_arguments && f.dialect == ArgsDialect::Json {
+        let json = match &c1.body {
+            Body::Json { .. } => &one[c1.start..c1.end],
+            Body::NameThen { name_end, .. } => &one[c1.start + PROBE_NAMES[0].len() + name_end.len()..c1.end],
+        };
+        f.spacing = Spacing::of(json).unwrap_or_default();
     }
     if f.section_start.is_empty() && f.call_start.is_empty() && f.body_trigger.is_empty() {
         return Err(format!("the calls have no marker to recognise them by in free text: {:?}", shorten(one)));

@@ -21,6 +21,7 @@
 
 use serde::Deserialize;
 
+use crate::grammar::regex::Spacing;
 use crate::{Error, Result};
 
 include!(concat!(env!("OUT_DIR"), "/formats.rs"));
@@ -221,6 +222,12 @@ pub struct ToolFormat {
     /// `repr` does (`city='Oslo'`: LFM2.5), not double quotes (`city="Oslo"`).
     #[serde(default)]
     pub single_quotes: bool,
+    /// What the JSON of a call (a JSON body's members, [`ArgsDialect::Json`]
+    /// arguments) writes after `:` and `,`: [`Spacing::Optional`] (the default) lets
+    /// the model choose; a derived layout takes the spelling its template renders
+    /// calls with, so the grammar forces it (and jump-forward feeds it).
+    #[serde(default)]
+    pub spacing: Spacing,
     /// How the [`ArgsDialect::XmlParameters`] dialect spells a parameter (`None`:
     /// Qwen3-Coder's `<parameter=KEY>`…`</parameter>`, then `</function>`).
     #[serde(default)]
@@ -268,6 +275,7 @@ impl ToolFormat {
             id_first: false,
             call_ids: CallIds::Openai,
             single_quotes: false,
+            spacing: Spacing::Optional,
             nested_function: false,
             params: None,
         }
@@ -334,6 +342,9 @@ impl ToolFormat {
         }
         if self.nested_function && self.body != BodyKind::JsonNameArguments {
             return Err("`nested_function` belongs to a json_name_arguments body".into());
+        }
+        if self.spacing != Spacing::Optional && self.dialect != ArgsDialect::Json {
+            return Err("`spacing` belongs to the json dialect".into());
         }
         if self.single_quotes && self.dialect != ArgsDialect::Python {
             return Err("`single_quotes` belongs to the python dialect".into());

@@ -5,7 +5,7 @@
 
 use super::conformance::conformance;
 use super::derive::{derive, probe_sample};
-use super::format::ToolFormat;
+use super::format::{ArgsDialect, ToolFormat};
 use crate::template::ChatTemplate;
 
 /// How a model's call layout was chosen.
@@ -144,10 +144,22 @@ pub fn resolve(template: &ChatTemplate, object_arguments: bool, marker_family: &
     }
 }
 
+/// `over` with the JSON spelling `derived` read off the template, where both write
+/// JSON arguments.
+fn spelled_as(mut over: ToolFormat, derived: &ToolFormat) -> ToolFormat {
+    if over.dialect == ArgsDialect::Json && derived.dialect == ArgsDialect::Json {
+        over.spacing = derived.spacing;
+    }
+    over
+}
+
 fn resolve_with(template: &ChatTemplate, object_arguments: bool, marker_family: &str) -> CallLayout {
     let over = super::format::for_family(marker_family).ok().flatten();
     match derive(template, object_arguments) {
-        Ok(d) => match over.filter(|o| conformance(o, &d.sample, d.parallel).is_ok()) {
+        // An override that reads the template's calls takes their JSON spelling from
+        // the template too.
+        Ok(d) => match over.map(|o| spelled_as(o, &d.format)).filter(|o| conformance(o, &d.sample, d.parallel).is_ok())
+        {
             Some(o) => CallLayout::with(o, Origin::Override, "passed".into(), d.parallel, Some(d.sample)),
             None => CallLayout::with(d.format, Origin::Derived, "passed".into(), d.parallel, Some(d.sample)),
         },

@@ -392,22 +392,24 @@ fn calls_into(
         let name = &t.function.name;
         match f.body {
             BodyKind::JsonNameArguments => {
-                let member = format!(r#""{}": ?"(?:{})""#, regex_syntax::escape(&f.id_key), f.id_pattern);
+                let (colon, comma) = (f.spacing.colon(), f.spacing.comma());
+                let member = format!(r#""{}"{colon}"(?:{})""#, regex_syntax::escape(&f.id_key), f.id_pattern);
                 let (lead, id) = match (f.id_key.is_empty(), f.id_first) {
                     (true, _) => (String::new(), String::new()),
-                    (false, true) => (format!("{member}, ?"), String::new()),
-                    (false, false) => (String::new(), format!("(?:, ?{member})?")),
+                    (false, true) => (format!("{member}{comma}"), String::new()),
+                    (false, false) => (String::new(), format!("(?:{comma}{member})?")),
                 };
                 let inner = format!(
-                    r#""{}": ?{}, ?"{}": ?"#,
+                    r#""{}"{colon}{}{comma}"{}"{colon}"#,
                     regex_syntax::escape(&f.name_key),
                     regex_syntax::escape(&serde_json::to_string(name).unwrap_or_default()),
                     regex_syntax::escape(&f.arguments_key),
                 );
                 let (open, close) = match f.nested_function {
-                    true => {
-                        (format!(r#"\{{{lead}"type": ?"function", ?"function": ?\{{{inner}"#), format!(r"\}}{id}\}}"))
-                    }
+                    true => (
+                        format!(r#"\{{{lead}"type"{colon}"function"{comma}"function"{colon}\{{{inner}"#),
+                        format!(r"\}}{id}\}}"),
+                    ),
                     false => (format!(r"\{{{lead}{inner}"), format!(r"{id}\}}")),
                 };
                 bodies.push(Built::cat(vec![Built::read(open), args, Built::read(close)]));

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use serde_json::{json, Value};
 use toolgate::template::source::GgufTemplates;
 use toolgate::template::{inspect, ChatTemplate};
-use toolgate::tools::conformance::conformance;
+use toolgate::tools::conformance::{conformance, probe_tools};
 use toolgate::tools::derive::derive;
 use toolgate::tools::format::ToolFormat;
 use toolgate::tools::layout::Origin;
@@ -477,4 +477,93 @@ fn typed_attribute_single_quoted_and_string_argument_layouts_are_derived() {
     let (prompt, _) =
         toolgate::engine::chat::encode_chat_within(&strings, &tok, history, None, Default::default(), 4096).unwrap();
     assert!(prompt.contains(r#"{"name": "get_weather", "arguments": {"city":"Oslo","days":2}}"#), "{prompt}");
+}
+
+/// A look-alike of a template that writes its calls as compact JSON (its own
+/// `tojson(separators=…)`), name and arguments in one object.
+const COMPACT_JSON_STYLE: &str = r#"{%- for m in messages -%}
+<|{{ m.role }}|>
+{{ m.content or '' }}
+{%- if m.tool_calls -%}
+{%- for c in m.tool_calls -%}
+<|call|>{{ {"name": c.function.name, "arguments": c.function.arguments} | tojson(separators=(",", ":")) }}<|/call|>
+{%- endfor -%}
+{%- endif %}
+<|end|>
+{% endfor -%}
+{%- if tools -%}<|system|>
+{% for t in tools %}{{ t | tojson }}
+{% endfor %}<|end|>
+{% endif -%}
+{%- if add_generation_prompt -%}<|assistant|>
+{% endif -%}"#;
+
+/// A derived layout spells the JSON of its calls (the body's members, the arguments)
+/// as its template renders them, so the grammar forces one spelling instead of a
+/// choice at every separator; a template that prints the client's argument strings
+/// leaves the choice to the model.
+#[test]
+fn derived_json_layouts_spell_separators_as_their_template_does() {
+    use toolgate::grammar::regex::Spacing;
+    let tools = weather_tool();
+    let layout = |source: String| {
+        let templates = GgufTemplates { default: Some(source), tool_use: None };
+        let setup = inspect(&templates, None, None).unwrap();
+        assert_eq!(setup.layout.round_trip.split(',').next(), Some("passed"), "{:?}", setup.layout);
+        setup.layout.format.unwrap()
+    };
+    let accepts = |f: &ToolFormat, text: &str| {
+        calls_grammar_plain(f, &tools, &ToolChoice::Required, false)
+            .unwrap()
+            .compile()
+            .unwrap()
+            .matches(text.as_bytes())
+    };
+    let spaced = r#"{"name": "get_weather", "arguments": {"city": "Oslo", "days": 2}}"#;
+    let compact = r#"{"name":"get_weather","arguments":{"city":"Oslo","days":2}}"#;
+    let mixed = r#"{"name": "get_weather", "arguments": {"city":"Oslo", "days": 2}}"#;
+
+    // Qwen 2.5 (Hermes layout) renders calls with transformers' `tojson`.
+    let qwen = layout(std::fs::read_to_string(templates_dir().join("Qwen-Qwen2.5-7B-Instruct.jinja")).unwrap());
+    assert_eq!(qwen.spacing, Spacing::Spaced, "{qwen:?}");
+    let wrap = |body: &str| format!("<tool_call>\n{body}\n</tool_call>");
+    assert!(accepts(&qwen, &wrap(spaced)));
+    assert!(!accepts(&qwen, &wrap(compact)) && !accepts(&qwen, &wrap(mixed)));
+
+    let tight = layout(COMPACT_JSON_STYLE.to_string());
+    assert_eq!(tight.spacing, Spacing::Compact, "{tight:?}");
+    let wrap = |body: &str| format!("<|call|>{body}<|/call|>");
+    assert!(accepts(&tight, &wrap(compact)) && !accepts(&tight, &wrap(spaced)));
+
+    // Arguments printed as the client's strings: their spelling is not the template's.
+    let strings = layout(ARGUMENTS_THROUGH_STRING_STYLE.to_string());
+    assert_eq!(strings.spacing, Spacing::Optional, "{strings:?}");
+    let wrap = |body: &str| format!("<tool_calls>[{body}]</tool_calls>");
+    assert!([spaced, compact, mixed].iter().all(|b| accepts(&strings, &wrap(b))));
+
+    // Across the corpus: each layout with a fixed spelling (derived, or an override that
+    // reads the template's calls) refuses its own sample respelled the other way (the
+    // round trip already accepts the sample).
+    let (mut fixed, mut optional) = (Vec::new(), Vec::new());
+    for (name, source) in corpus() {
+        let templates = GgufTemplates { default: Some(source), tool_use: None };
+        let setup = inspect(&templates, None, None).unwrap();
+        let (Some(f), Some(sample)) = (&setup.layout.format, &setup.layout.sample) else { continue };
+        if f.spacing == Spacing::Optional {
+            optional.push(name);
+            continue;
+        }
+        let respelled = match f.spacing {
+            Spacing::Spaced => sample.replacen("\": ", "\":", 1),
+            _ => sample.replacen("\":", "\": ", 1),
+        };
+        let g = calls_grammar_plain(f, &probe_tools(), &ToolChoice::Required, setup.layout.parallel)
+            .unwrap()
+            .compile()
+            .unwrap();
+        assert!(g.matches(sample.as_bytes()) && !g.matches(respelled.as_bytes()), "{name}: {sample:?}");
+        fixed.push(format!("{name} {:?}", f.spacing));
+    }
+    eprintln!("{}\noptional: {optional:?}", fixed.join("\n"));
+    assert!(fixed.len() >= 20, "only {} layouts with a fixed spelling: {fixed:?}", fixed.len());
 }

@@ -89,6 +89,49 @@ fn cli_reports_a_bad_model_without_panicking() {
     assert!(stderr.contains("broken.gguf") && !stderr.contains("panicked"), "{stderr}");
 }
 
+/// With jump-forward, the tokens a forced run feeds as one chunk get the entries the
+/// model gives them at their positions (the chunk's rows), every one, in order —
+/// also when the budget ends the turn inside a run.
+#[test]
+fn jump_forward_tokens_carry_the_models_logprobs_from_their_chunk() {
+    use std::sync::Arc;
+    use toolgate::grammar::regex::Json;
+    use toolgate::grammar::schema::Mode;
+    use toolgate::grammar::Grammar;
+    let schema = serde_json::json!({"type": "object", "properties": {
+        "origin_city": {"type": "string"}, "destination_city": {"type": "string"},
+        "cabin_class": {"enum": ["economy", "business"]}, "passenger_count": {"type": "integer"}},
+        "required": ["origin_city", "destination_city", "cabin_class", "passenger_count"]});
+    let g = Arc::new(Grammar::from_schema(&schema, Mode::Strict, &Json).unwrap());
+    let mut engine = Engine::load(common::model(common::QWEN_CODER), DeviceChoice::Cpu).unwrap();
+    let ids = engine.tokenizer().encode_prompt("Book a flight from Oslo to Rome for two, as JSON:", true).unwrap();
+    let mut cut = false;
+    for max_tokens in [64, 9] {
+        let mut m = g.matcher(engine.token_vocab());
+        let params = GenerateParams { max_tokens, logprobs: Some(3), jump_forward: true, ..GenerateParams::default() };
+        let gen = engine.generate_constrained(&ids, &params, &mut m, |_| {}).unwrap();
+        assert!(gen.forced_tokens >= 4, "{gen:?}");
+        assert_eq!(gen.logprobs.len(), gen.tokens.len(), "{gen:?}");
+        cut |= gen.finish_reason == FinishReason::Length;
+        // The same positions teacher-forced in one pass: row i predicts token i.
+        let model = engine.model();
+        model.truncate(0);
+        let mut input = ids.clone();
+        input.extend_from_slice(&gen.tokens[..gen.tokens.len() - 1]);
+        let rows = model.forward_tail(&input, gen.tokens.len()).unwrap();
+        let mut lp = Vec::new();
+        for (i, ((l, row), &t)) in gen.logprobs.iter().zip(&rows).zip(&gen.tokens).enumerate() {
+            assert_eq!(l.token, t, "step {i}");
+            let top = toolgate::sampling::log_probs(row, 3, &mut lp);
+            assert!((l.logprob - lp[t as usize]).abs() < 2e-2, "step {i}: {} vs {}", l.logprob, lp[t as usize]);
+            for ((a, x), (b, y)) in l.top.iter().zip(&top) {
+                assert!((x - y).abs() < 2e-2, "step {i}: top {a}:{x} vs teacher-forced {b}:{y}");
+            }
+        }
+    }
+    assert!(cut, "a budget of 9 tokens ends inside the object");
+}
+
 #[test]
 fn logprobs_are_the_models_log_softmax_at_every_generated_token() {
     let mut engine = Engine::load(common::model(common::SMOLLM2), DeviceChoice::Cpu).unwrap();

@@ -105,6 +105,28 @@ fn streams_tool_calls_as_incremental_deltas_equal_to_the_non_streamed_answer() {
         let got: Vec<(String, String)> = calls.iter().map(|(_, n, a)| (n.clone(), a.clone())).collect();
         assert_eq!(got, want, "{choice}");
         assert_eq!(usage.unwrap()["completion_tokens"], whole["usage"]["completion_tokens"]);
+        // Both answers carry the turn's timings in llama.cpp's names (the stream on its
+        // finishing chunk): the generated tokens, nothing forced with jump-forward off.
+        let finishing = events
+            .iter()
+            .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+            .find(|v| v["choices"][0]["finish_reason"].is_string())
+            .unwrap();
+        for t in [&whole["timings"], &finishing["timings"]] {
+            assert_eq!(t["predicted_n"], whole["usage"]["completion_tokens"], "{t}");
+            assert!(
+                t["prompt_n"].as_u64().is_some_and(|n| n > 0) && t["prompt_ms"].as_f64().is_some_and(|ms| ms > 0.0)
+            );
+            assert!(
+                t["predicted_ms"].as_f64().is_some() && t["mask_ms"].as_f64().is_some() && t["forced_n"] == 0,
+                "{t}"
+            );
+        }
+        let cached = whole["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
+        assert_eq!(
+            whole["timings"]["prompt_n"].as_u64().unwrap() + cached,
+            whole["usage"]["prompt_tokens"].as_u64().unwrap()
+        );
         if choice != json!("auto") {
             assert_eq!(finish, "tool_calls");
             let args: Value = serde_json::from_str(&calls[0].2).unwrap();
@@ -132,6 +154,14 @@ fn streams_tool_calls_as_incremental_deltas_equal_to_the_non_streamed_answer() {
         &json!({"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 8, "temperature": 0}).to_string(),
     );
     assert_eq!(content, whole["choices"][0]["message"]["content"].as_str().unwrap());
+    // A Responses answer carries them too.
+    let (status, v) = crate::common::server::post_json(
+        &s,
+        "/v1/responses",
+        &json!({"input": "Say hi", "max_output_tokens": 8, "temperature": 0}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["timings"]["predicted_n"], v["usage"]["output_tokens"], "{v}");
     let (status, v) = post(&s, &json!({"messages": [{"role": "user", "content": "x"}], "stream": true, "tool_choice": "required",
         "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "integer", "not": {"const": 3}}, "strict": true}}]}).to_string());
     assert_eq!(status, 400, "{v}");
@@ -544,7 +574,7 @@ fn chat_show_prompt_prints_the_prompt_with_tools() {
     let out = Command::new(env!("CARGO_BIN_EXE_toolgate"))
         .args(["chat", "--model"])
         .arg(common::model(common::SMOLLM2))
-        .args(["--tool-fallback", "generic", "--show-prompt", "--tool-choice", "required", "--max-tokens", "24"])
+        .args(["--tool-fallback", "generic", "--show-prompt", "--tool-choice", "required", "--max-tokens", "48"])
         .arg("--tools")
         .arg(&tools)
         .args(["--message", "Weather in Oslo?"])

@@ -179,6 +179,10 @@ pub(crate) struct BenchToolsArgs {
     /// Seed (the same for every mode).
     #[arg(long, default_value_t = 0)]
     pub(crate) seed: u64,
+    /// Jump-forward decoding in constrained mode: text the grammar forces goes through
+    /// the model in chunks (the `forced` column is its share of the generated tokens).
+    #[arg(long, value_enum, default_value = "off")]
+    pub(crate) jump_forward: Switch,
     /// Write the summaries and every task's result as JSON here.
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,

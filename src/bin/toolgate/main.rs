@@ -151,6 +151,7 @@ fn bench_tools(args: BenchToolsArgs) -> anyhow::Result<ExitCode> {
         max_tokens: args.max_tokens,
         temperature: args.temperature,
         seed: args.seed,
+        jump_forward: args.jump_forward == args::Switch::On,
     };
     let bar = |runs: usize| {
         let bar = indicatif::ProgressBar::new(runs as u64);

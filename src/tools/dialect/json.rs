@@ -6,7 +6,7 @@ use super::scan::Brackets;
 use super::{ArgsSyntax, Extent, ValueScan};
 use crate::grammar::ir::Node;
 use crate::grammar::part::Built;
-use crate::grammar::regex::to_rules_part;
+use crate::grammar::regex::{to_rules_part, JsonWith};
 use crate::grammar::rules::Rules;
 use crate::tools::format::ToolFormat;
 
@@ -15,8 +15,8 @@ use crate::tools::format::ToolFormat;
 pub struct Json;
 
 impl ArgsSyntax for Json {
-    fn grammar(&self, node: &Node, _: &ToolFormat, rules: &mut Rules) -> Built {
-        to_rules_part(node, &crate::grammar::regex::Json, rules)
+    fn grammar(&self, node: &Node, f: &ToolFormat, rules: &mut Rules) -> Built {
+        to_rules_part(node, &JsonWith(f.spacing), rules)
     }
     fn opener(&self) -> Option<u8> {
         Some(b'{')
