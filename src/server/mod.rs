@@ -246,7 +246,8 @@ impl AppState {
 
     /// Jump-forward decoding for every request (`--jump-forward on`): text the
     /// constraint forces goes through the model in chunks
-    /// ([`crate::engine::GenerateParams::jump_forward`]). Off by default.
+    /// ([`crate::engine::GenerateParams::jump_forward`]). Off unless set here;
+    /// `toolgate serve` sets it (`--jump-forward on`, its default).
     pub fn with_jump_forward(mut self, on: bool) -> Self {
         self.jump_forward = on;
         self

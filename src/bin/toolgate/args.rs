@@ -179,9 +179,10 @@ pub(crate) struct BenchToolsArgs {
     /// Seed (the same for every mode).
     #[arg(long, default_value_t = 0)]
     pub(crate) seed: u64,
-    /// Jump-forward decoding in constrained mode: text the grammar forces goes through
-    /// the model in chunks (the `forced` column is its share of the generated tokens).
-    #[arg(long, value_enum, default_value = "off")]
+    /// Jump-forward decoding in constrained mode, as `serve` has it: text the grammar
+    /// forces goes through the model in chunks (the `forced` column is its share of the
+    /// generated tokens).
+    #[arg(long, value_enum, default_value = "on")]
     pub(crate) jump_forward: Switch,
     /// Write the summaries and every task's result as JSON here.
     #[arg(long)]
@@ -321,8 +322,8 @@ pub(crate) struct ServeArgs {
     pub(crate) tool_mode: ToolModeArg,
     /// Jump-forward decoding: text the constraint forces (a call's keys, separators, a
     /// named tool's name) goes through the model in chunks instead of one decode step
-    /// per token. `off` by default (docs/server.md, "Jump-forward").
-    #[arg(long, env = "TOOLGATE_JUMP_FORWARD", value_enum, default_value = "off")]
+    /// per token (docs/server.md, "Jump-forward").
+    #[arg(long, env = "TOOLGATE_JUMP_FORWARD", value_enum, default_value = "on")]
     pub(crate) jump_forward: Switch,
     /// Requests that may wait for or hold the model at once; more get 429 with Retry-After.
     #[arg(long, env = "TOOLGATE_MAX_QUEUE", default_value_t = toolgate::server::DEFAULT_MAX_QUEUE)]
