@@ -585,7 +585,11 @@ pub fn summary(f: &ToolFormat) -> String {
         put("key_end_json", p.key_end_json.as_deref().unwrap_or(""));
         put("value_end", &p.value_end);
     }
-    format!("{:?} body, {:?} arguments, {}", f.body, f.dialect, parts.join(", "))
+    let spacing = match f.spacing {
+        Spacing::Optional => String::new(),
+        s => format!(" ({s:?} separators)"),
+    };
+    format!("{:?} body, {:?} arguments{spacing}, {}", f.body, f.dialect, parts.join(", "))
 }
 
 /// `(separator, rest)` when two name ends differ only in a call index after the same

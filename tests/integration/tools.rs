@@ -282,3 +282,53 @@ fn jump_forward_feeds_forced_text_in_chunks_and_calls_stay_valid() {
         }
     }
 }
+
+/// The boundary rule keeps the model's own tokens: a model's token often runs past
+/// the end of a forced run into text it chooses (`"` of a key's closing quote and the
+/// value's first letters; a `", "` and the next key), so tokenizing a forced run to its
+/// end would end a token where the model never does. Jump-forward leaves each run's
+/// last token to the model: on Qwen2.5-Coder (BPE), greedy, the named call comes out
+/// as the very token sequence decoding gives one step at a time.
+#[test]
+fn jump_forward_keeps_the_tokens_a_plain_decode_gives_across_run_boundaries() {
+    use std::sync::Arc;
+    let tools: Vec<Tool> = serde_json::from_value(common::fixture("book_flight_tools.json")).unwrap();
+    let msg = vec![json!({"role": "user", "content": "Book two business seats from Oslo to Rome, refundable."})];
+    let mut engine = Engine::load(common::model(common::QWEN_CODER), DeviceChoice::Cpu).unwrap();
+    let templates = GgufTemplates::from_gguf(engine.gguf()).unwrap();
+    let setup = gate(common::QWEN_CODER, &templates, Some("qwen2"), None, ToolFallback::Generic).unwrap();
+    let choice = ToolChoice::Named("book_flight".into());
+    let mut run = |jump: bool| {
+        let params = GenerateParams {
+            max_tokens: 160,
+            logprobs: Some(0),
+            jump_forward: jump,
+            sampling: toolgate::sampling::SamplingParams::greedy(),
+            ..GenerateParams::default()
+        };
+        tool_turn(&mut engine, &setup, msg.clone(), &tools, &choice, false, ToolMode::Constrained, &params).unwrap()
+    };
+    let (off, on) = (run(false), run(true));
+    let tokens = |t: &toolgate::engine::chat::ChatTurn| t.logprobs.iter().map(|l| l.token).collect::<Vec<u32>>();
+    assert!(on.timings.forced_tokens >= 20, "{on:?}");
+    assert_eq!(tokens(&on), tokens(&off), "jump-forward changed the model's tokens");
+    assert_eq!(on.tool_calls[0].function.arguments, off.tool_calls[0].function.arguments);
+
+    // Where the plain decode's tokens cross the end of a forced run.
+    let f = setup.layout.format.as_ref().unwrap();
+    let spec = toolgate::tools::calls_grammar(f, &tools, &choice, false, engine.tokenizer()).unwrap();
+    let mut m = Arc::new(spec.compile().unwrap()).matcher(engine.token_vocab());
+    let mut crossing = Vec::new();
+    for &t in &tokens(&off) {
+        let forced = m.forced_bytes(256);
+        let piece = engine.tokenizer().piece_bytes(t, false);
+        if !forced.is_empty() && piece.len() > forced.len() && piece.starts_with(&forced) {
+            crossing.push(String::from_utf8_lossy(&piece).into_owned());
+        }
+        if m.commit(t).is_err() {
+            break;
+        }
+    }
+    assert!(!crossing.is_empty(), "no token of {:?} crosses a forced run's end", off.content);
+    eprintln!("tokens crossing a forced run's end: {crossing:?}");
+}
