@@ -510,22 +510,37 @@ impl Spacing {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct JsonWith(pub Spacing);
 
+/// The [`Dialect`] methods of object keys, as [`Json`] spells them: for dialects whose
+/// keys are JSON strings ([`JsonWith`], [`Python`], [`XmlText`]).
+macro_rules! json_keys {
+    () => {
+        fn key(&self, name: &str) -> String {
+            Json.key(name)
+        }
+        fn any_key(&self, except: &[&str]) -> String {
+            Json.any_key(except)
+        }
+        fn any_key_built(&self, except: &[&str], rules: &mut Rules) -> Option<Built> {
+            Json.any_key_built(except, rules)
+        }
+    };
+}
+
+/// [`json_keys`], and strings as [`Json`] spells them ([`JsonWith`], [`Python`]).
+macro_rules! json_strings_and_keys {
+    () => {
+        fn quote(&self) -> String {
+            Json.quote()
+        }
+        fn string_char(&self) -> String {
+            Json.string_char()
+        }
+        json_keys!();
+    };
+}
+
 impl Dialect for JsonWith {
-    fn quote(&self) -> String {
-        Json.quote()
-    }
-    fn string_char(&self) -> String {
-        Json.string_char()
-    }
-    fn key(&self, name: &str) -> String {
-        Json.key(name)
-    }
-    fn any_key(&self, except: &[&str]) -> String {
-        Json.any_key(except)
-    }
-    fn any_key_built(&self, except: &[&str], rules: &mut Rules) -> Option<Built> {
-        Json.any_key_built(except, rules)
-    }
+    json_strings_and_keys!();
     fn literal(&self, v: &Value) -> String {
         match self.0 {
             Spacing::Optional => Json.literal(v),
@@ -637,15 +652,7 @@ impl Dialect for XmlText {
         // them clear of the closing tag.
         "[^<]".into()
     }
-    fn key(&self, name: &str) -> String {
-        Json.key(name)
-    }
-    fn any_key(&self, except: &[&str]) -> String {
-        Json.any_key(except)
-    }
-    fn any_key_built(&self, except: &[&str], rules: &mut Rules) -> Option<Built> {
-        Json.any_key_built(except, rules)
-    }
+    json_keys!();
     fn literal(&self, v: &Value) -> String {
         match v {
             Value::String(s) => escape(s),
@@ -710,21 +717,7 @@ pub struct Python;
 
 /// Strings and keys are JSON's (valid Python); literals and constants differ.
 impl Dialect for Python {
-    fn quote(&self) -> String {
-        Json.quote()
-    }
-    fn string_char(&self) -> String {
-        Json.string_char()
-    }
-    fn key(&self, name: &str) -> String {
-        Json.key(name)
-    }
-    fn any_key(&self, except: &[&str]) -> String {
-        Json.any_key(except)
-    }
-    fn any_key_built(&self, except: &[&str], rules: &mut Rules) -> Option<Built> {
-        Json.any_key_built(except, rules)
-    }
+    json_strings_and_keys!();
     fn literal(&self, v: &Value) -> String {
         escape(&python_repr(v))
     }

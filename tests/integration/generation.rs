@@ -89,6 +89,16 @@ fn cli_reports_a_bad_model_without_panicking() {
     assert!(stderr.contains("broken.gguf") && !stderr.contains("panicked"), "{stderr}");
 }
 
+/// The logits at every generated position, `prompt` and `generated` teacher-forced in
+/// one batched pass from an empty cache: row `i` predicts `generated[i]`.
+fn teacher_forced(engine: &mut Engine, prompt: &[u32], generated: &[u32]) -> Vec<Vec<f32>> {
+    let model = engine.model();
+    model.truncate(0);
+    let mut input = prompt.to_vec();
+    input.extend_from_slice(&generated[..generated.len() - 1]);
+    model.forward_tail(&input, generated.len()).unwrap()
+}
+
 /// With jump-forward, the tokens a forced run feeds as one chunk get the entries the
 /// model gives them at their positions (the chunk's rows), every one, in order —
 /// also when the budget ends the turn inside a run.
@@ -113,12 +123,7 @@ fn jump_forward_tokens_carry_the_models_logprobs_from_their_chunk() {
         assert!(gen.forced_tokens >= 4, "{gen:?}");
         assert_eq!(gen.logprobs.len(), gen.tokens.len(), "{gen:?}");
         cut |= gen.finish_reason == FinishReason::Length;
-        // The same positions teacher-forced in one pass: row i predicts token i.
-        let model = engine.model();
-        model.truncate(0);
-        let mut input = ids.clone();
-        input.extend_from_slice(&gen.tokens[..gen.tokens.len() - 1]);
-        let rows = model.forward_tail(&input, gen.tokens.len()).unwrap();
+        let rows = teacher_forced(&mut engine, &ids, &gen.tokens);
         let mut lp = Vec::new();
         for (i, ((l, row), &t)) in gen.logprobs.iter().zip(&rows).zip(&gen.tokens).enumerate() {
             assert_eq!(l.token, t, "step {i}");
@@ -140,12 +145,7 @@ fn logprobs_are_the_models_log_softmax_at_every_generated_token() {
     let params = GenerateParams { logprobs: Some(5), ..sampled(3) };
     let g = engine.generate(&ids, &params, |_| {}).unwrap();
     assert_eq!(g.logprobs.len(), g.tokens.len());
-    // The same positions teacher-forced in one batched pass: row i predicts token i.
-    let model = engine.model();
-    model.truncate(0);
-    let mut input = ids.clone();
-    input.extend_from_slice(&g.tokens[..g.tokens.len() - 1]);
-    let rows = model.forward_tail(&input, g.tokens.len()).unwrap();
+    let rows = teacher_forced(&mut engine, &ids, &g.tokens);
     let mut lp = Vec::new();
     let mut not_top = 0;
     for (i, ((l, row), &t)) in g.logprobs.iter().zip(&rows).zip(&g.tokens).enumerate() {
