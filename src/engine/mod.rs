@@ -688,6 +688,10 @@ impl Engine {
         // With `logprobs`: emitted forced tokens whose log-probabilities come from the
         // rows of the chunk that feeds them (the last `deferred` of `tokens`).
         let mut deferred = 0;
+        let mut record = |e: TokenLogprob| {
+            on_token(&e);
+            logprobs.push(e);
+        };
         while tokens.len() < params.max_tokens {
             if params.cancel.as_ref().is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
                 finish = FinishReason::Cancelled;
@@ -768,11 +772,7 @@ impl Engine {
                 break;
             }
             match top {
-                Some(top) => {
-                    let entry = TokenLogprob { token: next, logprob: step_logprobs[next as usize], top };
-                    on_token(&entry);
-                    logprobs.push(entry);
-                }
+                Some(top) => record(TokenLogprob { token: next, logprob: step_logprobs[next as usize], top }),
                 None if params.logprobs.is_some() => deferred += 1,
                 None => {}
             }
@@ -791,20 +791,16 @@ impl Engine {
             }
             unfed.push(next);
             if forced.is_empty() {
-                let rows = Rows { tokens: &tokens, deferred: &mut deferred, top: params.logprobs };
-                logits = feed(self.model.as_mut(), &mut self.cached, &mut unfed, rows, &mut step_logprobs, &mut |e| {
-                    on_token(&e);
-                    logprobs.push(e);
-                })?;
+                let owed = Owed { tokens: &tokens[tokens.len() - deferred..], top: params.logprobs };
+                logits =
+                    feed(self.model.as_mut(), &mut self.cached, &mut unfed, owed, &mut step_logprobs, &mut record)?;
+                deferred = 0;
             }
         }
         if deferred > 0 {
             // The turn ended inside a forced run: feed it for its tokens' log-probabilities.
-            let rows = Rows { tokens: &tokens, deferred: &mut deferred, top: params.logprobs };
-            feed(self.model.as_mut(), &mut self.cached, &mut unfed, rows, &mut step_logprobs, &mut |e| {
-                on_token(&e);
-                logprobs.push(e);
-            })?;
+            let owed = Owed { tokens: &tokens[tokens.len() - deferred..], top: params.logprobs };
+            feed(self.model.as_mut(), &mut self.cached, &mut unfed, owed, &mut step_logprobs, &mut record)?;
         }
         if !stop_hit {
             let tail = detok.finish();
@@ -844,18 +840,17 @@ impl Engine {
     }
 }
 
-/// The log-probabilities a fed chunk owes: the last `deferred` emitted `tokens` (forced
-/// tokens after the chunk's first), `top` alternatives each.
-struct Rows<'a> {
+/// The log-probability entries a fed chunk owes: those of `tokens` (the forced tokens
+/// emitted after the chunk's first), `top` alternatives each (`None`: not asked for).
+struct Owed<'a> {
     tokens: &'a [u32],
-    deferred: &'a mut usize,
     top: Option<usize>,
 }
 
 /// Feed the emitted tokens `model` has not seen (`unfed`, emptied into `cached`) and
-/// return the logits after the last. When `rows` owes log-probabilities, the
-/// chunk returns a row per position and row `i`, which predicts the token after
-/// `unfed[i]`, gives the entry of the `i`-th owed token (in order, to `out`).
+/// return the logits after the last. When entries are `owed`, the chunk returns a row
+/// per position and row `i`, which predicts the token after `unfed[i]`, gives the
+/// entry of `owed.tokens[i]` (in order, to `out`).
 ///
 /// Cost: one forward pass over the chunk; with owed entries, an output-head row and a
 /// log-softmax per position.
@@ -863,12 +858,12 @@ fn feed(
     model: &mut dyn Model,
     cached: &mut Vec<u32>,
     unfed: &mut Vec<u32>,
-    rows: Rows<'_>,
+    owed: Owed<'_>,
     scratch: &mut Vec<f32>,
     out: &mut dyn FnMut(TokenLogprob),
 ) -> Result<Vec<f32>> {
-    let (owed, k) = match rows.top {
-        Some(k) if *rows.deferred > 0 => (*rows.deferred, k),
+    let k = match owed.top {
+        Some(k) if !owed.tokens.is_empty() => k,
         _ => {
             let logits = model.forward(unfed)?;
             cached.append(unfed);
@@ -877,12 +872,10 @@ fn feed(
     };
     let mut all = model.forward_tail(unfed, unfed.len())?;
     cached.append(unfed);
-    let owed_tokens = &rows.tokens[rows.tokens.len() - owed..];
-    for (row, &token) in all.iter().zip(owed_tokens) {
+    for (row, &token) in all.iter().zip(owed.tokens) {
         let top = log_probs(row, k, scratch);
         out(TokenLogprob { token, logprob: scratch[token as usize], top });
     }
-    *rows.deferred = 0;
     Ok(all.pop().unwrap_or_default())
 }
 

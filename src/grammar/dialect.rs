@@ -36,11 +36,11 @@ pub trait Dialect {
     }
     /// Regex for the separator between key and value.
     fn colon(&self) -> String {
-        ": ?".into()
+        Spacing::Optional.colon().into()
     }
     /// Regex for the separator between items.
     fn comma(&self) -> String {
-        ", ?".into()
+        Spacing::Optional.comma().into()
     }
     /// Regex for character `c` inside a string (patterns are matched on the decoded
     /// value, the grammar on its spelling): JSON writes `"`, `\` and control
@@ -373,22 +373,22 @@ impl Dialect for Json {
         }
     }
     fn literal(&self, v: &Value) -> String {
-        json_literal(v, ":", ",")
+        json_literal(v, Spacing::Compact)
     }
 }
 
-/// Regex for the JSON literal `v` with `colon` and `comma` (regexes) between its
-/// members and items.
-fn json_literal(v: &Value, colon: &str, comma: &str) -> String {
+/// Regex for the JSON literal `v`, its members and items separated as `spacing` says.
+fn json_literal(v: &Value, spacing: Spacing) -> String {
+    let (colon, comma) = (spacing.colon(), spacing.comma());
     match v {
         Value::Number(n) => number_literal(n),
         Value::Array(a) => {
-            format!(r"\[{}\]", a.iter().map(|x| json_literal(x, colon, comma)).collect::<Vec<_>>().join(comma))
+            format!(r"\[{}\]", a.iter().map(|x| json_literal(x, spacing)).collect::<Vec<_>>().join(comma))
         }
         Value::Object(o) => format!(
             r"\{{{}\}}",
             o.iter()
-                .map(|(k, x)| format!("{}{colon}{}", Json.key(k), json_literal(x, colon, comma)))
+                .map(|(k, x)| format!("{}{colon}{}", Json.key(k), json_literal(x, spacing)))
                 .collect::<Vec<_>>()
                 .join(comma)
         ),
@@ -543,8 +543,9 @@ impl Dialect for JsonWith {
     json_strings_and_keys!();
     fn literal(&self, v: &Value) -> String {
         match self.0 {
+            // Literals of `Json` are compact.
             Spacing::Optional => Json.literal(v),
-            s => json_literal(v, s.colon(), s.comma()),
+            s => json_literal(v, s),
         }
     }
     fn colon(&self) -> String {
