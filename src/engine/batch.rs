@@ -204,6 +204,11 @@ impl Model for SlotModel {
         self.alone(|m| m.forward_tail(tokens, n))
     }
 
+    fn forward_scored(&mut self, tokens: &[u32], candidates: &[Vec<u32>]) -> Result<(Vec<Vec<f32>>, Vec<f32>)> {
+        self.shared.leave(self.slot);
+        self.alone(|m| m.forward_scored(tokens, candidates))
+    }
+
     fn position(&self) -> usize {
         self.alone(|m| Ok(m.position())).unwrap_or(0)
     }

@@ -226,12 +226,15 @@ pub struct GenerateParams {
     pub reuse_prefix: bool,
     /// Jump-forward decoding: where the constraint allows exactly one continuation for
     /// the next bytes (a call's keys, `", "`, closing braces, a named tool's name), those
-    /// bytes are tokenized and go through the model as one chunk at prefill speed
-    /// instead of one decode step per token (`forced_run` in `engine/mod.rs`). The text is the
-    /// one the constraint forces either way; the tokens spelling it are the
-    /// tokenizer's. With `logprobs`, each forced token's entry comes from the chunk's
-    /// row for its position (the model's distribution there, as without the jump).
-    /// Default `false`.
+    /// bytes are tokenized into a draft (`forced_run` in `engine/mod.rs`) and, once the
+    /// model chose the draft's first token, go through the model as one chunk at
+    /// prefill speed instead of one decode step per token. Every token is still
+    /// decided as without the jump — the sampler (or greedy choice) over the masked
+    /// logits of the chunk's row for its position — so the output is the plain
+    /// decode's: where the model spells the forced text otherwise than the tokenizer
+    /// (`t` + `ool` for `tool`, `",` across a run's end), its token is kept and the
+    /// draft's unverified rest leaves the cache. Only decode steps are saved; the
+    /// chunk pays a row of the output head per position. Default `false`.
     pub jump_forward: bool,
 }
 
@@ -307,8 +310,8 @@ pub struct Generation {
     /// drops a cut call). `None` when no region was open or the open one was complete.
     pub unfinished: Option<String>,
     /// Tokens jump-forward decoding emitted without a decode step of their own
-    /// ([`GenerateParams::jump_forward`]): forced by the constraint and fed to the model
-    /// in chunks. Included in `tokens`.
+    /// ([`GenerateParams::jump_forward`]): forced by the constraint, fed to the model
+    /// in chunks and chosen by the model from the chunk's rows. Included in `tokens`.
     pub forced_tokens: usize,
 }
 
@@ -680,50 +683,37 @@ impl Engine {
         let mut boundary = Boundary::default();
         let mut mask = crate::grammar::TokenMask::new(self.tokenizer.vocab_size());
         let (mut logprobs, mut step_logprobs) = (Vec::new(), Vec::new());
-        // Jump-forward: forced tokens still to emit, and emitted tokens the model has
-        // not seen yet (fed as one chunk when the run is through).
-        let mut forced: std::collections::VecDeque<u32> = Default::default();
-        let mut unfed: Vec<u32> = Vec::new();
+        // Jump-forward: a draft of forced tokens, each still decided by the step below
+        // as a plain decode decides it. Once the model chose the draft's first token, the
+        // whole draft is fed as one chunk and `rows[i]` is the logits after `draft[i]`:
+        // the draft's tokens that follow are verified against those rows instead of
+        // costing a decode step each, and at the first token the model chooses otherwise
+        // the unverified rest is dropped from the cache.
+        let mut draft = Draft::default();
         let mut jumped = 0;
-        // With `logprobs`: emitted forced tokens whose log-probabilities come from the
-        // rows of the chunk that feeds them (the last `deferred` of `tokens`).
-        let mut deferred = 0;
-        let mut record = |e: TokenLogprob| {
-            on_token(&e);
-            logprobs.push(e);
-        };
         while tokens.len() < params.max_tokens {
             if params.cancel.as_ref().is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
                 finish = FinishReason::Cancelled;
                 break;
             }
-            // The model's own distribution, before the sampler changes `logits` (which
-            // predict this token only when every emitted token has been fed).
-            let top = params.logprobs.filter(|_| unfed.is_empty()).map(|k| log_probs(&logits, k, &mut step_logprobs));
+            // The model's own distribution, before the sampler changes `logits`.
+            let top = params.logprobs.map(|k| log_probs(&logits, k, &mut step_logprobs));
             let remaining = params.max_tokens - tokens.len();
             if constraint.release_recovered_call() {
                 // A complete recovered call where more may follow: free again, and the
                 // next call's boundaries are its own.
                 boundary = Boundary::default();
             }
-            if forced.is_empty() && params.jump_forward {
+            if draft.tokens.is_empty() && params.jump_forward {
                 if let Some(m) = constraint.active() {
                     let t = Instant::now();
                     let room = remaining.min(ctx.saturating_sub(self.model.position() + 2));
-                    forced.extend(forced_run(&self.tokenizer, m, room));
+                    draft.tokens.extend(forced_run(&self.tokenizer, m, room));
                     mask_time += t.elapsed();
                 }
             }
-            let next = match (forced.pop_front(), constraint.active()) {
-                (Some(tok), m) => {
-                    // Counted as emitted: a stop string may end the turn mid-run.
-                    jumped += 1;
-                    if let Some(m) = m {
-                        boundary.observe(m, tokens.len());
-                    }
-                    tok
-                }
-                (_, Some(m)) => {
+            let next = match constraint.active() {
+                Some(m) => {
                     let t = Instant::now();
                     boundary.observe(m, tokens.len());
                     let step = next_step(m);
@@ -752,7 +742,7 @@ impl Engine {
                         }
                     }
                 }
-                (_, None) => sampler.sample(&mut logits, None)?,
+                None => sampler.sample(&mut logits, None)?,
             };
             if let Some(m) = constraint.active() {
                 let t = Instant::now();
@@ -767,14 +757,16 @@ impl Engine {
             }
             tokens.push(next);
             sampler.accept(next);
+            // Fed already when the draft's chunk holds it.
+            let verified = draft.take(next, self.model.as_mut(), &mut self.cached);
+            if let Some(top) = top {
+                let e = TokenLogprob { token: next, logprob: step_logprobs[next as usize], top };
+                on_token(&e);
+                logprobs.push(e);
+            }
             if params.stop_on_eog && eog.contains(&next) {
                 finish = FinishReason::Stop;
                 break;
-            }
-            match top {
-                Some(top) => record(TokenLogprob { token: next, logprob: step_logprobs[next as usize], top }),
-                None if params.logprobs.is_some() => deferred += 1,
-                None => {}
             }
             let piece = detok.push(next);
             let (emit, hit) = stops.push(&piece);
@@ -786,22 +778,38 @@ impl Engine {
                 stop_hit = true;
                 break;
             }
-            if tokens.len() >= params.max_tokens || self.model.position() + 1 >= ctx {
+            // Positions fed before `next` (the draft's chunk may hold `next` and more).
+            let fed = self.model.position() - draft.ahead() - usize::from(verified.is_some());
+            if tokens.len() >= params.max_tokens || fed + 1 >= ctx {
                 break;
             }
-            unfed.push(next);
-            if forced.is_empty() {
-                let owed = Owed { tokens: &tokens[tokens.len() - deferred..], top: params.logprobs };
-                logits =
-                    feed(self.model.as_mut(), &mut self.cached, &mut unfed, owed, &mut step_logprobs, &mut record)?;
-                deferred = 0;
-            }
+            logits = match verified {
+                Some(row) => {
+                    jumped += 1;
+                    row
+                }
+                None if draft.tokens.len() > 1 && draft.tokens[0] == next => {
+                    // The model chose the draft's first token: feed the draft as one
+                    // chunk, scoring at each position the tokens the constraint allows
+                    // there (every logit when log-probabilities are asked for).
+                    jumped += 1;
+                    let t = Instant::now();
+                    let candidates = match constraint.active() {
+                        Some(m) if params.logprobs.is_none() => Some(draft.candidates(m, &mut mask)?),
+                        _ => None,
+                    };
+                    mask_time += t.elapsed();
+                    draft.feed(self.model.as_mut(), &mut self.cached, candidates)?
+                }
+                None => {
+                    draft.clear();
+                    self.cached.push(next);
+                    self.model.forward(&[next])?
+                }
+            };
         }
-        if deferred > 0 {
-            // The turn ended inside a forced run: feed it for its tokens' log-probabilities.
-            let owed = Owed { tokens: &tokens[tokens.len() - deferred..], top: params.logprobs };
-            feed(self.model.as_mut(), &mut self.cached, &mut unfed, owed, &mut step_logprobs, &mut record)?;
-        }
+        // Drop the draft's tokens the loop fed but did not reach from the cache.
+        draft.drop_unverified(self.model.as_mut(), &mut self.cached);
         if !stop_hit {
             let tail = detok.finish();
             let (emit, _) = stops.push(&tail);
@@ -840,58 +848,157 @@ impl Engine {
     }
 }
 
-/// The log-probability entries a fed chunk owes: those of `tokens` (the forced tokens
-/// emitted after the chunk's first), `top` alternatives each (`None`: not asked for).
-struct Owed<'a> {
-    tokens: &'a [u32],
-    top: Option<usize>,
+/// Jump-forward's draft: the tokens of a forced run not yet emitted and, once the run
+/// is fed as one chunk, the logits after each of them (`rows[i]` after `tokens[i]`).
+///
+/// A draft proposes; the generation loop's step decides every token as a plain decode
+/// would (the constraint's forced token, or the sampler over the masked row), so the
+/// tokens are the plain decode's and only the decode steps are saved.
+#[derive(Default)]
+struct Draft {
+    tokens: std::collections::VecDeque<u32>,
+    rows: std::collections::VecDeque<Row>,
+    vocab: usize,
 }
 
-/// Feed the emitted tokens `model` has not seen (`unfed`, emptied into `cached`) and
-/// return the logits after the last. When entries are `owed`, the chunk returns a row
-/// per position and row `i`, which predicts the token after `unfed[i]`, gives the
-/// entry of `owed.tokens[i]` (in order, to `out`).
-///
-/// Cost: one forward pass over the chunk; with owed entries, an output-head row and a
-/// log-softmax per position.
-fn feed(
-    model: &mut dyn Model,
-    cached: &mut Vec<u32>,
-    unfed: &mut Vec<u32>,
-    owed: Owed<'_>,
-    scratch: &mut Vec<f32>,
-    out: &mut dyn FnMut(TokenLogprob),
-) -> Result<Vec<f32>> {
-    let k = match owed.top {
-        Some(k) if !owed.tokens.is_empty() => k,
-        _ => {
-            let logits = model.forward(unfed)?;
-            cached.append(unfed);
-            return Ok(logits);
+/// The logits after one of a draft's tokens: every entry, or only those of the tokens
+/// the constraint allows next (the sampler masks the others away in any case).
+enum Row {
+    Full(Vec<f32>),
+    Allowed { ids: Vec<u32>, logits: Vec<f32> },
+}
+
+impl Row {
+    /// The row as `vocab` logits, `-inf` where only allowed tokens were scored.
+    fn into_logits(self, vocab: usize) -> Vec<f32> {
+        match self {
+            Row::Full(logits) => logits,
+            Row::Allowed { ids, logits } => {
+                let mut row = vec![f32::NEG_INFINITY; vocab];
+                for (&id, &l) in ids.iter().zip(&logits) {
+                    row[id as usize] = l;
+                }
+                row
+            }
         }
-    };
-    let mut all = model.forward_tail(unfed, unfed.len())?;
-    cached.append(unfed);
-    for (row, &token) in all.iter().zip(owed.tokens) {
-        let top = log_probs(row, k, scratch);
-        out(TokenLogprob { token, logprob: scratch[token as usize], top });
     }
-    Ok(all.pop().unwrap_or_default())
+}
+
+impl Draft {
+    /// Positions the model holds beyond the emitted tokens: the chunk's tokens not
+    /// emitted yet (0 before the chunk is fed).
+    fn ahead(&self) -> usize {
+        if self.rows.is_empty() {
+            0
+        } else {
+            self.tokens.len()
+        }
+    }
+
+    /// For each of the draft's tokens after the first (just committed to `m`), the
+    /// tokens `m` allows in its place: what the step there chooses from.
+    ///
+    /// Cost: a mask and a commit per token, then a rollback.
+    fn candidates(
+        &self,
+        m: &mut crate::grammar::Matcher,
+        mask: &mut crate::grammar::TokenMask,
+    ) -> Result<Vec<Vec<u32>>> {
+        let mut out = Vec::with_capacity(self.tokens.len().saturating_sub(1));
+        let mut committed = 0;
+        for &tok in self.tokens.iter().skip(1) {
+            m.fill_mask(mask)?;
+            let mut ids = Vec::new();
+            for (w, &bits) in mask.words().iter().enumerate() {
+                let mut bits = bits;
+                while bits != 0 {
+                    ids.push((w * 64) as u32 + bits.trailing_zeros());
+                    bits &= bits - 1;
+                }
+            }
+            out.push(ids);
+            if m.commit(tok).is_err() {
+                break;
+            }
+            committed += 1;
+        }
+        m.rollback(committed);
+        Ok(out)
+    }
+
+    /// Feed the draft (its first token just emitted) as one chunk and return the
+    /// logits after that first token; the rest wait in `rows`. With `candidates` (one
+    /// list per token after the first) only those are scored at each position but the
+    /// last; without, every row is whole.
+    ///
+    /// Cost: one forward pass over the draft, with a dot product per candidate (or an
+    /// output-head row per position) and one output-head row for the last position.
+    fn feed(
+        &mut self,
+        model: &mut dyn Model,
+        cached: &mut Vec<u32>,
+        candidates: Option<Vec<Vec<u32>>>,
+    ) -> Result<Vec<f32>> {
+        let chunk: Vec<u32> = self.tokens.iter().copied().collect();
+        self.vocab = model.vocab_size();
+        self.rows = match candidates.filter(|c| c.len() + 1 == chunk.len()) {
+            Some(mut ids) => {
+                // A tokenizer may count more ids than the output head has rows.
+                ids.iter_mut().for_each(|ids| ids.retain(|&id| (id as usize) < self.vocab));
+                let (scored, last) = model.forward_scored(&chunk, &ids)?;
+                let mut rows: std::collections::VecDeque<Row> =
+                    ids.into_iter().zip(scored).map(|(ids, logits)| Row::Allowed { ids, logits }).collect();
+                rows.push_back(Row::Full(last));
+                rows
+            }
+            None => model.forward_tail(&chunk, chunk.len())?.into_iter().map(Row::Full).collect(),
+        };
+        cached.extend_from_slice(&chunk);
+        self.tokens.pop_front();
+        Ok(self.rows.pop_front().map(|r| r.into_logits(self.vocab)).unwrap_or_default())
+    }
+
+    /// `next` was emitted: the logits after it when the fed chunk holds it (the draft
+    /// moves on), `None` when it must be fed (no chunk fed yet, or the model chose
+    /// another token — the chunk's unverified rest is then dropped from the cache).
+    fn take(&mut self, next: u32, model: &mut dyn Model, cached: &mut Vec<u32>) -> Option<Vec<f32>> {
+        if self.rows.is_empty() {
+            return None;
+        }
+        if self.tokens.front() == Some(&next) {
+            self.tokens.pop_front();
+            return self.rows.pop_front().map(|r| r.into_logits(self.vocab));
+        }
+        self.drop_unverified(model, cached);
+        None
+    }
+
+    /// Drop the fed chunk's tokens not emitted from the model's cache, and the draft.
+    fn drop_unverified(&mut self, model: &mut dyn Model, cached: &mut Vec<u32>) {
+        let keep = cached.len() - self.ahead();
+        model.truncate(keep);
+        cached.truncate(keep);
+        self.clear();
+    }
+
+    fn clear(&mut self) {
+        self.tokens.clear();
+        self.rows.clear();
+    }
 }
 
 /// Most bytes of forced text one jump-forward chunk covers.
 const JUMP_MAX_BYTES: usize = 256;
 
 /// The tokens of the text `m`'s constraint forces from here ([`Matcher::forced_bytes`]),
-/// at most `limit` of them, for jump-forward decoding; empty when fewer than two.
+/// at most `limit` of them, as jump-forward's draft; empty when fewer than two.
 ///
-/// The text is tokenized as the model's tokenizer tokenizes it, and the last token is
-/// dropped: it could be the start of a longer token the text after the forced run
-/// makes possible (`"` before `",`), so the run stops where the tokenizer's choice is
-/// still open and the model writes the rest itself. Kept: the tokens that spell the
-/// forced text in order (a tokenizer that adds a leading space spells something else,
-/// and nothing is jumped) and that the constraint accepts one after another (checked
-/// by committing them, then rolled back).
+/// The text is tokenized as the model's tokenizer tokenizes it. Kept: the tokens that
+/// spell the forced text in order (a tokenizer that adds a leading space spells
+/// something else, and nothing is drafted) and that the constraint accepts one after
+/// another (checked by committing them, then rolled back). The draft is a proposal:
+/// where the model spells the text otherwise (`"` + `",` instead of `"` + `"` + `,`, or
+/// `t` + `ool` for `tool`), the generation loop keeps the model's token.
 ///
 /// Cost: a DFA walk over the forced bytes, one tokenization of at most
 /// [`JUMP_MAX_BYTES`] bytes, a commit and rollback per token.
@@ -908,7 +1015,6 @@ fn forced_run(tokenizer: &Tokenizer, m: &mut crate::grammar::Matcher, limit: usi
         return Vec::new();
     }
     let Ok(mut ids) = tokenizer.encode(text, crate::tokenizer::EncodeOptions::TEXT) else { return Vec::new() };
-    ids.pop();
     let mut at = 0;
     let spelled = ids
         .iter()

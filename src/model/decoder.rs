@@ -419,19 +419,90 @@ impl Decoder {
         if n == 0 || n > t {
             return Err(Error::InvalidParameter { name: "n", reason: format!("{n} logit rows of {t} positions") });
         }
-        let (slot, pos) = (self.slot, self.pos[self.slot]);
+        let pos = self.pos[self.slot];
         if pos + t > self.max_context {
             return Err(Error::ContextOverflow { prompt_tokens: pos + t, context_length: self.max_context });
         }
         if t == 1 && cuda::fused(&self.device) {
             return self.decode_step(tokens[0]);
         }
+        let x = self.prefill_hidden(tokens)?;
+        let tail = x.narrow(1, t - n, n)?; // (1, n, n_embd), contiguous: one sequence
+        self.head(&tail)
+    }
+
+    /// Feed `tokens` as [`Decoder::forward`] does; return the logits after the last
+    /// one, shape `(vocab)`, and for each earlier position `i` the logits of only the
+    /// ids `candidates[i]`, in that order, for the token after `tokens[i]` — the
+    /// entries [`Decoder::forward_tail`]'s rows hold for them (up to rounding: the
+    /// output rows are dequantized and multiplied in `f32`). Scores a draft whose
+    /// positions each allow a few tokens without `vocab` logits per position.
+    ///
+    /// Cost: one prefill of `t` tokens, one output-head row, and one dequantized
+    /// output row and dot product per candidate.
+    ///
+    /// # Errors
+    /// As [`Decoder::forward`]; [`Error::InvalidParameter`] unless `candidates` has an
+    /// entry per position but the last, or for an id outside the vocabulary.
+    pub fn forward_scored(&mut self, tokens: &[u32], candidates: &[Vec<u32>]) -> Result<(Vec<Vec<f32>>, Tensor)> {
+        let t = tokens.len();
+        if t == 0 || candidates.len() + 1 != t {
+            return Err(Error::InvalidParameter {
+                name: "candidates",
+                reason: format!(
+                    "{} candidate lists for {t} positions (one per position but the last)",
+                    candidates.len()
+                ),
+            });
+        }
+        let vocab = self.output.out_features();
+        if let Some(bad) = candidates.iter().flatten().find(|&&id| id as usize >= vocab) {
+            return Err(Error::InvalidParameter {
+                name: "candidates",
+                reason: format!("token id {bad} >= vocab {vocab}"),
+            });
+        }
+        let pos = self.pos[self.slot];
+        if pos + t > self.max_context {
+            return Err(Error::ContextOverflow { prompt_tokens: pos + t, context_length: self.max_context });
+        }
+        let x = self.prefill_hidden(tokens)?; // (1, t, n_embd)
+        let last = self.head(&x.narrow(1, t - 1, 1)?)?.flatten_all()?;
+        let lead = rms_norm(&x.narrow(1, 0, t - 1)?, &self.output_norm, self.hp.rms_eps)?.squeeze(0)?; // (t - 1, n_embd)
+        let mut scored = Vec::with_capacity(t - 1);
+        for (i, ids) in candidates.iter().enumerate() {
+            if ids.is_empty() {
+                scored.push(Vec::new());
+                continue;
+            }
+            let ids = Tensor::new(ids.as_slice(), &self.device)?;
+            let h = lead.narrow(0, i, 1)?; // (1, n_embd)
+            let rows = self.output.embedding(&ids)?.to_device(h.device())?.to_dtype(h.dtype())?; // (k, n_embd)
+            let mut l = h.matmul(&rows.t()?)?.squeeze(0)?; // (k)
+            if let Some(b) = self.output.bias() {
+                let b = b.index_select(&ids.to_device(b.device())?, 0)?.to_dtype(l.dtype())?;
+                l = (l + b)?;
+            }
+            if let Some(s) = self.hp.scales.logit_divisor {
+                l = (l / s as f64)?;
+            }
+            if let Some(c) = self.hp.scales.final_softcap {
+                l = soft_cap(&l, c)?;
+            }
+            scored.push(l.to_dtype(DType::F32)?.to_vec1::<f32>()?);
+        }
+        Ok((scored, last))
+    }
+
+    /// Every layer over `tokens` at the current slot's next positions (stored in its
+    /// cache): the hidden states `(1, t, n_embd)` before the output norm.
+    fn prefill_hidden(&mut self, tokens: &[u32]) -> Result<Tensor> {
+        let (t, slot, pos) = (tokens.len(), self.slot, self.pos[self.slot]);
         let x = self.embed_tokens(tokens)?; // (1, t, n_embd)
         let ropes = self.rope_tables.iter().map(|r| r.at(pos..pos + t, &self.device)).collect::<Result<Vec<_>>>()?;
         let x = self.layers_forward(x, Rows::One { slot, pos }, &ropes, None)?;
         self.pos[slot] += t;
-        let tail = x.narrow(1, t - n, n)?; // (1, n, n_embd), contiguous: one sequence
-        self.head(&tail)
+        Ok(x)
     }
 
     /// Decode one token for each of several sequences in one pass: `batch[i] = (slot,

@@ -48,6 +48,43 @@ pub trait Model: Send {
     /// As [`Model::forward`]; [`Error::InvalidParameter`] if `n` is 0 or exceeds
     /// `tokens.len()`.
     fn forward_tail(&mut self, tokens: &[u32], n: usize) -> Result<Vec<Vec<f32>>>;
+    /// Feed `tokens` as [`Model::forward`] does and return, for each position `i` but
+    /// the last, the logits of only the ids `candidates[i]` (in that order) for the
+    /// token after `tokens[i]`, and the whole logits after the last position. Scores a
+    /// draft whose positions each allow a few tokens (jump-forward decoding) without a
+    /// full output-head row per position.
+    ///
+    /// Cost: one prefill of `tokens`, one output-head row, and a dot product per
+    /// candidate (the default goes through [`Model::forward_tail`]: a row per position).
+    ///
+    /// # Errors
+    /// As [`Model::forward`]; [`Error::InvalidParameter`] unless `candidates` has an
+    /// entry per position but the last, or for an id outside the vocabulary.
+    fn forward_scored(&mut self, tokens: &[u32], candidates: &[Vec<u32>]) -> Result<(Vec<Vec<f32>>, Vec<f32>)> {
+        if tokens.is_empty() || candidates.len() + 1 != tokens.len() {
+            return Err(Error::InvalidParameter {
+                name: "candidates",
+                reason: format!("{} candidate lists for {} positions", candidates.len(), tokens.len()),
+            });
+        }
+        let mut rows = self.forward_tail(tokens, tokens.len())?;
+        let last = rows.pop().unwrap_or_default();
+        let scored = rows
+            .iter()
+            .zip(candidates)
+            .map(|(row, ids)| {
+                ids.iter()
+                    .map(|&id| {
+                        row.get(id as usize).copied().ok_or_else(|| Error::InvalidParameter {
+                            name: "candidates",
+                            reason: format!("token id {id} >= vocab {}", row.len()),
+                        })
+                    })
+                    .collect()
+            })
+            .collect::<Result<_>>()?;
+        Ok((scored, last))
+    }
     /// Positions currently cached.
     fn position(&self) -> usize;
     /// Drop cached positions `len..` (0 clears the cache).
@@ -110,6 +147,10 @@ impl Model for decoder::Decoder {
     fn forward_tail(&mut self, tokens: &[u32], n: usize) -> Result<Vec<Vec<f32>>> {
         let logits = decoder::Decoder::forward_tail(self, tokens, n)?;
         Ok(logits.to_dtype(candle_core::DType::F32)?.to_vec2::<f32>()?)
+    }
+    fn forward_scored(&mut self, tokens: &[u32], candidates: &[Vec<u32>]) -> Result<(Vec<Vec<f32>>, Vec<f32>)> {
+        let (scored, last) = decoder::Decoder::forward_scored(self, tokens, candidates)?;
+        Ok((scored, last.to_dtype(candle_core::DType::F32)?.to_vec1::<f32>()?))
     }
     fn position(&self) -> usize {
         decoder::Decoder::position(self)

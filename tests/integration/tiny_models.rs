@@ -376,6 +376,22 @@ fn exercise(s: Spec, prompt_len: usize) {
     }
     assert!(model.forward_tail(&prompt, prompt.len() + 1).is_err());
     assert!(model.forward_tail(&prompt, 0).is_err());
+    // Scoring a few ids per position (a jump-forward draft) gives those ids' entries of
+    // the step-by-step rows, and the whole row after the last position.
+    model.truncate(0);
+    let candidates: Vec<Vec<u32>> =
+        (0..prompt.len() - 1).map(|i| vec![(i * 7 % VOCAB) as u32, 3, (VOCAB - 1) as u32]).collect();
+    assert!(model.forward_scored(&prompt, &candidates[1..]).is_err());
+    assert!(model.forward_scored(&prompt[..2], &[vec![VOCAB as u32]]).is_err());
+    assert_eq!(model.position(), 0, "{}: a refused draft fed nothing", s.arch);
+    let (scored, last) = model.forward_scored(&prompt, &candidates).unwrap();
+    let d = max_abs_diff(&last, stepped);
+    assert!(d < 1e-4, "{}: scored last row differs from step-by-step by {d}", s.arch);
+    for (i, (ids, got)) in candidates.iter().zip(&scored).enumerate() {
+        let want: Vec<f32> = ids.iter().map(|&id| every_step[i][id as usize]).collect();
+        let d = max_abs_diff(got, &want);
+        assert!(d < 1e-3, "{}: scored position {i} differs from step-by-step by {d}", s.arch);
+    }
     // Truncating the cache and re-feeding gives the same logits again.
     model.truncate(prompt.len() - 1);
     let again = model.forward(&prompt[prompt.len() - 1..]).unwrap();
