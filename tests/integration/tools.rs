@@ -302,19 +302,26 @@ fn jump_forward_keeps_the_tokens_a_plain_decode_gives_across_run_boundaries() {
         let templates = GgufTemplates::from_gguf(engine.gguf()).unwrap();
         let setup = gate(name, &templates, Some(arch), None, ToolFallback::Generic).unwrap();
         let choice = ToolChoice::Named("book_flight".into());
-        let mut run = |jump: bool, logprobs: Option<usize>| {
-            let params = GenerateParams {
-                max_tokens: 160,
-                logprobs,
-                jump_forward: jump,
-                sampling: toolgate::sampling::SamplingParams::greedy(),
-                ..GenerateParams::default()
-            };
+        let mut run_with = |jump: bool, logprobs: Option<usize>, sampling: toolgate::sampling::SamplingParams| {
+            let params =
+                GenerateParams { max_tokens: 160, logprobs, jump_forward: jump, sampling, ..GenerateParams::default() };
             tool_turn(&mut engine, &setup, msg.clone(), &tools, &choice, false, ToolMode::Constrained, &params).unwrap()
         };
         // With log-probabilities the chunk returns whole rows; without, it scores only
         // the tokens the constraint allows at each position.
-        let (off, on, on_scored) = (run(false, Some(0)), run(true, Some(0)), run(true, None));
+        let greedy = toolgate::sampling::SamplingParams::greedy;
+        let (off, on, on_scored) =
+            (run_with(false, Some(0), greedy()), run_with(true, Some(0), greedy()), run_with(true, None, greedy()));
+        // Sampled: each draft position draws from the sampler as a decode step does, so
+        // a seeded turn is the same turn.
+        let sampled = toolgate::sampling::SamplingParams { temperature: 0.9, seed: 11, ..Default::default() };
+        let (s_off, s_on) = (run_with(false, None, sampled.clone()), run_with(true, None, sampled));
+        assert!(s_on.timings.forced_tokens > 0, "{name}");
+        let args = |t: &toolgate::engine::chat::ChatTurn| {
+            let calls: Vec<&str> = t.tool_calls.iter().map(|c| c.function.arguments.as_str()).collect();
+            (calls.join("\n"), t.content.clone(), t.completion_tokens)
+        };
+        assert_eq!(args(&s_on), args(&s_off), "{name}: a seeded sampled turn changed");
         let tokens = |t: &toolgate::engine::chat::ChatTurn| t.logprobs.iter().map(|l| l.token).collect::<Vec<u32>>();
         assert!(on.timings.forced_tokens >= min_forced, "{name}: {:?}", on.timings);
         assert_eq!(on_scored.timings.forced_tokens, on.timings.forced_tokens, "{name}");
