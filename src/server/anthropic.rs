@@ -24,6 +24,7 @@ use axum::Json;
 use futures_util::{stream, StreamExt};
 use serde_json::{json, Map, Value};
 
+use super::openai::timings_json;
 use super::{read_body, validate, ApiError, AppState, Msg, Running};
 use crate::engine::chat::{encode_chat, ChatTurn, TurnPrompt};
 use crate::engine::GenerateParams;
@@ -526,6 +527,9 @@ pub(crate) async fn messages(State(s): State<Arc<AppState>>, req: Request) -> Re
             "content": content_blocks(&turn, thinking), "stop_reason": stop_reason, "stop_sequence": stop_sequence,
             "usage": {"input_tokens": turn.prompt_tokens, "output_tokens": turn.completion_tokens,
                 "cache_read_input_tokens": turn.cached_tokens},
+            // Not in Anthropic's API (clients ignore it): where the turn's time went, as
+            // in the OpenAI-style answers.
+            "timings": timings_json(&turn),
         }))
         .into_response());
     }
@@ -552,7 +556,7 @@ pub(crate) async fn messages(State(s): State<Arc<AppState>>, req: Request) -> Re
                 batch.push(sse(
                     "message_delta",
                     json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
-                        "usage": {"output_tokens": turn.completion_tokens}}),
+                        "usage": {"output_tokens": turn.completion_tokens}, "timings": timings_json(&turn)}),
                 ));
                 batch.push(sse("message_stop", json!({"type": "message_stop"})));
                 false

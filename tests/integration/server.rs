@@ -162,6 +162,19 @@ fn streams_tool_calls_as_incremental_deltas_equal_to_the_non_streamed_answer() {
     );
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["timings"]["predicted_n"], v["usage"]["output_tokens"], "{v}");
+    // And an Anthropic message, whole or streamed (on its `message_delta`).
+    let body = json!({"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 8, "temperature": 0});
+    let (status, v) = crate::common::server::post_json(&s, "/v1/messages", &body);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["timings"]["predicted_n"], v["usage"]["output_tokens"], "{v}");
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let (status, text) = crate::common::server::post_text(&s, "/v1/messages", &streamed);
+    assert_eq!(status, 200, "{text}");
+    let delta =
+        text.lines().filter_map(|l| l.strip_prefix("data: ")).find(|d| d.contains("\"message_delta\"")).unwrap();
+    let delta: Value = serde_json::from_str(delta).unwrap();
+    assert_eq!(delta["timings"]["predicted_n"], delta["usage"]["output_tokens"], "{delta}");
     let (status, v) = post(&s, &json!({"messages": [{"role": "user", "content": "x"}], "stream": true, "tool_choice": "required",
         "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "integer", "not": {"const": 3}}, "strict": true}}]}).to_string());
     assert_eq!(status, 400, "{v}");

@@ -105,13 +105,20 @@ fn wait_for_health(server: Server) -> Option<Server> {
 /// POST `body` as JSON to `path` on `s`: the status and the JSON answer (`null` when
 /// the body is not JSON).
 pub fn post_json(s: &Server, path: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
+    let (status, text) = post_text(s, path, body);
+    (status, serde_json::from_str(&text).unwrap_or_default())
+}
+
+/// POST `body` as JSON to `path` on `s`: the status and the answer's text (a stream's
+/// events, whole).
+pub fn post_text(s: &Server, path: &str, body: &serde_json::Value) -> (u16, String) {
     let mut r = agent()
         .post(format!("{}{path}", s.base))
         .header("content-type", "application/json")
         .send(body.to_string())
         .unwrap();
     let status = r.status().as_u16();
-    (status, serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap_or_default())
+    (status, r.body_mut().read_to_string().unwrap())
 }
 
 /// GET `path` on `s`: the status and the JSON answer (`null` when the body is not JSON).
