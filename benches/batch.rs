@@ -10,7 +10,9 @@
 //! Environment: `TOOLGATE_MODELS` (model cache), `RAYON_NUM_THREADS` (threads).
 //! Arguments: model-name filters (`SmolLM2`, `gemma`).
 
-use std::path::PathBuf;
+mod common;
+use common::models_dir;
+
 use std::time::Instant;
 
 use toolgate::engine::Engine;
@@ -18,12 +20,6 @@ use toolgate::model::DeviceChoice;
 use toolgate::sampling::argmax;
 
 const TEXT: &str = "The quick brown fox jumps over the lazy dog. ";
-
-fn models_dir() -> PathBuf {
-    std::env::var("TOOLGATE_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache/toolgate/models"))
-}
 
 fn main() {
     // `cargo bench` passes `--bench`; under `cargo test --benches` one short run.

@@ -6,6 +6,8 @@
 //! issue's bound is 50 ms per template at load. Under `cargo test` it runs once as a
 //! smoke test.
 
+mod common;
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -14,13 +16,7 @@ use toolgate::template::{inspect, ChatTemplate};
 use toolgate::tools::derive::derive;
 
 fn templates_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("TOOLGATE_TEMPLATES") {
-        return dir.into();
-    }
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache"));
-    let dir = base.join("toolgate/templates/llama-cpp-python-0.3.36");
+    let dir = common::cache_dir("TOOLGATE_TEMPLATES", "templates/llama-cpp-python-0.3.36");
     assert!(dir.is_dir(), "{} is missing: run scripts/fetch-templates first", dir.display());
     dir
 }

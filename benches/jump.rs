@@ -9,7 +9,9 @@
 //! the same. `BENCH_ROUNDS` (default 7). Under `cargo test` it runs one round as a
 //! smoke test.
 
-use std::path::PathBuf;
+mod common;
+use common::models_dir;
+
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -26,16 +28,6 @@ const MODELS: [(&str, &str); 3] = [
     ("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "qwen2"),
     ("gemma-3-270m-q4_k_m.gguf", "gemma3"),
 ];
-
-fn models_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("TOOLGATE_MODELS") {
-        return dir.into();
-    }
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache"));
-    base.join("toolgate/models")
-}
 
 fn median(mut v: Vec<Duration>) -> f64 {
     v.sort();

@@ -11,6 +11,9 @@
 //! on a grammar whose masks are cached, as from the second request on); and the
 //! median over runs of compile + every cold mask of the walk (`first_request_ms`).
 
+mod common;
+use common::models_dir;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -43,12 +46,6 @@ const CASES: [(&str, &str, &str); 3] = [
         r#"{"title": "Quarterly planning review with the platform team", "start": "2026-03-14T09:30:00+01:00", "attendees": [{"email": "ana.lopez@example.com"}, {"email": "k.tanaka@example.org", "optional": true}], "location": {"name": "Salle Émile Zola, 3rd floor", "lat": 48.8566, "lon": 2.3522}, "reminder_minutes": 15, "visibility": "private"}"#,
     ),
 ];
-
-fn models_dir() -> PathBuf {
-    std::env::var("TOOLGATE_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache/toolgate/models"))
-}
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]

@@ -21,8 +21,10 @@
 //! Environment: `TOOLGATE_MODELS` (model cache). Arguments: `--runs N` (default 7),
 //! `--max-tokens N` (default 64), `--model FILE` (a file name in the cache).
 
+mod common;
+use common::models_dir;
+
 use std::io::BufRead;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -37,12 +39,6 @@ use toolgate::template::ToolFallback;
 use toolgate::tools::stream::StreamEvent;
 
 const MESSAGE: &str = "Write a short paragraph about the history of Paris.";
-
-fn models_dir() -> PathBuf {
-    std::env::var("TOOLGATE_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache/toolgate/models"))
-}
 
 fn arg(name: &str) -> Option<String> {
     let args: Vec<String> = std::env::args().collect();

@@ -27,6 +27,9 @@
 //! default, or `cuda[:N]`) picks the device; off the CPU the bandwidth probe (a CPU
 //! read) is skipped and reported as NaN.
 
+mod common;
+use common::models_dir;
+
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -47,12 +50,6 @@ fn env_usize(name: &str, default: usize) -> usize {
         Ok(v) => v.trim().parse().unwrap_or_else(|_| panic!("{name}={v:?} is not a whole number")),
         Err(_) => default,
     }
-}
-
-fn models_dir() -> PathBuf {
-    std::env::var("TOOLGATE_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache/toolgate/models"))
 }
 
 /// The prompt text both toolgate and the llama.cpp script use.

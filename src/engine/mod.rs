@@ -226,9 +226,9 @@ pub struct GenerateParams {
     pub reuse_prefix: bool,
     /// Jump-forward decoding: where the constraint allows exactly one continuation for
     /// the next bytes (a call's keys, `", "`, closing braces, a named tool's name), those
-    /// bytes are tokenized into a draft (`forced_run` in `engine/mod.rs`) and, once the
-    /// model chose the draft's first token, go through the model as one chunk at
-    /// prefill speed instead of one decode step per token. Every token is still
+    /// bytes are tokenized into a draft (`forced_run` in `engine/mod.rs`) that goes
+    /// through the model as one chunk at prefill speed, behind the token before it,
+    /// instead of one decode step per token. Every token is still
     /// decided as without the jump — the sampler (or greedy choice) over the masked
     /// logits of the chunk's row for its position — so the output is the plain
     /// decode's: where the model spells the forced text otherwise than the tokenizer
@@ -683,12 +683,11 @@ impl Engine {
         let mut boundary = Boundary::default();
         let mut mask = crate::grammar::TokenMask::new(self.tokenizer.vocab_size());
         let (mut logprobs, mut step_logprobs) = (Vec::new(), Vec::new());
-        // Jump-forward: a draft of forced tokens, each still decided by the step below
-        // as a plain decode decides it. Once the model chose the draft's first token, the
-        // whole draft is fed as one chunk and `rows[i]` is the logits after `draft[i]`:
-        // the draft's tokens that follow are verified against those rows instead of
-        // costing a decode step each, and at the first token the model chooses otherwise
-        // the unverified rest is dropped from the cache.
+        // Jump-forward: each emitted token is fed with the text the constraint forces
+        // after it (a draft) as one chunk, and `rows[i]` is the logits after `draft[i]`.
+        // Every draft token is still decided by the step below as a plain decode
+        // decides it, from its row instead of a decode step of its own; at the first
+        // token the model chooses otherwise the unverified rest leaves the cache.
         let mut draft = Draft::default();
         let mut jumped = 0;
         while tokens.len() < params.max_tokens {
@@ -703,14 +702,6 @@ impl Engine {
                 // A complete recovered call where more may follow: free again, and the
                 // next call's boundaries are its own.
                 boundary = Boundary::default();
-            }
-            if draft.tokens.is_empty() && params.jump_forward {
-                if let Some(m) = constraint.active() {
-                    let t = Instant::now();
-                    let room = remaining.min(ctx.saturating_sub(self.model.position() + 2));
-                    draft.tokens.extend(forced_run(&self.tokenizer, m, room));
-                    mask_time += t.elapsed();
-                }
             }
             let next = match constraint.active() {
                 Some(m) => {
@@ -759,14 +750,14 @@ impl Engine {
             sampler.accept(next);
             // Fed already when the draft's chunk holds it.
             let verified = draft.take(next, self.model.as_mut(), &mut self.cached);
+            if params.stop_on_eog && eog.contains(&next) {
+                finish = FinishReason::Stop;
+                break;
+            }
             if let Some(top) = top {
                 let e = TokenLogprob { token: next, logprob: step_logprobs[next as usize], top };
                 on_token(&e);
                 logprobs.push(e);
-            }
-            if params.stop_on_eog && eog.contains(&next) {
-                finish = FinishReason::Stop;
-                break;
             }
             let piece = detok.push(next);
             let (emit, hit) = stops.push(&piece);
@@ -788,23 +779,22 @@ impl Engine {
                     jumped += 1;
                     row
                 }
-                None if draft.tokens.len() > 1 && draft.tokens[0] == next => {
-                    // The model chose the draft's first token: feed the draft as one
-                    // chunk, scoring at each position the tokens the constraint allows
-                    // there (every logit when log-probabilities are asked for).
-                    jumped += 1;
-                    let t = Instant::now();
-                    let candidates = match constraint.active() {
-                        Some(m) if params.logprobs.is_none() => Some(draft.candidates(m, &mut mask)?),
-                        _ => None,
-                    };
-                    mask_time += t.elapsed();
-                    draft.feed(self.model.as_mut(), &mut self.cached, candidates)?
-                }
                 None => {
-                    draft.clear();
-                    self.cached.push(next);
-                    self.model.forward(&[next])?
+                    // `next` goes to the model; with jump-forward, together with the
+                    // text the constraint forces after it, as one chunk that scores at
+                    // each position the tokens the constraint allows there (every logit
+                    // when log-probabilities are asked for).
+                    let t = Instant::now();
+                    let mut candidates = None;
+                    if let Some(m) = constraint.active().filter(|_| params.jump_forward) {
+                        let room = (params.max_tokens - tokens.len()).min(ctx.saturating_sub(fed + 3));
+                        draft.tokens.extend(forced_run(&self.tokenizer, m, room));
+                        if !draft.tokens.is_empty() && params.logprobs.is_none() {
+                            candidates = Some(draft.candidates(m, &mut mask)?);
+                        }
+                    }
+                    mask_time += t.elapsed();
+                    draft.feed(next, self.model.as_mut(), &mut self.cached, candidates)?
                 }
             };
         }
@@ -849,7 +839,8 @@ impl Engine {
 }
 
 /// Jump-forward's draft: the tokens of a forced run not yet emitted and, once the run
-/// is fed as one chunk, the logits after each of them (`rows[i]` after `tokens[i]`).
+/// is fed as one chunk behind the token before it, the logits after each of them
+/// (`rows[i]` after `tokens[i]`).
 ///
 /// A draft proposes; the generation loop's step decides every token as a plain decode
 /// would (the constraint's forced token, or the sampler over the masked row), so the
@@ -895,8 +886,8 @@ impl Draft {
         }
     }
 
-    /// For each of the draft's tokens after the first (just committed to `m`), the
-    /// tokens `m` allows in its place: what the step there chooses from.
+    /// For each of the draft's tokens, the tokens `m` (where the draft starts) allows
+    /// in its place: what the step there chooses from.
     ///
     /// Cost: a mask and a commit per token, then a rollback.
     fn candidates(
@@ -904,9 +895,9 @@ impl Draft {
         m: &mut crate::grammar::Matcher,
         mask: &mut crate::grammar::TokenMask,
     ) -> Result<Vec<Vec<u32>>> {
-        let mut out = Vec::with_capacity(self.tokens.len().saturating_sub(1));
+        let mut out = Vec::with_capacity(self.tokens.len());
         let mut committed = 0;
-        for &tok in self.tokens.iter().skip(1) {
+        for &tok in &self.tokens {
             m.fill_mask(mask)?;
             let mut ids = Vec::new();
             for (w, &bits) in mask.words().iter().enumerate() {
@@ -926,22 +917,27 @@ impl Draft {
         Ok(out)
     }
 
-    /// Feed the draft (its first token just emitted) as one chunk and return the
-    /// logits after that first token; the rest wait in `rows`. With `candidates` (one
-    /// list per token after the first) only those are scored at each position but the
-    /// last; without, every row is whole.
+    /// Feed `next` (just emitted) and the draft behind it as one chunk and return the
+    /// logits after `next`; the draft's rows wait in `rows`. With `candidates` (one
+    /// list per draft token) only those are scored at each position but the last;
+    /// without, every row is whole. An empty draft is a plain decode step.
     ///
-    /// Cost: one forward pass over the draft, with a dot product per candidate (or an
+    /// Cost: one forward pass over the chunk, with a dot product per candidate (or an
     /// output-head row per position) and one output-head row for the last position.
     fn feed(
         &mut self,
+        next: u32,
         model: &mut dyn Model,
         cached: &mut Vec<u32>,
         candidates: Option<Vec<Vec<u32>>>,
     ) -> Result<Vec<f32>> {
-        let chunk: Vec<u32> = self.tokens.iter().copied().collect();
+        if self.tokens.is_empty() {
+            cached.push(next);
+            return model.forward(&[next]);
+        }
+        let chunk: Vec<u32> = std::iter::once(next).chain(self.tokens.iter().copied()).collect();
         self.vocab = model.vocab_size();
-        self.rows = match candidates.filter(|c| c.len() + 1 == chunk.len()) {
+        self.rows = match candidates.filter(|c| c.len() == self.tokens.len()) {
             Some(mut ids) => {
                 // A tokenizer may count more ids than the output head has rows.
                 ids.iter_mut().for_each(|ids| ids.retain(|&id| (id as usize) < self.vocab));
@@ -954,7 +950,6 @@ impl Draft {
             None => model.forward_tail(&chunk, chunk.len())?.into_iter().map(Row::Full).collect(),
         };
         cached.extend_from_slice(&chunk);
-        self.tokens.pop_front();
         Ok(self.rows.pop_front().map(|r| r.into_logits(self.vocab)).unwrap_or_default())
     }
 
@@ -991,7 +986,7 @@ impl Draft {
 const JUMP_MAX_BYTES: usize = 256;
 
 /// The tokens of the text `m`'s constraint forces from here ([`Matcher::forced_bytes`]),
-/// at most `limit` of them, as jump-forward's draft; empty when fewer than two.
+/// at most `limit` of them, as jump-forward's draft.
 ///
 /// The text is tokenized as the model's tokenizer tokenizes it. Kept: the tokens that
 /// spell the forced text in order (a tokenizer that adds a leading space spells
@@ -1003,7 +998,7 @@ const JUMP_MAX_BYTES: usize = 256;
 /// Cost: a DFA walk over the forced bytes, one tokenization of at most
 /// [`JUMP_MAX_BYTES`] bytes, a commit and rollback per token.
 fn forced_run(tokenizer: &Tokenizer, m: &mut crate::grammar::Matcher, limit: usize) -> Vec<u32> {
-    if limit < 2 {
+    if limit == 0 {
         return Vec::new();
     }
     let bytes = m.forced_bytes(JUMP_MAX_BYTES);
@@ -1011,7 +1006,7 @@ fn forced_run(tokenizer: &Tokenizer, m: &mut crate::grammar::Matcher, limit: usi
         Ok(t) => t,
         Err(e) => std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or_default(),
     };
-    if text.len() < 2 {
+    if text.is_empty() {
         return Vec::new();
     }
     let Ok(mut ids) = tokenizer.encode(text, crate::tokenizer::EncodeOptions::TEXT) else { return Vec::new() };
@@ -1029,8 +1024,5 @@ fn forced_run(tokenizer: &Tokenizer, m: &mut crate::grammar::Matcher, limit: usi
     let accepted = ids.iter().take_while(|&&id| m.commit(id).is_ok()).count();
     m.rollback(accepted);
     ids.truncate(accepted);
-    if ids.len() < 2 {
-        ids.clear();
-    }
     ids
 }

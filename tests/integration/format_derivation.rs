@@ -131,6 +131,38 @@ fn glm_calls_are_tagged_parameters_typed_by_the_schema() {
     );
 }
 
+/// Qwen3-Coder's and MiniCPM5's templates print a boolean argument with Jinja's
+/// `{{ value }}` (`True`, as HF's jinja2 renders them — the texts below): the calls
+/// read back with a JSON boolean and the constrained grammar accepts that very text.
+#[test]
+fn tagged_layouts_read_and_admit_the_python_booleans_their_templates_render() {
+    let tools = weather_tool();
+    let cases = [
+        (
+            "Qwen3-Coder.jinja",
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<parameter=days>\n3\n\
+             </parameter>\n<parameter=metric>\nTrue\n</parameter>\n</function>\n</tool_call>",
+        ),
+        (
+            "openbmb-MiniCPM5-1B.jinja",
+            "<function name=\"get_weather\"><param name=\"city\">Oslo</param><param name=\"days\">3</param>\
+             <param name=\"metric\">True</param></function>",
+        ),
+    ];
+    for (name, text) in cases {
+        let f = derive(&template(name), true).unwrap().format;
+        let want = vec![("get_weather".to_string(), json!({"city": "Oslo", "days": 3, "metric": true}))];
+        assert_eq!(read_every_way(&f, &tools, text), want, "{name}");
+        let g = calls_grammar_plain(&f, &tools, &ToolChoice::Required, true).unwrap().compile().unwrap();
+        assert!(g.matches(text.as_bytes()), "{name}: {text}");
+        assert!(g.matches(text.replace("True", "false").as_bytes()), "{name}");
+        assert!(!g.matches(text.replace("True", "Yes").as_bytes()), "{name}");
+        // A string parameter keeps the text `True`.
+        let as_city = text.replace(">Oslo<", ">True<").replace(">\nOslo\n<", ">\nTrue\n<");
+        assert_eq!(read_every_way(&f, &tools, &as_city)[0].1["city"], "True", "{name}");
+    }
+}
+
 /// A MiniMax-M2-style template, written for this test from the layout MiniMax
 /// documents: `<minimax:tool_call><invoke name="NAME"><parameter name="K">V</parameter>…</invoke></minimax:tool_call>`.
 const MINIMAX_STYLE: &str = r#"{%- for m in messages -%}

@@ -120,7 +120,7 @@ fn jump_forward_tokens_carry_the_models_logprobs_from_their_chunk() {
         let mut m = g.matcher(engine.token_vocab());
         let params = GenerateParams { max_tokens, logprobs: Some(3), jump_forward: true, ..GenerateParams::default() };
         let gen = engine.generate_constrained(&ids, &params, &mut m, |_| {}).unwrap();
-        assert!(gen.forced_tokens >= 4, "{gen:?}");
+        assert!(gen.forced_tokens >= 2, "{gen:?}");
         assert_eq!(gen.logprobs.len(), gen.tokens.len(), "{gen:?}");
         cut |= gen.finish_reason == FinishReason::Length;
         let rows = teacher_forced(&mut engine, &ids, &gen.tokens);

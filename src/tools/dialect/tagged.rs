@@ -132,6 +132,10 @@ pub fn grammar(node: &Node, rules: &mut Rules, tags: &ParamTags) -> String {
             Node::AnyValue { .. } => {
                 vec![(Kind::Text, without_literal(close)), (Kind::Json(ANY_TYPE), to_rules(n, &Json, rules))]
             }
+            // JSON's `true`, or the `True` a template's Jinja prints for a boolean it
+            // writes with `{{ value }}` or `| string` (Qwen3-Coder, Qwen3.5, MiniCPM5):
+            // what a model trained on such a template writes.
+            Node::Boolean => vec![(Kind::Json("boolean"), "(?:true|false|True|False)".into())],
             other => vec![(Kind::Json(json_type(other)), to_rules(other, &Json, rules))],
         }
     }
@@ -242,7 +246,8 @@ pub struct Param {
 /// Tagged parameters as a JSON object: a value loses one leading and one trailing
 /// newline (the layout around it); parameters in `strings` (declared as strings) and
 /// values the layout's key end marks as text stay text, others are JSON when they
-/// parse as JSON (numbers, booleans, objects) and text otherwise.
+/// parse as JSON (numbers, booleans, objects), a boolean when they are the `True` or
+/// `False` a template's Jinja prints for one, and text otherwise.
 ///
 /// Cost: linear in the parameters' text.
 pub fn params_to_json(params: &[Param], strings: Option<&HashSet<String>>) -> String {
@@ -253,7 +258,11 @@ pub fn params_to_json(params: &[Param], strings: Option<&HashSet<String>>) -> St
         let value = if *text || strings.is_some_and(|s| s.contains(key)) {
             serde_json::Value::String(v.to_string())
         } else {
-            serde_json::from_str(v).unwrap_or_else(|_| serde_json::Value::String(v.to_string()))
+            serde_json::from_str(v).unwrap_or_else(|_| match v {
+                "True" => serde_json::Value::Bool(true),
+                "False" => serde_json::Value::Bool(false),
+                _ => serde_json::Value::String(v.to_string()),
+            })
         };
         map.insert(key.clone(), value);
     }
