@@ -898,7 +898,10 @@ impl Draft {
         let mut out = Vec::with_capacity(self.tokens.len());
         let mut committed = 0;
         for &tok in &self.tokens {
-            m.fill_mask(mask)?;
+            if let Err(e) = m.fill_mask(mask) {
+                m.rollback(committed);
+                return Err(e);
+            }
             let mut ids = Vec::new();
             for (w, &bits) in mask.words().iter().enumerate() {
                 let mut bits = bits;
