@@ -228,6 +228,10 @@ pub struct TurnTimings {
     /// Generated tokens jump-forward decoding fed in chunks instead of one decode step
     /// each ([`GenerateParams::jump_forward`]).
     pub forced_tokens: usize,
+    /// Drafts of forced text jump-forward fed ([`Generation::forced_chunks`]).
+    pub forced_chunks: usize,
+    /// Draft tokens fed but not taken ([`Generation::rejected_tokens`]).
+    pub rejected_tokens: usize,
 }
 
 fn secs<S: serde::Serializer>(d: &std::time::Duration, s: S) -> std::result::Result<S::Ok, S::Error> {
@@ -645,6 +649,8 @@ impl PreparedTurn {
                 decode: gen.decode_time,
                 mask: gen.mask_time,
                 forced_tokens: gen.forced_tokens,
+                forced_chunks: gen.forced_chunks,
+                rejected_tokens: gen.rejected_tokens,
             },
             logprobs: gen.logprobs,
         })

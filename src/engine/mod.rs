@@ -228,13 +228,14 @@ pub struct GenerateParams {
     /// the next bytes (a call's keys, `", "`, closing braces, a named tool's name), those
     /// bytes are tokenized into a draft (`forced_run` in `engine/mod.rs`) that goes
     /// through the model as one chunk at prefill speed, behind the token before it,
-    /// instead of one decode step per token. Every token is still
-    /// decided as without the jump — the sampler (or greedy choice) over the masked
-    /// logits of the chunk's row for its position — so the output is the plain
-    /// decode's: where the model spells the forced text otherwise than the tokenizer
+    /// instead of one decode step per token. Every token is still decided as without
+    /// the jump — the sampler (or greedy choice) over the masked logits of the chunk's
+    /// row for its position — so the output is the plain decode's, up to the chunk's
+    /// rounding: where the model spells the forced text otherwise than the tokenizer
     /// (`t` + `ool` for `tool`, `",` across a run's end), its token is kept and the
-    /// draft's unverified rest leaves the cache. Only decode steps are saved; the
-    /// chunk pays a row of the output head per position. Default `false`.
+    /// draft's unverified rest leaves the cache. The chunk scores at each position
+    /// only the tokens the constraint allows there ([`Model::forward_scored`]; whole
+    /// rows with `logprobs`). Default `false`.
     pub jump_forward: bool,
 }
 
@@ -313,6 +314,11 @@ pub struct Generation {
     /// ([`GenerateParams::jump_forward`]): forced by the constraint, fed to the model
     /// in chunks and chosen by the model from the chunk's rows. Included in `tokens`.
     pub forced_tokens: usize,
+    /// Drafts jump-forward fed: chunks of forced text behind a generated token.
+    pub forced_chunks: usize,
+    /// Draft tokens fed but not taken — the model chose another token there, or the
+    /// turn ended first — and cut from the cache again: jump-forward's waste.
+    pub rejected_tokens: usize,
 }
 
 impl Generation {
@@ -834,6 +840,8 @@ impl Engine {
             logprobs,
             unfinished,
             forced_tokens: jumped,
+            forced_chunks: draft.chunks,
+            rejected_tokens: draft.rejected,
         })
     }
 }
@@ -850,6 +858,9 @@ struct Draft {
     tokens: std::collections::VecDeque<u32>,
     rows: std::collections::VecDeque<Row>,
     vocab: usize,
+    /// Drafts fed so far, and their tokens cut again unverified.
+    chunks: usize,
+    rejected: usize,
 }
 
 /// The logits after one of a draft's tokens: every entry, or only those of the tokens
@@ -940,6 +951,7 @@ impl Draft {
         }
         let chunk: Vec<u32> = std::iter::once(next).chain(self.tokens.iter().copied()).collect();
         self.vocab = model.vocab_size();
+        self.chunks += 1;
         self.rows = match candidates.filter(|c| c.len() == self.tokens.len()) {
             Some(mut ids) => {
                 // A tokenizer may count more ids than the output head has rows.
@@ -974,6 +986,7 @@ impl Draft {
     /// Drop the fed chunk's tokens not emitted from the model's cache, and the draft.
     fn drop_unverified(&mut self, model: &mut dyn Model, cached: &mut Vec<u32>) {
         let keep = cached.len() - self.ahead();
+        self.rejected += self.ahead();
         model.truncate(keep);
         cached.truncate(keep);
         self.clear();

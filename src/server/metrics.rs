@@ -44,6 +44,8 @@ pub struct Metrics {
     recovered_calls: Counter,
     cut_calls: Counter,
     forced_tokens: Counter,
+    forced_chunks: Counter,
+    rejected_tokens: Counter,
     parse_failures: Counter,
     mask_seconds: Counter<f64, AtomicU64>,
     turn_seconds: Histogram,
@@ -104,6 +106,18 @@ impl Metrics {
             "Generated tokens the constraint forced and jump-forward fed in chunks (no decode step each)",
             forced_tokens.clone(),
         );
+        let forced_chunks = Counter::default();
+        registry.register(
+            "jump_forward_chunks",
+            "Drafts of forced text jump-forward fed as one chunk behind a generated token",
+            forced_chunks.clone(),
+        );
+        let rejected_tokens = Counter::default();
+        registry.register(
+            "jump_forward_rejected_tokens",
+            "Draft tokens fed but not taken (the model chose another token there, or the turn ended first)",
+            rejected_tokens.clone(),
+        );
         let parse_failures = Counter::default();
         registry.register(
             "tool_call_parse_failures",
@@ -142,6 +156,8 @@ impl Metrics {
             recovered_calls,
             cut_calls,
             forced_tokens,
+            forced_chunks,
+            rejected_tokens,
             parse_failures,
             mask_seconds,
             turn_seconds,
@@ -158,6 +174,8 @@ impl Metrics {
         self.recovered_calls.inc_by(turn.recovered_calls as u64);
         self.cut_calls.inc_by(u64::from(turn.cut_call));
         self.forced_tokens.inc_by(turn.timings.forced_tokens as u64);
+        self.forced_chunks.inc_by(turn.timings.forced_chunks as u64);
+        self.rejected_tokens.inc_by(turn.timings.rejected_tokens as u64);
         self.mask_seconds.inc_by(turn.timings.mask.as_secs_f64());
         let q = queued.as_secs_f64();
         self.first_token_seconds.observe(q + turn.timings.prompt.as_secs_f64());

@@ -154,6 +154,14 @@ fn streams_tool_calls_as_incremental_deltas_equal_to_the_non_streamed_answer() {
         &json!({"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 8, "temperature": 0}).to_string(),
     );
     assert_eq!(content, whole["choices"][0]["message"]["content"].as_str().unwrap());
+    // The forced calls above went through as drafts: /metrics counts the tokens, the
+    // chunks and the draft tokens the model did not take.
+    let (status, text) = crate::common::server::get_text(&s, "/metrics");
+    assert_eq!(status, 200);
+    let (tokens, chunks) =
+        (metric(&text, "toolgate_jump_forward_tokens_total"), metric(&text, "toolgate_jump_forward_chunks_total"));
+    assert!(chunks > 0.0 && tokens > chunks, "{text}");
+    assert!(text.contains("toolgate_jump_forward_rejected_tokens_total"), "{text}");
     // A Responses answer carries them too.
     let (status, v) = crate::common::server::post_json(
         &s,

@@ -283,12 +283,14 @@ fn jump_forward_feeds_forced_text_in_chunks_and_calls_stay_valid() {
     }
 }
 
-/// The boundary rule keeps the model's own tokens: a model's token often runs past
-/// the end of a forced run into text it chooses (`"` of a key's closing quote and the
-/// value's first letters; a `", "` and the next key), so tokenizing a forced run to its
-/// end would end a token where the model never does. Jump-forward leaves each run's
-/// last token to the model: on Qwen2.5-Coder (BPE), greedy, the named call comes out
-/// as the very token sequence decoding gives one step at a time.
+/// Jump-forward keeps the model's own tokens: a forced run is only a draft, each of
+/// whose tokens the model's step decides from the chunk's row for its position. A
+/// model's token often runs past the end of a forced run into text it chooses (`"` of
+/// a key's closing quote and the value's first letters; `", "` and the next key), or
+/// spells forced text in pieces the tokenizer would not choose; either way the turn is
+/// the very token sequence decoding gives one step at a time — greedy, sampled with a
+/// seed, with whole rows (log-probabilities) or with scored candidates. The waste is
+/// counted: drafts fed, and draft tokens the model did not take.
 #[test]
 fn jump_forward_keeps_the_tokens_a_plain_decode_gives_across_run_boundaries() {
     // On Qwen2.5-Coder (BPE) the model's tokens cross forced runs' ends ('>\n', '}}\n');
@@ -324,6 +326,8 @@ fn jump_forward_keeps_the_tokens_a_plain_decode_gives_across_run_boundaries() {
         assert_eq!(args(&s_on), args(&s_off), "{name}: a seeded sampled turn changed");
         let tokens = |t: &toolgate::engine::chat::ChatTurn| t.logprobs.iter().map(|l| l.token).collect::<Vec<u32>>();
         assert!(on.timings.forced_tokens >= min_forced, "{name}: {:?}", on.timings);
+        assert!(on.timings.forced_chunks >= 3 && on.timings.forced_chunks < on.timings.forced_tokens, "{name}");
+        assert_eq!((off.timings.forced_chunks, off.timings.rejected_tokens), (0, 0), "{name}");
         assert_eq!(on_scored.timings.forced_tokens, on.timings.forced_tokens, "{name}");
         assert_eq!(tokens(&on), tokens(&off), "{name}: jump-forward changed the model's tokens");
         for t in [&on, &on_scored] {
@@ -358,6 +362,8 @@ fn jump_forward_keeps_the_tokens_a_plain_decode_gives_across_run_boundaries() {
             }
         }
         eprintln!("{name}: tokens crossing a forced run's end {crossing:?}, forced text respelled {respelled:?}");
+        // A respelled piece is a draft token the model did not take.
+        assert!(on.timings.rejected_tokens >= respelled.len().min(1), "{name}: {:?}", on.timings);
         match arch {
             "qwen2" => assert!(!crossing.is_empty(), "no token of {:?} crosses a forced run's end", off.content),
             _ => assert!(!respelled.is_empty(), "{:?} spells forced text as the tokenizer does", off.content),

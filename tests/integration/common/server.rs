@@ -123,7 +123,13 @@ pub fn post_text(s: &Server, path: &str, body: &serde_json::Value) -> (u16, Stri
 
 /// GET `path` on `s`: the status and the JSON answer (`null` when the body is not JSON).
 pub fn get_json(s: &Server, path: &str) -> (u16, serde_json::Value) {
+    let (status, text) = get_text(s, path);
+    (status, serde_json::from_str(&text).unwrap_or_default())
+}
+
+/// GET `path` on `s`: the status and the answer's text.
+pub fn get_text(s: &Server, path: &str) -> (u16, String) {
     let mut r = agent().get(format!("{}{path}", s.base)).call().unwrap();
     let status = r.status().as_u16();
-    (status, serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap_or_default())
+    (status, r.body_mut().read_to_string().unwrap())
 }
