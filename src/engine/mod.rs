@@ -857,7 +857,6 @@ impl Engine {
 struct Draft {
     tokens: std::collections::VecDeque<u32>,
     rows: std::collections::VecDeque<Row>,
-    vocab: usize,
     /// Drafts fed so far, and their tokens cut again unverified.
     chunks: usize,
     rejected: usize,
@@ -913,15 +912,7 @@ impl Draft {
                 m.rollback(committed);
                 return Err(e);
             }
-            let mut ids = Vec::new();
-            for (w, &bits) in mask.words().iter().enumerate() {
-                let mut bits = bits;
-                while bits != 0 {
-                    ids.push((w * 64) as u32 + bits.trailing_zeros());
-                    bits &= bits - 1;
-                }
-            }
-            out.push(ids);
+            out.push(mask.allowed().collect());
             if m.commit(tok).is_err() {
                 break;
             }
@@ -950,12 +941,12 @@ impl Draft {
             return model.forward(&[next]);
         }
         let chunk: Vec<u32> = std::iter::once(next).chain(self.tokens.iter().copied()).collect();
-        self.vocab = model.vocab_size();
+        let vocab = model.vocab_size();
         self.chunks += 1;
         self.rows = match candidates.filter(|c| c.len() == self.tokens.len()) {
             Some(mut ids) => {
                 // A tokenizer may count more ids than the output head has rows.
-                ids.iter_mut().for_each(|ids| ids.retain(|&id| (id as usize) < self.vocab));
+                ids.iter_mut().for_each(|ids| ids.retain(|&id| (id as usize) < vocab));
                 let (scored, last) = model.forward_scored(&chunk, &ids)?;
                 let mut rows: std::collections::VecDeque<Row> =
                     ids.into_iter().zip(scored).map(|(ids, logits)| Row::Allowed { ids, logits }).collect();
@@ -965,7 +956,7 @@ impl Draft {
             None => model.forward_tail(&chunk, chunk.len())?.into_iter().map(Row::Full).collect(),
         };
         cached.extend_from_slice(&chunk);
-        Ok(self.rows.pop_front().map(|r| r.into_logits(self.vocab)).unwrap_or_default())
+        Ok(self.rows.pop_front().map(|r| r.into_logits(vocab)).unwrap_or_default())
     }
 
     /// `next` was emitted: the logits after it when the fed chunk holds it (the draft
@@ -977,7 +968,7 @@ impl Draft {
         }
         if self.tokens.front() == Some(&next) {
             self.tokens.pop_front();
-            return self.rows.pop_front().map(|r| r.into_logits(self.vocab));
+            return self.rows.pop_front().map(|r| r.into_logits(model.vocab_size()));
         }
         self.drop_unverified(model, cached);
         None

@@ -579,7 +579,8 @@ impl Matcher {
         if m.count() != 1 {
             return None;
         }
-        m.words().iter().enumerate().find(|(_, w)| **w != 0).map(|(i, w)| (i * 64) as u32 + w.trailing_zeros())
+        let first = m.allowed().next();
+        first
     }
 
     /// The bytes the grammar forces from here, at most `max`: while the output is not

@@ -446,22 +446,7 @@ impl Decoder {
     /// entry per position but the last, or for an id outside the vocabulary.
     pub fn forward_scored(&mut self, tokens: &[u32], candidates: &[Vec<u32>]) -> Result<(Vec<Vec<f32>>, Tensor)> {
         let t = tokens.len();
-        if t == 0 || candidates.len() + 1 != t {
-            return Err(Error::InvalidParameter {
-                name: "candidates",
-                reason: format!(
-                    "{} candidate lists for {t} positions (one per position but the last)",
-                    candidates.len()
-                ),
-            });
-        }
-        let vocab = self.output.out_features();
-        if let Some(bad) = candidates.iter().flatten().find(|&&id| id as usize >= vocab) {
-            return Err(Error::InvalidParameter {
-                name: "candidates",
-                reason: format!("token id {bad} >= vocab {vocab}"),
-            });
-        }
+        super::check_candidates(t, candidates, self.output.out_features())?;
         let pos = self.pos[self.slot];
         if pos + t > self.max_context {
             return Err(Error::ContextOverflow { prompt_tokens: pos + t, context_length: self.max_context });

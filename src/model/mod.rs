@@ -61,29 +61,11 @@ pub trait Model: Send {
     /// As [`Model::forward`]; [`Error::InvalidParameter`] unless `candidates` has an
     /// entry per position but the last, or for an id outside the vocabulary.
     fn forward_scored(&mut self, tokens: &[u32], candidates: &[Vec<u32>]) -> Result<(Vec<Vec<f32>>, Vec<f32>)> {
-        if tokens.is_empty() || candidates.len() + 1 != tokens.len() {
-            return Err(Error::InvalidParameter {
-                name: "candidates",
-                reason: format!("{} candidate lists for {} positions", candidates.len(), tokens.len()),
-            });
-        }
+        check_candidates(tokens.len(), candidates, self.vocab_size())?;
         let mut rows = self.forward_tail(tokens, tokens.len())?;
         let last = rows.pop().unwrap_or_default();
-        let scored = rows
-            .iter()
-            .zip(candidates)
-            .map(|(row, ids)| {
-                ids.iter()
-                    .map(|&id| {
-                        row.get(id as usize).copied().ok_or_else(|| Error::InvalidParameter {
-                            name: "candidates",
-                            reason: format!("token id {id} >= vocab {}", row.len()),
-                        })
-                    })
-                    .collect()
-            })
-            .collect::<Result<_>>()?;
-        Ok((scored, last))
+        let scored = rows.iter().zip(candidates).map(|(row, ids)| ids.iter().map(|&id| row[id as usize]).collect());
+        Ok((scored.collect(), last))
     }
     /// Positions currently cached.
     fn position(&self) -> usize;
@@ -278,6 +260,27 @@ fn cuda_matmul_from_env() -> Result<()> {
     #[cfg(not(feature = "cuda"))]
     let _ = f32_matmul; // the switch exists only in CUDA builds
     Ok(())
+}
+
+/// The arguments of [`Model::forward_scored`] for `t` positions and logits `vocab`
+/// wide: a candidate list per position but the last, every id inside the vocabulary.
+/// Checked before anything is fed.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] naming what is wrong.
+pub(crate) fn check_candidates(t: usize, candidates: &[Vec<u32>], vocab: usize) -> Result<()> {
+    if t == 0 || candidates.len() + 1 != t {
+        return Err(Error::InvalidParameter {
+            name: "candidates",
+            reason: format!("{} candidate lists for {t} positions (one per position but the last)", candidates.len()),
+        });
+    }
+    match candidates.iter().flatten().find(|&&id| id as usize >= vocab) {
+        Some(bad) => {
+            Err(Error::InvalidParameter { name: "candidates", reason: format!("token id {bad} >= vocab {vocab}") })
+        }
+        None => Ok(()),
+    }
 }
 
 /// A candle error's message without the backtrace candle appends to it.

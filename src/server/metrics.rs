@@ -66,81 +66,105 @@ impl Default for Metrics {
     }
 }
 
+/// `metric` registered in `registry` as `name` with `help`; the handle to update it.
+fn registered<M: prometheus_client::registry::Metric + Clone>(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    metric: M,
+) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
 impl Metrics {
     /// A registry with every metric at zero.
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("toolgate");
-        let requests = Family::<RequestLabels, Counter>::default();
-        registry.register("requests", "HTTP requests by endpoint and status", requests.clone());
-        let queue_depth = Gauge::default();
-        registry.register("queue_depth", "Requests queued for or holding the engine", queue_depth.clone());
-        let connections_open = Gauge::default();
-        registry.register("connections_open", "Client connections held", connections_open.clone());
-        let connections_refused = Counter::default();
-        registry.register(
+        let requests = registered(
+            &mut registry,
+            "requests",
+            "HTTP requests by endpoint and status",
+            Family::<RequestLabels, Counter>::default(),
+        );
+        let queue_depth =
+            registered(&mut registry, "queue_depth", "Requests queued for or holding the engine", Gauge::default());
+        let connections_open =
+            registered(&mut registry, "connections_open", "Client connections held", Gauge::default());
+        let connections_refused = registered(
+            &mut registry,
             "connections_refused",
             "Connections closed at accept because the connection cap was reached",
-            connections_refused.clone(),
+            Counter::default(),
         );
-        let prompt_tokens = Counter::default();
-        registry.register("prompt_tokens", "Prompt tokens processed", prompt_tokens.clone());
-        let completion_tokens = Counter::default();
-        registry.register("completion_tokens", "Tokens generated", completion_tokens.clone());
-        let tool_calls = Counter::default();
-        registry.register("tool_calls", "Tool calls returned", tool_calls.clone());
-        let recovered_calls = Counter::default();
-        registry.register(
+        let prompt_tokens = registered(&mut registry, "prompt_tokens", "Prompt tokens processed", Counter::default());
+        let completion_tokens = registered(&mut registry, "completion_tokens", "Tokens generated", Counter::default());
+        let tool_calls = registered(&mut registry, "tool_calls", "Tool calls returned", Counter::default());
+        let recovered_calls = registered(
+            &mut registry,
             "tool_calls_recovered",
             "Tool calls read from a near-miss form in auto (a bare or fenced JSON call)",
-            recovered_calls.clone(),
+            Counter::default(),
         );
-        let cut_calls = Counter::default();
-        registry.register(
+        let cut_calls = registered(
+            &mut registry,
             "tool_calls_cut",
             "Calls max_tokens ended before they were complete: dropped, the turn ends with finish_reason length",
-            cut_calls.clone(),
+            Counter::default(),
         );
-        let forced_tokens = Counter::default();
-        registry.register(
+        let forced_tokens = registered(
+            &mut registry,
             "jump_forward_tokens",
-            "Generated tokens the constraint forced and jump-forward fed in chunks (no decode step each)",
-            forced_tokens.clone(),
+            "Generated tokens jump-forward took from a draft of forced text fed in one chunk (no decode step each)",
+            Counter::default(),
         );
-        let forced_chunks = Counter::default();
-        registry.register(
+        let forced_chunks = registered(
+            &mut registry,
             "jump_forward_chunks",
             "Drafts of forced text jump-forward fed as one chunk behind a generated token",
-            forced_chunks.clone(),
+            Counter::default(),
         );
-        let rejected_tokens = Counter::default();
-        registry.register(
+        let rejected_tokens = registered(
+            &mut registry,
             "jump_forward_rejected_tokens",
             "Draft tokens fed but not taken (the model chose another token there, or the turn ended first)",
-            rejected_tokens.clone(),
+            Counter::default(),
         );
-        let parse_failures = Counter::default();
-        registry.register(
+        let parse_failures = registered(
+            &mut registry,
             "tool_call_parse_failures",
             "Call blocks that did not parse (native mode)",
-            parse_failures.clone(),
+            Counter::default(),
         );
-        let mask_seconds = Counter::<f64, AtomicU64>::default();
-        registry.register("constraint_mask_seconds", "Time spent computing grammar token masks", mask_seconds.clone());
-        let turn_seconds = Histogram::new(exponential_buckets(0.05, 2.0, 14));
-        registry.register("turn_seconds", "Queue wait + prefill + decode of one turn", turn_seconds.clone());
-        let first_token_seconds = Histogram::new(exponential_buckets(0.01, 2.0, 14));
-        registry.register(
+        let mask_seconds = registered(
+            &mut registry,
+            "constraint_mask_seconds",
+            "Time spent computing grammar token masks",
+            Counter::<f64, AtomicU64>::default(),
+        );
+        let turn_seconds = registered(
+            &mut registry,
+            "turn_seconds",
+            "Queue wait + prefill + decode of one turn",
+            Histogram::new(exponential_buckets(0.05, 2.0, 14)),
+        );
+        let first_token_seconds = registered(
+            &mut registry,
             "time_to_first_token_seconds",
             "Queue wait + prefill until the first generated token",
-            first_token_seconds.clone(),
+            Histogram::new(exponential_buckets(0.01, 2.0, 14)),
         );
-        let decode_steps = Counter::default();
-        registry.register("decode_steps", "Batched decode steps run (with --parallel > 1)", decode_steps.clone());
-        let decode_rows = Counter::default();
-        registry.register(
+        let decode_steps = registered(
+            &mut registry,
+            "decode_steps",
+            "Batched decode steps run (with --parallel > 1)",
+            Counter::default(),
+        );
+        let decode_rows = registered(
+            &mut registry,
             "decode_rows",
             "Tokens those steps decoded; rows / steps is the mean batch size",
-            decode_rows.clone(),
+            Counter::default(),
         );
         Self {
             registry,

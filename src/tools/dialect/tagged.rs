@@ -15,7 +15,7 @@ use serde_json::Value;
 use super::{ArgsSyntax, Extent, ValueScan};
 use crate::grammar::ir::Node;
 use crate::grammar::part::{alt, Built};
-use crate::grammar::regex::{key_except, members, to_rules, without_literal, Dialect, Json, XmlText};
+use crate::grammar::regex::{key_except, members, to_rules, without_literal, Dialect, Json, Python, XmlText};
 use crate::grammar::rules::Rules;
 use crate::tools::format::{ParamTags, ToolFormat, JSON_TYPES, TYPE_SLOT};
 
@@ -135,7 +135,7 @@ pub fn grammar(node: &Node, rules: &mut Rules, tags: &ParamTags) -> String {
             // JSON's `true`, or the `True` a template's Jinja prints for a boolean it
             // writes with `{{ value }}` or `| string` (Qwen3-Coder, Qwen3.5, MiniCPM5):
             // what a model trained on such a template writes.
-            Node::Boolean => vec![(Kind::Json("boolean"), "(?:true|false|True|False)".into())],
+            Node::Boolean => vec![(Kind::Json("boolean"), format!("(?:{}|{})", Json.boolean(), Python.boolean()))],
             other => vec![(Kind::Json(json_type(other)), to_rules(other, &Json, rules))],
         }
     }
