@@ -439,20 +439,15 @@ impl Spacing {
     /// ```
     pub fn of(text: &str) -> Option<Spacing> {
         let (mut spaced, mut compact, mut colons, mut commas) = (0, 0, 0, 0);
-        let (mut in_string, mut escaped) = (false, false);
+        let mut quoted = Quoted::default();
         let bytes = text.as_bytes();
         for (i, &b) in bytes.iter().enumerate() {
-            if in_string {
-                match (escaped, b) {
-                    (true, _) => escaped = false,
-                    (false, b'\\') => escaped = true,
-                    (false, b'"') => in_string = false,
-                    _ => {}
-                }
+            if quoted.inside() {
+                quoted.step(b);
                 continue;
             }
             match b {
-                b'"' => in_string = true,
+                b'"' => quoted.open(b'"'),
                 b':' | b',' => {
                     if b == b':' {
                         colons += 1
@@ -492,6 +487,61 @@ impl Spacing {
             Spacing::Spaced => ", ",
             Spacing::Compact => ",",
         }
+    }
+}
+
+/// Where a string of JSON-like text ends: the one reading of quotes and backslash
+/// escapes that every scanner of such text shares (the spacing reader above, the call
+/// parsers in `tools`). The caller says where a string opens; bytes fed inside it
+/// close it at the unescaped closing quote.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Quoted {
+    /// The open string's closing quote and whether it takes backslash escapes
+    /// (`None`: outside any string).
+    open: Option<(Option<u8>, bool)>,
+    /// The previous byte inside the string was an escaping backslash.
+    escaped: bool,
+}
+
+impl Quoted {
+    /// Whether the text read so far ends inside a string.
+    pub(crate) fn inside(&self) -> bool {
+        self.open.is_some()
+    }
+
+    /// A string opens, closed by `quote` and taking backslash escapes (JSON's `"`,
+    /// Python's `'`).
+    pub(crate) fn open(&mut self, quote: u8) {
+        self.open = Some((Some(quote), true));
+        self.escaped = false;
+    }
+
+    /// A string opens that no byte closes and that has no escapes (Gemma 4's, between
+    /// quote tokens): the caller [`close`](Self::close)s it.
+    pub(crate) fn open_raw(&mut self) {
+        self.open = Some((None, false));
+        self.escaped = false;
+    }
+
+    /// The open string ends (a closing token the caller read).
+    pub(crate) fn close(&mut self) {
+        self.open = None;
+    }
+
+    /// Read `b`, a byte inside the open string: whether it closed the string. Bytes
+    /// of a multi-byte character never equal a quote or a backslash (UTF-8), so text
+    /// may be fed byte by byte.
+    pub(crate) fn step(&mut self, b: u8) -> bool {
+        let Some((close, escapes)) = self.open else { return false };
+        if self.escaped {
+            self.escaped = false;
+        } else if escapes && b == b'\\' {
+            self.escaped = true;
+        } else if Some(b) == close {
+            self.open = None;
+            return true;
+        }
+        false
     }
 }
 
@@ -856,5 +906,40 @@ pub fn python_repr(v: &Value) -> String {
                 .join(", ")
         ),
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Quoted;
+
+    /// Where each string of `text` ends, opening one at every byte in `quotes` that
+    /// comes outside a string.
+    fn ends(text: &str, quotes: &[u8]) -> Vec<usize> {
+        let mut q = Quoted::default();
+        let mut out = Vec::new();
+        for (i, b) in text.bytes().enumerate() {
+            if q.inside() {
+                if q.step(b) {
+                    out.push(i);
+                }
+            } else if quotes.contains(&b) {
+                q.open(b);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn quoted_strings_end_at_their_own_unescaped_quote() {
+        assert_eq!(ends(r#"{"a": "x\"y", "b": 1}"#, b"\""), [3, 11, 16]);
+        assert_eq!(ends(r#""\\" "#, b"\""), [3]);
+        assert_eq!(ends(r#"('it"s', "it's")"#, b"'\""), [6, 14]);
+        assert_eq!(ends("\"é\"", b"\""), [3]);
+        let mut raw = Quoted::default();
+        raw.open_raw();
+        assert!(!raw.step(b'"') && !raw.step(b'\\') && raw.inside());
+        raw.close();
+        assert!(!raw.inside());
     }
 }

@@ -276,3 +276,82 @@ pub enum Node {
         levels: usize,
     },
 }
+
+impl Node {
+    /// Put the declared properties of every object in the tree in the order of their
+    /// names compared case-insensitively — the order of Jinja's `dictsort`, which
+    /// templates such as Gemma 4's use to print a call's arguments — so the grammar
+    /// writes a call's keys in the order the model saw them in training. Literal
+    /// objects (`enum`, `const`) are sorted the same way; extra properties
+    /// (`additional`, `patterns`) stay after the declared ones, as before. Names equal
+    /// but for case keep their schema order (the sort is stable, as Python's).
+    ///
+    /// Cost: one walk over the tree and a sort of each object's properties. Never fails.
+    ///
+    /// ```
+    /// use toolgate::grammar::schema::{compile, Mode};
+    /// use toolgate::grammar::ir::Node;
+    /// let schema = serde_json::json!({"type": "object", "properties": {
+    ///     "unit": {"type": "string"}, "City": {"type": "string"}, "days": {"type": "integer"}}});
+    /// let mut node = compile(&schema, Mode::Strict)?;
+    /// node.sort_keys();
+    /// let Node::Object { properties, .. } = node else { panic!() };
+    /// let names: Vec<&str> = properties.iter().map(|p| p.0.as_str()).collect();
+    /// assert_eq!(names, ["City", "days", "unit"]);
+    /// # Ok::<(), toolgate::Error>(())
+    /// ```
+    pub fn sort_keys(&mut self) {
+        match self {
+            Node::Object { properties, additional, patterns, .. } => {
+                properties.sort_by_cached_key(|p| p.0.to_lowercase());
+                for (_, node, _) in properties.iter_mut() {
+                    node.sort_keys();
+                }
+                if let Some(node) = additional {
+                    node.sort_keys();
+                }
+                for (_, node) in patterns.iter_mut() {
+                    node.sort_keys();
+                }
+            }
+            Node::Array { prefix, items, .. } => {
+                prefix.iter_mut().for_each(Node::sort_keys);
+                if let Some(node) = items {
+                    node.sort_keys();
+                }
+            }
+            Node::AnyOf(nodes) => nodes.iter_mut().for_each(Node::sort_keys),
+            Node::Def { body, .. } => body.sort_keys(),
+            Node::Literals(values) => {
+                for v in values.iter_mut() {
+                    sort_value_keys(v);
+                }
+            }
+            Node::Never
+            | Node::Null
+            | Node::Boolean
+            | Node::Integer { .. }
+            | Node::Number { .. }
+            | Node::String { .. }
+            | Node::Machine { .. }
+            | Node::Recurse(_)
+            | Node::AnyValue { .. } => {}
+        }
+    }
+}
+
+/// `v`'s object keys, at every depth, in [`Node::sort_keys`]' order.
+fn sort_value_keys(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            let mut entries: Vec<(String, Value)> = std::mem::take(map).into_iter().collect();
+            entries.sort_by_cached_key(|(k, _)| k.to_lowercase());
+            for (k, mut v) in entries {
+                sort_value_keys(&mut v);
+                map.insert(k, v);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(sort_value_keys),
+        _ => {}
+    }
+}

@@ -7,6 +7,7 @@
 use serde_json::value::RawValue;
 
 use super::format::ToolFormat;
+use crate::grammar::dialect::Quoted;
 
 /// Longest function name read from a name-then-arguments body: a longer run before
 /// `name_end` is a malformed call.
@@ -157,16 +158,9 @@ pub(super) fn read_header(fmt: &ToolFormat, body: &str) -> HeaderRead {
 /// Byte length of the JSON string token at the start of `s` (which starts with `"`),
 /// or `None` if it is not closed yet.
 pub(super) fn json_string_len(s: &str) -> Option<usize> {
-    let mut escaped = false;
-    for (i, c) in s.bytes().enumerate().skip(1) {
-        match (escaped, c) {
-            (true, _) => escaped = false,
-            (false, b'\\') => escaped = true,
-            (false, b'"') => return Some(i + 1),
-            _ => {}
-        }
-    }
-    None
+    let mut quoted = Quoted::default();
+    quoted.open(b'"');
+    s.bytes().enumerate().skip(1).find(|&(_, c)| quoted.step(c)).map(|(i, _)| i + 1)
 }
 
 /// Parse a whole JSON call body: `(name, arguments)`; arguments are the value's own

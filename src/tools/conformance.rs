@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use super::format::{BodyKind, ToolFormat};
 use super::stream::StreamParser;
 use super::{Tool, ToolChoice};
+use crate::grammar::dialect::Quoted;
 use crate::grammar::regex::Spacing;
 
 /// The probe tools' names (never in a real template).
@@ -85,22 +86,20 @@ pub fn conformance(f: &ToolFormat, sample: &str, parallel: bool) -> Result<(), S
 /// around them, markers included, is kept as it is.
 fn compact_json_objects(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    let mut depth = 0usize;
+    let mut quoted = Quoted::default();
     for c in text.chars() {
-        if in_string {
+        if quoted.inside() {
             out.push(c);
-            match (escaped, c) {
-                (true, _) => escaped = false,
-                (false, '\\') => escaped = true,
-                (false, '"') => in_string = false,
-                _ => {}
-            }
+            // A character beyond ASCII is never a quote or a backslash.
+            quoted.step(u8::try_from(c).unwrap_or(u8::MAX));
             continue;
         }
         match c {
             '{' => depth += 1,
             '}' => depth = depth.saturating_sub(1),
-            '"' if depth > 0 => in_string = true,
+            // Quotes outside any object are the text's own, not a JSON string.
+            '"' if depth > 0 => quoted.open(b'"'),
             c if depth > 0 && c.is_whitespace() => continue,
             _ => {}
         }

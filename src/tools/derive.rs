@@ -26,6 +26,10 @@
 //! 4. **Call ids.** Templates that check ids (Mistral's nine characters) fail with
 //!    OpenAI's `call_…` ids and render with nine letters and digits: the format then
 //!    gives its calls such ids.
+//! 5. **Key order.** One more call, with the probe tool's parameters declared and its
+//!    arguments given in reverse name order: a template that prints them sorted
+//!    (Jinja's `dictsort`: Gemma 4) gets [`KeyOrder::Sorted`], so the grammar writes
+//!    keys in the order the model was trained on.
 //!
 //! The result is a [`ToolFormat`] like the ones in `grammars/`, checked by a round trip
 //! ([`conformance`]): the parser reads the rendered calls back to the probe calls, and
@@ -54,7 +58,8 @@ use serde_json::{json, Value};
 
 use super::conformance::{conformance, probe_arguments, probe_tools, shorten, PROBE_NAMES};
 use super::dialect::{gemma4, python, tagged};
-use super::format::{ArgsDialect, BodyKind, CallIds, ParamTags, ToolFormat, TYPE_SLOT};
+use super::format::{ArgsDialect, BodyKind, CallIds, KeyOrder, ParamTags, ToolFormat, TYPE_SLOT};
+use super::Tool;
 use crate::grammar::regex::Spacing;
 use crate::template::transform::shape_fields;
 use crate::template::{ChatTemplate, RenderRequest};
@@ -109,14 +114,21 @@ struct Renders {
     ids: CallIds,
     /// The calls' arguments were passed as objects, so the template wrote their JSON.
     object_arguments: bool,
+    /// The order the template prints argument keys in.
+    key_order: KeyOrder,
 }
 
-fn render(t: &ChatTemplate, assistant: Option<Value>, object_arguments: bool) -> Result<String, String> {
+fn render(
+    t: &ChatTemplate,
+    tools: &[Tool],
+    assistant: Option<Value>,
+    object_arguments: bool,
+) -> Result<String, String> {
     let mut messages = vec![json!({"role": "user", "content": "Probe question?"})];
     messages.extend(assistant);
     let messages = shape_fields(messages, object_arguments, false);
     let mut req = RenderRequest::new(messages);
-    req.tools = Some(probe_tools().iter().map(|t| serde_json::to_value(t).unwrap_or(Value::Null)).collect());
+    req.tools = Some(tools.iter().map(|t| serde_json::to_value(t).unwrap_or(Value::Null)).collect());
     req.add_generation_prompt = false;
     req.bos_token = "<s>".into();
     req.eos_token = "</s>".into();
@@ -136,19 +148,21 @@ fn assistant_with_calls(n: usize, ids: &[&str; 2], content: Value) -> Value {
 }
 
 fn renders(t: &ChatTemplate, object_arguments: bool) -> Result<Renders, Underivable> {
-    let text = render(t, Some(json!({"role": "assistant", "content": "zcontentz"})), object_arguments)
+    let tools = probe_tools();
+    let text = render(t, &tools, Some(text_turn()), object_arguments)
         .map_err(|e| Underivable::new(format!("the template cannot render an assistant answer: {e}")))?;
     let mut last_error = String::new();
     for (ids_kind, ids) in IDS {
         for content in [json!(""), Value::Null] {
-            match render(t, Some(assistant_with_calls(1, &ids, content.clone())), object_arguments) {
+            match render(t, &tools, Some(assistant_with_calls(1, &ids, content.clone())), object_arguments) {
                 Ok(one) if output_part(&one, &text).contains(PROBE_NAMES[0]) => {
                     // A template that renders only one of two calls has no parallel calls.
-                    let two = render(t, Some(assistant_with_calls(2, &ids, content)), object_arguments)
+                    let two = render(t, &tools, Some(assistant_with_calls(2, &ids, content.clone())), object_arguments)
                         .ok()
                         .filter(|two| PROBE_NAMES.iter().all(|n| output_part(two, &text).contains(n)));
                     let reasoning = crate::template::family::reasoning_markers(t.source());
-                    return Ok(Renders { reasoning, text, one, two, ids: ids_kind, object_arguments });
+                    let key_order = if object_arguments { key_order(t, &ids, content) } else { KeyOrder::Schema };
+                    return Ok(Renders { reasoning, text, one, two, ids: ids_kind, object_arguments, key_order });
                 }
                 Ok(_) => last_error = "the template renders an assistant turn with a tool call without the call".into(),
                 Err(e) => last_error = format!("rendering an assistant turn with a tool call failed: {e}"),
@@ -156,6 +170,41 @@ fn renders(t: &ChatTemplate, object_arguments: bool) -> Result<Renders, Underiva
         }
     }
     Err(Underivable::new(last_error))
+}
+
+/// The assistant turn with text content, whose render tells a call turn's output part.
+fn text_turn() -> Value {
+    json!({"role": "assistant", "content": "zcontentz"})
+}
+
+/// The order `t` prints a call's argument keys in (arguments passed as objects): one
+/// call rendered with the probe tool's parameters declared, and its arguments given,
+/// in reverse name order (`xb_n` before `xa_q`). A template that sorts the keys
+/// (Jinja's `dictsort`, Gemma 4's) prints `xa_q` first; one that prints them as given
+/// (`tojson`, `.items()`) or in its schema's order prints `xb_n` first. Anything else
+/// (a render error, keys not printed) keeps the schema's order.
+fn key_order(t: &ChatTemplate, ids: &[&str; 2], content: Value) -> KeyOrder {
+    let reversed = |v: &Value| -> Value {
+        let pairs: Vec<(String, Value)> =
+            v.as_object().into_iter().flatten().map(|(k, v)| (k.clone(), v.clone())).collect();
+        Value::Object(pairs.into_iter().rev().collect())
+    };
+    let mut tools = probe_tools();
+    for tool in &mut tools {
+        if let Some(p) = tool.function.parameters.get_mut("properties") {
+            *p = reversed(p);
+        }
+    }
+    let mut turn = assistant_with_calls(1, ids, content);
+    turn["tool_calls"][0]["function"]["arguments"] = Value::String(reversed(&probe_arguments(0)).to_string());
+    let (Ok(text), Ok(one)) = (render(t, &tools, Some(text_turn()), true), render(t, &tools, Some(turn), true)) else {
+        return KeyOrder::Schema;
+    };
+    let out = output_part(&one, &text);
+    match (out.find("xa_q"), out.find("xb_n")) {
+        (Some(a), Some(b)) if a < b => KeyOrder::Sorted,
+        _ => KeyOrder::Schema,
+    }
 }
 
 /// The model's part of a rendered turn: what differs from the same turn with text
@@ -549,6 +598,7 @@ fn read_layout(r: &Renders, one: &str) -> Result<Derivation, String> {
         };
         f.spacing = Spacing::of(json).unwrap_or_default();
     }
+    f.key_order = r.key_order;
     if f.section_start.is_empty() && f.call_start.is_empty() && f.body_trigger.is_empty() {
         return Err(format!("the calls have no marker to recognise them by in free text: {:?}", shorten(one)));
     }
@@ -589,7 +639,11 @@ pub fn summary(f: &ToolFormat) -> String {
         Spacing::Optional => String::new(),
         s => format!(" ({s:?} separators)"),
     };
-    format!("{:?} body, {:?} arguments{spacing}, {}", f.body, f.dialect, parts.join(", "))
+    let keys = match f.key_order {
+        KeyOrder::Schema => "",
+        KeyOrder::Sorted => " (keys sorted)",
+    };
+    format!("{:?} body, {:?} arguments{spacing}{keys}, {}", f.body, f.dialect, parts.join(", "))
 }
 
 /// `(separator, rest)` when two name ends differ only in a call index after the same

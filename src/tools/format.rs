@@ -140,6 +140,20 @@ pub enum CallIds {
     FunctionsIndex,
 }
 
+/// The order a call's argument keys are written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyOrder {
+    /// The schema's `properties` order (what a template that prints the arguments as
+    /// given renders: the model wrote them so). The default.
+    #[default]
+    Schema,
+    /// Names sorted case-insensitively at every depth, as Jinja's `dictsort` orders
+    /// them (Gemma 4's templates print arguments so): see
+    /// [`Node::sort_keys`](crate::grammar::ir::Node::sort_keys).
+    Sorted,
+}
+
 /// How one family writes tool calls. See the [module docs](self) for the layers.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -228,6 +242,12 @@ pub struct ToolFormat {
     /// calls with, so the grammar forces it (and jump-forward feeds it).
     #[serde(default)]
     pub spacing: Spacing,
+    /// The order the grammar writes each object's declared keys in: a derived layout
+    /// takes the order its template renders a call's arguments in (an override that
+    /// reads the template's calls too), so the model writes the keys in the order it
+    /// was trained on. Every order is read back.
+    #[serde(default)]
+    pub key_order: KeyOrder,
     /// How the [`ArgsDialect::XmlParameters`] dialect spells a parameter (`None`:
     /// Qwen3-Coder's `<parameter=KEY>`…`</parameter>`, then `</function>`).
     #[serde(default)]
@@ -276,6 +296,7 @@ impl ToolFormat {
             call_ids: CallIds::Openai,
             single_quotes: false,
             spacing: Spacing::Optional,
+            key_order: KeyOrder::Schema,
             nested_function: false,
             params: None,
         }

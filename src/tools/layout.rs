@@ -144,12 +144,13 @@ pub fn resolve(template: &ChatTemplate, object_arguments: bool, marker_family: &
     }
 }
 
-/// `over` with the JSON spelling `derived` read off the template, where both write
-/// JSON arguments.
+/// `over` with the spelling `derived` read off the template: its key order, and its
+/// JSON spacing where both write JSON arguments.
 fn spelled_as(mut over: ToolFormat, derived: &ToolFormat) -> ToolFormat {
     if over.dialect == ArgsDialect::Json && derived.dialect == ArgsDialect::Json {
         over.spacing = derived.spacing;
     }
+    over.key_order = derived.key_order;
     over
 }
 

@@ -23,7 +23,7 @@ use crate::grammar::schema::{check_grammar_size, compile_shared, Mode, Objects};
 use crate::grammar::spec::Spec;
 use crate::tokenizer::{TokenKind, Tokenizer, SPECIAL_PREFIX};
 use crate::{Error, Result};
-use format::{BodyKind, ToolFormat};
+use format::{BodyKind, KeyOrder, ToolFormat};
 use recovery::Recovery;
 
 /// An OpenAI function tool.
@@ -384,7 +384,10 @@ fn calls_into(
             },
             e => e,
         };
-        let node = compile_shared(&t.function.parameters, mode, Objects::Closed).map_err(in_tool)?;
+        let mut node = compile_shared(&t.function.parameters, mode, Objects::Closed).map_err(in_tool)?;
+        if f.key_order == KeyOrder::Sorted {
+            node.sort_keys();
+        }
         // The call grammar is composed around each tool's arguments; their shared
         // parts go into one table of rules.
         let args = f.dialect.syntax().grammar(&node, f, rules);

@@ -599,3 +599,114 @@ fn derived_json_layouts_spell_separators_as_their_template_does() {
     eprintln!("{}\noptional: {optional:?}", fixed.join("\n"));
     assert!(fixed.len() >= 20, "only {} layouts with a fixed spelling: {fixed:?}", fixed.len());
 }
+
+/// A layout of this test's own that prints a call's arguments sorted by Jinja's
+/// `dictsort` (as Gemma 4's templates do), and the same layout printing them as given.
+const SORTED_KEYS_STYLE: &str = r#"{%- for m in messages -%}
+{%- if m.tool_calls -%}<|calls|>{%- for c in m.tool_calls -%}{%- if not loop.first %}, {% endif -%}
+<call>{"name": "{{ c.function.name }}", "arguments": {
+{%- for k, v in c.function.arguments | dictsort -%}{%- if not loop.first %}, {% endif -%}"{{ k }}": {{ v | tojson }}{%- endfor -%}
+}}</call>{%- endfor -%}<|end|>
+{%- else -%}<|{{ m.role }}|>{{ m.content }}<|end|>{%- endif -%}
+{%- endfor -%}{%- if tools %}<|tools|>{{ tools | tojson }}<|end|>{% endif -%}
+{%- if add_generation_prompt -%}<|assistant|>{%- endif -%}"#;
+
+/// A tool whose parameters are declared out of name order: `unit`, `City`, `days`.
+fn unsorted_tool() -> Vec<Tool> {
+    vec![serde_json::from_value(json!({"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"unit": {"enum": ["c", "f"]}, "City": {"type": "string"},
+        "days": {"type": "integer"}}, "required": ["unit", "City", "days"]}}}))
+    .unwrap()]
+}
+
+/// `t` rendered with one call of [`unsorted_tool`], its arguments given in the
+/// schema's order; the text from the first occurrence of `from` to the end of the
+/// next occurrence of `to`, with the layout's control tokens as the model generates
+/// them (the special prefix before each).
+fn rendered_call(t: &ChatTemplate, from: &str, to: &str, control: &[&str]) -> Vec<u8> {
+    let tools: Vec<Value> = unsorted_tool().iter().map(|t| serde_json::to_value(t).unwrap()).collect();
+    let messages = vec![
+        json!({"role": "user", "content": "Weather?"}),
+        json!({"role": "assistant", "content": "", "tool_calls": [{"id": "call_0a1b2c3d4e5f", "type": "function",
+            "function": {"name": "get_weather", "arguments": {"unit": "c", "City": "Oslo", "days": 3}}}]}),
+    ];
+    let mut req = toolgate::template::RenderRequest::new(messages);
+    req.tools = Some(tools);
+    req.add_generation_prompt = false;
+    let out = t.render(&req).unwrap();
+    let start = out.find(from).unwrap();
+    let text = &out[start..start + out[start..].find(to).unwrap() + to.len()];
+    let mut bytes = text.as_bytes().to_vec();
+    for c in control {
+        let mut with_prefix = vec![toolgate::tokenizer::SPECIAL_PREFIX];
+        with_prefix.extend_from_slice(c.as_bytes());
+        let mut replaced = Vec::new();
+        let mut rest = &bytes[..];
+        while let Some(at) = rest.windows(c.len()).position(|w| w == c.as_bytes()) {
+            replaced.extend_from_slice(&rest[..at]);
+            replaced.extend_from_slice(&with_prefix);
+            rest = &rest[at + c.len()..];
+        }
+        replaced.extend_from_slice(rest);
+        bytes = replaced;
+    }
+    bytes
+}
+
+/// A template that prints a call's argument keys sorted (`dictsort`) gets a layout
+/// whose grammar writes them sorted — the text the template renders, not the schema's
+/// order; a template that prints them as given keeps the schema's order. On Gemma 4's
+/// own template (the `gemma4` override, its key order read off the template) and on a
+/// look-alike of this test's own.
+#[test]
+fn layouts_write_argument_keys_in_the_order_their_template_prints_them() {
+    use toolgate::tools::format::KeyOrder;
+    let tools = unsorted_tool();
+    let sorted = ChatTemplate::new("sorted", SORTED_KEYS_STYLE).unwrap();
+    let as_given = ChatTemplate::new("as-given", SORTED_KEYS_STYLE.replace(" | dictsort", ".items()")).unwrap();
+    for (t, order) in [(&sorted, KeyOrder::Sorted), (&as_given, KeyOrder::Schema)] {
+        let d = derive(t, true).unwrap();
+        assert_eq!(d.format.key_order, order, "{}", t.name());
+        let text = rendered_call(t, "<|calls|>", "<|end|>", &[]);
+        let text = std::str::from_utf8(&text).unwrap().strip_suffix("<|end|>").unwrap().to_string();
+        let want = json!({"unit": "c", "City": "Oslo", "days": 3});
+        assert_eq!(read_every_way(&d.format, &tools, &text), vec![("get_weather".to_string(), want)]);
+        let g = calls_grammar_plain(&d.format, &tools, &ToolChoice::Required, true).unwrap().compile().unwrap();
+        assert!(g.matches(text.as_bytes()), "{}: {text}", t.name());
+        // The other order is not the model's: the grammar refuses it.
+        let schema_order = r#"{"unit": "c", "City": "Oslo", "days": 3}"#;
+        let sorted_order = r#"{"City": "Oslo", "days": 3, "unit": "c"}"#;
+        let (mine, other) =
+            if order == KeyOrder::Sorted { (sorted_order, schema_order) } else { (schema_order, sorted_order) };
+        assert!(text.contains(mine), "{text}");
+        assert!(!g.matches(text.replace(mine, other).as_bytes()), "{}", t.name());
+    }
+    // Gemma 4: `{%- for key, value in function['arguments'] | dictsort -%}`.
+    let gemma4 = template("google-gemma-4-31B-it.jinja");
+    let setup =
+        inspect(&GgufTemplates { default: Some(gemma4.source().to_string()), tool_use: None }, None, None).unwrap();
+    let f = setup.layout.format.as_ref().unwrap();
+    assert_eq!((f.family.as_str(), f.key_order), ("gemma4", KeyOrder::Sorted));
+    let quote = "<|\"|>";
+    let text = rendered_call(&gemma4, "<|tool_call>", "<tool_call|>", &[quote]);
+    let g = calls_grammar_plain(f, &tools, &ToolChoice::Required, true).unwrap().compile().unwrap();
+    assert!(g.matches(&text), "{}", String::from_utf8_lossy(&text));
+    let shown = String::from_utf8_lossy(&text).into_owned();
+    assert!(shown.contains("{City:"), "{shown}");
+    let mut schema_first = f.clone();
+    schema_first.key_order = KeyOrder::Schema;
+    let g = calls_grammar_plain(&schema_first, &tools, &ToolChoice::Required, true).unwrap().compile().unwrap();
+    assert!(!g.matches(&text), "the schema's order is not what Gemma 4 renders");
+    // The templates of the corpus that print keys sorted.
+    let sorting: Vec<String> = corpus()
+        .into_iter()
+        .filter(|(_, source)| {
+            let templates = GgufTemplates { default: Some(source.clone()), tool_use: None };
+            inspect(&templates, None, None)
+                .is_ok_and(|s| s.layout.format.is_some_and(|f| f.key_order == KeyOrder::Sorted))
+        })
+        .map(|(name, _)| name)
+        .collect();
+    eprintln!("sorted keys: {sorting:?}");
+    assert!(sorting.iter().any(|n| n.contains("gemma-4")), "{sorting:?}");
+}

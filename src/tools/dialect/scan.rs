@@ -1,6 +1,7 @@
 //! Where a value ends in streamed text: one scanner for the bracketed dialects.
 
 use super::literals::QUOTE as GEMMA_QUOTE;
+use crate::grammar::dialect::Quoted;
 
 /// The literal syntax a [`ValueScan`] follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -28,11 +29,8 @@ pub struct ValueScan {
     pub(crate) stray: Option<usize>,
     syntax: Brackets,
     depth: usize,
-    in_string: bool,
-    escaped: bool,
+    quoted: Quoted,
     scalar: bool,
-    /// The quote that opened the current Python string.
-    quote: u8,
 }
 
 impl ValueScan {
@@ -65,7 +63,11 @@ impl ValueScan {
             if gemma && c == b'<' && !self.scalar {
                 let rest = &s[i..];
                 if rest.starts_with(GEMMA_QUOTE) {
-                    self.in_string = !self.in_string;
+                    if self.quoted.inside() {
+                        self.quoted.close();
+                    } else {
+                        self.quoted.open_raw();
+                    }
                     i += GEMMA_QUOTE.len();
                     self.consumed += GEMMA_QUOTE.len();
                     self.complete = self.consumed;
@@ -88,26 +90,13 @@ impl ValueScan {
                 self.complete = self.consumed;
                 continue;
             }
-            if self.in_string {
-                if !gemma {
-                    let close = if python { self.quote } else { b'"' };
-                    match (self.escaped, c) {
-                        (true, _) => self.escaped = false,
-                        (false, b'\\') => self.escaped = true,
-                        (false, q) if q == close => self.in_string = false,
-                        _ => {}
-                    }
-                }
+            if self.quoted.inside() {
+                // Gemma's strings end at the quote token (above) only.
+                self.quoted.step(c);
             } else {
                 match c {
-                    b'"' if !gemma => {
-                        self.in_string = true;
-                        self.quote = c;
-                    }
-                    b'\'' if python => {
-                        self.in_string = true;
-                        self.quote = c;
-                    }
+                    b'"' if !gemma => self.quoted.open(c),
+                    b'\'' if python => self.quoted.open(c),
                     b'{' | b'[' => self.depth += 1,
                     b'(' if python => self.depth += 1,
                     b')' if python => {
