@@ -172,8 +172,8 @@ def free_port():
 
 def caps(corpus, server, model):
     keys = ["supports_object_arguments", "supports_parallel_tool_calls", "supports_preserve_reasoning",
-            "supports_string_content", "supports_system_role", "supports_tool_calls", "supports_tools",
-            "supports_typed_content"]
+            "supports_reasoning_effort", "supports_string_content", "supports_system_role", "supports_tool_calls",
+            "supports_tools", "supports_typed_content"]
     lines = []
     for name in TEMPLATES:
         port = free_port()

@@ -11,6 +11,7 @@ use super::{Constraint, Engine, FinishReason, GenerateParams, Generation, LazyCo
 use crate::grammar::schema::Mode as SchemaMode;
 use crate::grammar::{Grammar, TokenVocab};
 use crate::sampling::TokenLogprob;
+use crate::template::caps::PRESERVE_REASONING;
 use crate::template::{transform, ChatSetup, RenderRequest};
 use crate::tokenizer::{EncodeOptions, Tokenizer};
 use crate::tools::recovery::{RecoveringParser, Recovery};
@@ -122,9 +123,17 @@ pub fn encode_chat_within(
         messages.pop();
     }
     let caps = setup.report.caps;
+    let mut extra = extra;
+    if caps.supports_preserve_reasoning {
+        // Earlier reasoning stays in the prompt, as llama.cpp's server renders such
+        // templates by default; a request's own `chat_template_kwargs` win.
+        for (name, keep) in PRESERVE_REASONING {
+            extra.entry(name).or_insert(Value::Bool(keep));
+        }
+    }
     let object_arguments = caps.supports_object_arguments && !setup.layout.string_arguments;
     let messages = transform::apply(messages, setup.policy);
-    let mut messages = transform::shape_fields(messages, object_arguments, caps.supports_typed_content);
+    let mut messages = transform::shape_fields(messages, object_arguments, caps.requires_typed_content());
     messages.iter_mut().for_each(|m| wrap_if_special(m, tok));
     let req = RenderRequest {
         messages,

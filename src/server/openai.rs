@@ -20,6 +20,7 @@ use crate::engine::chat::{
 use crate::engine::{Engine, GenerateParams};
 use crate::grammar::schema::Mode;
 use crate::grammar::TokenVocab;
+use crate::template::caps::REASONING_EFFORT_VARS;
 use crate::sampling::{SamplingParams, TokenLogprob, MAX_TOP_LOGPROBS};
 use crate::tools::stream::StreamEvent;
 use crate::tools::{Tool, ToolChoice};
@@ -197,7 +198,8 @@ pub(super) fn sampling(obj: &serde_json::Map<String, Value>) -> Result<SamplingP
 
 /// The template variables a Chat Completions request sets: its `chat_template_kwargs`
 /// (as llama.cpp's server and vLLM read them: `enable_thinking`, …) and its
-/// `reasoning_effort` (read by templates that take one, gpt-oss's).
+/// `reasoning_effort` (read by templates that take one, gpt-oss's, under both names
+/// templates read it by: [`REASONING_EFFORT_VARS`]).
 fn template_vars(obj: &serde_json::Map<String, Value>) -> Result<serde_json::Map<String, Value>, ApiError> {
     let mut vars = match obj.get("chat_template_kwargs") {
         None | Some(Value::Null) => serde_json::Map::new(),
@@ -210,7 +212,9 @@ fn template_vars(obj: &serde_json::Map<String, Value>) -> Result<serde_json::Map
         }
     };
     if let Some(effort) = validate::opt_str(obj, "reasoning_effort")? {
-        vars.insert("reasoning_effort".into(), json!(effort));
+        for name in REASONING_EFFORT_VARS {
+            vars.insert(name.into(), json!(effort));
+        }
     }
     Ok(vars)
 }

@@ -107,11 +107,15 @@ pub struct Caps {
     pub supports_parallel_tool_calls: bool,
     /// Renders tool-call `arguments` given as a JSON object.
     pub supports_object_arguments: bool,
-    /// Renders an assistant's `reasoning_content`.
+    /// Keeps an earlier answer's `reasoning_content` in the prompt after later turns,
+    /// with thinking on and the [`PRESERVE_REASONING`] switches set (llama.cpp's
+    /// question; the chat renders with those switches set where this holds).
     pub supports_preserve_reasoning: bool,
     /// Renders string message content.
     pub supports_string_content: bool,
-    /// Needs typed content parts (`[{"type":"text",…}]`): renders them but not strings.
+    /// Reads typed content parts (`[{"type":"text",…}]`): renders their text (not the
+    /// list printed as it is). Where string content is not rendered
+    /// ([`Caps::requires_typed_content`]), messages go to the template as parts.
     pub supports_typed_content: bool,
     /// Reads a `reasoning_effort` variable: the prompt differs between `low` and `high`
     /// (gpt-oss's `Reasoning: high`), so a request's `reasoning_effort` reaches the model.
@@ -119,6 +123,11 @@ pub struct Caps {
 }
 
 impl Caps {
+    /// Content must be typed parts: they are rendered and plain strings are not.
+    pub fn requires_typed_content(&self) -> bool {
+        self.supports_typed_content && !self.supports_string_content
+    }
+
     /// The load gate: tools and tool calls.
     pub fn tool_capable(&self) -> bool {
         self.supports_tools && self.supports_tool_calls
@@ -190,6 +199,46 @@ fn run(t: &ChatTemplate, messages: serde_json::Value, tools: Option<serde_json::
     Outcome { output, reads }
 }
 
+/// The variables templates read to keep earlier reasoning in the prompt, each with the
+/// value that keeps it (llama.cpp sets the same when preserving reasoning).
+pub const PRESERVE_REASONING: [(&str, bool); 4] =
+    [("preserve_thinking", true), ("clear_thinking", false), ("truncate_history_thinking", false), ("drop_thinking", false)];
+
+/// The names templates read a request's reasoning effort under (`reasoning_effort`:
+/// gpt-oss, DeepSeek V4; `reasoning_strength`: others); a request's effort sets both.
+pub const REASONING_EFFORT_VARS: [&str; 2] = ["reasoning_effort", "reasoning_strength"];
+
+/// The efforts the probe renders: a template reads the effort if any two prompts differ
+/// (Cohere's tells only `none` apart, DeepSeek V4's only `max`).
+const EFFORT_LEVELS: [&str; 5] = ["low", "medium", "high", "max", "none"];
+
+/// Thinking switched on (`enable_thinking`, and DeepSeek V4's `thinking`) plus
+/// `switches`, as template variables.
+fn thinking_on(switches: &[(&str, bool)]) -> serde_json::Map<String, serde_json::Value> {
+    let mut vars = serde_json::Map::new();
+    vars.insert("enable_thinking".into(), json!(true));
+    vars.insert("thinking".into(), json!(true));
+    for (name, on) in switches {
+        vars.insert((*name).into(), json!(on));
+    }
+    vars
+}
+
+/// `messages` rendered with the generation prompt and the extra variables `vars`.
+fn with_vars(
+    t: &ChatTemplate,
+    messages: serde_json::Value,
+    vars: &serde_json::Map<String, serde_json::Value>,
+) -> Result<String, String> {
+    let mut ctx: std::collections::BTreeMap<String, Value> =
+        vars.iter().map(|(k, v)| (k.clone(), Value::from(minijinja::value::Serde(v.clone())))).collect();
+    ctx.insert("messages".into(), Value::from(minijinja::value::Serde(messages)));
+    ctx.insert("add_generation_prompt".into(), Value::from(true));
+    ctx.insert("bos_token".into(), Value::from("<BOS>"));
+    ctx.insert("eos_token".into(), Value::from("<EOS>"));
+    t.render_value(Value::from(ctx)).map_err(|e| e.to_string())
+}
+
 fn user(content: serde_json::Value) -> serde_json::Value {
     json!({"role": "user", "content": content})
 }
@@ -218,19 +267,24 @@ pub fn probe(template: &ChatTemplate) -> ProbeReport {
             },
         ),
     );
+    // Typed parts: the template takes the text out of them (printing the list as it
+    // is, a Python repr of the parts, is not reading them).
     let typed = run(template, json!([user(json!([{"type": "text", "text": USER_NEEDLE}]))]), None, true);
-    let typed_ok = typed.contains(USER_NEEDLE);
-    caps.supports_typed_content = typed_ok && !caps.supports_string_content;
+    let printed_whole = ["'type': 'text'", "\"type\": \"text\"", "\"type\":\"text\""]
+        .iter()
+        .any(|p| typed.contains(p));
+    caps.supports_typed_content = typed.contains(USER_NEEDLE) && !printed_whole;
     reasons.insert(
         "supports_typed_content",
         why(
             caps.supports_typed_content,
-            "user message with content [{type: text}] (set only when typed parts are required)",
-            format!(
-                "typed parts {}; string content {}",
-                if typed_ok { "rendered" } else { "not rendered" },
-                if caps.supports_string_content { "also rendered, so not required" } else { "not rendered" }
-            ),
+            "user message with content [{type: text}]",
+            match (&typed.output, typed.contains(USER_NEEDLE), printed_whole) {
+                (Err(_), _, _) => typed.describe(),
+                (Ok(_), true, false) => "the part's text was rendered".into(),
+                (Ok(_), true, true) => "the parts were printed as a list, not read".into(),
+                (Ok(_), false, _) => "the part's text was not rendered".into(),
+            },
         ),
     );
 
@@ -341,58 +395,52 @@ pub fn probe(template: &ChatTemplate) -> ProbeReport {
         ),
     );
 
-    // Reasoning kept across a tool-call turn (the agentic case: the assistant thought,
-    // called a tool, and the result came back).
-    let rs = run(
-        template,
-        json!([
-            user(json!(USER_NEEDLE)),
-            {"role": "assistant", "content": "", "reasoning_content": REASONING_NEEDLE,
-             "tool_calls": [tool_call("call_0001", TOOL_NAME, args_obj)]},
-            {"role": "tool", "tool_call_id": "call_0001", "content": "42"},
-        ]),
-        Some(json!([sample_tool(TOOL_NAME)])),
-        true,
-    );
-    caps.supports_preserve_reasoning = rs.read("messages[1].reasoning_content") && rs.contains(REASONING_NEEDLE);
+    // Reasoning kept in the history, llama.cpp's question: an earlier answer's
+    // reasoning_content, with another user turn after it, rendered with thinking on and
+    // the switches templates read to keep it ([`PRESERVE_REASONING`]) set to keep it.
+    let history = json!([
+        user(json!(USER_NEEDLE)),
+        {"role": "assistant", "content": "An answer.", "reasoning_content": REASONING_NEEDLE},
+        user(json!("Another question?")),
+        {"role": "assistant", "content": "Another answer.", "reasoning_content": "Later reasoning."},
+        user(json!("A third question?")),
+    ]);
+    let kept = with_vars(template, history, &thinking_on(&PRESERVE_REASONING));
+    caps.supports_preserve_reasoning = kept.as_ref().is_ok_and(|o| o.contains(REASONING_NEEDLE));
     reasons.insert(
         "supports_preserve_reasoning",
         why(
             caps.supports_preserve_reasoning,
-            "assistant message with reasoning_content and a tool call, then the tool result",
-            if rs.output.is_err() {
-                rs.describe()
-            } else {
-                format!(
-                    "reasoning_content {}, {}",
-                    if rs.read("messages[1].reasoning_content") { "read" } else { "never read" },
-                    if rs.contains(REASONING_NEEDLE) { "rendered" } else { "not rendered" }
-                )
+            "an answer with reasoning_content, then two more turns (thinking on, the preserve switches set)",
+            match &kept {
+                Err(e) => format!("rendering failed: {e}"),
+                Ok(_) if caps.supports_preserve_reasoning => "the earlier reasoning was rendered".into(),
+                Ok(_) => "the earlier reasoning was dropped".into(),
             },
         ),
     );
-    // Reasoning effort: the template variable gpt-oss (and others) read.
+    // Reasoning effort: the variable gpt-oss (and others) read, under both names
+    // templates use, with thinking on (some read it only then).
     let effort = |level: &str| {
-        let ctx = minijinja::context! {
-            messages => Value::from(minijinja::value::Serde(json!([user(json!(USER_NEEDLE))]))),
-            add_generation_prompt => true,
-            bos_token => "<BOS>",
-            eos_token => "<EOS>",
-            reasoning_effort => level,
-        };
-        template.render_value(ctx).map_err(|e| e.to_string())
+        let mut vars = thinking_on(&[]);
+        for name in REASONING_EFFORT_VARS {
+            vars.insert(name.into(), json!(level));
+        }
+        with_vars(template, json!([user(json!(USER_NEEDLE))]), &vars)
     };
-    let (low, high) = (effort("low"), effort("high"));
-    caps.supports_reasoning_effort = matches!((&low, &high), (Ok(l), Ok(h)) if l != h);
+    // A template may refuse the levels it does not know (Hunyuan's raises): the ones it
+    // renders decide.
+    let rendered: Vec<String> = EFFORT_LEVELS.iter().filter_map(|l| effort(l).ok()).collect();
+    caps.supports_reasoning_effort = rendered.iter().any(|p| p != &rendered[0]);
     reasons.insert(
         "supports_reasoning_effort",
         why(
             caps.supports_reasoning_effort,
-            "user message rendered with reasoning_effort low, then high",
-            match (&low, &high) {
-                (Err(e), _) | (_, Err(e)) => format!("rendering failed: {e}"),
-                _ if caps.supports_reasoning_effort => "the prompts differ".into(),
-                _ => "the prompts are the same".into(),
+            "user message rendered with reasoning_effort low, medium, high, max and none (thinking on)",
+            match rendered.len() {
+                0 => effort(EFFORT_LEVELS[0]).err().map(|e| format!("rendering failed: {e}")).unwrap_or_default(),
+                n if caps.supports_reasoning_effort => format!("the prompts differ ({n} levels rendered)"),
+                n => format!("the prompts are the same ({n} levels rendered)"),
             },
         ),
     );

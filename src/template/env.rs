@@ -92,6 +92,11 @@ pub fn environment(clock: Clock) -> Environment<'static> {
             Ok(v)
         }
     });
+    // Python's `Undefined` has length 0 (Apriel 1.5's `tools|length` in a turn without
+    // tools); minijinja refuses the length of an undefined value.
+    let length = |v: &Value| if v.is_undefined() { Ok(0) } else { minijinja::filters::length(v) };
+    env.add_filter("length", length);
+    env.add_filter("count", length);
     env.add_test("boolean", |v: Value| v.kind() == ValueKind::Bool);
     env.add_test("false", |v: Value| v.kind() == ValueKind::Bool && !v.is_true());
     env.add_test("true", |v: Value| v.kind() == ValueKind::Bool && v.is_true());

@@ -305,3 +305,54 @@ fn probe_cli_reads_metadata_only() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v["tool_format"]["round_trip"].as_str().unwrap().starts_with("failed"), "{v}");
 }
+
+/// A template whose prober says it keeps earlier reasoning (llama.cpp's question: an
+/// earlier answer's `reasoning_content` survives later turns with the preserve switches
+/// set) is rendered with those switches set, as llama.cpp's server does; a request's own
+/// `chat_template_kwargs` win. GLM 4.7 drops earlier reasoning unless `clear_thinking`
+/// is false.
+#[test]
+fn earlier_reasoning_stays_in_the_prompt_where_the_template_can_keep_it() {
+    let (gguf, templates) = smollm2();
+    let tok = Tokenizer::from_gguf(&gguf).unwrap();
+    let path = shared_template("GLM-4.7-Flash.jinja");
+    let setup = gate("smollm2", &templates, Some("llama"), Some(&path), ToolFallback::None).unwrap();
+    assert!(setup.report.caps.supports_preserve_reasoning, "{:?}", setup.report.reasons);
+    let history = vec![
+        json!({"role": "user", "content": "What is 2 + 2?"}),
+        json!({"role": "assistant", "content": "4", "reasoning_content": "Two and two make four."}),
+        json!({"role": "user", "content": "And 3 + 3?"}),
+    ];
+    let (kept, _) = encode_chat(&setup, &tok, history.clone(), None, Default::default()).unwrap();
+    assert!(kept.contains("Two and two make four."), "{kept}");
+    let mut kwargs = serde_json::Map::new();
+    kwargs.insert("clear_thinking".into(), json!(true));
+    let (cleared, _) = encode_chat(&setup, &tok, history.clone(), None, kwargs).unwrap();
+    assert!(!cleared.contains("Two and two make four."), "{cleared}");
+    // Qwen 3 drops reasoning before the last user turn whatever the switches say: no flag,
+    // and the prompt is the template's own.
+    let qwen3 = shared_template("Qwen-Qwen3-0.6B.jinja");
+    let setup = gate("smollm2", &templates, Some("llama"), Some(&qwen3), ToolFallback::None).unwrap();
+    assert!(!setup.report.caps.supports_preserve_reasoning);
+    let (prompt, _) = encode_chat(&setup, &tok, history, None, Default::default()).unwrap();
+    assert!(!prompt.contains("Two and two make four."), "{prompt}");
+}
+
+/// `tools|length` with no tools is 0, as in Python's Jinja (Apriel 1.5's guard
+/// `tools is not none and tools|length > 0`; minijinja refuses the length of an
+/// undefined value, which failed every turn without tools).
+#[test]
+fn the_length_of_absent_tools_is_zero() {
+    let t = ChatTemplate::new(
+        "apriel-1.5-like",
+        "{%- if tools is not none and tools|length > 0 -%}[{{ tools|count }} tools]{%- endif -%}\
+         {%- for m in messages -%}<{{ m.role }}>{{ m.content }}{%- endfor -%}",
+    )
+    .unwrap();
+    let plain = t.render(&RenderRequest::new(vec![json!({"role": "user", "content": "hi"})])).unwrap();
+    assert_eq!(plain, "<user>hi");
+    let mut with_tools = RenderRequest::new(vec![json!({"role": "user", "content": "hi"})]);
+    with_tools.tools = Some(vec![json!({"type": "function", "function": {"name": "f"}})]);
+    assert_eq!(t.render(&with_tools).unwrap(), "[1 tools]<user>hi");
+    assert!(probe(&t).caps.supports_string_content);
+}
