@@ -20,8 +20,8 @@ use crate::engine::chat::{
 use crate::engine::{Engine, GenerateParams};
 use crate::grammar::schema::Mode;
 use crate::grammar::TokenVocab;
-use crate::template::caps::REASONING_EFFORT_VARS;
 use crate::sampling::{SamplingParams, TokenLogprob, MAX_TOP_LOGPROBS};
+use crate::template::caps::REASONING_EFFORT_VARS;
 use crate::tools::stream::StreamEvent;
 use crate::tools::{Tool, ToolChoice};
 

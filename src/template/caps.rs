@@ -201,8 +201,12 @@ fn run(t: &ChatTemplate, messages: serde_json::Value, tools: Option<serde_json::
 
 /// The variables templates read to keep earlier reasoning in the prompt, each with the
 /// value that keeps it (llama.cpp sets the same when preserving reasoning).
-pub const PRESERVE_REASONING: [(&str, bool); 4] =
-    [("preserve_thinking", true), ("clear_thinking", false), ("truncate_history_thinking", false), ("drop_thinking", false)];
+pub const PRESERVE_REASONING: [(&str, bool); 4] = [
+    ("preserve_thinking", true),
+    ("clear_thinking", false),
+    ("truncate_history_thinking", false),
+    ("drop_thinking", false),
+];
 
 /// The names templates read a request's reasoning effort under (`reasoning_effort`:
 /// gpt-oss, DeepSeek V4; `reasoning_strength`: others); a request's effort sets both.
@@ -270,9 +274,7 @@ pub fn probe(template: &ChatTemplate) -> ProbeReport {
     // Typed parts: the template takes the text out of them (printing the list as it
     // is, a Python repr of the parts, is not reading them).
     let typed = run(template, json!([user(json!([{"type": "text", "text": USER_NEEDLE}]))]), None, true);
-    let printed_whole = ["'type': 'text'", "\"type\": \"text\"", "\"type\":\"text\""]
-        .iter()
-        .any(|p| typed.contains(p));
+    let printed_whole = ["'type': 'text'", "\"type\": \"text\"", "\"type\":\"text\""].iter().any(|p| typed.contains(p));
     caps.supports_typed_content = typed.contains(USER_NEEDLE) && !printed_whole;
     reasons.insert(
         "supports_typed_content",
