@@ -187,16 +187,30 @@ impl Outcome {
 
 fn run(t: &ChatTemplate, messages: serde_json::Value, tools: Option<serde_json::Value>, gen_prompt: bool) -> Outcome {
     let log = Arc::new(Mutex::new(BTreeSet::new()));
-    let ctx = minijinja::context! {
-        messages => Tracked::root(messages, "messages", log.clone()),
-        tools => tools.map(|t| Tracked::root(t, "tools", log.clone())).unwrap_or(Value::UNDEFINED),
-        add_generation_prompt => gen_prompt,
-        bos_token => "<BOS>",
-        eos_token => "<EOS>",
-    };
-    let output = t.render_value(ctx).map_err(|e| e.to_string());
+    let messages = Tracked::root(messages, "messages", log.clone());
+    let tools = tools.map(|t| Tracked::root(t, "tools", log.clone())).unwrap_or(Value::UNDEFINED);
+    let output = render_probe(t, messages, tools, gen_prompt, &serde_json::Map::new());
     let reads = log.lock().map(|l| l.clone()).unwrap_or_default();
     Outcome { output, reads }
+}
+
+/// One probe render: `messages`, `tools` (undefined: none), the generation prompt as
+/// `gen_prompt` says, the probe's BOS and EOS texts, and the extra variables `vars`.
+fn render_probe(
+    t: &ChatTemplate,
+    messages: Value,
+    tools: Value,
+    gen_prompt: bool,
+    vars: &serde_json::Map<String, serde_json::Value>,
+) -> Result<String, String> {
+    let mut ctx: std::collections::BTreeMap<String, Value> =
+        vars.iter().map(|(k, v)| (k.clone(), Value::from(minijinja::value::Serde(v.clone())))).collect();
+    ctx.insert("messages".into(), messages);
+    ctx.insert("tools".into(), tools);
+    ctx.insert("add_generation_prompt".into(), Value::from(gen_prompt));
+    ctx.insert("bos_token".into(), Value::from("<BOS>"));
+    ctx.insert("eos_token".into(), Value::from("<EOS>"));
+    t.render_value(Value::from(ctx)).map_err(|e| e.to_string())
 }
 
 /// The variables templates read to keep earlier reasoning in the prompt, each with the
@@ -228,19 +242,14 @@ fn thinking_on(switches: &[(&str, bool)]) -> serde_json::Map<String, serde_json:
     vars
 }
 
-/// `messages` rendered with the generation prompt and the extra variables `vars`.
+/// `messages` rendered without tools, with the generation prompt and the extra
+/// variables `vars`.
 fn with_vars(
     t: &ChatTemplate,
     messages: serde_json::Value,
     vars: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<String, String> {
-    let mut ctx: std::collections::BTreeMap<String, Value> =
-        vars.iter().map(|(k, v)| (k.clone(), Value::from(minijinja::value::Serde(v.clone())))).collect();
-    ctx.insert("messages".into(), Value::from(minijinja::value::Serde(messages)));
-    ctx.insert("add_generation_prompt".into(), Value::from(true));
-    ctx.insert("bos_token".into(), Value::from("<BOS>"));
-    ctx.insert("eos_token".into(), Value::from("<EOS>"));
-    t.render_value(Value::from(ctx)).map_err(|e| e.to_string())
+    render_probe(t, Value::from(minijinja::value::Serde(messages)), Value::UNDEFINED, true, vars)
 }
 
 fn user(content: serde_json::Value) -> serde_json::Value {
@@ -432,15 +441,20 @@ pub fn probe(template: &ChatTemplate) -> ProbeReport {
     };
     // A template may refuse the levels it does not know (Hunyuan's raises): the ones it
     // renders decide.
-    let rendered: Vec<String> = EFFORT_LEVELS.iter().filter_map(|l| effort(l).ok()).collect();
-    caps.supports_reasoning_effort = rendered.iter().any(|p| p != &rendered[0]);
+    let renders: Vec<Result<String, String>> = EFFORT_LEVELS.iter().map(|l| effort(l)).collect();
+    let rendered: Vec<&String> = renders.iter().filter_map(|r| r.as_ref().ok()).collect();
+    caps.supports_reasoning_effort = rendered.iter().any(|p| *p != rendered[0]);
     reasons.insert(
         "supports_reasoning_effort",
         why(
             caps.supports_reasoning_effort,
             "user message rendered with reasoning_effort low, medium, high, max and none (thinking on)",
             match rendered.len() {
-                0 => effort(EFFORT_LEVELS[0]).err().map(|e| format!("rendering failed: {e}")).unwrap_or_default(),
+                0 => renders
+                    .iter()
+                    .find_map(|r| r.as_ref().err())
+                    .map(|e| format!("rendering failed: {e}"))
+                    .unwrap_or_default(),
                 n if caps.supports_reasoning_effort => format!("the prompts differ ({n} levels rendered)"),
                 n => format!("the prompts are the same ({n} levels rendered)"),
             },
