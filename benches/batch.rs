@@ -7,12 +7,15 @@
 //! every weight once per step whatever `b` is, so aggregate throughput grows with `b`
 //! until the per-row work (attention, activations, the output head's rows) dominates.
 //!
-//! Environment: `TOOLGATE_MODELS` (model cache), `RAYON_NUM_THREADS` (threads).
+//! Environment: `TOOLGATE_MODELS` (model cache), `RAYON_NUM_THREADS` (threads),
+//! `BENCH_MODELS` (comma-separated GGUF file names in the cache, or paths, instead of
+//! the two test models), `BENCH_DEVICE` (`cpu`, the default, or `cuda[:N]`).
 //! Arguments: model-name filters (`SmolLM2`, `gemma`).
 
 mod common;
 use common::models_dir;
 
+use std::path::PathBuf;
 use std::time::Instant;
 
 use toolgate::engine::Engine;
@@ -26,13 +29,22 @@ fn main() {
     let smoke = !std::env::args().any(|a| a == "--bench");
     let (steps, widths): (usize, &[usize]) = if smoke { (2, &[1, 2]) } else { (64, &[1, 2, 4, 8]) };
     let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
-    for file in ["SmolLM2-135M-Instruct.Q4_1.gguf", "gemma-3-270m-q4_k_m.gguf"] {
+    let device: DeviceChoice =
+        std::env::var("BENCH_DEVICE").map_or(DeviceChoice::Cpu, |d| d.parse().expect("BENCH_DEVICE"));
+    let files: Vec<String> = match std::env::var("BENCH_MODELS") {
+        Ok(list) => list.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+        Err(_) => vec!["SmolLM2-135M-Instruct.Q4_1.gguf".into(), "gemma-3-270m-q4_k_m.gguf".into()],
+    };
+    for file in &files {
         if !filter.is_empty() && !filter.iter().any(|f| file.contains(f.as_str())) {
             continue;
         }
-        let path = models_dir().join(file);
+        let path = if file.contains('/') { PathBuf::from(file) } else { models_dir().join(file) };
         assert!(path.exists(), "{} not found: run scripts/fetch-models", path.display());
-        let mut engine = Engine::load(&path, DeviceChoice::Cpu).expect("load");
+        let file = path.file_name().and_then(|n| n.to_str()).unwrap_or(file);
+        let mut engine = Engine::load(&path, device).expect("load");
+        // Enough text for 8 slots' prompts (the dense synthetic files spend a token per
+        // byte, the real ones about one per word).
         let words: Vec<u32> = engine.tokenizer().encode_prompt(&TEXT.repeat(20), false).expect("encode");
         let model = engine.model();
         let mut base = None;

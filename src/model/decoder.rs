@@ -583,10 +583,21 @@ impl Decoder {
             }
             None => None,
         };
+        // On the CUDA decode kernels the residual sum that ends a layer waits for the
+        // next layer's norm, to run as one kernel with it (`cuda::add_rms_norm`).
+        let carry = positions.is_some() && cuda::fused(&self.device);
+        let mut pending = None;
         for li in 0..self.layers.len() {
-            x = self.layer_forward(li, &x, &rows, ropes, q_scale.as_ref(), positions)?;
+            let (x_in, f) = self.layer_forward(li, &x, pending.take(), &rows, ropes, q_scale.as_ref(), positions)?;
+            match carry {
+                true => (x, pending) = (x_in, Some(f)),
+                false => x = (x_in + f)?,
+            }
         }
-        Ok(x)
+        Ok(match pending {
+            Some(f) => (x + f)?,
+            None => x,
+        })
     }
 
     /// Final norm and output head: `(1, n, n_embd)` → logits `(n, vocab)`.
@@ -607,22 +618,33 @@ impl Decoder {
         self.embed.out_features()
     }
 
+    /// Layer `li` over the residual stream `x` (plus `pending`, the previous layer's
+    /// FFN output when its sum was left to this layer): returns the stream after
+    /// attention and the FFN's output, whose sum is the layer's output.
+    #[allow(clippy::too_many_arguments)]
     fn layer_forward(
         &mut self,
         li: usize,
         x: &Tensor,
+        pending: Option<Tensor>,
         rows: &Rows<'_>,
         ropes: &[(Tensor, Tensor)],
         q_scale: Option<&Tensor>,
         positions: Option<&Tensor>,
-    ) -> Result<Tensor> {
+    ) -> Result<(Tensor, Tensor)> {
         let hp = &self.hp;
         let (_, t, _) = x.dims3()?;
         let layer = &mut self.layers[li];
-        let h = match &layer.attn_norm {
-            Some(w) => rms_norm(x, w, hp.rms_eps)?,
-            None => x.clone(),
+        let (x, h) = match (pending, &layer.attn_norm) {
+            (Some(f), Some(w)) => cuda::add_rms_norm(&x.contiguous()?, &f.contiguous()?, w, hp.rms_eps)?,
+            (Some(f), None) => {
+                let x = (x + f)?;
+                (x.clone(), x)
+            }
+            (None, Some(w)) => (x.clone(), rms_norm(x, w, hp.rms_eps)?),
+            (None, None) => (x.clone(), x.clone()),
         };
+        let x = &x;
         // The CUDA decode kernels add the q/k/v biases themselves (unless a norm over the
         // whole projection comes first).
         let fused = positions.is_some() && q_scale.is_none();
@@ -631,9 +653,17 @@ impl Decoder {
         let qw = hp.n_head * hp.head_dim;
         let kw = hp.n_head_kv * hp.head_dim;
         let vw = hp.n_head_kv * hp.v_head_dim;
+        let split = |qkv: Tensor| -> Result<(Tensor, Tensor, Tensor)> {
+            Ok((qkv.narrow(2, 0, qw)?, qkv.narrow(2, qw, kw)?, qkv.narrow(2, qw + kw, vw)?))
+        };
         let ((q, k, v), biases) = match &layer.qkv {
             Qkv::Separate { q, k, v } => {
-                ((project(q)?, project(k)?, project(v)?), [q.bias().cloned(), k.bias().cloned(), v.bias().cloned()])
+                let biases = [q.bias().cloned(), k.bias().cloned(), v.bias().cloned()];
+                // A decode row on CUDA: the three in one launch (`kernels/matvec.cu`).
+                match QLinear::forward_group(&[q, k, v], &h, !unbiased)? {
+                    Some(qkv) => (split(qkv)?, biases),
+                    None => ((project(q)?, project(k)?, project(v)?), biases),
+                }
             }
             Qkv::Fused(w) => {
                 let qkv = project(w)?;
@@ -642,7 +672,7 @@ impl Decoder {
                     Some(b) => [Some(part(b, 0, qw)?), Some(part(b, qw, kw)?), Some(part(b, qw + kw, vw)?)],
                     None => [None, None, None],
                 };
-                ((qkv.narrow(2, 0, qw)?, qkv.narrow(2, qw, kw)?, qkv.narrow(2, qw + kw, vw)?), biases)
+                (split(qkv)?, biases)
             }
         };
         let biases = if unbiased { biases } else { [None, None, None] };
@@ -724,7 +754,9 @@ impl Decoder {
     }
 
     /// The rest of layer `li` after attention: output projection, residual, FFN.
-    fn layer_tail(&self, li: usize, x: &Tensor, o: Tensor) -> Result<Tensor> {
+    /// Returns the stream after attention and the FFN's output (their sum is the
+    /// layer's output).
+    fn layer_tail(&self, li: usize, x: &Tensor, o: Tensor) -> Result<(Tensor, Tensor)> {
         let (hp, layer) = (&self.hp, &self.layers[li]);
         let mut o = layer.attn_out.forward(&o)?;
         if let Some(w) = &layer.post_attn_norm {
@@ -754,7 +786,7 @@ impl Decoder {
         if let Some(s) = hp.scales.residual {
             f = (f * s as f64)?;
         }
-        Ok((x + f)?)
+        Ok((x, f))
     }
 }
 

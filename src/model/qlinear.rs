@@ -2,7 +2,10 @@
 //!
 //! Every projection in every architecture is a [`QLinear`]. On CPU, weights of the
 //! types in [`crate::kernels::WeightType::ALL`] run on toolgate's own kernels
-//! ([`crate::kernels`]); every other type and device runs candle's `QMatMul`.
+//! ([`crate::kernels`]); every other type and device runs candle's `QMatMul` — but
+//! on CUDA, a few rows (decode) of a type `kernels/matvec.cu` reads run that kernel
+//! (`super::cuda::matvec`: f32 activations, the bias added in the kernel, q/k/v or
+//! gate/up in one launch).
 //! `TOOLGATE_KERNELS=candle` keeps candle's matmul everywhere (for comparison).
 
 use candle_core::quantized::{QMatMul, QTensor};
@@ -124,11 +127,61 @@ impl QLinear {
     /// # Errors
     /// On a shape mismatch.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if let Some(y) = Self::forward_group(&[self], x, true)? {
+            return Ok(y);
+        }
         let y = self.forward_unbiased(x)?;
         Ok(match &self.bias {
             Some(b) => y.broadcast_add(b)?,
             None => y,
         })
+    }
+
+    /// `parts` (up to three, one input width) applied to `x` in one launch of the CUDA
+    /// decode matvec (`kernels/matvec.cu`), outputs side by side `(…, Σ out_features)`,
+    /// each with its bias when `with_bias`. `Ok(None)` where the matvec does not apply
+    /// (not CUDA, more than eight rows, a weight candle holds dequantized or a type the
+    /// matvec does not read): the caller runs the parts one by one.
+    ///
+    /// # Errors
+    /// On a shape mismatch or a failed launch.
+    pub(crate) fn forward_group(parts: &[&QLinear], x: &Tensor, with_bias: bool) -> Result<Option<Tensor>> {
+        let Some(weights) = Self::matvec_weights(parts, with_bias) else { return Ok(None) };
+        super::cuda::matvec(x, &weights, None)
+    }
+
+    /// `act(x · gateᵀ + b) · (x · upᵀ + b)` in one launch of the CUDA decode matvec;
+    /// `Ok(None)` where it does not apply (as [`QLinear::forward_group`], or gate and up
+    /// of different widths).
+    ///
+    /// # Errors
+    /// On a shape mismatch or a failed launch.
+    pub(crate) fn forward_gated(
+        gate: &QLinear,
+        up: &QLinear,
+        activation: super::arch::Activation,
+        x: &Tensor,
+    ) -> Result<Option<Tensor>> {
+        match Self::matvec_weights(&[gate, up], true) {
+            Some(weights) if gate.out_features == up.out_features => super::cuda::matvec(x, &weights, Some(activation)),
+            _ => Ok(None),
+        }
+    }
+
+    /// The quantized weights (and biases) of `parts` when candle holds each as a
+    /// `QTensor` on a CUDA device.
+    fn matvec_weights<'a>(parts: &[&'a QLinear], with_bias: bool) -> Option<Vec<(&'a QTensor, Option<&'a Tensor>)>> {
+        parts
+            .iter()
+            .map(|p| match &p.weight {
+                Weight::Candle(QMatMul::QTensor(w))
+                    if w.device().is_cuda() && p.bias.as_ref().is_none_or(|b| b.dtype() == DType::F32) =>
+                {
+                    Some((w.as_ref(), if with_bias { p.bias.as_ref() } else { None }))
+                }
+                _ => None,
+            })
+            .collect()
     }
 
     /// [`QLinear::forward`] without the bias: for a caller that adds [`QLinear::bias`]
@@ -137,6 +190,9 @@ impl QLinear {
     /// # Errors
     /// On a shape mismatch.
     pub fn forward_unbiased(&self, x: &Tensor) -> Result<Tensor> {
+        if let Some(y) = Self::forward_group(&[self], x, false)? {
+            return Ok(y);
+        }
         Ok(match &self.weight {
             Weight::Candle(w) => w.forward(x)?,
             Weight::Kernels(w) => x.to_dtype(DType::F32)?.contiguous()?.apply_op1_no_bwd(&KernelMatmul(w))?,

@@ -1,6 +1,7 @@
 //! Launchers of toolgate's own CUDA kernels (`kernels/decode.cu`, compiled to PTX by
 //! `build.rs`): the attention of decode rows (per-head norms, RoPE, the KV-cache store,
-//! flash-decoding), the gated activation and the residual sum with the next norm.
+//! flash-decoding), the gated activation and the residual sum with the next norm; and
+//! the decode matvec of quantized weights (`kernels/matvec.cu`).
 //!
 //! They take candle tensors and launch on candle's stream, so they interleave with
 //! candle's ops and can be captured into a CUDA graph with them. The attention kernels
@@ -11,6 +12,7 @@ use std::sync::Arc;
 
 use candle_core::cuda_backend::cudarc::driver::{CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::CudaDevice;
+use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Storage, Tensor};
 
 use super::{Heads, Rope};
@@ -324,4 +326,109 @@ pub(crate) fn buffer_ids(tensors: &[&Tensor]) -> Result<Vec<u64>> {
     let Some(first) = tensors.first() else { return Ok(Vec::new()) };
     let stream = cuda_device(first)?.cuda_stream();
     tensors.iter().map(|t| address(t, &stream)).collect()
+}
+
+const MATVEC_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/matvec.ptx"));
+const MATVEC_MODULE: &str = "toolgate_matvec";
+/// Threads of a matvec block: `MV_WARPS` (matvec.cu) warps, one output row each.
+const MATVEC_THREADS: u32 = 128;
+/// The most activation rows one matvec launch takes (`tg_matvec_1` … `tg_matvec_8`).
+pub(crate) const MATVEC_MAX_ROWS: usize = 8;
+
+/// ggml's id of a weight type `kernels/matvec.cu` reads (its `T_*`), and the weights
+/// of the unit one lane takes; `None` for the others (Q2_K, Q3_K, BF16…: candle's
+/// matmul runs them).
+pub(crate) fn matvec_type(dtype: GgmlDType) -> Option<(i32, usize)> {
+    Some(match dtype {
+        GgmlDType::F32 => (0, 8),
+        GgmlDType::F16 => (1, 8),
+        GgmlDType::Q4_0 => (2, 32),
+        GgmlDType::Q4_1 => (3, 32),
+        GgmlDType::Q5_0 => (6, 32),
+        GgmlDType::Q5_1 => (7, 32),
+        GgmlDType::Q8_0 => (8, 32),
+        GgmlDType::Q4K => (12, 64),
+        GgmlDType::Q5K => (13, 64),
+        GgmlDType::Q6K => (14, 64),
+        _ => return None,
+    })
+}
+
+/// `x · Wᵀ (+ b)` for up to three weights of one input width read in their GGUF
+/// layout (`kernels/matvec.cu`), outputs side by side: `x` `(…, k)` contiguous f32 of
+/// at most [`MATVEC_MAX_ROWS`] rows, each weight `(n_j, k)` of a type
+/// [`matvec_type`] reads, on `x`'s device. With `glu` (`mode, alpha, limit` as
+/// [`glu`]) the two weights are gate and up of one width `n` and the result is
+/// `act(x · gateᵀ + b_g) · (x · upᵀ + b_u)`, `(…, n)`; otherwise `(…, Σ n_j)`.
+///
+/// Cost: one launch; reads each weight once for all rows; one output allocation.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] on a shape, type or device mismatch (nothing is
+/// launched); a driver error if the launch fails.
+pub(crate) fn matvec(
+    x: &Tensor,
+    weights: &[(&QTensor, Option<&Tensor>)],
+    glu: Option<(i32, f32, f32)>,
+) -> Result<Tensor> {
+    let k = x.dims().last().copied().unwrap_or(0);
+    let rows = x.elem_count().checked_div(k).unwrap_or(0);
+    let mut parts = Vec::with_capacity(3);
+    for (w, b) in weights {
+        let (n, wk) = w.shape().dims2()?;
+        let Some((t, unit)) = matvec_type(w.dtype()) else {
+            return Err(bad(format!("matvec of a {:?} weight", w.dtype())));
+        };
+        if wk != k || !k.is_multiple_of(unit) || b.is_some_and(|b| b.elem_count() != n || b.dtype() != DType::F32) {
+            return Err(bad(format!("matvec of a ({n}, {wk}) weight by activations {:?}", x.dims())));
+        }
+        parts.push((*w, *b, t, n));
+    }
+    let gate_up = glu.is_some();
+    if parts.is_empty()
+        || parts.len() > 3
+        || (gate_up && (parts.len() != 2 || parts[0].3 != parts[1].3))
+        || rows == 0
+        || rows > MATVEC_MAX_ROWS
+        || x.dtype() != DType::F32
+        || !x.is_contiguous()
+    {
+        return Err(bad(format!("matvec of {} weights by activations {:?}", parts.len(), x.dims())));
+    }
+    let dev = cuda_device(x)?;
+    let stream = dev.cuda_stream();
+    let n_out = if gate_up { parts[0].3 } else { parts.iter().map(|p| p.3).sum() };
+    let mut dims = x.dims().to_vec();
+    *dims.last_mut().expect("k > 0") = n_out;
+    // SAFETY: the kernel writes every element.
+    let out = unsafe { Tensor::empty(dims, DType::F32, x.device())? };
+    let (xa, ya) = (address(x, &stream)?, address(&out, &stream)?);
+    let mut w = [0u64; 3];
+    let mut b = [0u64; 3];
+    let mut t = [0i32; 3];
+    let mut n = [0i32; 3];
+    for (j, (qt, bias, ty, rows_j)) in parts.iter().enumerate() {
+        if !qt.device().same_device(x.device()) {
+            return Err(bad("matvec weight on another device".into()));
+        }
+        w[j] = qt.device_ptr()? as u64;
+        b[j] = bias.map_or(Ok(0), |b| address(b, &stream))?;
+        (t[j], n[j]) = (*ty, *rows_j as i32);
+    }
+    let (mode, alpha, limit) = glu.unwrap_or((-1, 0.0, 0.0));
+    let (k_i, ys) = (k as i32, n_out as i32);
+    let func = dev.get_or_load_custom_func(&format!("tg_matvec_{rows}"), MATVEC_MODULE, MATVEC_PTX)?;
+    let mut lb = func.builder();
+    lb.arg(&xa).arg(&k_i).arg(&w[0]).arg(&w[1]).arg(&w[2]).arg(&t[0]).arg(&t[1]).arg(&t[2]);
+    lb.arg(&n[0]).arg(&n[1]).arg(&n[2]).arg(&b[0]).arg(&b[1]).arg(&b[2]).arg(&ya).arg(&ys);
+    lb.arg(&mode).arg(&alpha).arg(&limit);
+    let blocks = (n_out as u32).div_ceil(MATVEC_THREADS / 32);
+    // SAFETY: the arguments match tg_matvec_N's signature; each weight holds n_j rows of
+    // k inputs in its type's layout (its QTensor's shape), the biases n_j floats, x
+    // `rows` rows of k, and `out` rows × n_out.
+    unsafe {
+        lb.launch(LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (MATVEC_THREADS, 1, 1), shared_mem_bytes: 0 })
+    }
+    .map_err(|e| bad(format!("matvec launch: {e}")))?;
+    Ok(out)
 }

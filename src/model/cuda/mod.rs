@@ -11,6 +11,9 @@
 //!   per head, a score matrix, softmax) — the path before these kernels, for comparison;
 //!   the default `fused` runs [`attend`], [`glu`] and [`add_rms_norm`].
 //! - `TOOLGATE_CUDA_GRAPH=off` runs the fused step without capturing it.
+//! - `TOOLGATE_CUDA_MATVEC=candle` keeps candle's quantized matmul for projections of
+//!   a few rows; the default runs [`matvec`] (`kernels/matvec.cu`) where the weight type
+//!   allows.
 
 #[cfg(feature = "cuda")]
 mod graph;
@@ -156,6 +159,18 @@ pub(super) fn glu(
     row_stride: usize,
     rows_n: (usize, usize),
 ) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    return kernels::glu(g, g_offset, u, u_offset, row_stride, rows_n, glu_mode(activation));
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (g, g_offset, u, u_offset, row_stride, rows_n, glu_mode(activation));
+        Err(unavailable())
+    }
+}
+
+/// The kernels' code for `activation` (`mode`, SwiGLU's `alpha` and `limit`): 0 SiLU,
+/// 1 GELU (tanh), 2 gpt-oss's clamped SwiGLU.
+fn glu_mode(activation: super::arch::Activation) -> (i32, f32, f32) {
     use super::arch::Activation;
     use crate::kernels::glu::{OAI_ALPHA, OAI_LIMIT};
     let mode = match activation {
@@ -163,12 +178,51 @@ pub(super) fn glu(
         Activation::GeluTanh => 1,
         Activation::SwigluOai => 2,
     };
+    (mode, OAI_ALPHA, OAI_LIMIT)
+}
+
+/// Whether projections of a few rows on `device` run toolgate's matvec
+/// (`kernels/matvec.cu`): [`fused`] decode, and `TOOLGATE_CUDA_MATVEC` not `candle`.
+#[cfg(feature = "cuda")]
+fn matvec_on(device: &Device) -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    fused(device) && *ON.get_or_init(|| std::env::var("TOOLGATE_CUDA_MATVEC").map_or(true, |v| v != "candle"))
+}
+
+/// `x · Wᵀ (+ b)` for each of `weights` (a quantized weight and its bias) in one launch
+/// of toolgate's matvec, outputs side by side `(…, Σ n_j)`; with `gated`, the two
+/// weights are gate and up and the result is `act(gate) · up` `(…, n)`.
+/// `Ok(None)` when the matvec does not apply — not `matvec_on`, more than eight rows
+/// or three weights, activations not f32, or a weight type it does not read (Q2_K,
+/// Q3_K, IQ…) — and the caller runs candle's matmul.
+///
+/// Cost: one launch, each weight read once for all rows.
+///
+/// # Errors
+/// On a shape mismatch or a failed launch.
+pub(super) fn matvec(
+    x: &Tensor,
+    weights: &[(&candle_core::quantized::QTensor, Option<&Tensor>)],
+    gated: Option<super::arch::Activation>,
+) -> Result<Option<Tensor>> {
     #[cfg(feature = "cuda")]
-    return kernels::glu(g, g_offset, u, u_offset, row_stride, rows_n, (mode, OAI_ALPHA, OAI_LIMIT));
+    {
+        let k = x.dims().last().copied().unwrap_or(0);
+        let applies = matvec_on(x.device())
+            && x.dtype() == candle_core::DType::F32
+            && k > 0
+            && x.elem_count() / k <= kernels::MATVEC_MAX_ROWS
+            && (1..=3).contains(&weights.len())
+            && weights.iter().all(|(w, _)| kernels::matvec_type(w.dtype()).is_some());
+        if !applies {
+            return Ok(None);
+        }
+        Ok(Some(kernels::matvec(&x.contiguous()?, weights, gated.map(glu_mode))?))
+    }
     #[cfg(not(feature = "cuda"))]
     {
-        let _ = (g, g_offset, u, u_offset, row_stride, rows_n, mode, OAI_ALPHA, OAI_LIMIT);
-        Err(unavailable())
+        let _ = (x, weights, gated);
+        Ok(None)
     }
 }
 

@@ -105,6 +105,10 @@ fn glu_tensors(activation: Activation, g: &Tensor, u: &Tensor) -> Result<Tensor>
 pub(super) fn ffn_forward(ffn: &Ffn, activation: Activation, h: &Tensor) -> Result<Tensor> {
     Ok(match ffn {
         Ffn::GateUp { gate, up, down } => {
+            // A few rows on CUDA: gate, up and the activation in one launch.
+            if let Some(a) = QLinear::forward_gated(gate, up, activation, h)? {
+                return down.forward(&a);
+            }
             let (g, u) = (gate.forward(h)?, up.forward(h)?);
             let (_, rows, n) = g.dims3()?;
             match cuda::fused(h.device()) {
