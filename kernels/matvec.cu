@@ -13,10 +13,11 @@
 //
 // Layout: the weight of `n` outputs and `k` inputs is `n` rows of k / B blocks of the
 // type's block (B weights, the bytes ggml writes); a warp computes one output row for
-// every activation row, its 32 lanes taking the row's "units" (a block, or a quarter
-// of a 256-weight super-block) in turn; 4 warps a block of threads.
+// every activation row, its 32 lanes taking the row's chunks (8 or 16 weights:
+// `chunk_weights`) in turn, consecutive lanes consecutive chunks so that each load
+// instruction of the warp reads contiguous bytes; 4 warps a block of threads.
 //
-// The unit decoders below are plain C++ (host and device): scripts/check-matvec.py
+// The chunk decoders below are plain C++ (host and device): scripts/check-matvec.py
 // compiles them for the host and checks them against gguf-py's dequantization.
 
 #include <stdint.h>
@@ -95,13 +96,14 @@ TG_HD int block_weights(int t) {
     }
 }
 
-// F32/F16 units are 8 weights; 32-weight blocks are one unit; 256-weight super-blocks
-// four units of 64.
-TG_HD int unit_weights(int t) {
+// Weights per chunk (what one lane takes at a time): 16 for the 256-weight
+// super-blocks (16 lanes a super-block), 8 for everything else (4 lanes a 32-weight
+// block). Consecutive lanes take consecutive chunks, so a warp's loads of weights and
+// activations are contiguous.
+TG_HD int chunk_weights(int t) {
     switch (t) {
-        case T_F32: case T_F16: return 8;
-        case T_Q4_K: case T_Q5_K: case T_Q6_K: return 64;
-        default: return 32;
+        case T_Q4_K: case T_Q5_K: case T_Q6_K: return 16;
+        default: return 8;
     }
 }
 
@@ -116,123 +118,163 @@ TG_HD void scale_min_k4(int j, const uint8_t* q, float* sc, float* m) {
     }
 }
 
-// Unit `u` of a row (`row` its first byte): calls emit(column, weight) for each of its
-// weights. Columns are absolute within the row.
-template <class Emit>
-TG_HD void unit_weights_of(int t, const uint8_t* row, int u, Emit& emit) {
+// Chunk `q` of a row (`row` its first byte): calls dot.add4(column, w0, w1, w2, w3)
+// for its weights, four consecutive columns at a time (columns absolute in the row).
+template <int t, class Dot>
+TG_HD void chunk_dot(const uint8_t* row, int q, Dot& dot) {
     switch (t) {
         case T_F32: {
-            const float* w = (const float*)row + u * 8;
-            for (int i = 0; i < 8; i++) emit(u * 8 + i, w[i]);
+            const float* w = (const float*)row + q * 8;
+            dot.add4(q * 8, w[0], w[1], w[2], w[3]);
+            dot.add4(q * 8 + 4, w[4], w[5], w[6], w[7]);
             break;
         }
         case T_F16: {
-            const uint8_t* w = row + u * 16;
-            for (int i = 0; i < 8; i++) emit(u * 8 + i, f16(w + 2 * i));
+            const uint8_t* w = row + q * 16;
+            dot.add4(q * 8, f16(w), f16(w + 2), f16(w + 4), f16(w + 6));
+            dot.add4(q * 8 + 4, f16(w + 8), f16(w + 10), f16(w + 12), f16(w + 14));
             break;
         }
-        case T_Q4_0: case T_Q4_1: {
-            const uint8_t* b = row + u * block_bytes(t);
-            const float d = f16(b);
-            const float m = t == T_Q4_1 ? f16(b + 2) : -8.f * d;
-            const uint8_t* qs = b + (t == T_Q4_1 ? 4 : 2);
-            for (int i = 0; i < 16; i++) {
-                emit(u * 32 + i, d * (float)(qs[i] & 0xF) + m);
-                emit(u * 32 + i + 16, d * (float)(qs[i] >> 4) + m);
+        case T_Q4_0: case T_Q4_1: case T_Q5_0: case T_Q5_1: {
+            // Four chunks a block; chunk c: quant bytes 4c..4c+3, low nibbles columns
+            // 4c.., high nibbles 16 + 4c.. (Q5: the fifth bits from qh, bit i and i + 16).
+            const int b = q >> 2, c = q & 3;
+            const bool one = t == T_Q4_1 || t == T_Q5_1, five = t == T_Q5_0 || t == T_Q5_1;
+            const uint8_t* blk = row + b * block_bytes(t);
+            const float d = f16(blk);
+            const float m = one ? f16(blk + 2) : (five ? -16.f : -8.f) * d;
+            const uint8_t* hp = blk + (one ? 4 : 2);
+            const uint32_t qh = five ? u32le(hp) : 0;
+            const uint8_t* qs = hp + (five ? 4 : 0) + 4 * c;
+            float lo[4], hi[4];
+            for (int i = 0; i < 4; i++) {
+                const int j = 4 * c + i;
+                lo[i] = d * (float)((qs[i] & 0xF) | (((qh >> j) & 1) << 4)) + m;
+                hi[i] = d * (float)((qs[i] >> 4) | (((qh >> (j + 16)) & 1) << 4)) + m;
             }
-            break;
-        }
-        case T_Q5_0: case T_Q5_1: {
-            const uint8_t* b = row + u * block_bytes(t);
-            const float d = f16(b);
-            const float m = t == T_Q5_1 ? f16(b + 2) : -16.f * d;
-            const uint8_t* hp = b + (t == T_Q5_1 ? 4 : 2);
-            const uint32_t qh = u32le(hp);
-            const uint8_t* qs = hp + 4;
-            for (int i = 0; i < 16; i++) {
-                const int lo = (qs[i] & 0xF) | (((qh >> i) & 1) << 4);
-                const int hi = (qs[i] >> 4) | (((qh >> (i + 16)) & 1) << 4);
-                emit(u * 32 + i, d * (float)lo + m);
-                emit(u * 32 + i + 16, d * (float)hi + m);
-            }
+            dot.add4(b * 32 + 4 * c, lo[0], lo[1], lo[2], lo[3]);
+            dot.add4(b * 32 + 16 + 4 * c, hi[0], hi[1], hi[2], hi[3]);
             break;
         }
         case T_Q8_0: {
-            const uint8_t* b = row + u * 34;
-            const float d = f16(b);
-            for (int i = 0; i < 32; i++) emit(u * 32 + i, d * (float)(int8_t)b[2 + i]);
+            const int b = q >> 2, c = q & 3;
+            const uint8_t* blk = row + b * 34;
+            const float d = f16(blk);
+            const int8_t* qs = (const int8_t*)(blk + 2 + 8 * c);
+            dot.add4(b * 32 + 8 * c, d * qs[0], d * qs[1], d * qs[2], d * qs[3]);
+            dot.add4(b * 32 + 8 * c + 4, d * qs[4], d * qs[5], d * qs[6], d * qs[7]);
             break;
         }
         case T_Q4_K: case T_Q5_K: {
-            // Unit g (0..3) of super-block s: 32 bytes of quants, low nibbles sub-block
-            // 2g, high nibbles 2g + 1 (Q5_K: the fifth bits in qh, bits 2g and 2g + 1).
-            const int s = u >> 2, g = u & 3;
-            const uint8_t* b = row + s * block_bytes(t);
-            const float d = f16(b), dmin = f16(b + 2);
-            float sc0, m0, sc1, m1;
-            scale_min_k4(2 * g, b + 4, &sc0, &m0);
-            scale_min_k4(2 * g + 1, b + 4, &sc1, &m1);
-            const float d0 = d * sc0, o0 = dmin * m0, d1 = d * sc1, o1 = dmin * m1;
+            // 16 chunks a super-block: chunk c = 4g + j takes quant bytes 32g + 8j..+7,
+            // low nibbles sub-block 2g (columns 64g + 8j..), high nibbles 2g + 1 (+32);
+            // Q5_K's fifth bits are bits 2g, 2g + 1 of qh[8j..].
+            const int s = q >> 4, g = (q >> 2) & 3, j = q & 3;
             const bool five = t == T_Q5_K;
-            const uint8_t* qh = b + 16;
-            const uint8_t* qs = b + (five ? 48 : 16) + 32 * g;
-            const int col = s * 256 + 64 * g;
-            for (int i = 0; i < 32; i++) {
-                int lo = qs[i] & 0xF, hi = qs[i] >> 4;
+            const uint8_t* blk = row + s * block_bytes(t);
+            const float d = f16(blk), dmin = f16(blk + 2);
+            float sc0, m0, sc1, m1;
+            scale_min_k4(2 * g, blk + 4, &sc0, &m0);
+            scale_min_k4(2 * g + 1, blk + 4, &sc1, &m1);
+            const float d0 = d * sc0, o0 = dmin * m0, d1 = d * sc1, o1 = dmin * m1;
+            const uint8_t* qh = blk + 16 + 8 * j;
+            const uint8_t* qs = blk + (five ? 48 : 16) + 32 * g + 8 * j;
+            const int col = s * 256 + 64 * g + 8 * j;
+            float lo[8], hi[8];
+            for (int i = 0; i < 8; i++) {
+                int l = qs[i] & 0xF, h = qs[i] >> 4;
                 if (five) {
-                    lo |= ((qh[i] >> (2 * g)) & 1) << 4;
-                    hi |= ((qh[i] >> (2 * g + 1)) & 1) << 4;
+                    l |= ((qh[i] >> (2 * g)) & 1) << 4;
+                    h |= ((qh[i] >> (2 * g + 1)) & 1) << 4;
                 }
-                emit(col + i, d0 * (float)lo - o0);
-                emit(col + 32 + i, d1 * (float)hi - o1);
+                lo[i] = d0 * (float)l - o0;
+                hi[i] = d1 * (float)h - o1;
             }
+            dot.add4(col, lo[0], lo[1], lo[2], lo[3]);
+            dot.add4(col + 4, lo[4], lo[5], lo[6], lo[7]);
+            dot.add4(col + 32, hi[0], hi[1], hi[2], hi[3]);
+            dot.add4(col + 36, hi[4], hi[5], hi[6], hi[7]);
             break;
         }
         case T_Q6_K: {
-            // Unit (n, h) of super-block s, n, h in 0..1: l in 16h..16h + 15 of half n,
+            // 16 chunks a super-block: chunk c = 8n + e takes l = 4e..4e+3 of half n,
             // four weights each (columns 128n + l + 0/32/64/96).
-            const int s = u >> 2, n = (u >> 1) & 1, h = u & 1;
-            const uint8_t* b = row + s * 210;
-            const uint8_t* ql = b + 64 * n;
-            const uint8_t* qh = b + 128 + 32 * n;
-            const int8_t* sc = (const int8_t*)(b + 192) + 8 * n + h;
-            const float d = f16(b + 208);
+            const int s = q >> 4, n = (q >> 3) & 1, l0 = 4 * (q & 7);
+            const uint8_t* blk = row + s * 210;
+            const uint8_t* ql = blk + 64 * n + l0;
+            const uint8_t* qh = blk + 128 + 32 * n + l0;
+            const int8_t* sc = (const int8_t*)(blk + 192) + 8 * n + l0 / 16;
+            const float d = f16(blk + 208);
             const float s0 = d * sc[0], s1 = d * sc[2], s2 = d * sc[4], s3 = d * sc[6];
-            const int col = s * 256 + 128 * n;
-            for (int l = 16 * h; l < 16 * h + 16; l++) {
-                const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-                const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-                const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-                const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-                emit(col + l, s0 * (float)q1);
-                emit(col + l + 32, s1 * (float)q2);
-                emit(col + l + 64, s2 * (float)q3);
-                emit(col + l + 96, s3 * (float)q4);
+            float w1[4], w2[4], w3[4], w4[4];
+            for (int i = 0; i < 4; i++) {
+                w1[i] = s0 * (float)(((ql[i] & 0xF) | (((qh[i] >> 0) & 3) << 4)) - 32);
+                w2[i] = s1 * (float)(((ql[i + 32] & 0xF) | (((qh[i] >> 2) & 3) << 4)) - 32);
+                w3[i] = s2 * (float)(((ql[i] >> 4) | (((qh[i] >> 4) & 3) << 4)) - 32);
+                w4[i] = s3 * (float)(((ql[i + 32] >> 4) | (((qh[i] >> 6) & 3) << 4)) - 32);
             }
+            const int col = s * 256 + 128 * n + l0;
+            dot.add4(col, w1[0], w1[1], w1[2], w1[3]);
+            dot.add4(col + 32, w2[0], w2[1], w2[2], w2[3]);
+            dot.add4(col + 64, w3[0], w3[1], w3[2], w3[3]);
+            dot.add4(col + 96, w4[0], w4[1], w4[2], w4[3]);
             break;
         }
         default: break;
     }
 }
 
-// Accumulates weight · x[r][column] for NR activation rows.
+// Accumulates weights · x[r][columns] for NR activation rows (x row r at x + r * k;
+// 16-byte aligned rows on the device, read four floats at a time).
 template <int NR>
 struct Dot {
     const float* x;
     int k;
     float acc[NR];
-    TG_HD void operator()(int col, float w) {
+    TG_HD void add4(int col, float w0, float w1, float w2, float w3) {
 #pragma unroll
-        for (int r = 0; r < NR; r++) acc[r] += w * x[(long)r * k + col];
+        for (int r = 0; r < NR; r++) {
+            const float* p = x + (long)r * k + col;
+#ifdef __CUDA_ARCH__
+            const float4 v = __ldg((const float4*)p);
+            acc[r] += w0 * v.x + w1 * v.y + w2 * v.z + w3 * v.w;
+#else
+            acc[r] += w0 * p[0] + w1 * p[1] + w2 * p[2] + w3 * p[3];
+#endif
+        }
     }
 };
 
+// The chunks `first`, `first + step`, ... of a row of type T, U at a time (so that
+// their loads are in flight together).
+template <int T, int U, int NR>
+TG_HD void chunks_dot(const uint8_t* row, int k, int first, int step, Dot<NR>& dot) {
+    const int chunks = k / chunk_weights(T);
+    int q = first;
+    for (; q + (U - 1) * step < chunks; q += U * step) {
+#pragma unroll
+        for (int u = 0; u < U; u++) chunk_dot<T>(row, q + u * step, dot);
+    }
+    for (; q < chunks; q += step) chunk_dot<T>(row, q, dot);
+}
+
 // The dot products of weight row `row` (k inputs, type t) with NR activation rows,
-// over the units `first`, `first + step`, ...: partial sums in dot.acc.
-template <int NR>
+// over the chunks `first`, `first + step`, ... (U at a time): partial sums in dot.acc.
+template <int NR, int U = 1>
 TG_HD void row_dot(int t, const uint8_t* row, int k, int first, int step, Dot<NR>& dot) {
-    const int units = k / unit_weights(t);
-    for (int u = first; u < units; u += step) unit_weights_of(t, row, u, dot);
+    switch (t) {
+        case T_F32: chunks_dot<T_F32, U>(row, k, first, step, dot); break;
+        case T_F16: chunks_dot<T_F16, U>(row, k, first, step, dot); break;
+        case T_Q4_0: chunks_dot<T_Q4_0, U>(row, k, first, step, dot); break;
+        case T_Q4_1: chunks_dot<T_Q4_1, U>(row, k, first, step, dot); break;
+        case T_Q5_0: chunks_dot<T_Q5_0, U>(row, k, first, step, dot); break;
+        case T_Q5_1: chunks_dot<T_Q5_1, U>(row, k, first, step, dot); break;
+        case T_Q8_0: chunks_dot<T_Q8_0, U>(row, k, first, step, dot); break;
+        case T_Q4_K: chunks_dot<T_Q4_K, U>(row, k, first, step, dot); break;
+        case T_Q5_K: chunks_dot<T_Q5_K, U>(row, k, first, step, dot); break;
+        case T_Q6_K: chunks_dot<T_Q6_K, U>(row, k, first, step, dot); break;
+        default: break;
+    }
 }
 
 #ifdef __CUDACC__
@@ -255,7 +297,7 @@ __device__ __forceinline__ float gated(float g, float u, int mode, float alpha, 
 
 // One warp's output row: the NR dot products of weight row `r` of (w, t) (row bytes
 // rb) with x, summed over the warp, plus the bias; every lane gets the totals.
-template <int NR>
+template <int NR, int U>
 __device__ __forceinline__ void warp_row(const float* x, int k, const uint8_t* w, int t, long rb, int r,
                                          const float* bias, float out[NR]) {
     Dot<NR> dot;
@@ -263,7 +305,7 @@ __device__ __forceinline__ void warp_row(const float* x, int k, const uint8_t* w
     dot.k = k;
 #pragma unroll
     for (int i = 0; i < NR; i++) dot.acc[i] = 0.f;
-    row_dot<NR>(t, w + rb * r, k, threadIdx.x % WARP, WARP, dot);
+    row_dot<NR, U>(t, w + rb * r, k, threadIdx.x % WARP, WARP, dot);
     const float b = bias ? bias[r] : 0.f;
 #pragma unroll
     for (int i = 0; i < NR; i++) out[i] = mv_warp_sum(dot.acc[i]) + b;
@@ -274,7 +316,7 @@ __device__ __forceinline__ void warp_row(const float* x, int k, const uint8_t* w
 // n1 = n2 = 0 for fewer), written at y + i * ys + o.
 // With mode >= 0 (0 SiLU, 1 GELU tanh, 2 gpt-oss's clamped SwiGLU with alpha, limit)
 // weights 0 and 1 are gate and up of n0 rows each and y[i][o] = act(gate_o) · up_o.
-template <int NR>
+template <int NR, int U>
 __device__ void matvec(const float* __restrict__ x, int k,
                        const uint8_t* __restrict__ w0, const uint8_t* __restrict__ w1, const uint8_t* __restrict__ w2,
                        int t0, int t1, int t2, int n0, int n1, int n2,
@@ -286,8 +328,8 @@ __device__ void matvec(const float* __restrict__ x, int k,
     if (mode >= 0) {
         if (o >= n0) return;
         float u[NR];
-        warp_row<NR>(x, k, w0, t0, (long)(k / block_weights(t0)) * block_bytes(t0), (int)o, b0, a);
-        warp_row<NR>(x, k, w1, t1, (long)(k / block_weights(t1)) * block_bytes(t1), (int)o, b1, u);
+        warp_row<NR, U>(x, k, w0, t0, (long)(k / block_weights(t0)) * block_bytes(t0), (int)o, b0, a);
+        warp_row<NR, U>(x, k, w1, t1, (long)(k / block_weights(t1)) * block_bytes(t1), (int)o, b1, u);
         if (lane == 0) {
 #pragma unroll
             for (int i = 0; i < NR; i++) y[(long)i * ys + o] = gated(a[i], u[i], mode, alpha, limit);
@@ -307,28 +349,33 @@ __device__ void matvec(const float* __restrict__ x, int k,
     } else {
         return;
     }
-    warp_row<NR>(x, k, w, t, (long)(k / block_weights(t)) * block_bytes(t), (int)r, b, a);
+    warp_row<NR, U>(x, k, w, t, (long)(k / block_weights(t)) * block_bytes(t), (int)r, b, a);
     if (lane == 0) {
 #pragma unroll
         for (int i = 0; i < NR; i++) y[(long)i * ys + o] = a[i];
     }
 }
 
-#define TG_MATVEC(NR)                                                                                        \
-    extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP) tg_matvec_##NR(                            \
+// tg_matvec_NR: NR activation rows; tg_matvec_1_uU: one row, U chunks a lane in
+// flight at a time. BLOCKS: the thread blocks per multiprocessor the registers are
+// sized for.
+#define TG_MATVEC(NAME, NR, U, BLOCKS)                                                                       \
+    extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, BLOCKS) NAME(                                   \
         const float* x, int k, const uint8_t* w0, const uint8_t* w1, const uint8_t* w2, int t0, int t1,      \
         int t2, int n0, int n1, int n2, const float* b0, const float* b1, const float* b2, float* y, int ys, \
         int mode, float alpha, float limit) {                                                                \
-        matvec<NR>(x, k, w0, w1, w2, t0, t1, t2, n0, n1, n2, b0, b1, b2, y, ys, mode, alpha, limit);         \
+        matvec<NR, U>(x, k, w0, w1, w2, t0, t1, t2, n0, n1, n2, b0, b1, b2, y, ys, mode, alpha, limit);      \
     }
 
-TG_MATVEC(1)
-TG_MATVEC(2)
-TG_MATVEC(3)
-TG_MATVEC(4)
-TG_MATVEC(5)
-TG_MATVEC(6)
-TG_MATVEC(7)
-TG_MATVEC(8)
+TG_MATVEC(tg_matvec_1, 1, 1, 6)
+TG_MATVEC(tg_matvec_2, 2, 1, 6)
+TG_MATVEC(tg_matvec_3, 3, 1, 6)
+TG_MATVEC(tg_matvec_4, 4, 1, 6)
+TG_MATVEC(tg_matvec_5, 5, 1, 6)
+TG_MATVEC(tg_matvec_6, 6, 1, 6)
+TG_MATVEC(tg_matvec_7, 7, 1, 6)
+TG_MATVEC(tg_matvec_8, 8, 1, 6)
+TG_MATVEC(tg_matvec_1_u2, 1, 2, 4)
+TG_MATVEC(tg_matvec_1_u4, 1, 4, 3)
 
 #endif

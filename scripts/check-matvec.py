@@ -2,7 +2,7 @@
 """Check the weight decoders of kernels/matvec.cu on the host, against gguf-py.
 
 The CUDA decode matvec (kernels/matvec.cu) reads GGUF blocks in their file layout.
-Its unit decoders are plain C++, so this compiles the file for the host (g++, no
+Its chunk decoders are plain C++, so this compiles the file for the host (g++, no
 CUDA), multiplies every weight of a GGUF file whose type it reads by a random
 vector, and compares each row's dot product with gguf-py's dequantization times the
 same vector: the relative error must stay at float rounding (1e-4 of the row's
@@ -34,7 +34,7 @@ extern "C" void host_matvec(int t, const uint8_t* w, int n, int k, const float* 
         y[r] = dot.acc[0];
     }
 }
-extern "C" int host_unit_weights(int t) { return block_bytes(t) ? unit_weights(t) : 0; }
+extern "C" int host_chunk_weights(int t) { return block_bytes(t) ? chunk_weights(t) : 0; }
 """
 
 
@@ -53,7 +53,7 @@ def main():
     checked, worst = {}, 0.0
     for t in GGUFReader(path).tensors:
         tid = int(t.tensor_type)
-        if len(t.shape) != 2 or not h.host_unit_weights(tid) or checked.get(tid, 0) >= limit:
+        if len(t.shape) != 2 or not h.host_chunk_weights(tid) or checked.get(tid, 0) >= limit:
             continue
         k, n = int(t.shape[0]), int(t.shape[1])
         n = min(n, 2048)

@@ -583,9 +583,9 @@ impl Decoder {
             }
             None => None,
         };
-        // On the CUDA decode kernels the residual sum that ends a layer waits for the
-        // next layer's norm, to run as one kernel with it (`cuda::add_rms_norm`).
-        let carry = positions.is_some() && cuda::fused(&self.device);
+        // On CUDA the residual sum that ends a layer waits for the next layer's norm,
+        // to run as one kernel with it (`cuda::add_rms_norm`).
+        let carry = cuda::fused(&self.device);
         let mut pending = None;
         for li in 0..self.layers.len() {
             let (x_in, f) = self.layer_forward(li, &x, pending.take(), &rows, ropes, q_scale.as_ref(), positions)?;

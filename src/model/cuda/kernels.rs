@@ -335,9 +335,18 @@ const MATVEC_THREADS: u32 = 128;
 /// The most activation rows one matvec launch takes (`tg_matvec_1` … `tg_matvec_8`).
 pub(crate) const MATVEC_MAX_ROWS: usize = 8;
 
+/// Chunks a lane of the single-row matvec keeps in flight (`TOOLGATE_CUDA_MATVEC_UNROLL`:
+/// 1, the default, 2 or 4 — the kernels `tg_matvec_1`, `tg_matvec_1_u2`,
+/// `tg_matvec_1_u4`, sized for 6, 4 and 3 thread blocks per multiprocessor): more
+/// loads in flight per lane against fewer lanes per multiprocessor.
+fn matvec_unroll() -> usize {
+    static U: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *U.get_or_init(|| std::env::var("TOOLGATE_CUDA_MATVEC_UNROLL").ok().and_then(|v| v.parse().ok()).unwrap_or(1))
+}
+
 /// ggml's id of a weight type `kernels/matvec.cu` reads (its `T_*`), and the weights
-/// of the unit one lane takes; `None` for the others (Q2_K, Q3_K, BF16…: candle's
-/// matmul runs them).
+/// of its block (a row's width is a multiple of it); `None` for the others (Q2_K,
+/// Q3_K, BF16…: candle's matmul runs them).
 pub(crate) fn matvec_type(dtype: GgmlDType) -> Option<(i32, usize)> {
     Some(match dtype {
         GgmlDType::F32 => (0, 8),
@@ -347,9 +356,9 @@ pub(crate) fn matvec_type(dtype: GgmlDType) -> Option<(i32, usize)> {
         GgmlDType::Q5_0 => (6, 32),
         GgmlDType::Q5_1 => (7, 32),
         GgmlDType::Q8_0 => (8, 32),
-        GgmlDType::Q4K => (12, 64),
-        GgmlDType::Q5K => (13, 64),
-        GgmlDType::Q6K => (14, 64),
+        GgmlDType::Q4K => (12, 256),
+        GgmlDType::Q5K => (13, 256),
+        GgmlDType::Q6K => (14, 256),
         _ => return None,
     })
 }
@@ -376,10 +385,10 @@ pub(crate) fn matvec(
     let mut parts = Vec::with_capacity(3);
     for (w, b) in weights {
         let (n, wk) = w.shape().dims2()?;
-        let Some((t, unit)) = matvec_type(w.dtype()) else {
+        let Some((t, block)) = matvec_type(w.dtype()) else {
             return Err(bad(format!("matvec of a {:?} weight", w.dtype())));
         };
-        if wk != k || !k.is_multiple_of(unit) || b.is_some_and(|b| b.elem_count() != n || b.dtype() != DType::F32) {
+        if wk != k || !k.is_multiple_of(block) || b.is_some_and(|b| b.elem_count() != n || b.dtype() != DType::F32) {
             return Err(bad(format!("matvec of a ({n}, {wk}) weight by activations {:?}", x.dims())));
         }
         parts.push((*w, *b, t, n));
@@ -397,6 +406,11 @@ pub(crate) fn matvec(
     }
     let dev = cuda_device(x)?;
     let stream = dev.cuda_stream();
+    if !address(x, &stream)?.is_multiple_of(16) {
+        // The kernel reads activations four floats at a time: a view at an odd offset
+        // is copied first.
+        return matvec(&x.copy()?, weights, glu);
+    }
     let n_out = if gate_up { parts[0].3 } else { parts.iter().map(|p| p.3).sum() };
     let mut dims = x.dims().to_vec();
     *dims.last_mut().expect("k > 0") = n_out;
@@ -417,7 +431,11 @@ pub(crate) fn matvec(
     }
     let (mode, alpha, limit) = glu.unwrap_or((-1, 0.0, 0.0));
     let (k_i, ys) = (k as i32, n_out as i32);
-    let func = dev.get_or_load_custom_func(&format!("tg_matvec_{rows}"), MATVEC_MODULE, MATVEC_PTX)?;
+    let name = match (rows, matvec_unroll()) {
+        (1, u @ (2 | 4)) => format!("tg_matvec_1_u{u}"),
+        _ => format!("tg_matvec_{rows}"),
+    };
+    let func = dev.get_or_load_custom_func(&name, MATVEC_MODULE, MATVEC_PTX)?;
     let mut lb = func.builder();
     lb.arg(&xa).arg(&k_i).arg(&w[0]).arg(&w[1]).arg(&w[2]).arg(&t[0]).arg(&t[1]).arg(&t[2]);
     lb.arg(&n[0]).arg(&n[1]).arg(&n[2]).arg(&b[0]).arg(&b[1]).arg(&b[2]).arg(&ya).arg(&ys);
