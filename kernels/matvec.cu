@@ -17,8 +17,9 @@
 // `chunk_weights`) in turn, consecutive lanes consecutive chunks so that each load
 // instruction of the warp reads contiguous bytes; 4 warps a block of threads.
 //
-// The chunk decoders below are plain C++ (host and device): scripts/check-matvec.py
-// compiles them for the host and checks them against gguf-py's dequantization.
+// The chunk decoders below are plain C++ (host and device): the test
+// cuda_matvec::the_cuda_matvec_decodes_every_weight_type_as_candle_does compiles them
+// for the host and checks them against candle's dequantization, with no GPU.
 
 #include <stdint.h>
 

@@ -12,6 +12,7 @@ mod batching;
 mod bench;
 mod config;
 mod conversation;
+mod cuda_matvec;
 mod format_derivation;
 mod fuzz;
 mod generation;
