@@ -379,4 +379,107 @@ TG_MATVEC(tg_matvec_8, 8, 1, 6)
 TG_MATVEC(tg_matvec_1_u2, 1, 2, 4)
 TG_MATVEC(tg_matvec_1_u4, 1, 4, 3)
 
+// Mixture-of-experts decode of one row on the device (no host round trip, so a decode
+// step with experts can be captured in a graph): tg_moe_route picks the experts from
+// the router's logits, tg_moe_gate_up runs the chosen experts' gate and up with the
+// activation, tg_moe_down their down projections summed with the routing weights.
+// Expert e's weights are at gate_tab[e], up_tab[e], down_tab[e] (device addresses,
+// one type per table); its biases at *_btab[e] (0: none; a null table: no biases).
+
+#define MOE_MAX_EXPERTS 512
+#define MOE_MAX_USED 32
+
+// One warp: probabilities of n experts from logits (gating 0 softmax, 1 sigmoid), the
+// `used` best by probability plus sel_bias (ties to the lower index), their weights
+// (probability, over the chosen sum when norm_topk, floored at an f16's smallest
+// normal; times scale) into ids[j], weights[j], best first.
+extern "C" __global__ void tg_moe_route(const float* __restrict__ logits, int n, int used, int gating,
+                                        const float* __restrict__ sel_bias, int norm_topk, float scale,
+                                        int* __restrict__ ids, float* __restrict__ weights) {
+    __shared__ float prob[MOE_MAX_EXPERTS], key[MOE_MAX_EXPERTS];
+    __shared__ int chosen[MOE_MAX_USED];
+    const int lane = threadIdx.x;
+    float mx = -INFINITY;
+    for (int e = lane; e < n; e += WARP) mx = fmaxf(mx, logits[e]);
+#pragma unroll
+    for (int o = WARP / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, o));
+    float sum = 0.f;
+    for (int e = lane; e < n; e += WARP) {
+        const float p = gating == 0 ? expf(logits[e] - mx) : 1.f / (1.f + expf(-logits[e]));
+        prob[e] = p;
+        sum += p;
+    }
+    sum = mv_warp_sum(sum);
+    for (int e = lane; e < n; e += WARP) {
+        if (gating == 0) prob[e] /= sum;
+        key[e] = prob[e] + (sel_bias ? sel_bias[e] : 0.f);
+    }
+    __syncwarp();
+    for (int j = 0; j < used; j++) {
+        float best = -INFINITY;
+        int at = n;
+        for (int e = lane; e < n; e += WARP) {
+            if (key[e] > best || (key[e] == best && e < at)) { best = key[e]; at = e; }
+        }
+#pragma unroll
+        for (int o = WARP / 2; o > 0; o >>= 1) {
+            const float b2 = __shfl_xor_sync(0xffffffff, best, o);
+            const int a2 = __shfl_xor_sync(0xffffffff, at, o);
+            if (b2 > best || (b2 == best && a2 < at)) { best = b2; at = a2; }
+        }
+        if (lane == 0) {
+            chosen[j] = at;
+            key[at] = -INFINITY;
+        }
+        __syncwarp();
+    }
+    if (lane == 0) {
+        float total = 0.f;
+        for (int j = 0; j < used; j++) total += prob[chosen[j]];
+        total = fmaxf(total, 6.103515625e-5f);
+        for (int j = 0; j < used; j++) {
+            ids[j] = chosen[j];
+            weights[j] = (norm_topk ? prob[chosen[j]] / total : prob[chosen[j]]) * scale;
+        }
+    }
+}
+
+// act[j][o] = act(gate_e · x + b) · (up_e · x + b) for chosen expert j (e = ids[j],
+// blockIdx.y), output o < n_ff; x one row of k.
+extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, 6)
+tg_moe_gate_up(const float* __restrict__ x, int k, const unsigned long long* __restrict__ gate_tab,
+               const unsigned long long* __restrict__ up_tab, int t_gate, int t_up,
+               const unsigned long long* __restrict__ gate_btab, const unsigned long long* __restrict__ up_btab,
+               int n_ff, const int* __restrict__ ids, int mode, float alpha, float limit, float* __restrict__ act) {
+    const int o = blockIdx.x * MV_WARPS + threadIdx.x / WARP, j = blockIdx.y;
+    if (o >= n_ff) return;
+    const int e = ids[j];
+    const float* bg = gate_btab ? (const float*)gate_btab[e] : nullptr;
+    const float* bu = up_btab ? (const float*)up_btab[e] : nullptr;
+    float g[1], u[1];
+    warp_row<1, 1>(x, k, (const uint8_t*)gate_tab[e], t_gate, (long)(k / block_weights(t_gate)) * block_bytes(t_gate), o,
+                   bg, g);
+    warp_row<1, 1>(x, k, (const uint8_t*)up_tab[e], t_up, (long)(k / block_weights(t_up)) * block_bytes(t_up), o, bu, u);
+    if (threadIdx.x % WARP == 0) act[(long)j * n_ff + o] = gated(g[0], u[0], mode, alpha, limit);
+}
+
+// y[o] = sum over chosen experts j of weights[j] · (down_e · act[j] + b), o < n_embd.
+extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, 6)
+tg_moe_down(const float* __restrict__ act, int n_ff, const unsigned long long* __restrict__ down_tab, int t_down,
+            const unsigned long long* __restrict__ down_btab, int n_embd, const int* __restrict__ ids,
+            const float* __restrict__ weights, int used, float* __restrict__ y) {
+    const int o = blockIdx.x * MV_WARPS + threadIdx.x / WARP;
+    if (o >= n_embd) return;
+    const long rb = (long)(n_ff / block_weights(t_down)) * block_bytes(t_down);
+    float total = 0.f;
+    for (int j = 0; j < used; j++) {
+        const int e = ids[j];
+        float d[1];
+        warp_row<1, 1>(act + (long)j * n_ff, n_ff, (const uint8_t*)down_tab[e], t_down, rb, o,
+                       down_btab ? (const float*)down_btab[e] : nullptr, d);
+        total += weights[j] * d[0];
+    }
+    if (threadIdx.x % WARP == 0) y[o] = total;
+}
+
 #endif

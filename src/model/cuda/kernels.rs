@@ -44,7 +44,8 @@ fn address(t: &Tensor, stream: &Arc<CudaStream>) -> Result<u64> {
     let (base, elem) = match t.dtype() {
         DType::F32 => (cs.as_cuda_slice::<f32>()?.device_ptr(stream).0, 4),
         DType::U32 => (cs.as_cuda_slice::<u32>()?.device_ptr(stream).0, 4),
-        other => return Err(bad(format!("f32 or u32 tensor expected, got {other:?}"))),
+        DType::I64 => (cs.as_cuda_slice::<i64>()?.device_ptr(stream).0, 8),
+        other => return Err(bad(format!("f32, u32 or i64 tensor expected, got {other:?}"))),
     };
     Ok(base + (layout.start_offset() * elem) as u64)
 }
@@ -449,4 +450,146 @@ pub(crate) fn matvec(
     }
     .map_err(|e| bad(format!("matvec launch: {e}")))?;
     Ok(out)
+}
+
+/// The device tables of a mixture's experts for [`moe_decode`] (`super::MoeTables`):
+/// each expert's gate, up and down weight addresses (and bias addresses), uploaded once
+/// at load. `experts[e]` is expert e's `(gate, up, down)` weights and biases; every
+/// expert's projection must have one type the matvec reads and one shape.
+///
+/// # Errors
+/// [`Error::InvalidParameter`] if they do not (the caller keeps the host routing).
+pub(crate) fn moe_tables(experts: &[[(&QTensor, Option<&Tensor>); 3]]) -> Result<super::MoeTables> {
+    let first = experts.first().ok_or_else(|| bad("no experts".into()))?;
+    let dev = match first[0].0.device() {
+        candle_core::Device::Cuda(d) => d,
+        _ => return Err(bad("experts not on a CUDA device".into())),
+    };
+    let stream = dev.cuda_stream();
+    let mut types = [0i32; 3];
+    let mut shapes = [(0usize, 0usize); 3];
+    for j in 0..3 {
+        let (t, _) =
+            matvec_type(first[j].0.dtype()).ok_or_else(|| bad(format!("experts of {:?}", first[j].0.dtype())))?;
+        types[j] = t;
+        shapes[j] = first[j].0.shape().dims2()?;
+    }
+    let mut tabs: [Vec<i64>; 3] = Default::default();
+    let mut btabs: [Vec<i64>; 3] = Default::default();
+    for ex in experts {
+        for j in 0..3 {
+            let (w, b) = ex[j];
+            if w.dtype() != first[j].0.dtype()
+                || w.shape().dims2()? != shapes[j]
+                || !w.device().same_device(&first[j].0.device())
+            {
+                return Err(bad("experts differ in type, shape or device".into()));
+            }
+            tabs[j].push(w.device_ptr()? as i64);
+            btabs[j].push(match b {
+                Some(b) if b.dtype() == DType::F32 && b.elem_count() == shapes[j].0 => address(b, &stream)? as i64,
+                Some(_) => return Err(bad("an expert bias that is not f32 of its projection's width".into())),
+                None => 0,
+            });
+        }
+    }
+    let ((n_ff, n_embd), (up_n, up_k), (down_n, down_k)) = (shapes[0], shapes[1], shapes[2]);
+    if (up_n, up_k) != (n_ff, n_embd) || (down_n, down_k) != (n_embd, n_ff) {
+        return Err(bad(format!("expert shapes {shapes:?}")));
+    }
+    let device = first[0].0.device();
+    let table = |v: &[i64]| Tensor::new(v, &device);
+    let bias_table = |v: &[i64]| -> Result<Option<Tensor>> {
+        Ok(match v.iter().any(|&a| a != 0) {
+            true => Some(table(v)?),
+            false => None,
+        })
+    };
+    Ok(super::MoeTables {
+        weights: [table(&tabs[0])?, table(&tabs[1])?, table(&tabs[2])?],
+        biases: [bias_table(&btabs[0])?, bias_table(&btabs[1])?, bias_table(&btabs[2])?],
+        types,
+        n_ff,
+        n_embd,
+        experts: experts.len(),
+    })
+}
+
+/// One row's mixture of experts on the device: route by `logits` `(…, n_expert)` f32
+/// (`route`), run the chosen experts' gate/up with `glu` on `h` `(…, n_embd)` and sum
+/// their down projections with the routing weights → `(1, 1, n_embd)`.
+///
+/// Cost: three launches; reads the chosen experts' weights once.
+///
+/// # Errors
+/// On a shape or type mismatch; a failed launch.
+pub(crate) fn moe_decode(
+    tables: &super::MoeTables,
+    logits: &Tensor,
+    h: &Tensor,
+    route: &super::MoeRoute<'_>,
+    (mode, alpha, limit): (i32, f32, f32),
+) -> Result<Tensor> {
+    let (n, used) = (tables.experts, route.used.min(tables.experts));
+    if logits.elem_count() != n
+        || h.elem_count() != tables.n_embd
+        || [logits, h].iter().any(|t| t.dtype() != DType::F32 || !t.is_contiguous())
+        || n > 512
+        || used == 0
+        || used > 32
+        || route.selection_bias.is_some_and(|b| b.elem_count() != n || b.dtype() != DType::F32)
+    {
+        return Err(bad(format!("device routing of {n} experts ({used} used) for {:?}", h.dims())));
+    }
+    let dev = cuda_device(h)?;
+    let stream = dev.cuda_stream();
+    if !address(h, &stream)?.is_multiple_of(16) {
+        return moe_decode(tables, logits, &h.copy()?, route, (mode, alpha, limit));
+    }
+    let device = h.device();
+    // SAFETY: every element of each is written by the kernels below before it is read.
+    let (ids, weights, act, y) = unsafe {
+        (
+            Tensor::empty(used, DType::U32, device)?,
+            Tensor::empty(used, DType::F32, device)?,
+            Tensor::empty((used, tables.n_ff), DType::F32, device)?,
+            Tensor::empty((1, 1, tables.n_embd), DType::F32, device)?,
+        )
+    };
+    let a = |t: &Tensor| address(t, &stream);
+    let opt = |t: Option<&Tensor>| t.map_or(Ok(0u64), |t| address(t, &stream));
+    let (la, ha, ia, wa, aa, ya) = (a(logits)?, a(h)?, a(&ids)?, a(&weights)?, a(&act)?, a(&y)?);
+    let [gt, ut, dt] = [a(&tables.weights[0])?, a(&tables.weights[1])?, a(&tables.weights[2])?];
+    let [gb, ub, db] =
+        [opt(tables.biases[0].as_ref())?, opt(tables.biases[1].as_ref())?, opt(tables.biases[2].as_ref())?];
+    let sb = opt(route.selection_bias)?;
+    let (n_i, used_i, gating, norm) = (n as i32, used as i32, route.sigmoid as i32, route.norm_topk as i32);
+    let (k_i, ff_i, embd_i) = (tables.n_embd as i32, tables.n_ff as i32, tables.n_embd as i32);
+    let f = |name: &str| dev.get_or_load_custom_func(name, MATVEC_MODULE, MATVEC_PTX);
+
+    let (route_f, gate_up_f, down_f) = (f("tg_moe_route")?, f("tg_moe_gate_up")?, f("tg_moe_down")?);
+    let mut b = route_f.builder();
+    b.arg(&la).arg(&n_i).arg(&used_i).arg(&gating).arg(&sb).arg(&norm).arg(&route.scale).arg(&ia).arg(&wa);
+    // SAFETY: the arguments match tg_moe_route; n <= 512 and used <= 32 (its tables).
+    unsafe { b.launch(LaunchConfig { grid_dim: (1, 1, 1), block_dim: (32, 1, 1), shared_mem_bytes: 0 }) }
+        .map_err(|e| bad(format!("expert routing launch: {e}")))?;
+
+    let mut b = gate_up_f.builder();
+    b.arg(&ha).arg(&k_i).arg(&gt).arg(&ut).arg(&tables.types[0]).arg(&tables.types[1]).arg(&gb).arg(&ub);
+    b.arg(&ff_i).arg(&ia).arg(&mode).arg(&alpha).arg(&limit).arg(&aa);
+    let grid = ((tables.n_ff as u32).div_ceil(MATVEC_THREADS / 32), used as u32, 1);
+    // SAFETY: the tables hold n_expert weights of (n_ff, n_embd) in their types; the ids
+    // the routing wrote are below n_expert; `act` holds used × n_ff.
+    unsafe { b.launch(LaunchConfig { grid_dim: grid, block_dim: (MATVEC_THREADS, 1, 1), shared_mem_bytes: 0 }) }
+        .map_err(|e| bad(format!("expert gate/up launch: {e}")))?;
+
+    let mut b = down_f.builder();
+    b.arg(&aa).arg(&ff_i).arg(&dt).arg(&tables.types[2]).arg(&db).arg(&embd_i).arg(&ia).arg(&wa).arg(&used_i).arg(&ya);
+    let blocks = (tables.n_embd as u32).div_ceil(MATVEC_THREADS / 32);
+    // SAFETY: as above, for the (n_embd, n_ff) down weights; `y` holds n_embd.
+    unsafe {
+        b.launch(LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (MATVEC_THREADS, 1, 1), shared_mem_bytes: 0 })
+    }
+    .map_err(|e| bad(format!("expert down launch: {e}")))?;
+    Ok(y)
 }

@@ -253,3 +253,87 @@ impl Graphs {
         step()
     }
 }
+
+/// A mixture's experts as device tables (their weights' and biases' addresses, one
+/// weight type per projection), for routing and running a decode row's experts on the
+/// device ([`moe_decode`]); built once at load ([`moe_tables`]).
+#[derive(Debug)]
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))] // read by the CUDA launchers only
+pub(super) struct MoeTables {
+    /// Gate, up and down weight addresses, `(n_expert)` i64 each.
+    pub weights: [Tensor; 3],
+    /// Their bias addresses (0 where an expert has none), when any expert has one.
+    pub biases: [Option<Tensor>; 3],
+    /// ggml type ids of the three projections.
+    pub types: [i32; 3],
+    pub n_ff: usize,
+    pub n_embd: usize,
+    pub experts: usize,
+}
+
+/// How a row picks its experts ([`moe_decode`]): the `used` most probable (softmax, or
+/// `sigmoid`, of the router's logits, plus `selection_bias` to choose), weighted by
+/// their probabilities (over the chosen sum when `norm_topk`) times `scale`.
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))] // read by the CUDA launchers only
+pub(super) struct MoeRoute<'a> {
+    pub used: usize,
+    pub sigmoid: bool,
+    pub norm_topk: bool,
+    pub scale: f32,
+    pub selection_bias: Option<&'a Tensor>,
+}
+
+/// Device tables of `experts` (each `[gate, up, down]`) when every projection is a
+/// CUDA weight the matvec reads, of one type and shape per projection; `Ok(None)`
+/// otherwise (or with `TOOLGATE_CUDA_MOE=host`): the mixture then routes on the host.
+///
+/// # Errors
+/// A failed upload of the tables.
+pub(super) fn moe_tables(experts: &[[&super::qlinear::QLinear; 3]]) -> Result<Option<MoeTables>> {
+    #[cfg(feature = "cuda")]
+    {
+        static ON: OnceLock<bool> = OnceLock::new();
+        if !*ON.get_or_init(|| std::env::var("TOOLGATE_CUDA_MOE").map_or(true, |v| v != "host")) {
+            return Ok(None);
+        }
+        let Some(first) = experts.first() else { return Ok(None) };
+        let Some(first_w) = first[0].cuda_weight() else { return Ok(None) };
+        if !matvec_on(&first_w.0.device()) {
+            return Ok(None);
+        }
+        let mut parts = Vec::with_capacity(experts.len());
+        for ex in experts {
+            let [Some(g), Some(u), Some(d)] = ex.map(|l| l.cuda_weight()) else { return Ok(None) };
+            parts.push([g, u, d]);
+        }
+        Ok(kernels::moe_tables(&parts).ok())
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = experts;
+        Ok(None)
+    }
+}
+
+/// One row's mixture of experts on the device (`kernels::moe_decode`): route by the
+/// router's `logits`, run the chosen experts on `h` `(1, 1, n_embd)` with
+/// `activation` → `(1, 1, n_embd)`, with no host round trip.
+///
+/// # Errors
+/// On a shape mismatch or a failed launch; without the `cuda` feature.
+pub(super) fn moe_decode(
+    tables: &MoeTables,
+    logits: &Tensor,
+    h: &Tensor,
+    route: &MoeRoute<'_>,
+    activation: super::arch::Activation,
+) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    return kernels::moe_decode(tables, &logits.contiguous()?, &h.contiguous()?, route, glu_mode(activation));
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (tables, logits, h, route, glu_mode(activation));
+        Err(unavailable())
+    }
+}

@@ -46,6 +46,35 @@ pub(super) struct Moe {
     pub(super) selection_bias: Option<Vec<f32>>,
     /// The expert every token runs (`ffn_*_shexp`).
     pub(super) shared: Option<Box<Ffn>>,
+    /// On CUDA: the experts as device tables and `selection_bias` on the device, so a
+    /// decode row routes and runs its experts there (`cuda::moe_decode`).
+    pub(super) device: Option<(cuda::MoeTables, Option<Tensor>)>,
+}
+
+impl Moe {
+    /// The device tables of `experts` (each a gated FFN of three projections) and the
+    /// selection bias on `device`, when the CUDA kernels can run them
+    /// ([`cuda::moe_tables`]).
+    ///
+    /// # Errors
+    /// A failed upload.
+    pub(super) fn device_tables(
+        experts: &[Ffn],
+        selection_bias: Option<&[f32]>,
+        device: &candle_core::Device,
+    ) -> Result<Option<(cuda::MoeTables, Option<Tensor>)>> {
+        if !device.is_cuda() {
+            return Ok(None);
+        }
+        let mut parts = Vec::with_capacity(experts.len());
+        for e in experts {
+            let Ffn::GateUp { gate, up, down } = e else { return Ok(None) };
+            parts.push([gate, up, down]);
+        }
+        let Some(tables) = cuda::moe_tables(&parts)? else { return Ok(None) };
+        let bias = selection_bias.map(|b| Tensor::new(b, device)).transpose()?;
+        Ok(Some((tables, bias)))
+    }
 }
 
 /// A projection on toolgate's kernels with its bias as plain floats.
@@ -145,6 +174,23 @@ pub(super) fn ffn_forward(ffn: &Ffn, activation: Activation, h: &Tensor) -> Resu
 /// `used` experts.
 fn moe_forward(moe: &Moe, activation: Activation, h: &Tensor) -> Result<Tensor> {
     let (_, t, width) = h.dims3()?;
+    if let (Some((tables, bias)), 1) = (&moe.device, t) {
+        // One row on CUDA: routed and run on the device, no host round trip.
+        let route = cuda::MoeRoute {
+            used: moe.used,
+            sigmoid: matches!(moe.gating, Gating::Sigmoid),
+            norm_topk: moe.norm_topk,
+            scale: moe.scale.unwrap_or(1.0),
+            selection_bias: bias.as_ref(),
+        };
+        let logits = moe.router.forward(h)?.to_dtype(DType::F32)?;
+        let out =
+            cuda::moe_decode(tables, &logits, &h.to_dtype(DType::F32)?, &route, activation)?.to_dtype(h.dtype())?;
+        return Ok(match &moe.shared {
+            Some(shared) => (out + ffn_forward(shared, activation, h)?)?,
+            None => out,
+        });
+    }
     let logits: Vec<Vec<f32>> = moe.router.forward(h)?.squeeze(0)?.to_dtype(DType::F32)?.to_vec2()?;
     // rows_of[e] = the (row, weight) pairs routed to expert e.
     let mut rows_of: Vec<Vec<(usize, f32)>> = vec![Vec::new(); moe.experts.len()];

@@ -65,7 +65,7 @@ impl Decoder {
 
     /// [`Decoder::decode_step`]'s device work, replayed or captured by `self.graphs`
     /// when the architecture allows (no host round trip inside the step: no mixture of
-    /// experts, whose routing is read back, and no per-position query scale).
+    /// experts routed on the host, and no per-position query scale).
     fn run_step(&mut self, step: &StepTensors, slot: usize, pos: usize, token: u32) -> Result<()> {
         cuda::write_u32(&step.ids, &[token])?;
         cuda::write_u32(&step.pos, &[pos as u32])?;
@@ -74,8 +74,8 @@ impl Decoder {
             cuda::write_f32(cos, &c)?;
             cuda::write_f32(sin, &s)?;
         }
-        let capturable =
-            self.hp.attn_temperature.is_none() && !self.layers.iter().any(|l| matches!(l.ffn, Ffn::Moe(_)));
+        let capturable = self.hp.attn_temperature.is_none()
+            && !self.layers.iter().any(|l| matches!(&l.ffn, Ffn::Moe(m) if m.device.is_none()));
         let body = |d: &mut Self| -> Result<()> {
             let x = d.embed_ids(&step.ids)?;
             let x = d.layers_forward(x, Rows::One { slot, pos }, &step.ropes, Some(&step.pos))?;
