@@ -11,9 +11,11 @@
 //!   per head, a score matrix, softmax) — the path before these kernels, for comparison;
 //!   the default `fused` runs [`attend`], [`glu`] and [`add_rms_norm`].
 //! - `TOOLGATE_CUDA_GRAPH=off` runs the fused step without capturing it.
-//! - `TOOLGATE_CUDA_MATVEC=candle` keeps candle's quantized matmul for projections of
-//!   a few rows; the default runs [`matvec`] (`kernels/matvec.cu`) where the weight type
-//!   allows.
+//! - `TOOLGATE_CUDA_MATVEC=on` runs projections of a few rows on [`matvec`]
+//!   (`kernels/matvec.cu`) where the weight type allows, and `TOOLGATE_CUDA_MOE=device`
+//!   routes a decode row's experts on the device ([`moe_decode`]). Both are off by
+//!   default until a GPU run has checked them (`scripts/gpu-check`; they were written
+//!   and host-tested in a session without a GPU): candle's matmul and host routing.
 
 #[cfg(feature = "cuda")]
 mod graph;
@@ -182,19 +184,21 @@ fn glu_mode(activation: super::arch::Activation) -> (i32, f32, f32) {
 }
 
 /// Whether projections of a few rows on `device` run toolgate's matvec
-/// (`kernels/matvec.cu`): [`fused`] decode, and `TOOLGATE_CUDA_MATVEC` not `candle`.
+/// (`kernels/matvec.cu`): [`fused`] decode, and `TOOLGATE_CUDA_MATVEC=on` (off by
+/// default until a GPU run has checked it).
 #[cfg(feature = "cuda")]
 fn matvec_on(device: &Device) -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    fused(device) && *ON.get_or_init(|| std::env::var("TOOLGATE_CUDA_MATVEC").map_or(true, |v| v != "candle"))
+    fused(device) && *ON.get_or_init(|| std::env::var("TOOLGATE_CUDA_MATVEC").is_ok_and(|v| v == "on"))
 }
 
 /// `x · Wᵀ (+ b)` for each of `weights` (a quantized weight and its bias) in one launch
 /// of toolgate's matvec, outputs side by side `(…, Σ n_j)`; with `gated`, the two
 /// weights are gate and up and the result is `act(gate) · up` `(…, n)`.
-/// `Ok(None)` when the matvec does not apply — not `matvec_on`, more than eight rows
-/// or three weights, activations not f32, or a weight type it does not read (Q2_K,
-/// Q3_K, IQ…) — and the caller runs candle's matmul.
+/// `Ok(None)` when the matvec does not apply — not `matvec_on` (without
+/// `TOOLGATE_CUDA_MATVEC=on`), more than eight rows or three weights, activations not
+/// f32, or a weight type it does not read (Q2_K, Q3_K, IQ…) — and the caller runs
+/// candle's matmul.
 ///
 /// Cost: one launch, each weight read once for all rows.
 ///
@@ -286,7 +290,8 @@ pub(super) struct MoeRoute<'a> {
 
 /// Device tables of `experts` (each `[gate, up, down]`) when every projection is a
 /// CUDA weight the matvec reads, of one type and shape per projection; `Ok(None)`
-/// otherwise (or with `TOOLGATE_CUDA_MOE=host`): the mixture then routes on the host.
+/// otherwise, and unless `TOOLGATE_CUDA_MOE=device` (off by default until a GPU run
+/// has checked it): the mixture then routes on the host.
 ///
 /// # Errors
 /// A failed upload of the tables.
@@ -294,12 +299,12 @@ pub(super) fn moe_tables(experts: &[[&super::qlinear::QLinear; 3]]) -> Result<Op
     #[cfg(feature = "cuda")]
     {
         static ON: OnceLock<bool> = OnceLock::new();
-        if !*ON.get_or_init(|| std::env::var("TOOLGATE_CUDA_MOE").map_or(true, |v| v != "host")) {
+        if !*ON.get_or_init(|| std::env::var("TOOLGATE_CUDA_MOE").is_ok_and(|v| v == "device")) {
             return Ok(None);
         }
         let Some(first) = experts.first() else { return Ok(None) };
         let Some(first_w) = first[0].cuda_weight() else { return Ok(None) };
-        if !matvec_on(&first_w.0.device()) {
+        if !fused(&first_w.0.device()) {
             return Ok(None);
         }
         let mut parts = Vec::with_capacity(experts.len());
