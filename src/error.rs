@@ -6,6 +6,8 @@
 
 use std::path::PathBuf;
 
+use crate::grammar::error::BuildErrorKind;
+
 /// Everything that can go wrong in toolgate's library.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -118,7 +120,7 @@ pub enum Error {
         pointer: String,
         /// What kind of problem: invalid, unsupported, unsatisfiable, too large, or
         /// an unreadable pattern.
-        kind: crate::grammar::error::BuildErrorKind,
+        kind: BuildErrorKind,
         /// What is wrong.
         reason: String,
     },

@@ -12,6 +12,7 @@ use crate::grammar::schema::Mode as SchemaMode;
 use crate::grammar::{Grammar, TokenVocab};
 use crate::sampling::TokenLogprob;
 use crate::template::caps::PRESERVE_REASONING;
+use crate::template::source::GgufTemplates;
 use crate::template::{transform, ChatSetup, RenderRequest};
 use crate::tokenizer::{EncodeOptions, Tokenizer};
 use crate::tools::recovery::{RecoveringParser, Recovery};
@@ -759,7 +760,7 @@ impl Engine {
     /// [`Error::NotToolCapable`] when the template cannot do tools and `fallback` is
     /// [`crate::template::ToolFallback::None`]; template errors.
     pub fn chat_setup(&self, fallback: crate::template::ToolFallback) -> Result<ChatSetup> {
-        let templates = crate::template::source::GgufTemplates::from_gguf(self.gguf())?;
+        let templates = GgufTemplates::from_gguf(self.gguf())?;
         let arch = self.gguf().architecture().ok().map(str::to_string);
         let name = self.gguf().path().file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
         crate::template::gate(&name, &templates, arch.as_deref(), None, fallback)

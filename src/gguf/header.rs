@@ -24,6 +24,7 @@ use std::path::Path;
 
 pub use candle_core::quantized::gguf_file::Value;
 
+use crate::kernels::formats;
 use crate::{Error, Result};
 
 /// One tensor type of ggml (`enum ggml_type` in ggml.h): its id, name and block
@@ -108,7 +109,7 @@ impl GgmlType {
     /// candle's enum value for this type, for the types candle reads
     /// ([`crate::kernels::formats::candle_dtype`]).
     pub fn candle(self) -> Option<candle_core::quantized::GgmlDType> {
-        crate::kernels::formats::candle_dtype(self.id)
+        formats::candle_dtype(self.id)
     }
 
     /// Bytes of `elems` elements, `None` if they are not whole blocks or overflow.

@@ -27,7 +27,7 @@ use candle_core::Device;
 
 pub use header::{ggml_type_name, read_header, GgmlType, Header, TensorInfo, Value, GGML_TYPES, READABLE_TYPES};
 
-use crate::kernels::WeightBytes;
+use crate::kernels::{formats, WeightBytes};
 use crate::{Error, Result};
 
 /// An open GGUF file: its parsed header plus the memory-mapped file.
@@ -445,7 +445,7 @@ impl GgufFile {
         // A table type candle does not read (IQ4_NL, IQ4_XS, MXFP4): as Q8_0, which
         // holds each of their 32-weight blocks exactly or nearly (`to_q8_0`).
         let kernel_type = crate::kernels::WeightType::from_ggml_id(ty.id);
-        match kernel_type.and_then(|kt| crate::kernels::formats::to_q8_0(kt, bytes.as_slice())) {
+        match kernel_type.and_then(|kt| formats::to_q8_0(kt, bytes.as_slice())) {
             Some(q8) => load(candle_core::quantized::GgmlDType::Q8_0, &q8),
             None => Err(self.tensor_err(name, format!("{} weights cannot be read as Q8_0 for {device:?}", ty.name))),
         }

@@ -25,6 +25,7 @@
 use std::path::{Component, Path, PathBuf};
 
 use super::HubError;
+use crate::template::source::GgufTemplates;
 
 /// The cache root and the operations on it. Cheap to clone; holds no open files.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,7 +71,7 @@ impl CachedFile {
         let (quantization, caps) = match crate::gguf::GgufFile::open(&self.path) {
             Ok(g) => {
                 let arch = g.architecture().ok().map(str::to_string);
-                let caps = crate::template::source::GgufTemplates::from_gguf(&g)
+                let caps = GgufTemplates::from_gguf(&g)
                     .and_then(|t| crate::template::inspect(&t, arch.as_deref(), None))
                     .map(|s| {
                         if s.report.caps.tool_capable() {

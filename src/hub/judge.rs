@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::gguf::GgufFile;
+use crate::model::arch;
 use crate::template::source::GgufTemplates;
 use crate::template::ToolFallback;
 
@@ -64,11 +65,8 @@ pub struct Precheck {
 pub(super) fn judge(model_id: &str, arch: Option<&str>, templates: &GgufTemplates, gate: &GateOptions) -> Verdict {
     let mut v = Verdict { architecture: arch.map(str::to_string), template_source: None, family: None, refusal: None };
     match arch {
-        Some(a) if crate::model::arch::spec_for(a).is_none() => {
-            v.refusal = Some(format!(
-                "unsupported architecture `{a}` (supported: {})",
-                crate::model::arch::SUPPORTED.join(", ")
-            ));
+        Some(a) if arch::spec_for(a).is_none() => {
+            v.refusal = Some(format!("unsupported architecture `{a}` (supported: {})", arch::SUPPORTED.join(", ")));
             return v;
         }
         _ => {}

@@ -16,6 +16,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+use crate::engine::batch::BatchStats;
 use crate::engine::chat::ChatTurn;
 
 /// Labels of a finished request.
@@ -207,7 +208,7 @@ impl Metrics {
     }
 
     /// Bring the decode-step counters up to `stats` (called before rendering).
-    pub fn sync_batch(&self, stats: &crate::engine::batch::BatchStats) {
+    pub fn sync_batch(&self, stats: &BatchStats) {
         self.decode_steps.inc_by(stats.steps().saturating_sub(self.decode_steps.get()));
         self.decode_rows.inc_by(stats.rows().saturating_sub(self.decode_rows.get()));
     }

@@ -7,6 +7,7 @@
 use serde_json::json;
 
 use super::render::{ChatTemplate, RenderRequest};
+use crate::tools::harmony::HARMONY_REASONING;
 
 /// `(family, markers that must all appear in the rendered call)`, most specific first.
 pub const FAMILIES: &[(&str, &[&str])] = &[
@@ -33,12 +34,8 @@ pub const FAMILIES: &[(&str, &[&str])] = &[
 /// Reasoning-block markers, `(start, end)`, most specific first: a template whose
 /// source names both writes (or expects) reasoning that way. Adding a reasoning
 /// dialect is one row.
-pub const REASONING_MARKERS: &[(&str, &str)] = &[
-    ("<think>", "</think>"),
-    ("[THINK]", "[/THINK]"),
-    ("<|START_THINKING|>", "<|END_THINKING|>"),
-    crate::tools::harmony::HARMONY_REASONING,
-];
+pub const REASONING_MARKERS: &[(&str, &str)] =
+    &[("<think>", "</think>"), ("[THINK]", "[/THINK]"), ("<|START_THINKING|>", "<|END_THINKING|>"), HARMONY_REASONING];
 
 /// The reasoning markers of a template, from its source.
 ///

@@ -9,7 +9,7 @@ use super::caps::{probe, ProbeReport};
 use super::render::ChatTemplate;
 use super::source::{self, GgufTemplates, TemplateSource};
 use super::transform::{self, ConversationPolicy, TemplateSignals};
-use crate::tools::layout::{resolve, CallLayout};
+use crate::tools::layout::{self, resolve, CallLayout};
 use crate::{Error, Result};
 
 /// What to do with a model whose template cannot do tools.
@@ -127,7 +127,7 @@ fn setup(template: ChatTemplate, source: TemplateSource, arch: Option<&str>, nat
     // A template's own metadata names its call layout; otherwise it is derived.
     let metadata = super::metadata::read(&template);
     let layout = match metadata.as_ref().map(|m| m.format()) {
-        Ok(Some(format)) => crate::tools::layout::from_metadata(&template, object_arguments, format),
+        Ok(Some(format)) => layout::from_metadata(&template, object_arguments, format),
         Ok(None) => resolve(&template, object_arguments, marker_family),
         Err(e) => CallLayout::unusable(format!("failed: {e}")),
     };

@@ -14,6 +14,7 @@ use serde::Serialize;
 use super::caps::Caps;
 use super::source::GgufTemplates;
 use crate::gguf::GgufFile;
+use crate::tools::layout::CallLayout;
 use crate::{Error, Result};
 
 /// A model's (or a template file's) tool-calling capability, as `toolgate probe`
@@ -38,7 +39,7 @@ pub struct ModelInfo {
     /// The tool-call family the template writes.
     pub chat_format: String,
     /// The call layout, how it was chosen and its round trip.
-    pub tool_format: crate::tools::layout::CallLayout,
+    pub tool_format: CallLayout,
     /// The GGUF holds a separate `tool_use` template.
     pub has_tool_use_template: bool,
     /// Which template was probed.
@@ -113,7 +114,7 @@ pub struct OutputReport {
     /// `accepted`, or where the constrained grammar for these tools rejects the calls.
     pub grammar: String,
     /// The layout used and how it was chosen.
-    pub tool_format: crate::tools::layout::CallLayout,
+    pub tool_format: CallLayout,
     /// The layout's markers, in one line.
     pub layout: String,
     /// Every call parsed and the grammar accepts them.

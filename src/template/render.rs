@@ -3,6 +3,7 @@
 use minijinja::{Environment, Value};
 use serde::{Deserialize, Serialize};
 
+use super::bounds::MAX_OUTPUT_BYTES;
 use super::env::{environment, Clock};
 use crate::{Error, Result};
 
@@ -286,7 +287,7 @@ impl ChatTemplate {
                 .map_err(|_| Error::Template { template: self.name.clone(), reason: "the output is not UTF-8".into() }),
             Err(_) if out.overflowed => Err(Error::Template {
                 template: self.name.clone(),
-                reason: format!("the output passed {} MiB", crate::template::bounds::MAX_OUTPUT_BYTES >> 20),
+                reason: format!("the output passed {} MiB", MAX_OUTPUT_BYTES >> 20),
             }),
             Err(e) => Err(Error::Template { template: self.name.clone(), reason: describe(&e) }),
         }
@@ -301,7 +302,7 @@ struct BoundedOutput {
 
 impl std::io::Write for BoundedOutput {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if self.bytes.len() + buf.len() > crate::template::bounds::MAX_OUTPUT_BYTES {
+        if self.bytes.len() + buf.len() > MAX_OUTPUT_BYTES {
             self.overflowed = true;
             return Err(std::io::Error::other("template output too large"));
         }

@@ -61,6 +61,7 @@ use super::dialect::{gemma4, python, tagged};
 use super::format::{ArgsDialect, BodyKind, CallIds, KeyOrder, ParamTags, ToolFormat, TYPE_SLOT};
 use super::Tool;
 use crate::grammar::regex::Spacing;
+use crate::template::family::reasoning_markers;
 use crate::template::transform::shape_fields;
 use crate::template::{ChatTemplate, RenderRequest};
 
@@ -160,7 +161,7 @@ fn renders(t: &ChatTemplate, object_arguments: bool) -> Result<Renders, Underiva
                     let two = render(t, &tools, Some(assistant_with_calls(2, &ids, content.clone())), object_arguments)
                         .ok()
                         .filter(|two| PROBE_NAMES.iter().all(|n| output_part(two, &text).contains(n)));
-                    let reasoning = crate::template::family::reasoning_markers(t.source());
+                    let reasoning = reasoning_markers(t.source());
                     let key_order = if object_arguments { key_order(t, &ids, content) } else { KeyOrder::Schema };
                     return Ok(Renders { reasoning, text, one, two, ids: ids_kind, object_arguments, key_order });
                 }

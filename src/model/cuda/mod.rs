@@ -26,6 +26,7 @@ use std::sync::OnceLock;
 
 use candle_core::{Device, Tensor};
 
+use crate::kernels::attention::AttentionShape;
 use crate::Result;
 
 #[cfg(feature = "cuda")]
@@ -131,7 +132,7 @@ pub(super) struct Rope<'a> {
 /// `cuda` feature, [`crate::Error::Device`].
 #[allow(clippy::too_many_arguments)]
 pub(super) fn attend(
-    shape: &crate::kernels::attention::AttentionShape<'_>,
+    shape: &AttentionShape<'_>,
     qkv: [Heads<'_>; 3],
     biases: [Option<&Tensor>; 3],
     norms: (Option<&Tensor>, Option<&Tensor>, f32),

@@ -8,7 +8,7 @@ use super::scan::Brackets;
 use super::{ArgsSyntax, Extent, ValueScan};
 use crate::grammar::ir::Node;
 use crate::grammar::part::Built;
-use crate::grammar::regex::to_rules_part;
+use crate::grammar::regex::{to_rules_part, Gemma4 as Gemma4Values};
 use crate::grammar::rules::Rules;
 use crate::tools::format::ToolFormat;
 
@@ -18,7 +18,7 @@ pub struct Gemma4;
 
 impl ArgsSyntax for Gemma4 {
     fn grammar(&self, node: &Node, _: &ToolFormat, rules: &mut Rules) -> Built {
-        to_rules_part(node, &crate::grammar::regex::Gemma4, rules)
+        to_rules_part(node, &Gemma4Values, rules)
     }
     fn opener(&self) -> Option<u8> {
         Some(b'{')

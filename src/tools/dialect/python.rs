@@ -10,7 +10,7 @@ use super::scan::Brackets;
 use super::{ArgsSyntax, Extent, ValueScan};
 use crate::grammar::ir::Node;
 use crate::grammar::part::Built;
-use crate::grammar::regex::{key_except, members, to_rules, Dialect, PythonSingle};
+use crate::grammar::regex::{key_except, members, to_rules, Dialect, Python as PythonValues, PythonSingle};
 use crate::grammar::rules::Rules;
 use crate::tools::format::ToolFormat;
 
@@ -20,7 +20,7 @@ pub struct Python;
 
 impl ArgsSyntax for Python {
     fn grammar(&self, node: &Node, f: &ToolFormat, rules: &mut Rules) -> Built {
-        let values: &dyn Dialect = if f.single_quotes { &PythonSingle } else { &crate::grammar::regex::Python };
+        let values: &dyn Dialect = if f.single_quotes { &PythonSingle } else { &PythonValues };
         Built::read(grammar(node, values, rules))
     }
     fn opener(&self) -> Option<u8> {
