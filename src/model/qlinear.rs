@@ -170,7 +170,6 @@ impl QLinear {
 
     /// The quantized weight and its bias when candle holds the weight as a `QTensor`
     /// on a CUDA device (f32 bias): what the CUDA matvec kernels read.
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // the CUDA expert tables only
     pub(crate) fn cuda_weight(&self) -> Option<(&QTensor, Option<&Tensor>)> {
         Self::matvec_weights(&[self], true).and_then(|v| v.into_iter().next())
     }

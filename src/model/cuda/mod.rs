@@ -289,31 +289,26 @@ pub(super) struct MoeRoute<'a> {
     pub selection_bias: Option<&'a Tensor>,
 }
 
-/// Device tables of `experts` (each `[gate, up, down]`) when every projection is a
-/// CUDA weight the matvec reads, of one type and shape per projection; `Ok(None)`
-/// otherwise, and unless `TOOLGATE_CUDA_MOE=device` (off by default until a GPU run
-/// has checked it): the mixture then routes on the host.
+/// Device tables of `experts` (each `[gate, up, down]`: a quantized weight and its
+/// bias) when each is a CUDA weight the matvec reads, of one type and shape per
+/// projection; `Ok(None)` otherwise, and unless `TOOLGATE_CUDA_MOE=device` (off by
+/// default until a GPU run has checked it): the mixture then routes on the host.
 ///
 /// # Errors
 /// A failed upload of the tables.
-pub(super) fn moe_tables(experts: &[[&super::qlinear::QLinear; 3]]) -> Result<Option<MoeTables>> {
+pub(super) fn moe_tables(
+    experts: &[[(&candle_core::quantized::QTensor, Option<&Tensor>); 3]],
+) -> Result<Option<MoeTables>> {
     #[cfg(feature = "cuda")]
     {
         static ON: OnceLock<bool> = OnceLock::new();
         if !*ON.get_or_init(|| std::env::var("TOOLGATE_CUDA_MOE").is_ok_and(|v| v == "device")) {
             return Ok(None);
         }
-        let Some(first) = experts.first() else { return Ok(None) };
-        let Some(first_w) = first[0].cuda_weight() else { return Ok(None) };
-        if !fused(&first_w.0.device()) {
-            return Ok(None);
+        match experts.first() {
+            Some(first) if fused(&first[0].0.device()) => Ok(kernels::moe_tables(experts).ok()),
+            _ => Ok(None),
         }
-        let mut parts = Vec::with_capacity(experts.len());
-        for ex in experts {
-            let [Some(g), Some(u), Some(d)] = ex.map(|l| l.cuda_weight()) else { return Ok(None) };
-            parts.push([g, u, d]);
-        }
-        Ok(kernels::moe_tables(&parts).ok())
     }
     #[cfg(not(feature = "cuda"))]
     {

@@ -69,7 +69,8 @@ impl Moe {
         let mut parts = Vec::with_capacity(experts.len());
         for e in experts {
             let Ffn::GateUp { gate, up, down } = e else { return Ok(None) };
-            parts.push([gate, up, down]);
+            let [Some(g), Some(u), Some(d)] = [gate, up, down].map(QLinear::cuda_weight) else { return Ok(None) };
+            parts.push([g, u, d]);
         }
         let Some(tables) = cuda::moe_tables(&parts)? else { return Ok(None) };
         let bias = selection_bias.map(|b| Tensor::new(b, device)).transpose()?;
