@@ -13,13 +13,11 @@
 //! Arguments: model-name filters (`SmolLM2`, `gemma`).
 
 mod common;
-use common::models_dir;
+use common::{bench_device, bench_models};
 
-use std::path::PathBuf;
 use std::time::Instant;
 
 use toolgate::engine::Engine;
-use toolgate::model::DeviceChoice;
 use toolgate::sampling::argmax;
 
 const TEXT: &str = "The quick brown fox jumps over the lazy dog. ";
@@ -29,19 +27,10 @@ fn main() {
     let smoke = !std::env::args().any(|a| a == "--bench");
     let (steps, widths): (usize, &[usize]) = if smoke { (2, &[1, 2]) } else { (64, &[1, 2, 4, 8]) };
     let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
-    let device: DeviceChoice =
-        std::env::var("BENCH_DEVICE").map_or(DeviceChoice::Cpu, |d| d.parse().expect("BENCH_DEVICE"));
-    let files: Vec<String> = match std::env::var("BENCH_MODELS") {
-        Ok(list) => list.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
-        Err(_) => vec!["SmolLM2-135M-Instruct.Q4_1.gguf".into(), "gemma-3-270m-q4_k_m.gguf".into()],
-    };
-    for file in &files {
-        if !filter.is_empty() && !filter.iter().any(|f| file.contains(f.as_str())) {
-            continue;
-        }
-        let path = if file.contains('/') { PathBuf::from(file) } else { models_dir().join(file) };
+    let device = bench_device();
+    for path in bench_models(&filter) {
         assert!(path.exists(), "{} not found: run scripts/fetch-models", path.display());
-        let file = path.file_name().and_then(|n| n.to_str()).unwrap_or(file);
+        let file = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
         let mut engine = Engine::load(&path, device).expect("load");
         // Enough text for 8 slots' prompts (the dense synthetic files spend a token per
         // byte, the real ones about one per word).

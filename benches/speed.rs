@@ -28,9 +28,8 @@
 //! read) is skipped and reported as NaN.
 
 mod common;
-use common::models_dir;
+use common::{bench_device, bench_models};
 
-use std::path::PathBuf;
 use std::time::Instant;
 
 use rayon::prelude::*;
@@ -81,19 +80,9 @@ fn main() {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .init();
-    let device: DeviceChoice =
-        std::env::var("BENCH_DEVICE").map_or(DeviceChoice::Cpu, |d| d.parse().expect("BENCH_DEVICE"));
-    let files: Vec<String> = match std::env::var("BENCH_MODELS") {
-        Ok(list) => list.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
-        Err(_) => vec!["SmolLM2-135M-Instruct.Q4_1.gguf".into(), "gemma-3-270m-q4_k_m.gguf".into()],
-    };
-    for file in &files {
-        let file = file.as_str();
-        if !filter.is_empty() && !filter.iter().any(|f| file.contains(f.as_str())) {
-            continue;
-        }
-        let path = if file.contains('/') { PathBuf::from(file) } else { models_dir().join(file) };
-        let file = path.file_name().and_then(|n| n.to_str()).unwrap_or(file);
+    let device = bench_device();
+    for path in bench_models(&filter) {
+        let file = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
         if !path.exists() {
             assert!(!smoke, "{file} not found: run scripts/fetch-models");
             eprintln!("skip {file}: not found (run scripts/fetch-models)");

@@ -13,15 +13,10 @@
 
 #include <stdint.h>
 
-#define WARP 32
+#include "common.cuh"
+
 #define ATTN_WARPS 4
 #define MAX_D 512
-
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-    for (int o = WARP / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffff, x, o);
-    return x;
-}
 
 __device__ __forceinline__ float block_sum(float x, float* red) {
     x = warp_sum(x);

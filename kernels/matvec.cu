@@ -280,14 +280,9 @@ TG_HD void row_dot(int t, const uint8_t* row, int k, int first, int step, Dot<NR
 
 #ifdef __CUDACC__
 
-#define WARP 32
-#define MV_WARPS 4
+#include "common.cuh"
 
-__device__ __forceinline__ float mv_warp_sum(float x) {
-#pragma unroll
-    for (int o = WARP / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffff, x, o);
-    return x;
-}
+#define MV_WARPS 4
 
 __device__ __forceinline__ float gated(float g, float u, int mode, float alpha, float limit) {
     if (mode == 0) return g / (1.f + expf(-g)) * u;
@@ -309,7 +304,7 @@ __device__ __forceinline__ void warp_row(const float* x, int k, const uint8_t* w
     row_dot<NR, U>(t, w + rb * r, k, threadIdx.x % WARP, WARP, dot);
     const float b = bias ? bias[r] : 0.f;
 #pragma unroll
-    for (int i = 0; i < NR; i++) out[i] = mv_warp_sum(dot.acc[i]) + b;
+    for (int i = 0; i < NR; i++) out[i] = warp_sum(dot.acc[i]) + b;
 }
 
 // y[i][o] for activation rows i < NR (x row i at x + i * k), outputs o over the
@@ -409,7 +404,7 @@ extern "C" __global__ void tg_moe_route(const float* __restrict__ logits, int n,
         prob[e] = p;
         sum += p;
     }
-    sum = mv_warp_sum(sum);
+    sum = warp_sum(sum);
     for (int e = lane; e < n; e += WARP) {
         if (gating == 0) prob[e] /= sum;
         key[e] = prob[e] + (sel_bias ? sel_bias[e] : 0.f);
