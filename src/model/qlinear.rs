@@ -3,9 +3,9 @@
 //! Every projection in every architecture is a [`QLinear`]. On CPU, weights of the
 //! types in [`crate::kernels::WeightType::ALL`] run on toolgate's own kernels
 //! ([`crate::kernels`]); every other type and device runs candle's `QMatMul` — but
-//! on CUDA, a few rows (decode) of a type `kernels/matvec.cu` reads run that kernel
-//! (`super::cuda::matvec`: f32 activations, the bias added in the kernel, q/k/v or
-//! gate/up in one launch).
+//! on CUDA with `TOOLGATE_CUDA_MATVEC=on`, a few rows (decode) of a type
+//! `kernels/matvec.cu` reads run that kernel (`super::cuda::matvec`: f32 activations,
+//! the bias added in the kernel, q/k/v or gate/up in one launch).
 //! `TOOLGATE_KERNELS=candle` keeps candle's matmul everywhere (for comparison).
 
 use candle_core::quantized::{QMatMul, QTensor};
@@ -140,8 +140,9 @@ impl QLinear {
     /// `parts` (up to three, one input width) applied to `x` in one launch of the CUDA
     /// decode matvec (`kernels/matvec.cu`), outputs side by side `(…, Σ out_features)`,
     /// each with its bias when `with_bias`. `Ok(None)` where the matvec does not apply
-    /// (not CUDA, more than eight rows, a weight candle holds dequantized or a type the
-    /// matvec does not read): the caller runs the parts one by one.
+    /// (not CUDA, not switched on by `TOOLGATE_CUDA_MATVEC=on`, more than eight rows, a
+    /// weight candle holds dequantized or a type the matvec does not read): the caller
+    /// runs the parts one by one.
     ///
     /// # Errors
     /// On a shape mismatch or a failed launch.
