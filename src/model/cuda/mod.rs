@@ -11,11 +11,13 @@
 //!   per head, a score matrix, softmax) — the path before these kernels, for comparison;
 //!   the default `fused` runs [`attend`], [`glu`] and [`add_rms_norm`].
 //! - `TOOLGATE_CUDA_GRAPH=off` runs the fused step without capturing it.
-//! - `TOOLGATE_CUDA_MATVEC=on` runs projections of a few rows on [`matvec`]
-//!   (`kernels/matvec.cu`) where the weight type allows, and `TOOLGATE_CUDA_MOE=device`
-//!   routes a decode row's experts on the device ([`moe_decode`]). Both are off by
-//!   default until a GPU run has checked them (`scripts/gpu-check`; they were written
-//!   and host-tested in a session without a GPU): candle's matmul and host routing.
+//! - A decode row's experts are routed and run on the device ([`moe_decode`]);
+//!   `TOOLGATE_CUDA_MOE=host` reads the router's logits back and routes on the host
+//!   (the path before, for comparison: 4.2× slower on an H200, `docs/devices.md`).
+//! - `TOOLGATE_CUDA_MATVEC=on` runs dense projections of a few rows on [`matvec`]
+//!   (`kernels/matvec.cu`) where the weight type allows. Off by default: correct on an
+//!   H200, but slower per step than candle's MMVQ, which multiplies 8-bit activations
+//!   with `dp4a` where the matvec dequantizes each weight to f32.
 
 #[cfg(feature = "cuda")]
 mod graph;
@@ -186,7 +188,7 @@ fn glu_mode(activation: super::arch::Activation) -> (i32, f32, f32) {
 
 /// Whether projections of a few rows on `device` run toolgate's matvec
 /// (`kernels/matvec.cu`): [`fused`] decode, and `TOOLGATE_CUDA_MATVEC=on` (off by
-/// default until a GPU run has checked it).
+/// default: slower than candle's MMVQ on an H200, `docs/devices.md`).
 #[cfg(feature = "cuda")]
 fn matvec_on(device: &Device) -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
@@ -291,8 +293,8 @@ pub(super) struct MoeRoute<'a> {
 
 /// Device tables of `experts` (each `[gate, up, down]`: a quantized weight and its
 /// bias) when each is a CUDA weight the matvec reads, of one type and shape per
-/// projection; `Ok(None)` otherwise, and unless `TOOLGATE_CUDA_MOE=device` (off by
-/// default until a GPU run has checked it): the mixture then routes on the host.
+/// projection; `Ok(None)` otherwise, or with `TOOLGATE_CUDA_MOE=host`: the mixture
+/// then routes on the host.
 ///
 /// # Errors
 /// A failed upload of the tables.
@@ -302,7 +304,7 @@ pub(super) fn moe_tables(
     #[cfg(feature = "cuda")]
     {
         static ON: OnceLock<bool> = OnceLock::new();
-        if !*ON.get_or_init(|| std::env::var("TOOLGATE_CUDA_MOE").is_ok_and(|v| v == "device")) {
+        if !*ON.get_or_init(|| std::env::var("TOOLGATE_CUDA_MOE").map_or(true, |v| v != "host")) {
             return Ok(None);
         }
         match experts.first() {
