@@ -345,9 +345,9 @@ fn matvec_unroll() -> usize {
     *U.get_or_init(|| std::env::var("TOOLGATE_CUDA_MATVEC_UNROLL").ok().and_then(|v| v.parse().ok()).unwrap_or(1))
 }
 
-/// ggml's id of a weight type `kernels/matvec.cu` reads (its `T_*`), and the weights
-/// of its block (a row's width is a multiple of it); `None` for the others (Q2_K,
-/// Q3_K, BF16…: candle's matmul runs them).
+/// ggml's id of a weight type `kernels/matvec.cu` reads (its `T_*`), and what a row's
+/// width must be a multiple of (its block; for F32/F16 the kernel's 8-weight chunk);
+/// `None` for the others (Q2_K, Q3_K, BF16…: candle's matmul runs them).
 pub(crate) fn matvec_type(dtype: GgmlDType) -> Option<(i32, usize)> {
     Some(match dtype {
         GgmlDType::F32 => (0, 8),
@@ -392,6 +392,9 @@ pub(crate) fn matvec(
         if wk != k || !k.is_multiple_of(block) || b.is_some_and(|b| b.elem_count() != n || b.dtype() != DType::F32) {
             return Err(bad(format!("matvec of a ({n}, {wk}) weight by activations {:?}", x.dims())));
         }
+        if !w.device().same_device(x.device()) {
+            return Err(bad("matvec weight on another device".into()));
+        }
         parts.push((*w, *b, t, n));
     }
     let gate_up = glu.is_some();
@@ -423,9 +426,6 @@ pub(crate) fn matvec(
     let mut t = [0i32; 3];
     let mut n = [0i32; 3];
     for (j, (qt, bias, ty, rows_j)) in parts.iter().enumerate() {
-        if !qt.device().same_device(x.device()) {
-            return Err(bad("matvec weight on another device".into()));
-        }
         w[j] = qt.device_ptr()? as u64;
         b[j] = bias.map_or(Ok(0), |b| address(b, &stream))?;
         (t[j], n[j]) = (*ty, *rows_j as i32);
@@ -452,14 +452,28 @@ pub(crate) fn matvec(
     Ok(out)
 }
 
+/// The most experts, and the most used per token, `tg_moe_route` holds
+/// (`MOE_MAX_EXPERTS`, `MOE_MAX_USED` in matvec.cu).
+const MOE_MAX_EXPERTS: usize = 512;
+const MOE_MAX_USED: usize = 32;
+
 /// The device tables of a mixture's experts for [`moe_decode`] (`super::MoeTables`):
 /// each expert's gate, up and down weight addresses (and bias addresses), uploaded once
 /// at load. `experts[e]` is expert e's `(gate, up, down)` weights and biases; every
-/// expert's projection must have one type the matvec reads and one shape.
+/// expert's projection must have one type the matvec reads and one shape, and `used`
+/// (experts per token, from the file) must fit the routing kernel.
 ///
 /// # Errors
 /// [`Error::InvalidParameter`] if they do not (the caller keeps the host routing).
-pub(crate) fn moe_tables(experts: &[[(&QTensor, Option<&Tensor>); 3]]) -> Result<super::MoeTables> {
+pub(crate) fn moe_tables(experts: &[[(&QTensor, Option<&Tensor>); 3]], used: usize) -> Result<super::MoeTables> {
+    // As the host routes: more used than there are experts is all of them.
+    let used = used.min(experts.len());
+    if experts.len() > MOE_MAX_EXPERTS || used == 0 || used > MOE_MAX_USED {
+        return Err(bad(format!(
+            "{used} of {} experts (the routing kernel takes {MOE_MAX_USED} of {MOE_MAX_EXPERTS})",
+            experts.len()
+        )));
+    }
     let first = experts.first().ok_or_else(|| bad("no experts".into()))?;
     let dev = match first[0].0.device() {
         candle_core::Device::Cuda(d) => d,
@@ -534,9 +548,9 @@ pub(crate) fn moe_decode(
     if logits.elem_count() != n
         || h.elem_count() != tables.n_embd
         || [logits, h].iter().any(|t| t.dtype() != DType::F32 || !t.is_contiguous())
-        || n > 512
+        || n > MOE_MAX_EXPERTS
         || used == 0
-        || used > 32
+        || used > MOE_MAX_USED
         || route.selection_bias.is_some_and(|b| b.elem_count() != n || b.dtype() != DType::F32)
     {
         return Err(bad(format!("device routing of {n} experts ({used} used) for {:?}", h.dims())));

@@ -292,14 +292,15 @@ pub(super) struct MoeRoute<'a> {
 }
 
 /// Device tables of `experts` (each `[gate, up, down]`: a quantized weight and its
-/// bias) when each is a CUDA weight the matvec reads, of one type and shape per
-/// projection; `Ok(None)` otherwise, or with `TOOLGATE_CUDA_MOE=host`: the mixture
-/// then routes on the host.
+/// bias), `used` of them per token, when each is a CUDA weight the matvec reads, of one
+/// type and shape per projection, and the counts fit the routing kernel; `Ok(None)`
+/// otherwise, or with `TOOLGATE_CUDA_MOE=host`: the mixture then routes on the host.
 ///
 /// # Errors
 /// A failed upload of the tables.
 pub(super) fn moe_tables(
     experts: &[[(&candle_core::quantized::QTensor, Option<&Tensor>); 3]],
+    used: usize,
 ) -> Result<Option<MoeTables>> {
     #[cfg(feature = "cuda")]
     {
@@ -308,13 +309,13 @@ pub(super) fn moe_tables(
             return Ok(None);
         }
         match experts.first() {
-            Some(first) if fused(&first[0].0.device()) => Ok(kernels::moe_tables(experts).ok()),
+            Some(first) if fused(&first[0].0.device()) => Ok(kernels::moe_tables(experts, used).ok()),
             _ => Ok(None),
         }
     }
     #[cfg(not(feature = "cuda"))]
     {
-        let _ = experts;
+        let _ = (experts, used);
         Ok(None)
     }
 }

@@ -52,14 +52,15 @@ pub(super) struct Moe {
 }
 
 impl Moe {
-    /// The device tables of `experts` (each a gated FFN of three projections) and the
-    /// selection bias on `device`, when the CUDA kernels can run them
+    /// The device tables of `experts` (each a gated FFN of three projections), `used`
+    /// per token, and the selection bias on `device`, when the CUDA kernels can run them
     /// ([`cuda::moe_tables`]).
     ///
     /// # Errors
     /// A failed upload.
     pub(super) fn device_tables(
         experts: &[Ffn],
+        used: usize,
         selection_bias: Option<&[f32]>,
         device: &candle_core::Device,
     ) -> Result<Option<(cuda::MoeTables, Option<Tensor>)>> {
@@ -72,7 +73,7 @@ impl Moe {
             let [Some(g), Some(u), Some(d)] = [gate, up, down].map(QLinear::cuda_weight) else { return Ok(None) };
             parts.push([g, u, d]);
         }
-        let Some(tables) = cuda::moe_tables(&parts)? else { return Ok(None) };
+        let Some(tables) = cuda::moe_tables(&parts, used)? else { return Ok(None) };
         let bias = selection_bias.map(|b| Tensor::new(b, device)).transpose()?;
         Ok(Some((tables, bias)))
     }

@@ -129,7 +129,7 @@ impl Loader<'_> {
             experts.push(Ffn::gated(gate, up, down)?);
         }
         let selection_bias = self.opt_vec(&p("exp_probs_b.bias"), ex.count)?;
-        let device = Moe::device_tables(&experts, selection_bias.as_deref(), self.device)?;
+        let device = Moe::device_tables(&experts, ex.used, selection_bias.as_deref(), self.device)?;
         let shared = match self.gguf.has_tensor(&p("ffn_gate_shexp.weight")) {
             true => Some(Box::new(self.gated(&p("ffn_gate_shexp"), &p("ffn_up_shexp"), &p("ffn_down_shexp"))?)),
             false => None,
