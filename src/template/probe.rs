@@ -146,7 +146,7 @@ pub fn read_output(setup: &super::ChatSetup, tools: &[crate::tools::Tool], outpu
     parser.push(output);
     parser.finish();
     let out = parser.into_output();
-    let (grammar, accepted) = match conformance::check_calls(&format, tools, output) {
+    let (grammar, accepted) = match conformance::check_calls(&format, tools, output, &setup.layout.turn_end) {
         Ok(verdict) => (verdict, true),
         Err(e) => (e, false),
     };

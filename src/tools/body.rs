@@ -6,7 +6,7 @@
 
 use serde_json::value::RawValue;
 
-use super::format::ToolFormat;
+use super::format::{IdSlot, ToolFormat};
 use crate::grammar::dialect::Quoted;
 
 /// Longest function name read from a name-then-arguments body: a longer run before
@@ -36,11 +36,19 @@ pub(super) fn read_name(fmt: &ToolFormat, body: &str) -> Option<Result<(String, 
         }
     } else {
         let ws = leading_ws(body);
-        let rest = &body[ws..];
+        // `ID<name_prefix>`: the call's id first (`IdSlot::BeforeName`).
+        let id = match fmt.id_slot {
+            IdSlot::BeforeName => body[ws..].bytes().take_while(|&b| is_id_byte(b)).count(),
+            _ => 0,
+        };
+        let rest = &body[ws + id..];
+        if id > MAX_NAME || fmt.id_slot == IdSlot::BeforeName && id == 0 && !rest.is_empty() {
+            return Some(Err(()));
+        }
         if !rest.starts_with(&fmt.name_prefix) {
             return if fmt.name_prefix.starts_with(rest) { None } else { Some(Err(())) };
         }
-        ws + fmt.name_prefix.len()
+        ws + id + fmt.name_prefix.len()
     };
     let body = &body[start..];
     let sep = fmt.name_index_separator.as_str();
@@ -57,7 +65,7 @@ pub(super) fn read_name(fmt: &ToolFormat, body: &str) -> Option<Result<(String, 
         let Some(i) = body.find(sep) else {
             return (body.len() > MAX_NAME + sep.len()).then_some(Err(()));
         };
-        let digits = body[i + sep.len()..].bytes().take_while(u8::is_ascii_digit).count();
+        let digits = body[i + sep.len()..].bytes().take_while(|&b| is_index_byte(fmt, b)).count();
         let rest = &body[i + sep.len() + digits..];
         if rest.len() < fmt.name_end.len() && fmt.name_end.starts_with(rest) {
             return None;
@@ -76,7 +84,7 @@ pub(super) fn read_name(fmt: &ToolFormat, body: &str) -> Option<Result<(String, 
     let name = if sep.is_empty() {
         Some(raw)
     } else {
-        raw.rsplit_once(sep).filter(|(_, i)| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit())).map(|(n, _)| n)
+        raw.rsplit_once(sep).filter(|(_, i)| !i.is_empty() && i.bytes().all(|b| is_index_byte(fmt, b))).map(|(n, _)| n)
     };
     Some(match name {
         Some(n) if !n.is_empty() && n.len() <= MAX_NAME && !n.contains(char::is_whitespace) => {
@@ -84,6 +92,18 @@ pub(super) fn read_name(fmt: &ToolFormat, body: &str) -> Option<Result<(String, 
         }
         _ => Err(()),
     })
+}
+
+/// A byte of what follows the name's index separator: a digit of a call index, or
+/// with [`IdSlot::AfterName`] a byte of a call id.
+fn is_index_byte(fmt: &ToolFormat, b: u8) -> bool {
+    b.is_ascii_digit() || fmt.id_slot == IdSlot::AfterName && is_id_byte(b)
+}
+
+/// A byte of a call id a model writes in a marker ([`IdSlot`]): letters, digits and
+/// `_ - . :`.
+fn is_id_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':')
 }
 
 /// Length of the longest proper suffix of `s` that is a prefix of `marker`, on a char

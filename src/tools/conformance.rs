@@ -127,31 +127,48 @@ fn as_generated(f: &ToolFormat, text: &str) -> Vec<u8> {
 
 /// Whether the constrained grammar for `tools` (one or more calls, `tool_choice:
 /// required`) accepts the calls in model output `text`: from the layout's trigger
-/// (the section or call start) to the end, trailing whitespace aside. What `toolgate
-/// tools parse` reports, so "why didn't my call parse" has an answer. `Ok` says
-/// `accepted`, or that the calls are accepted once their JSON's indentation is taken
-/// out (the constraint writes compact JSON).
+/// (the section or call start) to the end, trailing whitespace aside — or to where
+/// `turn_end` (what the template writes after the calls: [`super::layout::CallLayout::turn_end`])
+/// or a prefix of it begins, since generation ends there (what follows a whole turn
+/// end, such as the next turn's header, is not the model's and is not checked). What `toolgate tools parse`
+/// reports, so "why didn't my call parse" has an answer. `Ok` says `accepted` (naming
+/// the turn end when one followed), or that the calls are accepted once their JSON's
+/// indentation is taken out (the constraint writes compact JSON).
 ///
-/// Cost: one grammar compile, then a binary search over prefixes of the text (each a
+/// Cost: one grammar compile, one walk of the lazy DFA per place a piece of the turn
+/// end could start, then a binary search over prefixes of the text (each a
 /// walk of the lazy DFA) when it is rejected.
 ///
 /// # Errors
 /// `"no call in the text"`, `"rejected at byte N: …"` (N counts from the start of
 /// `text`), or the grammar's compile error.
-pub fn check_calls(f: &ToolFormat, tools: &[Tool], text: &str) -> Result<String, String> {
+pub fn check_calls(f: &ToolFormat, tools: &[Tool], text: &str, turn_end: &str) -> Result<String, String> {
     let trigger = f.trigger();
     let Some(at) = text.find(trigger) else { return Err(format!("no call in the text (no {trigger:?})")) };
     let calls = text[at..].trim_end();
     let grammar = super::calls_grammar_plain(f, tools, &ToolChoice::Required, true)
         .and_then(|c| c.compile())
         .map_err(|e| e.to_string())?;
+    // The calls whole, then without a trailing piece of the turn's end.
+    let ends = std::iter::once(calls.len()).chain((0..calls.len()).filter(|&k| {
+        calls.is_char_boundary(k) && {
+            let rest = calls[k..].trim_start();
+            !rest.is_empty() && !turn_end.is_empty() && (turn_end.starts_with(rest) || rest.starts_with(turn_end))
+        }
+    }));
+    for end in ends {
+        let (body, rest) = calls.split_at(end);
+        let then = if rest.is_empty() { String::new() } else { format!(" (then the turn's end {rest:?})") };
+        if grammar.matches(&as_generated(f, body)) {
+            return Ok(format!("accepted{then}"));
+        }
+        if f.body == BodyKind::JsonNameArguments && grammar.matches(&as_generated(f, &compact_json_objects(body))) {
+            return Ok(format!(
+                "accepted as compact JSON (the constraint writes these calls without indentation){then}"
+            ));
+        }
+    }
     let bytes = as_generated(f, calls);
-    if grammar.matches(&bytes) {
-        return Ok("accepted".into());
-    }
-    if f.body == BodyKind::JsonNameArguments && grammar.matches(&as_generated(f, &compact_json_objects(calls))) {
-        return Ok("accepted as compact JSON (the constraint writes these calls without indentation)".into());
-    }
     // The longest prefix the grammar can still extend (prefixes of a prefix are too).
     let (mut ok, mut bad) = (0, bytes.len() + 1);
     while bad - ok > 1 {

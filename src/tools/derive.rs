@@ -58,7 +58,7 @@ use serde_json::{json, Value};
 
 use super::conformance::{conformance, probe_arguments, probe_tools, shorten, PROBE_NAMES};
 use super::dialect::{gemma4, python, tagged};
-use super::format::{ArgsDialect, BodyKind, CallIds, KeyOrder, ParamTags, ToolFormat, TYPE_SLOT};
+use super::format::{ArgsDialect, BodyKind, CallIds, IdSlot, KeyOrder, ParamTags, ToolFormat, TYPE_SLOT};
 use super::Tool;
 use crate::grammar::regex::Spacing;
 use crate::template::family::reasoning_markers;
@@ -74,11 +74,13 @@ pub struct Underivable {
     /// The call text the template wrote for one probe call, when it wrote one: an
     /// override must read it ([`conformance`]) to be used instead.
     pub sample: Option<String>,
+    /// What the template wrote after that call ([`Derivation::turn_end`]).
+    pub turn_end: String,
 }
 
 impl Underivable {
     fn new(reason: impl Into<String>) -> Self {
-        Self { reason: reason.into(), sample: None }
+        Self { reason: reason.into(), sample: None, turn_end: String::new() }
     }
 }
 
@@ -92,6 +94,12 @@ pub struct Derivation {
     /// The call text the template wrote for the probe calls (two when `parallel`):
     /// what [`conformance`] checks formats against.
     pub sample: String,
+    /// What the template writes after the calls, up to the end of generation (its
+    /// `eos_token`) or of the turn: the turn's end marker, such as `<|im_end|>`,
+    /// `<|eom_id|>` or `<|END_OF_TURN_TOKEN|>`. Model output may end with it, or with
+    /// a prefix of it where generation stopped at a special token
+    /// ([`super::conformance::check_calls`]).
+    pub turn_end: String,
 }
 
 /// Ids in OpenAI's shape, then ids of nine letters and digits (Mistral's templates
@@ -117,6 +125,8 @@ struct Renders {
     object_arguments: bool,
     /// The order the template prints argument keys in.
     key_order: KeyOrder,
+    /// Where the one-call turn ends in `one`: see [`turn_end`].
+    turn_end: usize,
 }
 
 fn render(
@@ -125,15 +135,50 @@ fn render(
     assistant: Option<Value>,
     object_arguments: bool,
 ) -> Result<String, String> {
+    render_turns(t, tools, assistant.into_iter().collect(), object_arguments)
+}
+
+/// The probe question, then `turns`, rendered as [`render`] does.
+fn render_turns(t: &ChatTemplate, tools: &[Tool], turns: Vec<Value>, object_arguments: bool) -> Result<String, String> {
     let mut messages = vec![json!({"role": "user", "content": "Probe question?"})];
-    messages.extend(assistant);
+    messages.extend(turns);
     let messages = shape_fields(messages, object_arguments, false);
     let mut req = RenderRequest::new(messages);
     req.tools = Some(tools.iter().map(|t| serde_json::to_value(t).unwrap_or(Value::Null)).collect());
     req.add_generation_prompt = false;
     req.bos_token = "<s>".into();
-    req.eos_token = "</s>".into();
+    req.eos_token = PROBE_EOS.into();
     t.render(&req).map_err(|e| e.to_string())
+}
+
+/// The `eos_token` the probe renders with: generation ends there.
+const PROBE_EOS: &str = "</s>";
+
+/// Where the call turn `one` (the render of `turn`) ends: where the render with a
+/// user message after it departs from `one` (at a marker edge), or the end of `one`
+/// when the template renders nothing after the turn or refuses a user message there.
+fn turn_end(t: &ChatTemplate, tools: &[Tool], one: &str, turn: Value, object_arguments: bool) -> usize {
+    let Ok(follow) =
+        render_turns(t, tools, vec![turn, json!({"role": "user", "content": "zfollowz"})], object_arguments)
+    else {
+        return one.len();
+    };
+    let mut p = one.bytes().zip(follow.bytes()).take_while(|(a, b)| a == b).count();
+    while p > 0 && !(one.is_char_boundary(p) && edge(one, p)) {
+        p -= 1;
+    }
+    p
+}
+
+/// What `render` holds after `sample` (a piece of it), up to the end of the turn
+/// (byte `end`) or [`PROBE_EOS`], trimmed: [`Derivation::turn_end`].
+fn after_calls(render: &str, end: usize, sample: &str) -> String {
+    let Some(at) = render.rfind(sample).map(|at| at + sample.len()) else { return String::new() };
+    // A template that renders the turn otherwise when a message follows (Qwen 3 drops
+    // its reasoning then) departs before the calls end: no bound is known.
+    let rest = &render[at..end.max(at)];
+    let rest = if rest.is_empty() { &render[at..] } else { rest };
+    rest.split(PROBE_EOS).next().unwrap_or_default().trim().to_string()
 }
 
 fn assistant_with_calls(n: usize, ids: &[&str; 2], content: Value) -> Value {
@@ -162,8 +207,19 @@ fn renders(t: &ChatTemplate, object_arguments: bool) -> Result<Renders, Underiva
                         .ok()
                         .filter(|two| PROBE_NAMES.iter().all(|n| output_part(two, &text).contains(n)));
                     let reasoning = reasoning_markers(t.source());
-                    let key_order = if object_arguments { key_order(t, &ids, content) } else { KeyOrder::Schema };
-                    return Ok(Renders { reasoning, text, one, two, ids: ids_kind, object_arguments, key_order });
+                    let key_order =
+                        if object_arguments { key_order(t, &ids, content.clone()) } else { KeyOrder::Schema };
+                    let turn_end = turn_end(t, &tools, &one, assistant_with_calls(1, &ids, content), object_arguments);
+                    return Ok(Renders {
+                        reasoning,
+                        text,
+                        one,
+                        two,
+                        ids: ids_kind,
+                        object_arguments,
+                        key_order,
+                        turn_end,
+                    });
                 }
                 Ok(_) => last_error = "the template renders an assistant turn with a tool call without the call".into(),
                 Err(e) => last_error = format!("rendering an assistant turn with a tool call failed: {e}"),
@@ -466,7 +522,11 @@ fn inner_newline(s: &str, at_end: bool) -> (String, bool) {
 pub fn derive(template: &ChatTemplate, object_arguments: bool) -> Result<Derivation, Underivable> {
     let r = renders(template, object_arguments)?;
     let one = without_reasoning(output_part(&r.one, &r.text), r.reasoning);
-    read_layout(&r, one).map_err(|reason| Underivable { reason, sample: Some(one.to_string()) })
+    read_layout(&r, one).map_err(|reason| Underivable {
+        reason,
+        sample: Some(one.to_string()),
+        turn_end: after_calls(&r.one, r.turn_end, one),
+    })
 }
 
 /// The layout of the calls in `one` (the one-call turn's output part) and, for the
@@ -526,14 +586,8 @@ fn read_layout(r: &Renders, one: &str) -> Result<Derivation, String> {
             if !id_key.is_empty() {
                 f.id_key = id_key.clone();
                 f.id_first = *id_first;
-                let digits = !id_value.is_empty() && id_value.bytes().all(|b| b.is_ascii_digit());
                 let nine = id_value.len() == 9 && id_value.bytes().all(|b| b.is_ascii_alphanumeric());
-                f.id_pattern = match (digits, nine) {
-                    (true, _) => "[0-9]{1,4}",
-                    (false, true) => "[A-Za-z0-9]{9}",
-                    _ => "[A-Za-z0-9_.:-]{1,64}",
-                }
-                .into();
+                f.id_pattern = id_pattern(id_value).into();
                 if nine && !ours {
                     // The template made nine-character ids of its own: give it such ids back.
                     f.call_ids = CallIds::Alnum9;
@@ -575,8 +629,22 @@ fn read_layout(r: &Renders, one: &str) -> Result<Derivation, String> {
                     if let Some((sep, rest)) = index_split(name_end, e2) {
                         f.name_index_separator = sep;
                         f.name_end = rest;
+                    } else if let Some((sep, rest)) = id_split(name_end, e2, &ids) {
+                        // `[CALL_ID]Xq7Rk2Pz9[ARGS]`: the call's id after the name.
+                        f.name_index_separator = sep;
+                        f.name_end = rest;
+                        f.id_slot = IdSlot::AfterName;
+                        f.id_pattern = id_pattern(ids[0]).into();
                     }
                 }
+            }
+            // `<|tool_call:begin|>ID<|tool_call:name|>NAME`: the call's id between the call
+            // start and the name, read off as ends of the section start and separator.
+            if let Some((opener, separator, call_start)) = id_before_name(&f, &ids) {
+                f.name_prefix = std::mem::replace(&mut f.call_start, call_start);
+                (f.section_start, f.separator) = (opener, separator);
+                f.id_slot = IdSlot::BeforeName;
+                f.id_pattern = id_pattern(ids[0]).into();
             }
             // `<tool_call>\n<function=`: a call marker, then the name's prefix.
             if let Some((a, b)) = f.call_start.rsplit_once('\n') {
@@ -604,11 +672,13 @@ fn read_layout(r: &Renders, one: &str) -> Result<Derivation, String> {
         return Err(format!("the calls have no marker to recognise them by in free text: {:?}", shorten(one)));
     }
     let sample = pair.as_ref().map_or(one, |p| p.0);
-    let sample = sample[..sample.len() - sample_cut].trim_end().to_string();
+    let sample = sample[..sample.len() - sample_cut].trim_end();
+    let turn_end = after_calls(&r.one, r.turn_end, one[..one.len() - sample_cut].trim_end());
+    let sample = sample.to_string();
     // The combinations the parser and grammar rely on, as for a `grammars/` file (a
     // derived value end must also be a literal `without_literal` can exclude).
     f.validate().map_err(|e| format!("the derived layout ({}) is inconsistent: {e}", summary(&f)))?;
-    let d = Derivation { format: f, parallel: pair.is_some(), sample };
+    let d = Derivation { format: f, parallel: pair.is_some(), sample, turn_end };
     conformance(&d.format, &d.sample, d.parallel)
         .map_err(|e| format!("the derived layout ({}) does not round-trip: {e}", summary(&d.format)))?;
     Ok(d)
@@ -647,6 +717,46 @@ pub fn summary(f: &ToolFormat) -> String {
     format!("{:?} body, {:?} arguments{spacing}{keys}, {}", f.body, f.dialect, parts.join(", "))
 }
 
+/// `(separator, rest)` when two name ends hold the two calls' ids, `ids`, between the
+/// same texts (`[CALL_ID]Xq7Rk2Pz9[ARGS]` and `[CALL_ID]Lm3Tw8Vb4[ARGS]` give
+/// `("[CALL_ID]", "[ARGS]")`).
+fn id_split(a: &str, b: &str, ids: &[&str; 2]) -> Option<(String, String)> {
+    let (sep, rest) = a.split_once(ids[0])?;
+    (!sep.is_empty() && b == format!("{sep}{}{rest}", ids[1])).then(|| (sep.to_string(), rest.to_string()))
+}
+
+/// `(section start, separator, call start)` when the section start ends with the
+/// first call's id and the separator with the second's (Solar Open's
+/// `<|tool_calls|><|tool_call:begin|>ID0` and `<|tool_call:begin|>ID1`): the text both
+/// have before the id opens each call (`<|tool_call:begin|>`), and the call start
+/// derived so far becomes the name's prefix, after the id (`f.call_start`, which must
+/// not begin with a byte of an id).
+fn id_before_name(f: &ToolFormat, ids: &[&str; 2]) -> Option<(String, String, String)> {
+    let opener = f.section_start.strip_suffix(ids[0])?;
+    let separator = f.separator.strip_suffix(ids[1])?;
+    if f.call_start.bytes().next().is_none_or(|b| b.is_ascii_alphanumeric() || b"_-.:".contains(&b)) {
+        return None;
+    }
+    let common = opener.bytes().rev().zip(separator.bytes().rev()).take_while(|(a, b)| a == b).count();
+    fn split(s: &str, tail: usize) -> Option<(&str, &str)> {
+        s.is_char_boundary(s.len() - tail).then(|| s.split_at(s.len() - tail))
+    }
+    let ((opener, call_start), (separator, _)) = (split(opener, common)?, split(separator, common)?);
+    (!call_start.is_empty()).then(|| (opener.to_string(), separator.to_string(), call_start.to_string()))
+}
+
+/// The regex of ids shaped as `id` is: nine letters and digits (Mistral's), digits,
+/// or any id toolgate or a client makes.
+fn id_pattern(id: &str) -> &'static str {
+    let digits = !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit());
+    let nine = id.len() == 9 && id.bytes().all(|b| b.is_ascii_alphanumeric());
+    match (digits, nine) {
+        (true, _) => "[0-9]{1,4}",
+        (false, true) => "[A-Za-z0-9]{9}",
+        _ => "[A-Za-z0-9_.:-]{1,64}",
+    }
+}
+
 /// `(separator, rest)` when two name ends differ only in a call index after the same
 /// separator (`:0<|x|>` and `:1<|x|>` give `(":", "<|x|>")`).
 fn index_split(a: &str, b: &str) -> Option<(String, String)> {
@@ -660,19 +770,25 @@ fn index_split(a: &str, b: &str) -> Option<(String, String)> {
 }
 
 /// The call text `template` renders for the probe calls — the two-call turn when it
-/// renders one, else the one-call turn — and whether it holds two calls: what
-/// [`super::layout::from_metadata`] checks a metadata-named layout against.
+/// renders one, else the one-call turn — whether it holds two calls, and what follows
+/// them ([`Derivation::turn_end`]): what [`super::layout::from_metadata`] checks a
+/// metadata-named layout against.
 ///
 /// Cost: the renders of [`derive()`].
 ///
 /// # Errors
 /// [`Underivable`] when the template does not render the probe conversation.
-pub(super) fn probe_sample(template: &ChatTemplate, object_arguments: bool) -> Result<(String, bool), Underivable> {
+pub(super) fn probe_sample(
+    template: &ChatTemplate,
+    object_arguments: bool,
+) -> Result<(String, bool, String), Underivable> {
     let r = renders(template, object_arguments)?;
-    let one = without_reasoning(output_part(&r.one, &r.text), r.reasoning);
-    let two = r.two.as_deref().map(|t| without_reasoning(output_part(t, &r.text), r.reasoning));
-    Ok(match two {
-        Some(two) => (two.trim().to_string(), true),
-        None => (one.trim().to_string(), false),
+    let one = without_reasoning(output_part(&r.one, &r.text), r.reasoning).trim();
+    Ok(match &r.two {
+        Some(render) => {
+            let two = without_reasoning(output_part(render, &r.text), r.reasoning).trim();
+            (two.to_string(), true, after_calls(&r.one, r.turn_end, one))
+        }
+        None => (one.to_string(), false, after_calls(&r.one, r.turn_end, one)),
     })
 }

@@ -98,7 +98,8 @@ pub enum BodyKind {
     /// `{"<name_key>": "NAME", "<arguments_key>": {…}}` in JSON (other keys, such as an
     /// `id`, are read and ignored; generation writes these two).
     JsonNameArguments,
-    /// `NAME` (optionally `NAME<name_index_separator>INDEX`), then `name_end`, then the
+    /// `NAME` (optionally `NAME<name_index_separator>INDEX`, or the call's id in place
+    /// of the index: [`IdSlot`]), then `name_end`, then the
     /// arguments value. With an empty `name_end` the name is the run of identifier
     /// characters (`A–Z a–z 0–9 _ . -`) before the value.
     NameThenArguments,
@@ -138,6 +139,22 @@ pub enum CallIds {
     /// `functions.NAME:INDEX`, Kimi's: its templates write the id where the call's name
     /// goes.
     FunctionsIndex,
+}
+
+/// Where a name-then-arguments call writes its id ([`ToolFormat::id_slot`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IdSlot {
+    /// Nowhere (the default).
+    #[default]
+    None,
+    /// After the name's index separator, in place of a call index: Mistral Small 3.2's
+    /// `NAME[CALL_ID]Xq7Rk2Pz9[ARGS]` (`name_index_separator` `[CALL_ID]`).
+    AfterName,
+    /// Between the call start and the name's prefix: Solar Open's
+    /// `<|tool_call:begin|>ID<|tool_call:name|>NAME` (`name_prefix`
+    /// `<|tool_call:name|>`).
+    BeforeName,
 }
 
 /// The order a call's argument keys are written in.
@@ -208,6 +225,10 @@ pub struct ToolFormat {
     /// (`""`: none).
     #[serde(default)]
     pub name_index_separator: String,
+    /// Where a name-then-arguments call writes its id (matching `id_pattern`), if it
+    /// does. The parser reads and drops it, ids being toolgate's own ([`CallIds`]).
+    #[serde(default)]
+    pub id_slot: IdSlot,
     /// Dialect of the arguments.
     #[serde(default)]
     pub dialect: ArgsDialect,
@@ -289,6 +310,7 @@ impl ToolFormat {
             name_prefix: String::new(),
             name_end: String::new(),
             name_index_separator: String::new(),
+            id_slot: IdSlot::None,
             dialect: ArgsDialect::Json,
             id_key: String::new(),
             id_pattern: String::new(),
@@ -360,6 +382,19 @@ impl ToolFormat {
             && self.body != BodyKind::NameThenArguments
         {
             return Err("this dialect needs a name_then_arguments body".into());
+        }
+        // The marker right after the id, which ends it.
+        let after_id = match self.id_slot {
+            IdSlot::None => None,
+            IdSlot::AfterName => Some(&self.name_index_separator),
+            IdSlot::BeforeName => Some(&self.name_prefix),
+        };
+        if after_id.is_some_and(|m| m.is_empty() || self.id_pattern.is_empty())
+            || self.id_slot != IdSlot::None && self.body != BodyKind::NameThenArguments
+        {
+            return Err("`id_slot` needs a name_then_arguments body, an `id_pattern`, and a marker after the \
+                        id (`name_index_separator` after the name, `name_prefix` before it)"
+                .into());
         }
         if self.nested_function && self.body != BodyKind::JsonNameArguments {
             return Err("`nested_function` belongs to a json_name_arguments body".into());

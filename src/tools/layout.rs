@@ -48,6 +48,12 @@ pub struct CallLayout {
     /// while string arguments render as the JSON its instructions ask for.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub string_arguments: bool,
+    /// What the template writes after a call turn's calls, up to the end of
+    /// generation: the turn's end marker (`<|im_end|>`), where a model stops. Output
+    /// that ends with it, or with a prefix of it, still holds valid calls
+    /// ([`super::conformance::check_calls`]). Empty when unknown.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub turn_end: String,
 }
 
 impl CallLayout {
@@ -75,6 +81,7 @@ impl CallLayout {
             parallel: true,
             sample: None,
             string_arguments: false,
+            turn_end: String::new(),
         })
     }
 
@@ -88,12 +95,18 @@ impl CallLayout {
             parallel: false,
             sample: None,
             string_arguments: false,
+            turn_end: String::new(),
         }
     }
 
     fn with(format: ToolFormat, origin: Origin, round_trip: String, parallel: bool, sample: Option<String>) -> Self {
         let family = format.family.clone();
-        Self { family, format: Some(format), origin, round_trip, parallel, sample, string_arguments: false }
+        let turn_end = String::new();
+        Self { family, format: Some(format), origin, round_trip, parallel, sample, string_arguments: false, turn_end }
+    }
+
+    fn ending(self, turn_end: String) -> Self {
+        Self { turn_end, ..self }
     }
 }
 
@@ -104,15 +117,15 @@ impl CallLayout {
 ///
 /// Cost: the renders of [`derive()`] and one [`conformance`] check.
 pub fn from_metadata(template: &ChatTemplate, object_arguments: bool, format: ToolFormat) -> CallLayout {
-    let (round_trip, parallel, sample) = match probe_sample(template, object_arguments) {
-        Ok((sample, parallel)) => {
+    let (round_trip, parallel, sample, turn_end) = match probe_sample(template, object_arguments) {
+        Ok((sample, parallel, turn_end)) => {
             let check =
                 conformance(&format, &sample, parallel).map_or_else(|e| format!("failed: {e}"), |()| "passed".into());
-            (check, parallel, Some(sample))
+            (check, parallel, Some(sample), turn_end)
         }
-        Err(e) => (format!("not checked: {e}"), true, None),
+        Err(e) => (format!("not checked: {e}"), true, None, String::new()),
     };
-    CallLayout::with(format, Origin::Metadata, round_trip, parallel, sample)
+    CallLayout::with(format, Origin::Metadata, round_trip, parallel, sample).ending(turn_end)
 }
 
 /// Choose the call layout for `template`: derive it ([`derive()`]); a `grammars/` file
@@ -163,14 +176,17 @@ fn resolve_with(template: &ChatTemplate, object_arguments: bool, marker_family: 
         {
             Some(o) => CallLayout::with(o, Origin::Override, "passed".into(), d.parallel, Some(d.sample)),
             None => CallLayout::with(d.format, Origin::Derived, "passed".into(), d.parallel, Some(d.sample)),
-        },
+        }
+        .ending(d.turn_end),
         Err(e) => match (over, e.sample) {
             (Some(o), None) => {
                 let note = format!("not checked: the template shows no calls ({})", e.reason);
                 CallLayout::with(o, Origin::Override, note, true, None)
             }
             (Some(o), Some(sample)) => match conformance(&o, &sample, false) {
-                Ok(()) => CallLayout::with(o, Origin::Override, "passed".into(), false, Some(sample)),
+                Ok(()) => {
+                    CallLayout::with(o, Origin::Override, "passed".into(), false, Some(sample)).ending(e.turn_end)
+                }
                 Err(why) => CallLayout {
                     format: None,
                     family: "unknown".into(),
@@ -182,6 +198,7 @@ fn resolve_with(template: &ChatTemplate, object_arguments: bool, marker_family: 
                     parallel: false,
                     sample: Some(sample),
                     string_arguments: false,
+                    turn_end: String::new(),
                 },
             },
             (None, sample) => CallLayout {
@@ -192,6 +209,7 @@ fn resolve_with(template: &ChatTemplate, object_arguments: bool, marker_family: 
                 parallel: false,
                 sample,
                 string_arguments: false,
+                turn_end: String::new(),
             },
         },
     }

@@ -23,7 +23,7 @@ use crate::grammar::schema::{check_grammar_size, compile_shared, Mode, Objects};
 use crate::grammar::spec::Spec;
 use crate::tokenizer::{TokenKind, Tokenizer, SPECIAL_PREFIX};
 use crate::{Error, Result};
-use format::{BodyKind, KeyOrder, ToolFormat};
+use format::{BodyKind, IdSlot, KeyOrder, ToolFormat};
 use recovery::Recovery;
 
 /// An OpenAI function tool.
@@ -418,12 +418,14 @@ fn calls_into(
                 bodies.push(Built::cat(vec![Built::read(open), args, Built::read(close)]));
             }
             BodyKind::NameThenArguments => {
-                let index = if f.name_index_separator.is_empty() {
-                    String::new()
-                } else {
-                    format!("{}[0-9]{{1,3}}", regex_syntax::escape(&f.name_index_separator))
+                let sep = regex_syntax::escape(&f.name_index_separator);
+                let (id, index) = match (f.id_slot, sep.as_str()) {
+                    (IdSlot::BeforeName, _) => (format!("(?:{})", f.id_pattern), String::new()),
+                    (IdSlot::AfterName, sep) => (String::new(), format!("{sep}(?:{})", f.id_pattern)),
+                    (IdSlot::None, "") => Default::default(),
+                    (IdSlot::None, sep) => (String::new(), format!("{sep}[0-9]{{1,3}}")),
                 };
-                let name = format!("{}{}{index}", regex_syntax::escape(&f.name_prefix), regex_syntax::escape(name));
+                let name = format!("{id}{}{}{index}", regex_syntax::escape(&f.name_prefix), regex_syntax::escape(name));
                 bodies.push(Built::cat(vec![Built::read(name), marker(&f.name_end), args]));
             }
         }

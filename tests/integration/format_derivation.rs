@@ -710,3 +710,94 @@ fn layouts_write_argument_keys_in_the_order_their_template_prints_them() {
     eprintln!("sorted keys: {sorting:?}");
     assert!(sorting.iter().any(|n| n.contains("gemma-4")), "{sorting:?}");
 }
+
+/// A layout of this test's own with the call's id between the call start and the
+/// name, as Solar Open's template writes it; each turn ends with `<|turn_end|>`.
+const ID_BEFORE_NAME_STYLE: &str = r#"{%- for m in messages -%}
+{%- if m.tool_calls -%}<|calls|>{%- for c in m.tool_calls -%}
+<|call|>{{ c.id }}<|name|>{{ c.function.name }}<|args|>{{ c.function.arguments | tojson }}<|/call|>
+{%- endfor -%}<|/calls|><|turn_end|>
+{%- else -%}<|{{ m.role }}|>{{ m.content }}<|turn_end|>{%- endif -%}
+{%- endfor -%}{%- if tools %}<|tools|>{{ tools | tojson }}<|turn_end|>{% endif -%}
+{%- if add_generation_prompt -%}<|assistant|>{%- endif -%}"#;
+
+/// A layout of this test's own with the call's id after the name, as Mistral Small
+/// 3.2's template writes it (`[CALL_ID]`, nine letters and digits); a call turn ends
+/// with the `eos_token`, where generation ends.
+const ID_AFTER_NAME_STYLE: &str = r#"{%- for m in messages -%}
+{%- if m.tool_calls -%}{%- for c in m.tool_calls -%}
+{%- if c.id | length != 9 -%}{{ raise_exception("ids are nine letters and digits") }}{%- endif -%}
+[CALLS]{{ c.function.name }}[ID]{{ c.id }}[ARGS]{{ c.function.arguments | tojson }}
+{%- endfor -%}{{ eos_token }}
+{%- else -%}[{{ m.role | upper }}]{{ m.content }}{%- if m.role == "assistant" %}{{ eos_token }}{% endif -%}{%- endif -%}
+{%- endfor -%}{%- if tools %}[TOOLS]{{ tools | tojson }}[/TOOLS]{% endif -%}"#;
+
+/// `t`'s render of an assistant turn with `ids.len()` calls of [`weather_tool`] with
+/// those ids: the text from `from` to the end.
+fn rendered_turn(t: &ChatTemplate, ids: &[&str], from: &str) -> String {
+    let tools: Vec<Value> = weather_tool().iter().map(|t| serde_json::to_value(t).unwrap()).collect();
+    let calls: Vec<Value> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let city = ["Oslo", "Lima"][i % 2];
+            json!({"id": id, "type": "function", "function": {"name": "get_weather",
+                "arguments": {"city": city, "days": i + 1}}})
+        })
+        .collect();
+    let messages = vec![
+        json!({"role": "user", "content": "Weather?"}),
+        json!({"role": "assistant", "content": "", "tool_calls": calls}),
+    ];
+    let mut req = toolgate::template::RenderRequest::new(messages);
+    req.tools = Some(tools);
+    req.eos_token = "</s>".into();
+    let out = t.render(&req).unwrap();
+    out[out.find(from).unwrap()..].to_string()
+}
+
+/// Call ids inside the markers — between the call start and the name (Solar Open's
+/// layout) or after the name (Mistral Small 3.2's) — are derived as an id slot, not as
+/// a fixed marker holding the probe's id: calls with other ids are read back, and the
+/// grammar writes an id of the template's shape there. The text a template writes
+/// after the calls up to the end of generation is the layout's turn end: output that
+/// ends with it, or with a prefix of it (generation stopped at a special token), still
+/// holds valid calls; any other trailing text does not.
+#[test]
+fn call_ids_inside_markers_are_slots_and_calls_end_where_the_turn_does() {
+    use toolgate::tools::format::IdSlot;
+    let tools = weather_tool();
+    let want = vec![
+        ("get_weather".to_string(), json!({"city": "Oslo", "days": 1})),
+        ("get_weather".to_string(), json!({"city": "Lima", "days": 2})),
+    ];
+    let cases = [
+        (ID_BEFORE_NAME_STYLE, IdSlot::BeforeName, ["call_7f3e2d1c", "call_0b9a8c7d"], "<|calls|>", "<|turn_end|>"),
+        (ID_AFTER_NAME_STYLE, IdSlot::AfterName, ["Zx9Yw8Vu7", "Ab1Cd2Ef3"], "[CALLS]", ""),
+    ];
+    for (source, slot, ids, from, turn_end) in cases {
+        let setup = inspect(&GgufTemplates { default: Some(source.to_string()), tool_use: None }, None, None).unwrap();
+        let l = &setup.layout;
+        let f = l.format.as_ref().unwrap_or_else(|| panic!("no layout: {}", l.round_trip));
+        assert_eq!((l.origin, f.id_slot, l.turn_end.as_str()), (Origin::Derived, slot, turn_end), "{l:?}");
+        let turn = rendered_turn(&setup.template, &ids, from);
+        let calls = turn.split("</s>").next().unwrap();
+        let calls = if turn_end.is_empty() { calls } else { &calls[..calls.find(turn_end).unwrap()] };
+        assert_eq!(read_every_way(f, &tools, calls), want, "{calls}");
+        let g = calls_grammar_plain(f, &tools, &ToolChoice::Required, true).unwrap().compile().unwrap();
+        assert!(g.matches(calls.as_bytes()), "{calls}");
+        // The id has the template's shape: no id, or a malformed one, is refused.
+        let without = calls.replace(ids[0], "");
+        assert!(!g.matches(without.as_bytes()), "{without}");
+        // Output ending with the turn's end, or a piece of it, is accepted; other text is not.
+        let read = |text: &str| toolgate::template::probe::read_output(&setup, &tools, text).unwrap();
+        let report = read(&format!("{calls}{turn_end}"));
+        assert!(report.ok && report.tool_calls.len() == 2, "{report:?}");
+        if !turn_end.is_empty() {
+            assert!(report.grammar.contains(turn_end), "{}", report.grammar);
+            assert!(read(&format!("{calls}{}", &turn_end[..5])).ok);
+            let extra = read(&format!("{calls}{turn_end} and more"));
+            assert!(!extra.ok && extra.grammar.starts_with("rejected"), "{}", extra.grammar);
+        }
+    }
+}
