@@ -35,9 +35,9 @@ import sys
 import time
 import urllib.request
 
-from jinja2 import ext
-from jinja2.sandbox import ImmutableSandboxedEnvironment
-from jinja2.exceptions import TemplateError
+from jinja2 import ext, nodes
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
+from jinja2.exceptions import SecurityError, TemplateError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "fixtures", "templates")
@@ -124,7 +124,17 @@ CASES = [
 NOW = datetime.datetime(2026, 1, 15, 12, 0, 0)
 
 
-def hf_environment():
+class Generation(ext.Extension):
+    """transformers' `AssistantTracker`: `{% generation %}…{% endgeneration %}` renders its body."""
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return nodes.Scope(body, lineno=lineno)
+
+
+def hf_environment(sandbox=ImmutableSandboxedEnvironment):
     """The environment transformers' `_compile_jinja_template` builds."""
 
     def raise_exception(message):
@@ -136,7 +146,7 @@ def hf_environment():
     def strftime_now(fmt):
         return NOW.strftime(fmt)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[ext.loopcontrols])
+    env = sandbox(trim_blocks=True, lstrip_blocks=True, extensions=[ext.loopcontrols, Generation])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
@@ -161,6 +171,91 @@ def renders(corpus):
                 row["error"] = f"{type(e).__name__}: {e}"
             row["input"] = inp
             lines.append(json.dumps(row, ensure_ascii=False))
+    return lines
+
+
+CALL_TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Weather for a city",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string", "description": "City"},
+            "days": {"type": "integer", "description": "Days"},
+            "metric": {"type": "boolean", "description": "Metric units"}},
+            "required": ["city", "days"]}}},
+    {"type": "function", "function": {
+        "name": "get_time", "description": "Time in a zone",
+        "parameters": {"type": "object", "properties": {
+            "zone": {"type": "string", "description": "Zone"}}, "required": ["zone"]}}},
+]
+CALLS = [("get_weather", {"city": "Paris", "days": 3}), ("get_time", {"zone": "Europe/Paris"})]
+# Nine letters and digits: Mistral's templates refuse any other id.
+CALL_IDS = ["a0b2c3d4e", "a1b2c3d4e"]
+MARK = "ZZMARKZZ"
+
+
+def call_turn(env, source, n, string_args, system):
+    """The text `source` renders for an assistant turn with the first `n` of CALLS: from
+    where the turn's content starts (where a text answer's would: the renders part at a
+    marker edge) to the end of the render, cut at the `eos_token`, where generation ends."""
+    calls = [{"id": CALL_IDS[i], "type": "function", "function": {
+        "name": name, "arguments": json.dumps(args) if string_args else args}}
+        for i, (name, args) in enumerate(CALLS[:n])]
+    base = [{"role": "user", "content": "Weather in Paris?"}]
+    if system:
+        base.insert(0, {"role": "system", "content": "You are terse."})
+
+    def render(messages):
+        return env.from_string(source).render(messages=messages, tools=CALL_TOOLS, bos_token="<BOS>",
+                                              eos_token="<EOS>", add_generation_prompt=False)
+
+    full = render(base + [{"role": "assistant", "content": "", "tool_calls": calls}])
+    text = render(base + [{"role": "assistant", "content": MARK}])
+    i = 0
+    while i < min(len(full), len(text)) and full[i] == text[i]:
+        i += 1
+    while i > 0 and full[i - 1] not in ">]\n }":
+        i -= 1
+    return full[i:].split("<EOS>")[0]
+
+
+def call_turns(folders):
+    """One line per (template, 1 or 2 calls) of every template in `folders`
+    (`{corpus name: folder}`): the call turn jinja2 renders (`text`), or why there is
+    none (`skip`): the template raised, renders no call, or renders one call of two."""
+    immutable, mutable = hf_environment(), hf_environment(SandboxedEnvironment)
+    lines = []
+    for corpus, folder in sorted(folders.items()):
+        for name in sorted(f for f in os.listdir(folder) if f.endswith(".jinja")):
+            with open(os.path.join(folder, name), encoding="utf-8") as f:
+                source = f.read()
+            for n in (1, 2):
+                row = {"corpus": corpus, "template": name, "calls": n}
+                error, rendered = None, False
+                for string_args in (False, True):
+                    for system in (True, False):
+                        try:
+                            try:
+                                text = call_turn(immutable, source, n, string_args, system)
+                            except SecurityError:
+                                # Kimi K2's templates call `list.append`, which the immutable
+                                # sandbox refuses: rendered in the mutable one, and said so.
+                                text = call_turn(mutable, source, n, string_args, system)
+                                row["sandbox"] = "mutable"
+                        except Exception as e:  # the template raised, or the sandbox refused
+                            error = error or f"{type(e).__name__}: {e}"
+                            continue
+                        rendered = True
+                        if "Paris" in text:
+                            row.update(text=text, string_arguments=string_args)
+                            break
+                    if "text" in row:
+                        break
+                if "text" in row and n == 2 and "get_time" not in row["text"]:
+                    row = {k: v for k, v in row.items() if k not in ("text", "string_arguments", "sandbox")}
+                    row["skip"] = "renders one call of two"
+                elif "text" not in row:
+                    row["skip"] = "renders no call" if rendered or not error else error[:200]
+                lines.append(json.dumps(row, ensure_ascii=False))
     return lines
 
 
@@ -208,10 +303,16 @@ def main():
     ap.add_argument("corpus", help="the folder scripts/fetch-templates prints")
     ap.add_argument("--llama-server", help="llama.cpp's llama-server, for the capability flags")
     ap.add_argument("--model", help="any small GGUF llama-server can load (with --llama-server)")
+    ap.add_argument("--vllm", help="the vLLM templates folder scripts/fetch-templates prints: writes "
+                    "expected-calls.jsonl for every template of both folders")
     args = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, "expected-render.jsonl"), "w", encoding="utf-8") as f:
         f.write("\n".join(renders(args.corpus)) + "\n")
+    if args.vllm:
+        folders = {"llama-cpp-python-0.3.36": args.corpus, "vllm-0.33.0": args.vllm}
+        with open(os.path.join(OUT, "expected-calls.jsonl"), "w", encoding="utf-8") as f:
+            f.write("\n".join(call_turns(folders)) + "\n")
     if args.llama_server:
         with open(os.path.join(OUT, "expected-caps.jsonl"), "w", encoding="utf-8") as f:
             f.write("\n".join(caps(args.corpus, args.llama_server, args.model)) + "\n")

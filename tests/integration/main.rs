@@ -27,6 +27,7 @@ mod schema_corpus;
 mod sdk;
 mod server;
 mod stream_parser;
+mod template_calls;
 mod template_caps;
 mod template_gate;
 mod template_metadata;

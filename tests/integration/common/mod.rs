@@ -86,6 +86,21 @@ pub fn templates_dir() -> PathBuf {
     dir
 }
 
+/// The second corpus `scripts/fetch-templates vllm` caches: vLLM's tool chat templates
+/// from the vllm 0.33.0 sdist on PyPI (`TOOLGATE_VLLM_TEMPLATES` overrides). Panics with
+/// the fix if it has not been fetched.
+pub fn vllm_templates_dir() -> PathBuf {
+    let dir = std::env::var("TOOLGATE_VLLM_TEMPLATES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| cache_dir().join("templates/vllm-0.33.0"));
+    assert!(
+        dir.join("tool_chat_template_hermes.jinja").exists(),
+        "{} holds no vLLM templates: run scripts/fetch-templates vllm first",
+        dir.display()
+    );
+    dir
+}
+
 /// Path of one template of the corpus.
 pub fn template(name: &str) -> PathBuf {
     templates_dir().join(name)
