@@ -501,11 +501,15 @@ fn split_markers<'a>(pre: &'a str, mid: &'a str, post: &'a str) -> Option<[&'a s
 }
 
 /// Strip one newline (and the spaces around it) at the inner side of a marker: `true`
-/// when one was there (the grammar then allows a newline in that place).
+/// when one was there (the grammar then allows a newline in that place). Spaces alone
+/// stay part of the marker (Granite 20B's `<function_call> {…}`).
 fn inner_newline(s: &str, at_end: bool) -> (String, bool) {
     let t = if at_end { s.trim_end() } else { s.trim_start() };
     let cut = if at_end { &s[t.len()..] } else { &s[..s.len() - t.len()] };
-    (t.to_string(), cut.contains('\n'))
+    match cut.contains('\n') {
+        true => (t.to_string(), true),
+        false => (s.to_string(), false),
+    }
 }
 
 /// Read the layout of `template`'s tool calls (see the [module docs](self)).

@@ -761,8 +761,8 @@ fn rendered_turn(t: &ChatTemplate, ids: &[&str], from: &str) -> String {
 /// a fixed marker holding the probe's id: calls with other ids are read back, and the
 /// grammar writes an id of the template's shape there. The text a template writes
 /// after the calls up to the end of generation is the layout's turn end: output that
-/// ends with it, or with a prefix of it (generation stopped at a special token), still
-/// holds valid calls; any other trailing text does not.
+/// ends with it, with a prefix of it (generation stopped at a special token) or with
+/// it and the next turn still holds valid calls; any other trailing text does not.
 #[test]
 fn call_ids_inside_markers_are_slots_and_calls_end_where_the_turn_does() {
     use toolgate::tools::format::IdSlot;
@@ -796,8 +796,12 @@ fn call_ids_inside_markers_are_slots_and_calls_end_where_the_turn_does() {
         if !turn_end.is_empty() {
             assert!(report.grammar.contains(turn_end), "{}", report.grammar);
             assert!(read(&format!("{calls}{}", &turn_end[..5])).ok);
-            let extra = read(&format!("{calls}{turn_end} and more"));
-            assert!(!extra.ok && extra.grammar.starts_with("rejected"), "{}", extra.grammar);
+            // What follows a whole turn end (the next turn) is not the model's.
+            assert!(read(&format!("{calls}{turn_end}<|user|>Thanks")).ok);
+            for extra in [" and more", "<|turn_x", "<|/call|>"] {
+                let report = read(&format!("{calls}{extra}"));
+                assert!(!report.ok && report.grammar.starts_with("rejected"), "{extra}: {}", report.grammar);
+            }
         }
     }
 }

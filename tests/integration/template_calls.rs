@@ -40,8 +40,6 @@ const KNOWN_GAPS: &[(&str, &str)] = &[
     ("/tool_chat_template_llama3.2_pythonic.jinja", "no layout"),
     ("/tool_chat_template_toolace.jinja", "no layout"),
     ("/tool_chat_template_llama4_pythonic.jinja", "no layout"),
-    // A space after the call marker: `<function_call> {"name": …}`.
-    ("/tool_chat_template_granite_20b_fc.jinja", "no layout"),
     // The first call's marker (`>>>`) ends the generation prompt: the call text starts
     // with the bare name.
     ("/meetkai-functionary-medium-v3.2.jinja", "no marker to recognise them by"),
