@@ -213,7 +213,8 @@ def call_turn(env, source, n, string_args, system):
     i = 0
     while i < min(len(full), len(text)) and full[i] == text[i]:
         i += 1
-    while i > 0 and full[i - 1] not in ">]\n }":
+    # a marker edge: after `>`, `]`, `}`, `)` or a space, or before `<`, `[`, `{` or a space
+    while i > 0 and not (full[i - 1] in ">]})" or full[i - 1].isspace() or full[i] in "<[{" or full[i].isspace()):
         i -= 1
     return full[i:].split("<EOS>")[0]
 
