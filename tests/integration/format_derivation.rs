@@ -132,10 +132,11 @@ fn glm_calls_are_tagged_parameters_typed_by_the_schema() {
 }
 
 /// Qwen3-Coder's and MiniCPM5's templates print a boolean argument with Jinja's
-/// `{{ value }}` (`True`, as HF's jinja2 renders them — the texts below): the calls
-/// read back with a JSON boolean and the constrained grammar accepts that very text.
+/// `{{ value }}` (`True`, as HF's jinja2 renders them — the texts below), and a null one
+/// as `None`: the calls read back with a JSON boolean or null and the constrained
+/// grammar accepts that very text.
 #[test]
-fn tagged_layouts_read_and_admit_the_python_booleans_their_templates_render() {
+fn tagged_layouts_read_and_admit_the_python_booleans_and_none_their_templates_render() {
     let tools = weather_tool();
     let cases = [
         (
@@ -160,6 +161,28 @@ fn tagged_layouts_read_and_admit_the_python_booleans_their_templates_render() {
         // A string parameter keeps the text `True`.
         let as_city = text.replace(">Oslo<", ">True<").replace(">\nOslo\n<", ">\nTrue\n<");
         assert_eq!(read_every_way(&f, &tools, &as_city)[0].1["city"], "True", "{name}");
+        // A null argument, which both print as `None` (jinja2's render of
+        // `{"city": "Oslo", "days": null}` for a `days` of type integer or null), reads
+        // back as null and is admitted; a string parameter keeps the text `None`.
+        let nullable: Vec<Tool> = serde_json::from_value(json!([{"type": "function", "function": {
+            "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+            "days": {"type": ["integer", "null"]}}, "required": ["city"]}}}]))
+        .unwrap();
+        let none = match name {
+            "Qwen3-Coder.jinja" => {
+                "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<parameter=days>\nNone\n\
+                 </parameter>\n</function>\n</tool_call>"
+            }
+            _ => "<function name=\"get_weather\"><param name=\"city\">Oslo</param><param name=\"days\">None</param></function>",
+        };
+        let want = vec![("get_weather".to_string(), json!({"city": "Oslo", "days": null}))];
+        assert_eq!(read_every_way(&f, &nullable, none), want, "{name}");
+        let g = calls_grammar_plain(&f, &nullable, &ToolChoice::Required, true).unwrap().compile().unwrap();
+        assert!(g.matches(none.as_bytes()), "{name}: {none}");
+        assert!(g.matches(none.replace("None", "null").as_bytes()), "{name}");
+        assert!(!g.matches(none.replace("None", "Nil").as_bytes()), "{name}");
+        let as_city = none.replace("Oslo", "None");
+        assert_eq!(read_every_way(&f, &nullable, &as_city)[0].1["city"], "None", "{name}");
     }
 }
 

@@ -136,6 +136,8 @@ pub fn grammar(node: &Node, rules: &mut Rules, tags: &ParamTags) -> String {
             // writes with `{{ value }}` or `| string` (Qwen3-Coder, Qwen3.5, MiniCPM5):
             // what a model trained on such a template writes.
             Node::Boolean => vec![(Kind::Json("boolean"), format!("(?:{}|{})", Json.boolean(), Python.boolean()))],
+            // JSON's `null`, or the `None` such a template prints for it.
+            Node::Null => vec![(Kind::Json("null"), format!("(?:{}|{})", Json.null(), Python.null()))],
             other => vec![(Kind::Json(json_type(other)), to_rules(other, &Json, rules))],
         }
     }
@@ -246,8 +248,8 @@ pub struct Param {
 /// Tagged parameters as a JSON object: a value loses one leading and one trailing
 /// newline (the layout around it); parameters in `strings` (declared as strings) and
 /// values the layout's key end marks as text stay text, others are JSON when they
-/// parse as JSON (numbers, booleans, objects), a boolean when they are the `True` or
-/// `False` a template's Jinja prints for one, and text otherwise.
+/// parse as JSON (numbers, booleans, objects), a boolean or null when they are the
+/// `True`, `False` or `None` a template's Jinja prints for one, and text otherwise.
 ///
 /// Cost: linear in the parameters' text.
 pub fn params_to_json(params: &[Param], strings: Option<&HashSet<String>>) -> String {
@@ -261,6 +263,7 @@ pub fn params_to_json(params: &[Param], strings: Option<&HashSet<String>>) -> St
             serde_json::from_str(v).unwrap_or_else(|_| match v {
                 "True" => serde_json::Value::Bool(true),
                 "False" => serde_json::Value::Bool(false),
+                "None" => serde_json::Value::Null,
                 _ => serde_json::Value::String(v.to_string()),
             })
         };
