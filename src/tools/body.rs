@@ -88,7 +88,13 @@ pub(super) fn read_name(fmt: &ToolFormat, body: &str) -> Option<Result<(String, 
     };
     Some(match name {
         Some(n) if !n.is_empty() && n.len() <= MAX_NAME && !n.contains(char::is_whitespace) => {
-            Ok((n.to_string(), start + after))
+            // `NAME<name_end>NAME<name_again>`: the same name once more.
+            let again = if fmt.name_again.is_empty() { String::new() } else { format!("{n}{}", fmt.name_again) };
+            let rest = &body[after..];
+            if !rest.starts_with(&again) {
+                return if again.starts_with(rest) { None } else { Some(Err(())) };
+            }
+            Ok((n.to_string(), start + after + again.len()))
         }
         _ => Err(()),
     })

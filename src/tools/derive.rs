@@ -627,8 +627,19 @@ fn read_layout(r: &Renders, one: &str) -> Result<Derivation, String> {
                 f.params = c1.tags.clone();
                 f.name_end = f.name_end.trim_end().to_string();
             }
+            // `to=NAME<|message|>…<invoke name="NAME">`: the name in a header and again in
+            // the body (the second call's text between them the same, with its name).
+            if let Some((before, after)) = f.name_end.split_once(PROBE_NAMES[0]) {
+                let again = |e2: &str| e2.trim_end() == format!("{before}{}{after}", PROBE_NAMES[1]);
+                let both = pair
+                    .as_ref()
+                    .is_none_or(|(_, _, b)| matches!(&b.body, Body::NameThen { name_end: e2, .. } if again(e2)));
+                if !before.is_empty() && !after.is_empty() && both {
+                    (f.name_end, f.name_again) = (before.to_string(), after.to_string());
+                }
+            }
             // `:0` / `:1` after the names: a call index.
-            if let Some((_, _, b)) = &pair {
+            if let Some((_, _, b)) = pair.as_ref().filter(|_| f.name_again.is_empty()) {
                 if let Body::NameThen { name_end: e2, .. } = &b.body {
                     if let Some((sep, rest)) = index_split(name_end, e2) {
                         f.name_index_separator = sep;
@@ -702,6 +713,7 @@ pub fn summary(f: &ToolFormat) -> String {
     put("call_end", &f.call_end);
     put("name_prefix", &f.name_prefix);
     put("name_end", &f.name_end);
+    put("name_again", &f.name_again);
     put("separator", &f.separator);
     put("body_trigger", &f.body_trigger);
     if let Some(p) = &f.params {

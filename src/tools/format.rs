@@ -221,6 +221,12 @@ pub struct ToolFormat {
     /// Text between the name and the arguments ([`BodyKind::NameThenArguments`]).
     #[serde(default)]
     pub name_end: String,
+    /// After `name_end`, the name once more and then this text: a layout that names
+    /// the call in a header and again in its body (Muse Glimmer's
+    /// `to=NAME<|message|><atem:function_calls>\n<atem:invoke name="NAME">`, `name_end`
+    /// the text between the two names, this `">`). `""`: the name is written once.
+    #[serde(default)]
+    pub name_again: String,
     /// Kimi-K2 style `NAME:0`: the separator before a call index that follows the name
     /// (`""`: none).
     #[serde(default)]
@@ -309,6 +315,7 @@ impl ToolFormat {
             arguments_key: default_arguments_key(),
             name_prefix: String::new(),
             name_end: String::new(),
+            name_again: String::new(),
             name_index_separator: String::new(),
             id_slot: IdSlot::None,
             dialect: ArgsDialect::Json,
@@ -395,6 +402,9 @@ impl ToolFormat {
             return Err("`id_slot` needs a name_then_arguments body, an `id_pattern`, and a marker after the \
                         id (`name_index_separator` after the name, `name_prefix` before it)"
                 .into());
+        }
+        if !self.name_again.is_empty() && (self.body != BodyKind::NameThenArguments || self.name_end.is_empty()) {
+            return Err("`name_again` needs a name_then_arguments body and a `name_end`".into());
         }
         if self.nested_function && self.body != BodyKind::JsonNameArguments {
             return Err("`nested_function` belongs to a json_name_arguments body".into());

@@ -425,8 +425,12 @@ fn calls_into(
                     (IdSlot::None, "") => Default::default(),
                     (IdSlot::None, sep) => (String::new(), format!("{sep}[0-9]{{1,3}}")),
                 };
+                let again = match f.name_again.as_str() {
+                    "" => Built::empty(),
+                    end => Built::cat(vec![Built::read(regex_syntax::escape(name)), marker(end)]),
+                };
                 let name = format!("{id}{}{}{index}", regex_syntax::escape(&f.name_prefix), regex_syntax::escape(name));
-                bodies.push(Built::cat(vec![Built::read(name), marker(&f.name_end), args]));
+                bodies.push(Built::cat(vec![Built::read(name), marker(&f.name_end), again, args]));
             }
         }
     }

@@ -120,6 +120,9 @@ pub struct StreamParser {
     string_params: std::collections::HashMap<String, std::collections::HashSet<String>>,
     /// The generation was cut inside a call ([`Self::cut`]).
     cut: bool,
+    /// A call outside any section has just ended: the layout's separator may follow,
+    /// before the next call's trigger, and is not content then.
+    after_call: bool,
 }
 
 /// Where the parser is in the turn.
@@ -212,6 +215,7 @@ impl StreamParser {
             harmony: None,
             string_params: Default::default(),
             cut: false,
+            after_call: false,
         }
     }
 
@@ -448,6 +452,29 @@ impl StreamParser {
     /// Free text: emit it up to the trigger. Returns `true` when more text is needed.
     fn text(&mut self, fmt: &ToolFormat, ev: &mut Vec<StreamEvent>) -> bool {
         let trigger = fmt.trigger();
+        // Between two calls outside a section, the separator is no content (Muse
+        // Glimmer's `<|eom|><|start|>assistant ` before the next `to=`): held back until
+        // the next trigger decides.
+        let sep = fmt.separator.trim();
+        if std::mem::take(&mut self.after_call) && !sep.is_empty() {
+            let ws = self.pending.len() - self.pending.trim_start().len();
+            let p = &self.pending[ws..];
+            let after = p.strip_prefix(sep).map(|r| (r.len() - r.trim_start().len(), r.trim_start()));
+            match after {
+                Some((gap, rest)) if rest.starts_with(trigger) => {
+                    self.pending.drain(..ws + sep.len() + gap);
+                }
+                Some((_, rest)) if trigger.starts_with(rest) => {
+                    self.after_call = true;
+                    return true;
+                }
+                None if sep.starts_with(p) => {
+                    self.after_call = true;
+                    return true;
+                }
+                _ => {}
+            }
+        }
         if let Some(s) = self.pending.find(trigger) {
             let before = self.pending[..s].to_string();
             self.content(&before, ev);
@@ -551,6 +578,7 @@ impl StreamParser {
             }
             CallStep::Done(used) => {
                 self.pending = call.body.split_off(used);
+                self.after_call = call.section.is_none();
                 self.at = call.section.take().map(Place::Section).unwrap_or_default();
                 false
             }

@@ -828,3 +828,48 @@ fn call_ids_inside_markers_are_slots_and_calls_end_where_the_turn_does() {
         }
     }
 }
+
+/// A layout of this test's own that names each call in a header and again in its body,
+/// with a role header between two calls, as Muse Glimmer's template writes them:
+/// `to=NAME<|msg|><calls>\n<call name="NAME">{…}</call>\n</calls><|end_msg|><|start|>assistant to=…`.
+const NAMED_TWICE_STYLE: &str = r#"{%- for m in messages -%}
+{%- if m.tool_calls -%}<|start|>assistant {% for c in m.tool_calls -%}
+{%- if not loop.first %}<|end_msg|><|start|>assistant {% endif -%}
+to={{ c.function.name }}<|msg|><calls>
+<call name="{{ c.function.name }}">{{ c.function.arguments | tojson }}</call>
+</calls>{%- endfor -%}<|end_turn|>
+{%- else -%}<|start|>{{ m.role }}<|msg|>{{ m.content }}<|end_turn|>{%- endif -%}
+{%- endfor -%}{%- if tools %}<|start|>system<|msg|>{{ tools | tojson }}<|end_turn|>{% endif -%}
+{%- if add_generation_prompt -%}<|start|>assistant {%- endif -%}"#;
+
+/// A call named in a header and again in its body is derived as the name and the
+/// text between (`name_again`), not as a marker holding the probe's name; the role
+/// header a template writes between two calls is their separator, not content.
+#[test]
+fn calls_named_in_a_header_and_again_in_the_body_are_derived() {
+    let tools = weather_tool();
+    let setup =
+        inspect(&GgufTemplates { default: Some(NAMED_TWICE_STYLE.to_string()), tool_use: None }, None, None).unwrap();
+    let l = &setup.layout;
+    let f = l.format.as_ref().unwrap_or_else(|| panic!("no layout: {}", l.round_trip));
+    assert_eq!(
+        (l.origin, f.name_end.as_str(), f.name_again.as_str()),
+        (Origin::Derived, "<|msg|><calls>\n<call name=\"", "\">")
+    );
+    assert_eq!(f.separator, "<|end_msg|><|start|>assistant ");
+    // Up to where the next message departs: the next turn's shared `<|start|>` too.
+    assert_eq!(l.turn_end, "<|end_turn|><|start|>");
+    let turn = rendered_turn(&setup.template, &["call_1", "call_2"], "to=");
+    let calls = &turn[..turn.find("<|end_turn|>").unwrap()];
+    let want = vec![
+        ("get_weather".to_string(), json!({"city": "Oslo", "days": 1})),
+        ("get_weather".to_string(), json!({"city": "Lima", "days": 2})),
+    ];
+    assert_eq!(read_every_way(f, &tools, calls), want, "{calls}");
+    let g = calls_grammar_plain(f, &tools, &ToolChoice::Required, true).unwrap().compile().unwrap();
+    assert!(g.matches(calls.as_bytes()), "{calls}");
+    // The body names the call the header named, no other.
+    let other = calls.replacen("<call name=\"get_weather\"", "<call name=\"get_time\"", 1);
+    assert!(!g.matches(other.as_bytes()), "{other}");
+    assert!(toolgate::template::probe::read_output(&setup, &tools, &turn).unwrap().ok);
+}
