@@ -523,8 +523,11 @@ impl StreamParser {
                 continue;
             }
             let may_end = !fmt.list || sec.list_closed;
-            if may_end && !fmt.section_end.is_empty() && p.starts_with(&fmt.section_end) {
-                self.pending.drain(..fmt.section_end.len());
+            // Whitespace before the section end was drained above (vLLM's DeepSeek
+            // examples indent it: `        <｜tool▁calls▁end｜>`).
+            let section_end = fmt.section_end.trim_start();
+            if may_end && !section_end.is_empty() && p.starts_with(section_end) {
+                self.pending.drain(..section_end.len());
                 return false;
             }
             if fmt.list && sec.list_closed && fmt.section_end.is_empty() {
@@ -553,7 +556,7 @@ impl StreamParser {
                 return false;
             }
             let could_be = |m: &str| !m.is_empty() && m.starts_with(p);
-            if (may_end && could_be(&fmt.section_end)) || (may_call && could_be(&fmt.call_start)) {
+            if (may_end && could_be(section_end)) || (may_call && could_be(&fmt.call_start)) {
                 self.at = Place::Section(sec);
                 return true;
             }

@@ -24,10 +24,6 @@ use crate::common::{fixture_text, templates_dir, vllm_templates_dir};
 const KNOWN_GAPS: &[(&str, &str)] = &[
     // A vendor token before every tag (`]<]minimax[>[<invoke name=…>`): read as Hermes.
     ("/MiniMax-M3.jinja", "cannot continue there"),
-    // vLLM's DeepSeek examples leak their indentation into the calls (a separator of
-    // 8 or 16 spaces, `</think>` and spaces before the section).
-    ("/tool_chat_template_deepseekv3.jinja", "no layout"),
-    ("/tool_chat_template_deepseekv31.jinja", "no layout"),
     // `{key:<escape>value<escape>}`: Gemma 4's dialect with another quote token, every
     // value quoted.
     ("/tool_chat_template_functiongemma.jinja", "no layout"),
