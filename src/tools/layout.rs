@@ -135,7 +135,8 @@ pub fn from_metadata(template: &ChatTemplate, object_arguments: bool, format: To
 /// that renders no calls, that file is used unchecked; otherwise there is no layout,
 /// and the reason says what could not be derived. A template that reads object
 /// arguments but lays them out in no readable way is tried again with string arguments
-/// (see [`CallLayout::string_arguments`]).
+/// (see [`CallLayout::string_arguments`]); that retry counts only when its calls read
+/// back.
 ///
 /// Cost: [`derive()`], and one [`conformance`] check per candidate file (twice for the
 /// retry).
@@ -145,7 +146,10 @@ pub fn resolve(template: &ChatTemplate, object_arguments: bool, marker_family: &
         return layout;
     }
     match resolve_with(template, false, marker_family) {
-        retry @ CallLayout { format: Some(_), .. } => CallLayout {
+        // Only a layout checked against the calls string arguments render: one taken
+        // unchecked (the template renders no call then) is no evidence against the
+        // calls it rendered for objects, which no layout read (MiniMax M3's).
+        retry @ CallLayout { format: Some(_), .. } if retry.round_trip == "passed" => CallLayout {
             round_trip: format!(
                 "{}, with arguments passed as JSON strings (with objects: {})",
                 retry.round_trip, layout.round_trip
