@@ -105,7 +105,11 @@ fn every_tool_capable_template_reads_back_the_calls_jinja2_renders() {
             table.push(format!("{key:70} {n} skipped: {why}"));
             continue;
         };
-        capable.insert(key.clone());
+        // Templates the gate refuses (they render calls but no tool list, as llama.cpp
+        // finds too) are read back all the same, and not counted.
+        if setup.report.caps.tool_capable() {
+            capable.insert(key.clone());
+        }
         let verdict = match read_output(&setup, &tools, text) {
             Err(e) => format!("no layout: {e}"),
             Ok(report) => {
@@ -137,7 +141,7 @@ fn every_tool_capable_template_reads_back_the_calls_jinja2_renders() {
     // A template passes when every call turn it renders reads back.
     let failed: BTreeSet<String> =
         KNOWN_GAPS.iter().filter_map(|(t, _)| capable.iter().find(|k| k.ends_with(t)).cloned()).collect();
-    let passed: Vec<&String> = passed.iter().filter(|k| !failed.contains(*k)).collect();
+    let passed: Vec<&String> = passed.iter().filter(|k| !failed.contains(*k) && capable.contains(*k)).collect();
     eprintln!("{}", table.join("\n"));
     eprintln!("{} of {} tool-capable templates read back every call turn jinja2 renders", passed.len(), capable.len());
     assert!(failures.is_empty(), "{} not as expected:\n{}", failures.len(), failures.join("\n"));
