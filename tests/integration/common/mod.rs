@@ -75,29 +75,20 @@ pub fn fixture(name: &str) -> serde_json::Value {
 /// `models/templates/*.jinja` from the llama-cpp-python 0.3.36 sdist on PyPI
 /// (`TOOLGATE_TEMPLATES` overrides). Panics with the fix if it has not been fetched.
 pub fn templates_dir() -> PathBuf {
-    let dir = std::env::var("TOOLGATE_TEMPLATES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| cache_dir().join("templates/llama-cpp-python-0.3.36"));
-    assert!(
-        dir.join("Qwen-Qwen2.5-7B-Instruct.jinja").exists(),
-        "{} holds no template corpus: run scripts/fetch-templates first",
-        dir.display()
-    );
-    dir
+    fetched_dir("TOOLGATE_TEMPLATES", "llama-cpp-python-0.3.36", "Qwen-Qwen2.5-7B-Instruct.jinja", "")
 }
 
 /// The second corpus `scripts/fetch-templates vllm` caches: vLLM's tool chat templates
 /// from the vllm 0.33.0 sdist on PyPI (`TOOLGATE_VLLM_TEMPLATES` overrides). Panics with
 /// the fix if it has not been fetched.
 pub fn vllm_templates_dir() -> PathBuf {
-    let dir = std::env::var("TOOLGATE_VLLM_TEMPLATES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| cache_dir().join("templates/vllm-0.33.0"));
-    assert!(
-        dir.join("tool_chat_template_hermes.jinja").exists(),
-        "{} holds no vLLM templates: run scripts/fetch-templates vllm first",
-        dir.display()
-    );
+    fetched_dir("TOOLGATE_VLLM_TEMPLATES", "vllm-0.33.0", "tool_chat_template_hermes.jinja", " vllm")
+}
+
+/// `$var`, or `templates/name` in the cache, checked to hold `file`.
+fn fetched_dir(var: &str, name: &str, file: &str, arg: &str) -> PathBuf {
+    let dir = std::env::var(var).map(PathBuf::from).unwrap_or_else(|_| cache_dir().join("templates").join(name));
+    assert!(dir.join(file).exists(), "{} holds no templates: run scripts/fetch-templates{arg} first", dir.display());
     dir
 }
 
