@@ -128,12 +128,13 @@ fn as_generated(f: &ToolFormat, text: &str) -> Vec<u8> {
 /// Whether the constrained grammar for `tools` (one or more calls, `tool_choice:
 /// required`) accepts the calls in model output `text`: from the layout's trigger
 /// (the section or call start) to the end, trailing whitespace aside — or to where
-/// `turn_end` (what the template writes after the calls: [`super::layout::CallLayout::turn_end`])
-/// or a prefix of it begins, since generation ends there (what follows a whole turn
-/// end, such as the next turn's header, is not the model's and is not checked). What `toolgate tools parse`
-/// reports, so "why didn't my call parse" has an answer. `Ok` says `accepted` (naming
-/// the turn end when one followed), or that the calls are accepted once their JSON's
-/// indentation is taken out (the constraint writes compact JSON).
+/// `turn_end` (what the template writes after the calls:
+/// [`super::layout::CallLayout::turn_end`]) or a prefix of it begins, since generation
+/// ends there (what follows a whole turn end, such as the next turn's header, is not
+/// the model's and is not checked). What `toolgate tools parse` reports, so "why
+/// didn't my call parse" has an answer. `Ok` says `accepted` (naming the turn end when
+/// one followed), or that the calls are accepted once their JSON's indentation is
+/// taken out (the constraint writes compact JSON).
 ///
 /// Cost: one grammar compile, one walk of the lazy DFA per place a piece of the turn
 /// end could start, then a binary search over prefixes of the text (each a
