@@ -8,7 +8,7 @@
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::text::{encode_eof, encode_registry};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -34,7 +34,16 @@ pub struct Metrics {
     /// Requests by endpoint and status.
     pub requests: Family<RequestLabels, Counter>,
     /// Requests waiting for or holding the engine.
-    pub queue_depth: Gauge,
+    queue_depth: Gauge,
+    /// Requests admitted and waiting for an engine (`toolgate_requests_waiting`, and
+    /// vLLM's `vllm:num_requests_waiting`, which routers such as the Gateway API
+    /// Inference Extension's endpoint picker read by default).
+    requests_waiting: Gauge,
+    /// Requests holding an engine: preparing or generating (`toolgate_requests_running`,
+    /// `vllm:num_requests_running`).
+    requests_running: Gauge,
+    /// The vLLM-compatible names, unprefixed.
+    compat: Registry,
     /// Client connections held.
     pub connections_open: Gauge,
     /// Connections closed at accept because [`super::ConnLimits::max_connections`] were held.
@@ -92,6 +101,14 @@ impl Metrics {
             registered(&mut registry, "queue_depth", "Requests queued for or holding the engine", Gauge::default());
         let connections_open =
             registered(&mut registry, "connections_open", "Client connections held", Gauge::default());
+        let waiting_help = "Requests admitted and waiting for an engine";
+        let running_help = "Requests holding an engine (preparing or generating)";
+        let requests_waiting = registered(&mut registry, "requests_waiting", waiting_help, Gauge::default());
+        let requests_running = registered(&mut registry, "requests_running", running_help, Gauge::default());
+        // The same gauges under the names vLLM publishes, which routers scrape by default.
+        let mut compat = Registry::default();
+        compat.register("vllm:num_requests_waiting", waiting_help, requests_waiting.clone());
+        compat.register("vllm:num_requests_running", running_help, requests_running.clone());
         let connections_refused = registered(
             &mut registry,
             "connections_refused",
@@ -173,6 +190,9 @@ impl Metrics {
             decode_rows,
             requests,
             queue_depth,
+            requests_waiting,
+            requests_running,
+            compat,
             connections_open,
             connections_refused,
             prompt_tokens,
@@ -213,10 +233,21 @@ impl Metrics {
         self.decode_rows.inc_by(stats.rows().saturating_sub(self.decode_rows.get()));
     }
 
-    /// The exposition text.
+    /// The load: `queued` requests admitted (waiting or running), `running` of them
+    /// holding an engine.
+    pub fn set_load(&self, queued: usize, running: usize) {
+        self.queue_depth.set(queued as i64);
+        self.requests_running.set(running as i64);
+        self.requests_waiting.set(queued.saturating_sub(running) as i64);
+    }
+
+    /// The exposition text (OpenMetrics): toolgate's metrics, then the vLLM-compatible
+    /// names.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        let _ = encode(&mut out, &self.registry);
+        let _ = encode_registry(&mut out, &self.registry);
+        let _ = encode_registry(&mut out, &self.compat);
+        let _ = encode_eof(&mut out);
         out
     }
 }

@@ -62,6 +62,8 @@ pub struct AppState {
     /// Jump-forward decoding for every request ([`AppState::with_jump_forward`]).
     jump_forward: bool,
     queued: AtomicUsize,
+    /// Of those, requests holding an engine ([`Lease`]).
+    running: AtomicUsize,
     metrics: Metrics,
     batch: Option<BatchStats>,
     limits: ConnLimits,
@@ -143,6 +145,8 @@ impl Drop for Lease<'_> {
             self.state.pool()[self.slot] = Some(e);
             self.state.engine_free.notify_one();
         }
+        let running = self.state.running.fetch_sub(1, Ordering::SeqCst) - 1;
+        self.state.metrics.set_load(self.state.queued.load(Ordering::SeqCst), running);
     }
 }
 
@@ -214,6 +218,7 @@ impl AppState {
             max_queue: DEFAULT_MAX_QUEUE,
             jump_forward: false,
             queued: AtomicUsize::new(0),
+            running: AtomicUsize::new(0),
             metrics: Metrics::new(),
             batch,
             limits: ConnLimits::default(),
@@ -232,6 +237,8 @@ impl AppState {
         loop {
             if let Some(i) = pool.iter().position(Option::is_some) {
                 let engine = pool[i].take();
+                let running = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+                self.metrics.set_load(self.queued.load(Ordering::SeqCst), running);
                 return Lease { state: self, slot: i, engine };
             }
             pool = self.engine_free.wait(pool).unwrap_or_else(|p| p.into_inner());
@@ -276,7 +283,7 @@ impl QueueSlot {
             s.queued.fetch_sub(1, Ordering::SeqCst);
             return None;
         }
-        s.metrics.queue_depth.set(depth as i64);
+        s.metrics.set_load(depth, s.running.load(Ordering::SeqCst));
         Some(Self(s.clone()))
     }
 }
@@ -284,7 +291,7 @@ impl QueueSlot {
 impl Drop for QueueSlot {
     fn drop(&mut self) {
         let depth = self.0.queued.fetch_sub(1, Ordering::SeqCst) - 1;
-        self.0.metrics.queue_depth.set(depth as i64);
+        self.0.metrics.set_load(depth, self.0.running.load(Ordering::SeqCst));
     }
 }
 

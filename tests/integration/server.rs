@@ -636,3 +636,59 @@ fn completions_continue_the_prompt_as_run_does() {
     assert_eq!(status, 400, "{v}");
     assert!(v["error"]["message"].as_str().unwrap().contains("context"), "{v}");
 }
+
+/// The load gauges a router reads to pick a replica — the Gateway API Inference
+/// Extension's endpoint picker scrapes vLLM's names by default: with one engine, one
+/// long turn generating and one queued behind it, `/metrics` says 1 running and 1
+/// waiting, under toolgate's names and vLLM's, typed as gauges; both fall back to 0
+/// once the clients leave.
+#[test]
+fn load_gauges_say_how_many_requests_wait_and_run() {
+    use std::io::{Read, Write};
+    let s = start(&["--tool-fallback", "generic", "--parallel", "1", "--max-queue", "4"]);
+    let long = json!({"messages": [{"role": "user", "content": "Weather in Paris, Rome, Oslo, Lima and Kyiv?"}],
+        "tools": [{"type": "function", "function": {"name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}],
+        "tool_choice": "required", "max_tokens": 400, "temperature": 0, "stream": true})
+    .to_string();
+    let send = || {
+        let mut c = std::net::TcpStream::connect(s.base.trim_start_matches("http://")).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+        write!(c, "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{long}", long.len()).unwrap();
+        c
+    };
+    let mut first = send();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("\"tool_calls\"") {
+        let n = first.read(&mut buf).unwrap();
+        assert!(n > 0, "stream ended early: {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    let second = send();
+    let scrape = || agent().get(format!("{}/metrics", s.base)).call().unwrap().body_mut().read_to_string().unwrap();
+    let until = |want: (f64, f64)| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let text = scrape();
+            let got = (metric(&text, "vllm:num_requests_running"), metric(&text, "vllm:num_requests_waiting"));
+            if got == want || std::time::Instant::now() > deadline {
+                return (got, text);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let (got, text) = until((1.0, 1.0));
+    assert_eq!(got, (1.0, 1.0), "{text}");
+    assert_eq!(metric(&text, "toolgate_requests_running"), 1.0, "{text}");
+    assert_eq!(metric(&text, "toolgate_requests_waiting"), 1.0, "{text}");
+    assert_eq!(metric(&text, "toolgate_queue_depth"), 2.0, "{text}");
+    for name in ["vllm:num_requests_running", "vllm:num_requests_waiting", "toolgate_requests_waiting"] {
+        assert!(text.contains(&format!("# TYPE {name} gauge")), "{name}: {text}");
+    }
+    assert!(text.trim_end().ends_with("# EOF"), "{text}");
+    assert_eq!(text.matches("# EOF").count(), 1, "{text}");
+    drop((first, second));
+    let (got, text) = until((0.0, 0.0));
+    assert_eq!(got, (0.0, 0.0), "{text}");
+}
