@@ -712,6 +712,7 @@ pub fn summary(f: &ToolFormat) -> String {
     put("call_start", &f.call_start);
     put("call_end", &f.call_end);
     put("name_prefix", &f.name_prefix);
+    put("name_index_separator", &f.name_index_separator);
     put("name_end", &f.name_end);
     put("name_again", &f.name_again);
     put("separator", &f.separator);
@@ -730,7 +731,12 @@ pub fn summary(f: &ToolFormat) -> String {
         KeyOrder::Schema => "",
         KeyOrder::Sorted => " (keys sorted)",
     };
-    format!("{:?} body, {:?} arguments{spacing}{keys}, {}", f.body, f.dialect, parts.join(", "))
+    let id = match f.id_slot {
+        IdSlot::None => String::new(),
+        IdSlot::AfterName => format!(", a call id {} after the name", f.id_pattern),
+        IdSlot::BeforeName => format!(", a call id {} before the name", f.id_pattern),
+    };
+    format!("{:?} body, {:?} arguments{spacing}{keys}, {}{id}", f.body, f.dialect, parts.join(", "))
 }
 
 /// `(separator, rest)` when two name ends hold the two calls' ids, `ids`, between the
