@@ -516,7 +516,7 @@ fn inner_newline(s: &str, at_end: bool) -> (String, bool) {
 /// `object_arguments`: the template reads call arguments as JSON objects (the
 /// prober's `supports_object_arguments`), so they are passed as the engine passes them.
 ///
-/// Cost: four to eight renders of a two-message conversation, and a search quadratic
+/// Cost: five to nine renders of a two- or three-message conversation (one with a user message after the call turn, for its end), and a search quadratic
 /// in the length of the text between two calls (tens of bytes): about a millisecond.
 ///
 /// # Errors

@@ -300,11 +300,11 @@ fn metric(text: &str, name: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-#[test]
-fn queue_bound_429_cancel_on_disconnect_and_metrics() {
-    use std::io::{Read, Write};
-    let s = start(&["--tool-fallback", "generic", "--max-queue", "1"]);
-    // A long streamed turn: parallel required calls on SmolLM2 go on until max_tokens.
+/// A long streamed turn, sent on a raw connection: parallel required calls on SmolLM2
+/// go on until `max_tokens` (400). The caller holds the connection; dropping it is
+/// the client leaving.
+fn send_long_turn(s: &Server) -> std::net::TcpStream {
+    use std::io::Write;
     let long = json!({"messages": [{"role": "user", "content": "Weather in Paris, Rome, Oslo, Lima and Kyiv?"}],
         "tools": [{"type": "function", "function": {"name": "get_weather",
             "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}],
@@ -313,6 +313,12 @@ fn queue_bound_429_cancel_on_disconnect_and_metrics() {
     let mut c = std::net::TcpStream::connect(s.base.trim_start_matches("http://")).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
     write!(c, "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{long}", long.len()).unwrap();
+    c
+}
+
+/// Read `c`'s stream until its first tool-call chunk: the turn is generating.
+fn read_until_calls(c: &mut std::net::TcpStream) {
+    use std::io::Read;
     let mut seen = Vec::new();
     let mut buf = [0u8; 4096];
     while !String::from_utf8_lossy(&seen).contains("\"tool_calls\"") {
@@ -320,6 +326,13 @@ fn queue_bound_429_cancel_on_disconnect_and_metrics() {
         assert!(n > 0, "stream ended early: {}", String::from_utf8_lossy(&seen));
         seen.extend_from_slice(&buf[..n]);
     }
+}
+
+#[test]
+fn queue_bound_429_cancel_on_disconnect_and_metrics() {
+    let s = start(&["--tool-fallback", "generic", "--max-queue", "1"]);
+    let mut c = send_long_turn(&s);
+    read_until_calls(&mut c);
     // The one slot is taken: the next request is turned away with Retry-After.
     let mut r = agent()
         .post(format!("{}/v1/chat/completions", s.base))
@@ -644,28 +657,10 @@ fn completions_continue_the_prompt_as_run_does() {
 /// once the clients leave.
 #[test]
 fn load_gauges_say_how_many_requests_wait_and_run() {
-    use std::io::{Read, Write};
     let s = start(&["--tool-fallback", "generic", "--parallel", "1", "--max-queue", "4"]);
-    let long = json!({"messages": [{"role": "user", "content": "Weather in Paris, Rome, Oslo, Lima and Kyiv?"}],
-        "tools": [{"type": "function", "function": {"name": "get_weather",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}],
-        "tool_choice": "required", "max_tokens": 400, "temperature": 0, "stream": true})
-    .to_string();
-    let send = || {
-        let mut c = std::net::TcpStream::connect(s.base.trim_start_matches("http://")).unwrap();
-        c.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-        write!(c, "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{long}", long.len()).unwrap();
-        c
-    };
-    let mut first = send();
-    let mut seen = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !String::from_utf8_lossy(&seen).contains("\"tool_calls\"") {
-        let n = first.read(&mut buf).unwrap();
-        assert!(n > 0, "stream ended early: {}", String::from_utf8_lossy(&seen));
-        seen.extend_from_slice(&buf[..n]);
-    }
-    let second = send();
+    let mut first = send_long_turn(&s);
+    read_until_calls(&mut first);
+    let second = send_long_turn(&s);
     let scrape = || agent().get(format!("{}/metrics", s.base)).call().unwrap().body_mut().read_to_string().unwrap();
     let until = |want: (f64, f64)| {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
