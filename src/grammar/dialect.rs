@@ -1,10 +1,13 @@
-//! How values are spelled: the [`Dialect`] trait and its dialects — RFC 8259 JSON
-//! ([`Json`]), Gemma 4's native call syntax ([`Gemma4`]), text between XML-like tags
-//! ([`XmlText`]) and Python literals ([`Python`]). Each answers with small regexes
-//! (a quote, a string character, a key, a literal); the emitters
+//! How values are spelled: the [`Dialect`] trait and JSON, the dialect the grammar
+//! itself writes ([`Json`], [`JsonWith`] for a template's [`Spacing`]). Each answers
+//! with small regexes (a quote, a string character, a key, a literal); the emitters
 //! ([`super::regex`]) assemble them into a value's grammar.
+//!
+//! The other spellings tool calls use (Gemma 4's, Python literals, bare text between
+//! tags) are argument dialects and live with their readers and converters, one file
+//! each, in `tools::dialect`; they implement this trait.
 
-use super::part::{Built, NEVER};
+use super::part::Built;
 use super::rules::Rules;
 use regex_syntax::escape;
 use serde_json::Value;
@@ -563,33 +566,41 @@ impl Quoted {
 pub struct JsonWith(pub Spacing);
 
 /// The [`Dialect`] methods of object keys, as [`Json`] spells them: for dialects whose
-/// keys are JSON strings ([`JsonWith`], [`Python`], [`XmlText`]).
+/// keys are JSON strings ([`JsonWith`], and the Python and tagged-text spellings in
+/// `tools::dialect`).
 macro_rules! json_keys {
     () => {
         fn key(&self, name: &str) -> String {
-            Json.key(name)
+            $crate::grammar::dialect::Json.key(name)
         }
         fn any_key(&self, except: &[&str]) -> String {
-            Json.any_key(except)
+            $crate::grammar::dialect::Json.any_key(except)
         }
-        fn any_key_built(&self, except: &[&str], rules: &mut Rules) -> Option<Built> {
-            Json.any_key_built(except, rules)
+        fn any_key_built(
+            &self,
+            except: &[&str],
+            rules: &mut $crate::grammar::rules::Rules,
+        ) -> Option<$crate::grammar::part::Built> {
+            $crate::grammar::dialect::Json.any_key_built(except, rules)
         }
     };
 }
+pub(crate) use json_keys;
 
-/// [`json_keys`], and strings as [`Json`] spells them ([`JsonWith`], [`Python`]).
+/// [`json_keys`], and strings as [`Json`] spells them ([`JsonWith`], Python's
+/// double-quoted literals).
 macro_rules! json_strings_and_keys {
     () => {
         fn quote(&self) -> String {
-            Json.quote()
+            $crate::grammar::dialect::Json.quote()
         }
         fn string_char(&self) -> String {
-            Json.string_char()
+            $crate::grammar::dialect::Json.string_char()
         }
-        json_keys!();
+        $crate::grammar::dialect::json_keys!();
     };
 }
+pub(crate) use json_strings_and_keys;
 
 impl Dialect for JsonWith {
     json_strings_and_keys!();
@@ -637,95 +648,6 @@ fn number_literal(n: &serde_json::Number) -> String {
     }
 }
 
-/// Gemma 4's native tool-call syntax: bare keys, strings between `<|"|>` special
-/// tokens (spelled `0xFF<|"|>`, which no text can produce).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Gemma4;
-
-const GEMMA_QUOTE: &str = r#"(?-u:\xFF)<\|"\|>"#;
-
-impl Dialect for Gemma4 {
-    fn quote(&self) -> String {
-        GEMMA_QUOTE.into()
-    }
-    /// Keys are bare identifiers.
-    fn keys_are_strings(&self) -> bool {
-        false
-    }
-    fn string_char(&self) -> String {
-        // Any character; a string ends only at the special quote token.
-        r"[^\x00]".into()
-    }
-    fn key(&self, name: &str) -> String {
-        escape(name)
-    }
-    fn any_key(&self, except: &[&str]) -> String {
-        let ident = |n: &&str| {
-            n.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-                && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        };
-        let names: Vec<&str> = except.iter().copied().filter(ident).collect();
-        key_except("[A-Za-z_]", "[A-Za-z0-9_]", &names)
-    }
-    fn literal(&self, v: &Value) -> String {
-        match v {
-            Value::String(s) => format!("{GEMMA_QUOTE}{}{GEMMA_QUOTE}", escape(s)),
-            Value::Array(a) => format!(r"\[{}\]", a.iter().map(|x| self.literal(x)).collect::<Vec<_>>().join(",")),
-            Value::Object(o) => format!(
-                r"\{{{}\}}",
-                o.iter().map(|(k, x)| format!("{}:{}", escape(k), self.literal(x))).collect::<Vec<_>>().join(",")
-            ),
-            other => escape(&other.to_string()),
-        }
-    }
-    fn colon(&self) -> String {
-        ":".into()
-    }
-    fn comma(&self) -> String {
-        ",".into()
-    }
-    fn string_literal_char(&self, c: char) -> String {
-        escape(c.encode_utf8(&mut [0; 4]))
-    }
-    fn pattern_key(&self, _body: &str) -> Option<String> {
-        None // bare identifier keys: a pattern's names need not be identifiers
-    }
-}
-
-/// Bare text inside an XML-style parameter: quoted by nothing, ended by the closing tag.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct XmlText;
-
-impl Dialect for XmlText {
-    fn quote(&self) -> String {
-        String::new()
-    }
-    fn string_char(&self) -> String {
-        // Constrained strings (formats, patterns, lengths) leave `<` out, which keeps
-        // them clear of the closing tag.
-        "[^<]".into()
-    }
-    json_keys!();
-    fn literal(&self, v: &Value) -> String {
-        match v {
-            Value::String(s) => escape(s),
-            other => Json.literal(other),
-        }
-    }
-    fn plain_byte(&self, b: u8) -> bool {
-        b != b'<'
-    }
-    /// Bare text: every character as itself, but `<` (which could open the closing
-    /// tag) has no spelling.
-    fn string_literal_char(&self, c: char) -> String {
-        if c == '<' {
-            NEVER.into()
-        } else {
-            escape(c.encode_utf8(&mut [0; 4]))
-        }
-    }
-}
-
 /// Regex of any text that does not contain `literal`, for a literal whose first
 /// character appears nowhere else in it (`</parameter>`), built from the automaton
 /// that tracks how much of the literal was just seen.
@@ -760,153 +682,4 @@ pub fn without_literal(literal: &str) -> String {
     let back_to_first = format!("(?:{}{first})*", advance(&l, 1));
     let other = format!("[^{first}]");
     format!("(?:{other}|{first}{back_to_first}{})*(?:{first}{back_to_first}{})?", breaks(&l, 1, &class), advance(&l, 1))
-}
-
-/// Python literals, as pythonic tool calls write values: strings in double quotes with
-/// JSON's escapes (valid Python), numbers as in JSON, `True`/`False`/`None`, lists
-/// `[…]`, dicts `{"key": …}`.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Python;
-
-/// Strings and keys are JSON's (valid Python); literals and constants differ.
-impl Dialect for Python {
-    json_strings_and_keys!();
-    fn literal(&self, v: &Value) -> String {
-        escape(&python_repr(v))
-    }
-    fn boolean(&self) -> String {
-        "(?:True|False)".into()
-    }
-    fn null(&self) -> String {
-        "None".into()
-    }
-}
-
-/// Python literals with strings in single quotes, as Python's `repr` writes them
-/// (LFM2.5's pythonic calls: `(city='Oslo', tags=['a'])`): the escapes `\\`, `\'`,
-/// `\n`, `\r`, `\t` and `\uXXXX`, dict keys in single quotes, numbers as in JSON,
-/// `True`/`False`/`None`.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PythonSingle;
-
-const SINGLE_CHAR: &str = r"(?:[^'\\\x00-\x1F]|\\['\\nrt]|\\u[0-9a-fA-F]{4})";
-
-/// One character that stands in a single-quoted string as itself.
-const SINGLE_PLAIN: &str = r"[^'\\\x00-\x1F]";
-
-impl Dialect for PythonSingle {
-    fn quote(&self) -> String {
-        "'".into()
-    }
-    fn string_char(&self) -> String {
-        SINGLE_CHAR.into()
-    }
-    fn key(&self, name: &str) -> String {
-        escape(&single_quoted(name))
-    }
-    /// Extra keys are written with plain characters only.
-    fn any_key(&self, except: &[&str]) -> String {
-        let names: Vec<&str> = except.iter().copied().filter(|n| n.chars().all(|c| self.plain_char(c))).collect();
-        format!("'{}'", key_except(SINGLE_PLAIN, SINGLE_PLAIN, &names))
-    }
-    fn literal(&self, v: &Value) -> String {
-        match v {
-            Value::Number(n) => number_literal(n),
-            Value::Array(a) => format!(r"\[{}\]", a.iter().map(|x| self.literal(x)).collect::<Vec<_>>().join(", ")),
-            Value::Object(o) => format!(
-                r"\{{{}\}}",
-                o.iter().map(|(k, x)| format!("{}: {}", self.key(k), self.literal(x))).collect::<Vec<_>>().join(", ")
-            ),
-            other => escape(&python_repr_single(other)),
-        }
-    }
-    fn string_literal_char(&self, c: char) -> String {
-        match c {
-            '\'' => r"\\'".into(),
-            '\\' => r"\\\\".into(),
-            '\n' => r"\\n".into(),
-            '\r' => r"\\r".into(),
-            '\t' => r"\\t".into(),
-            c if c < ' ' => format!(r"\\u00{:02x}", c as u32),
-            c => escape(c.encode_utf8(&mut [0; 4])),
-        }
-    }
-    fn plain_byte(&self, b: u8) -> bool {
-        !(b < 0x20 || b == b'\'' || b == b'\\')
-    }
-    fn boolean(&self) -> String {
-        "(?:True|False)".into()
-    }
-    fn null(&self) -> String {
-        "None".into()
-    }
-}
-
-impl PythonSingle {
-    fn plain_char(&self, c: char) -> bool {
-        c >= ' ' && c != '\'' && c != '\\'
-    }
-}
-
-/// `s` as a single-quoted Python string literal.
-fn single_quoted(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('\'');
-    for c in s.chars() {
-        match c {
-            '\'' => out.push_str("\\'"),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c < ' ' => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('\'');
-    out
-}
-
-/// A JSON value as Python's `repr` writes it, strings in single quotes
-/// (`{"a": [true, "x"]}` → `{'a': [True, 'x']}`).
-///
-/// ```
-/// use toolgate::grammar::regex::python_repr_single;
-/// assert_eq!(python_repr_single(&serde_json::json!({"a": [true, null, "it's"]})), r"{'a': [True, None, 'it\'s']}");
-/// ```
-pub fn python_repr_single(v: &Value) -> String {
-    match v {
-        Value::String(s) => single_quoted(s),
-        Value::Array(a) => format!("[{}]", a.iter().map(python_repr_single).collect::<Vec<_>>().join(", ")),
-        Value::Object(o) => format!(
-            "{{{}}}",
-            o.iter()
-                .map(|(k, x)| format!("{}: {}", single_quoted(k), python_repr_single(x)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        other => python_repr(other),
-    }
-}
-
-/// A JSON value written as a Python literal (`true` → `True`, `null` → `None`).
-///
-/// ```
-/// use toolgate::grammar::regex::python_repr;
-/// assert_eq!(python_repr(&serde_json::json!({"a": [true, null, "x"]})), r#"{"a": [True, None, "x"]}"#);
-/// ```
-pub fn python_repr(v: &Value) -> String {
-    match v {
-        Value::Null => "None".into(),
-        Value::Bool(b) => if *b { "True" } else { "False" }.into(),
-        Value::Array(a) => format!("[{}]", a.iter().map(python_repr).collect::<Vec<_>>().join(", ")),
-        Value::Object(o) => format!(
-            "{{{}}}",
-            o.iter()
-                .map(|(k, x)| format!("{}: {}", Value::String(k.clone()), python_repr(x)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        other => other.to_string(),
-    }
 }

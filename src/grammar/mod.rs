@@ -13,10 +13,10 @@
 //! | [`machine`] | explicit automata (patterns with lengths, `multipleOf`, key sets) built on the DFA |
 //! | [`ir`] | the value grammar ([`ir::Node`]), compile options and limits |
 //! | [`prune`] | emptiness: the parts of a value grammar that admit no value, removed |
-//! | [`dialect`] | how values are spelled: JSON, Gemma 4, text between tags, Python literals |
+//! | [`dialect`] | how values are spelled: the [`regex::Dialect`] trait and JSON (the other spellings are the tools' argument dialects) |
 //! | [`ecma`] | JSON Schema `pattern`s (ECMA-262) as regexes and automata |
 //! | [`numbers`] | bounded integers and numbers, built-in string formats, as regex text |
-//! | [`regex`] | the emitters: a [`ir::Node`] written as a regex (with shared rules) in a dialect; tagged and keyword arguments |
+//! | [`regex`] | the emitters: a [`ir::Node`] written as a regex (with shared rules) in a dialect |
 //! | [`schema`] | the compiler: JSON Schema → [`ir::Node`] |
 //! | [`vocab`], [`mask`] | the tokenizer's bytes as a trie; [`Grammar`] and [`Matcher`]: masks per token |
 //!

@@ -1,12 +1,11 @@
 //! Value grammar → regex, through a serialization [`Dialect`].
 //!
 //! The same [`Node`] becomes compact JSON (`{"city":"Paris"}`) with [`Json`], or Gemma
-//! 4's native call syntax (`{city:<|"|>Paris<|"|>}`) with [`Gemma4`]. Whitespace is
-//! bounded: at most one space after `:` and `,`, never a loop.
+//! 4's native call syntax (`{city:<|"|>Paris<|"|>}`) with the tools' Gemma 4
+//! dialect. Whitespace is bounded: at most one space after `:` and `,`, never a loop.
 
 pub use super::dialect::{
-    key_except, key_except_built, python_repr, python_repr_single, without_literal, Dialect, Gemma4, Json, JsonWith,
-    Python, PythonSingle, Spacing, XmlText, MAX_BUILT_KEY_CHARS,
+    key_except, key_except_built, without_literal, Dialect, Json, JsonWith, Spacing, MAX_BUILT_KEY_CHARS,
 };
 pub use super::ecma::{
     decoded_pattern, names_machine, pattern_body, pattern_matches, pattern_with_length, NameMatcher,

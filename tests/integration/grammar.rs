@@ -8,13 +8,14 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use toolgate::engine::{Engine, FinishReason, GenerateParams};
 use toolgate::gguf::GgufFile;
-use toolgate::grammar::regex::{Gemma4, Json};
+use toolgate::grammar::regex::Json;
 use toolgate::grammar::rules::Rules;
 use toolgate::grammar::schema::{Mode, Objects};
 use toolgate::grammar::{Grammar, TokenMask, TokenVocab};
 use toolgate::model::DeviceChoice;
 use toolgate::sampling::SamplingParams;
 use toolgate::tokenizer::{TokenKind, Tokenizer};
+use toolgate::tools::dialect::gemma4::Gemma4;
 use toolgate::Error;
 
 fn grammar(schema: Value) -> Grammar {

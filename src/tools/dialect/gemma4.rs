@@ -3,22 +3,36 @@
 
 use std::collections::HashSet;
 
+use regex_syntax::escape;
+use serde_json::Value;
+
 use super::literals::{LiteralReader, Literals, QUOTE};
 use super::scan::Brackets;
 use super::{ArgsSyntax, Extent, ValueScan};
 use crate::grammar::ir::Node;
 use crate::grammar::part::Built;
-use crate::grammar::regex::{to_rules_part, Gemma4 as Gemma4Values};
+use crate::grammar::regex::{key_except, to_rules_part, Dialect};
 use crate::grammar::rules::Rules;
 use crate::tools::format::ToolFormat;
 
-/// Gemma 4 arguments ([`crate::tools::format::ArgsDialect::Gemma4`]).
+/// Gemma 4 arguments ([`crate::tools::format::ArgsDialect::Gemma4`]), and the
+/// [`Dialect`] that spells their values: bare keys, strings between `<|"|>`
+/// control tokens, JSON's numbers and constants.
+///
+/// ```
+/// use toolgate::grammar::{regex::Dialect, Grammar};
+/// use toolgate::tools::dialect::gemma4::Gemma4;
+/// let g = Grammar::from_regex(&Gemma4.literal(&serde_json::json!({"city": "Oslo"})))?;
+/// // The quote is a control token: its bytes in a mask are 0xFF and its text.
+/// assert!(g.matches(b"{city:\xff<|\"|>Oslo\xff<|\"|>}") && !g.matches(br#"{"city":"Oslo"}"#));
+/// # Ok::<(), toolgate::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Gemma4;
 
 impl ArgsSyntax for Gemma4 {
     fn grammar(&self, node: &Node, _: &ToolFormat, rules: &mut Rules) -> Built {
-        to_rules_part(node, &Gemma4Values, rules)
+        to_rules_part(node, self, rules)
     }
     fn opener(&self) -> Option<u8> {
         Some(b'{')
@@ -31,6 +45,58 @@ impl ArgsSyntax for Gemma4 {
     }
     fn control_tokens(&self) -> &'static [&'static str] {
         &[QUOTE]
+    }
+}
+
+/// The quote token as the grammar spells it (`0xFF<|"|>`, which no text can produce).
+const GEMMA_QUOTE: &str = r#"(?-u:\xFF)<\|"\|>"#;
+
+/// The value spelling: bare keys, strings between [`QUOTE`] control tokens.
+impl Dialect for Gemma4 {
+    fn quote(&self) -> String {
+        GEMMA_QUOTE.into()
+    }
+    /// Keys are bare identifiers.
+    fn keys_are_strings(&self) -> bool {
+        false
+    }
+    fn string_char(&self) -> String {
+        // Any character; a string ends only at the special quote token.
+        r"[^\x00]".into()
+    }
+    fn key(&self, name: &str) -> String {
+        escape(name)
+    }
+    fn any_key(&self, except: &[&str]) -> String {
+        let ident = |n: &&str| {
+            n.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        };
+        let names: Vec<&str> = except.iter().copied().filter(ident).collect();
+        key_except("[A-Za-z_]", "[A-Za-z0-9_]", &names)
+    }
+    fn literal(&self, v: &Value) -> String {
+        match v {
+            Value::String(s) => format!("{GEMMA_QUOTE}{}{GEMMA_QUOTE}", escape(s)),
+            Value::Array(a) => format!(r"\[{}\]", a.iter().map(|x| self.literal(x)).collect::<Vec<_>>().join(",")),
+            Value::Object(o) => format!(
+                r"\{{{}\}}",
+                o.iter().map(|(k, x)| format!("{}:{}", escape(k), self.literal(x))).collect::<Vec<_>>().join(",")
+            ),
+            other => escape(&other.to_string()),
+        }
+    }
+    fn colon(&self) -> String {
+        ":".into()
+    }
+    fn comma(&self) -> String {
+        ",".into()
+    }
+    fn string_literal_char(&self, c: char) -> String {
+        escape(c.encode_utf8(&mut [0; 4]))
+    }
+    fn pattern_key(&self, _body: &str) -> Option<String> {
+        None // bare identifier keys: a pattern's names need not be identifiers
     }
 }
 

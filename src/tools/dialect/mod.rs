@@ -1,11 +1,15 @@
 //! Argument dialects: how a call's arguments are spelled, one file each.
 //!
 //! A layout ([`ToolFormat`]) says where a call's arguments go; its
-//! [`ArgsDialect`] says how they are written there. Each dialect is one type
-//! implementing [`ArgsSyntax`], which holds everything toolgate does with that
+//! [`ArgsDialect`] says how they are written there. Each dialect is one file and one
+//! type implementing [`ArgsSyntax`], which holds everything toolgate does with that
 //! spelling: the constrained **grammar** of the arguments for a tool's schema, how a
 //! **reader** finds where the arguments end in streamed text, and the **converter** to
-//! the JSON object clients receive.
+//! the JSON object clients receive. The file also holds how the dialect spells a
+//! value (the grammar's [`Dialect`](crate::grammar::regex::Dialect) trait, which the
+//! schema compiler writes values through): Gemma 4's quote token, Python's literals,
+//! bare text between tags. JSON's spelling is the grammar's own
+//! ([`crate::grammar::regex::Json`]).
 //!
 //! | dialect | file | written as |
 //! |---|---|---|

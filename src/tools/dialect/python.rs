@@ -4,23 +4,29 @@
 use std::collections::HashSet;
 
 use regex_syntax::escape;
+use serde_json::Value;
 
 use super::literals::{LiteralReader, Literals};
 use super::scan::Brackets;
 use super::{ArgsSyntax, Extent, ValueScan};
+use crate::grammar::dialect::json_strings_and_keys;
 use crate::grammar::ir::Node;
 use crate::grammar::part::Built;
-use crate::grammar::regex::{key_except, members, to_rules, Dialect, Python as PythonValues, PythonSingle};
+use crate::grammar::regex::{key_except, members, to_rules, Dialect, Json};
 use crate::grammar::rules::Rules;
 use crate::tools::format::ToolFormat;
 
-/// Python keyword arguments ([`crate::tools::format::ArgsDialect::Python`]).
+/// Python keyword arguments ([`crate::tools::format::ArgsDialect::Python`]), and
+/// the [`Dialect`] of Python literals as pythonic calls write values: strings in
+/// double quotes with JSON's escapes (valid Python), numbers as in JSON,
+/// `True`/`False`/`None`, lists `[…]`, dicts `{"key": …}` ([`PythonSingle`] for
+/// `repr`'s single quotes).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Python;
 
 impl ArgsSyntax for Python {
     fn grammar(&self, node: &Node, f: &ToolFormat, rules: &mut Rules) -> Built {
-        let values: &dyn Dialect = if f.single_quotes { &PythonSingle } else { &PythonValues };
+        let values: &dyn Dialect = if f.single_quotes { &PythonSingle } else { self };
         Built::read(grammar(node, values, rules))
     }
     fn opener(&self) -> Option<u8> {
@@ -37,14 +43,13 @@ impl ArgsSyntax for Python {
 /// Keyword arguments of a pythonic call for an arguments schema: `(name=VALUE, …)` with
 /// the declared properties in schema order (optional ones skippable), extra ones if
 /// the schema allows them, values as Python literals spelled by `values`
-/// ([`crate::grammar::regex::Python`] or [`PythonSingle`]). Large parts go into
+/// ([`Python`] or [`PythonSingle`]). Large parts go into
 /// `rules` as [`to_rules`] puts them ([`Rules::none`] for one plain regex).
 ///
 /// ```
 /// use toolgate::grammar::{rules::Rules, schema, Grammar};
 /// let node = schema::compile(&serde_json::json!({"type": "object", "properties": {"city": {"type": "string"}}}), schema::Mode::Strict)?;
-/// use toolgate::grammar::regex::{Python, PythonSingle};
-/// use toolgate::tools::dialect::python::grammar;
+/// use toolgate::tools::dialect::python::{grammar, Python, PythonSingle};
 /// let g = Grammar::from_regex(&grammar(&node, &Python, &mut Rules::none()))?;
 /// assert!(g.matches(br#"(city="Oslo")"#) && g.matches(b"()") && !g.matches(b"(town=1)"));
 /// let g = Grammar::from_regex(&grammar(&node, &PythonSingle, &mut Rules::none()))?;
@@ -122,4 +127,148 @@ pub fn to_json(s: &str) -> Option<String> {
     }
     r.ws();
     (r.i == s.len()).then(|| serde_json::Value::Object(map).to_string())
+}
+
+/// The value spelling of [`Python`]: strings and keys are JSON's (valid Python);
+/// literals and constants differ.
+impl Dialect for Python {
+    json_strings_and_keys!();
+    fn literal(&self, v: &Value) -> String {
+        escape(&python_repr(v))
+    }
+    fn boolean(&self) -> String {
+        "(?:True|False)".into()
+    }
+    fn null(&self) -> String {
+        "None".into()
+    }
+}
+
+/// Python literals with strings in single quotes, as Python's `repr` writes them
+/// (LFM2.5's pythonic calls: `(city='Oslo', tags=['a'])`): the escapes `\\`, `\'`,
+/// `\n`, `\r`, `\t` and `\uXXXX`, dict keys in single quotes, numbers as in JSON,
+/// `True`/`False`/`None`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PythonSingle;
+
+const SINGLE_CHAR: &str = r"(?:[^'\\\x00-\x1F]|\\['\\nrt]|\\u[0-9a-fA-F]{4})";
+
+/// One character that stands in a single-quoted string as itself.
+const SINGLE_PLAIN: &str = r"[^'\\\x00-\x1F]";
+
+impl Dialect for PythonSingle {
+    fn quote(&self) -> String {
+        "'".into()
+    }
+    fn string_char(&self) -> String {
+        SINGLE_CHAR.into()
+    }
+    fn key(&self, name: &str) -> String {
+        escape(&single_quoted(name))
+    }
+    /// Extra keys are written with plain characters only.
+    fn any_key(&self, except: &[&str]) -> String {
+        let names: Vec<&str> = except.iter().copied().filter(|n| n.chars().all(|c| self.plain_char(c))).collect();
+        format!("'{}'", key_except(SINGLE_PLAIN, SINGLE_PLAIN, &names))
+    }
+    fn literal(&self, v: &Value) -> String {
+        match v {
+            Value::Number(_) => Json.literal(v),
+            Value::Array(a) => format!(r"\[{}\]", a.iter().map(|x| self.literal(x)).collect::<Vec<_>>().join(", ")),
+            Value::Object(o) => format!(
+                r"\{{{}\}}",
+                o.iter().map(|(k, x)| format!("{}: {}", self.key(k), self.literal(x))).collect::<Vec<_>>().join(", ")
+            ),
+            other => escape(&python_repr_single(other)),
+        }
+    }
+    fn string_literal_char(&self, c: char) -> String {
+        match c {
+            '\'' => r"\\'".into(),
+            '\\' => r"\\\\".into(),
+            '\n' => r"\\n".into(),
+            '\r' => r"\\r".into(),
+            '\t' => r"\\t".into(),
+            c if c < ' ' => format!(r"\\u00{:02x}", c as u32),
+            c => escape(c.encode_utf8(&mut [0; 4])),
+        }
+    }
+    fn plain_byte(&self, b: u8) -> bool {
+        !(b < 0x20 || b == b'\'' || b == b'\\')
+    }
+    fn boolean(&self) -> String {
+        "(?:True|False)".into()
+    }
+    fn null(&self) -> String {
+        "None".into()
+    }
+}
+
+impl PythonSingle {
+    fn plain_char(&self, c: char) -> bool {
+        c >= ' ' && c != '\'' && c != '\\'
+    }
+}
+
+/// `s` as a single-quoted Python string literal.
+fn single_quoted(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('\'');
+    for c in s.chars() {
+        match c {
+            '\'' => out.push_str("\\'"),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c < ' ' => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// A JSON value as Python's `repr` writes it, strings in single quotes
+/// (`{"a": [true, "x"]}` → `{'a': [True, 'x']}`).
+///
+/// ```
+/// use toolgate::tools::dialect::python::python_repr_single;
+/// assert_eq!(python_repr_single(&serde_json::json!({"a": [true, null, "it's"]})), r"{'a': [True, None, 'it\'s']}");
+/// ```
+pub fn python_repr_single(v: &Value) -> String {
+    match v {
+        Value::String(s) => single_quoted(s),
+        Value::Array(a) => format!("[{}]", a.iter().map(python_repr_single).collect::<Vec<_>>().join(", ")),
+        Value::Object(o) => format!(
+            "{{{}}}",
+            o.iter()
+                .map(|(k, x)| format!("{}: {}", single_quoted(k), python_repr_single(x)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        other => python_repr(other),
+    }
+}
+
+/// A JSON value written as a Python literal (`true` → `True`, `null` → `None`).
+///
+/// ```
+/// use toolgate::tools::dialect::python::python_repr;
+/// assert_eq!(python_repr(&serde_json::json!({"a": [true, null, "x"]})), r#"{"a": [True, None, "x"]}"#);
+/// ```
+pub fn python_repr(v: &Value) -> String {
+    match v {
+        Value::Null => "None".into(),
+        Value::Bool(b) => if *b { "True" } else { "False" }.into(),
+        Value::Array(a) => format!("[{}]", a.iter().map(python_repr).collect::<Vec<_>>().join(", ")),
+        Value::Object(o) => format!(
+            "{{{}}}",
+            o.iter()
+                .map(|(k, x)| format!("{}: {}", Value::String(k.clone()), python_repr(x)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        other => other.to_string(),
+    }
 }

@@ -12,10 +12,12 @@ use std::collections::HashSet;
 use regex_syntax::escape;
 use serde_json::Value;
 
+use super::python::Python;
 use super::{ArgsSyntax, Extent, ValueScan};
+use crate::grammar::dialect::json_keys;
 use crate::grammar::ir::Node;
-use crate::grammar::part::{alt, Built};
-use crate::grammar::regex::{key_except, members, to_rules, without_literal, Dialect, Json, Python, XmlText};
+use crate::grammar::part::{alt, Built, NEVER};
+use crate::grammar::regex::{key_except, members, to_rules, without_literal, Dialect, Json};
 use crate::grammar::rules::Rules;
 use crate::tools::format::{ParamTags, ToolFormat, JSON_TYPES, TYPE_SLOT};
 
@@ -309,6 +311,40 @@ pub fn value_len(s: &str, tags: &ParamTags, then: &str, whole: bool) -> Option<u
             Some(next) => at += close.len() + next,
             None if whole => return Some(first),
             None => return None,
+        }
+    }
+}
+
+/// Bare text inside an XML-style parameter: quoted by nothing, ended by the closing tag.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct XmlText;
+
+impl Dialect for XmlText {
+    fn quote(&self) -> String {
+        String::new()
+    }
+    fn string_char(&self) -> String {
+        // Constrained strings (formats, patterns, lengths) leave `<` out, which keeps
+        // them clear of the closing tag.
+        "[^<]".into()
+    }
+    json_keys!();
+    fn literal(&self, v: &Value) -> String {
+        match v {
+            Value::String(s) => escape(s),
+            other => Json.literal(other),
+        }
+    }
+    fn plain_byte(&self, b: u8) -> bool {
+        b != b'<'
+    }
+    /// Bare text: every character as itself, but `<` (which could open the closing
+    /// tag) has no spelling.
+    fn string_literal_char(&self, c: char) -> String {
+        if c == '<' {
+            NEVER.into()
+        } else {
+            escape(c.encode_utf8(&mut [0; 4]))
         }
     }
 }
