@@ -26,7 +26,8 @@ use serde_json::{json, Map, Value};
 
 use super::openai::timings_json;
 use super::{read_body, validate, ApiError, AppState, Msg, Running};
-use crate::engine::chat::{encode_chat, ChatTurn, TurnPrompt};
+use crate::engine::chat::ChatTurn;
+use crate::engine::prompt::{encode_chat, TurnPrompt};
 use crate::engine::GenerateParams;
 use crate::grammar::schema::Mode;
 use crate::sampling::SamplingParams;

@@ -14,9 +14,8 @@ use futures_util::{stream, StreamExt};
 use serde_json::{json, Value};
 
 use super::{now, read_body, validate, ApiError, AppState, Msg, Running};
-use crate::engine::chat::{
-    prepare_text_turn, prepare_turn, prepare_turn_answering, ChatTurn, PreparedTurn, TurnPrompt,
-};
+use crate::engine::chat::{prepare_text_turn, prepare_turn, prepare_turn_answering, ChatTurn, PreparedTurn};
+use crate::engine::prompt::TurnPrompt;
 use crate::engine::{Engine, GenerateParams};
 use crate::grammar::schema::Mode;
 use crate::grammar::TokenVocab;

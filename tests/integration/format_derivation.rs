@@ -530,7 +530,7 @@ fn typed_attribute_single_quoted_and_string_argument_layouts_are_derived() {
         json!({"role": "tool", "tool_call_id": "call_1", "content": "sunny"}),
     ];
     let (prompt, _) =
-        toolgate::engine::chat::encode_chat_within(&strings, &tok, history, None, Default::default(), 4096).unwrap();
+        toolgate::engine::prompt::encode_chat_within(&strings, &tok, history, None, Default::default(), 4096).unwrap();
     assert!(prompt.contains(r#"{"name": "get_weather", "arguments": {"city":"Oslo","days":2}}"#), "{prompt}");
 }
 

@@ -5,7 +5,7 @@ use crate::common;
 use std::path::PathBuf;
 
 use serde_json::json;
-use toolgate::engine::chat::encode_chat;
+use toolgate::engine::prompt::encode_chat;
 use toolgate::gguf::GgufFile;
 use toolgate::template::source::{GgufTemplates, TemplateSource};
 use toolgate::template::transform::{apply, policy, signals, ConversationPolicy};

@@ -310,7 +310,7 @@ fn chat(args: ChatArgs) -> anyhow::Result<ExitCode> {
     if args.show_prompt {
         // The prompt the turn renders: with the tools unless `--tool-choice none`.
         let shown = tools.clone().filter(|_| choice != toolgate::tools::ToolChoice::None);
-        let (text, ids) = toolgate::engine::chat::encode_chat(
+        let (text, ids) = toolgate::engine::prompt::encode_chat(
             &setup,
             engine.tokenizer(),
             messages.clone(),
@@ -332,7 +332,8 @@ fn chat(args: ChatArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&turn)?);
         return Ok(ExitCode::SUCCESS);
     }
-    let (_, ids) = toolgate::engine::chat::encode_chat(&setup, engine.tokenizer(), messages, None, Default::default())?;
+    let (_, ids) =
+        toolgate::engine::prompt::encode_chat(&setup, engine.tokenizer(), messages, None, Default::default())?;
     let gen = engine.generate(&ids, &params, to_stdout())?;
     println!();
     eprintln!("{}", gen.speed_line());
