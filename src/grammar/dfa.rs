@@ -40,19 +40,6 @@
 //!
 //! Memory is bounded: past [`Cache`]'s capacity every state is dropped and rebuilt on
 //! demand ([`Cache::clear_count`] tells callers their ids went stale).
-//!
-//! ```
-//! use toolgate::grammar::dfa::Dfa;
-//! let dfa = Dfa::new("ab+", 1 << 20)?;
-//! let mut cache = dfa.create_cache(1 << 20);
-//! let mut s = dfa.start(&mut cache);
-//! for &b in b"abb" {
-//!     s = dfa.next(&mut cache, s, b);
-//! }
-//! assert!(dfa.is_accepting(&cache, s));
-//! assert!(dfa.next(&mut cache, s, b'a').is_dead());
-//! # Ok::<(), toolgate::Error>(())
-//! ```
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -184,22 +171,6 @@ impl Dfa {
     /// # Errors
     /// As [`Dfa::new`], and [`crate::Error::Schema`] for a reference to a rule that does not
     /// exist or a malformed one.
-    ///
-    /// ```
-    /// use toolgate::grammar::dfa::Dfa;
-    /// use toolgate::grammar::rules::Rules;
-    /// // `item` once, called twice.
-    /// let main = format!(r"\[(?:{0}(?:,{0})*)?\]", Rules::reference(0));
-    /// let dfa = Dfa::with_rules(&main, &["[0-9]+|x".to_string()], 1 << 20)?;
-    /// let mut cache = dfa.create_cache(1 << 20);
-    /// let run = |cache: &mut _, text: &[u8]| {
-    ///     let s = text.iter().fold(dfa.start(cache), |s, &b| dfa.next(cache, s, b));
-    ///     dfa.is_accepting(cache, s)
-    /// };
-    /// assert!(run(&mut cache, b"[12,x,3]"));
-    /// assert!(!run(&mut cache, b"[12,,3]"));
-    /// # Ok::<(), toolgate::Error>(())
-    /// ```
     pub fn with_rules(main: &str, rules: &[String], nfa_size_limit: usize) -> Result<Self> {
         Self::build(Source::Text(main), rules, &[], &[], nfa_size_limit)
     }
@@ -209,29 +180,6 @@ impl Dfa {
     ///
     /// Cost and errors: as [`Dfa::with_rules`], and [`crate::Error::Schema`] for a set with
     /// more than 128 members or one naming a rule that does not exist.
-    ///
-    /// ```
-    /// use toolgate::grammar::dfa::Dfa;
-    /// use toolgate::grammar::regex::{to_rules, Json};
-    /// use toolgate::grammar::rules::Rules;
-    /// use toolgate::grammar::schema::{compile_shared, Mode, Objects};
-    /// let schema = serde_json::json!({
-    ///     "type": "object", "additionalProperties": false, "required": ["a"],
-    ///     "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}}
-    /// });
-    /// let mut rules = Rules::new().any_order(true);
-    /// let main = to_rules(&compile_shared(&schema, Mode::Strict, Objects::Open)?, &Json, &mut rules);
-    /// let dfa = Dfa::from_rules(&main, &rules, 1 << 20)?;
-    /// let mut cache = dfa.create_cache(1 << 20);
-    /// let mut run = |text: &[u8]| {
-    ///     let s = text.iter().fold(dfa.start(&mut cache), |s, &b| dfa.next(&mut cache, s, b));
-    ///     dfa.is_accepting(&cache, s)
-    /// };
-    /// assert!(run(br#"{"c":3,"a":1}"#));
-    /// assert!(!run(br#"{"c":3,"b":2}"#)); // `a` is required
-    /// assert!(!run(br#"{"a":1,"a":1}"#)); // each at most once
-    /// # Ok::<(), toolgate::Error>(())
-    /// ```
     pub fn from_rules(main: &str, rules: &Rules, nfa_size_limit: usize) -> Result<Self> {
         Self::build(Source::Text(main), rules.bodies(), rules.parts(), rules.sets(), nfa_size_limit)
     }
@@ -728,16 +676,6 @@ impl Cache {
         self.clear_count
     }
 
-    /// Number of DFA states built (the dead state included).
-    pub fn states(&self) -> usize {
-        self.sets.len()
-    }
-
-    /// Approximate bytes held by the states.
-    pub fn memory_usage(&self) -> usize {
-        self.memory
-    }
-
     /// Drop every state but the dead one, and every stack.
     fn reset(&mut self, stride: usize) {
         self.trans.clear();
@@ -818,5 +756,204 @@ impl Cache {
         } else {
             self.seen.insert(c)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    use super::{Cache, Dfa, DfaState};
+    use crate::grammar::regex::Json;
+    use crate::grammar::rules::Rules;
+    use crate::grammar::schema::Mode;
+    use crate::grammar::Grammar;
+
+    #[test]
+    fn module_example() -> Result<(), Box<dyn std::error::Error>> {
+        use crate::grammar::dfa::Dfa;
+        let dfa = Dfa::new("ab+", 1 << 20)?;
+        let mut cache = dfa.create_cache(1 << 20);
+        let mut s = dfa.start(&mut cache);
+        for &b in b"abb" {
+            s = dfa.next(&mut cache, s, b);
+        }
+        assert!(dfa.is_accepting(&cache, s));
+        assert!(dfa.next(&mut cache, s, b'a').is_dead());
+        Ok(())
+    }
+
+    #[test]
+    fn with_rules_example() -> Result<(), Box<dyn std::error::Error>> {
+        use crate::grammar::dfa::Dfa;
+        use crate::grammar::rules::Rules;
+        // `item` once, called twice.
+        let main = format!(r"\[(?:{0}(?:,{0})*)?\]", Rules::reference(0));
+        let dfa = Dfa::with_rules(&main, &["[0-9]+|x".to_string()], 1 << 20)?;
+        let mut cache = dfa.create_cache(1 << 20);
+        let run = |cache: &mut _, text: &[u8]| {
+            let s = text.iter().fold(dfa.start(cache), |s, &b| dfa.next(cache, s, b));
+            dfa.is_accepting(cache, s)
+        };
+        assert!(run(&mut cache, b"[12,x,3]"));
+        assert!(!run(&mut cache, b"[12,,3]"));
+        Ok(())
+    }
+
+    #[test]
+    fn from_rules_example() -> Result<(), Box<dyn std::error::Error>> {
+        use crate::grammar::dfa::Dfa;
+        use crate::grammar::regex::{to_rules, Json};
+        use crate::grammar::rules::Rules;
+        use crate::grammar::schema::{compile_shared, Mode, Objects};
+        let schema = serde_json::json!({
+            "type": "object", "additionalProperties": false, "required": ["a"],
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}}
+        });
+        let mut rules = Rules::new().any_order(true);
+        let main = to_rules(&compile_shared(&schema, Mode::Strict, Objects::Open)?, &Json, &mut rules);
+        let dfa = Dfa::from_rules(&main, &rules, 1 << 20)?;
+        let mut cache = dfa.create_cache(1 << 20);
+        let mut run = |text: &[u8]| {
+            let s = text.iter().fold(dfa.start(&mut cache), |s, &b| dfa.next(&mut cache, s, b));
+            dfa.is_accepting(&cache, s)
+        };
+        assert!(run(br#"{"c":3,"a":1}"#));
+        assert!(!run(br#"{"c":3,"b":2}"#)); // `a` is required
+        assert!(!run(br#"{"a":1,"a":1}"#)); // each at most once
+        Ok(())
+    }
+
+    /// One schema of `tests/fixtures/schema_corpus.jsonl`: its name, the schema, and the
+    /// instances it holds (valid and invalid together: the test compares two automata).
+    #[derive(Clone)]
+    struct CorpusSchema {
+        name: String,
+        schema: serde_json::Value,
+        valid: Vec<String>,
+        invalid: Vec<String>,
+    }
+
+    fn corpus() -> Vec<CorpusSchema> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/schema_corpus.jsonl");
+        let text = std::fs::read_to_string(path).expect("tests/fixtures/schema_corpus.jsonl");
+        let strings = |v: &serde_json::Value| -> Vec<String> {
+            v.as_array().into_iter().flatten().filter_map(|s| s.as_str().map(String::from)).collect()
+        };
+        text.lines()
+            .map(|line| serde_json::from_str::<serde_json::Value>(line).expect("a JSON line"))
+            .map(|v| CorpusSchema {
+                name: v["name"].as_str().unwrap_or_default().to_string(),
+                schema: v["schema"].clone(),
+                valid: strings(&v["valid"]),
+                invalid: strings(&v["invalid"]),
+            })
+            .collect()
+    }
+
+    /// The grammar's lazy DFA (`grammar::dfa`), with its shared rules, against
+    /// regex-automata's PikeVM, which simulates the one plain regex the rules stand for
+    /// without determinizing: on every corpus schema, for
+    /// the corpus instances, random walks through the DFA and byte-level mutations of
+    /// both, the two agree on every whole match. A DFA whose cache holds nothing (cleared
+    /// before every new row) must agree too.
+    #[test]
+    fn the_lazy_dfa_agrees_with_an_nfa_simulation_and_survives_cache_clears() {
+        use regex_automata::nfa::thompson::pikevm::PikeVM;
+        use regex_automata::nfa::thompson::{self, WhichCaptures};
+        use regex_automata::util::syntax;
+
+        fn run(dfa: &Dfa, cache: &mut Cache, text: &[u8]) -> bool {
+            let mut s = dfa.start(cache);
+            for &b in text {
+                s = dfa.next(cache, s, b);
+            }
+            dfa.is_accepting(cache, s)
+        }
+
+        let mut rng = StdRng::seed_from_u64(5);
+        let (mut checked, mut matched, mut clears, mut shared) = (0usize, 0usize, 0usize, 0usize);
+        let (mut any_order_checked, mut machines) = (0, 0);
+        for (e, any_order) in corpus().into_iter().flat_map(|e| [(e.clone(), false), (e, true)]) {
+            // The grammar as `Grammar::from_schema` builds it (a main regex and shared
+            // rules, properties in schema order or, as for open objects, in any order);
+            // the PikeVM runs the one plain regex the rules stand for, where that is small
+            // enough to build (any order spells every permutation).
+            // Schemas that need automata (`grammar::machine`: rules that loop) have no plain
+            // regex for the PikeVM; the plain compile refuses them, and only them.
+            let Ok(node) = crate::grammar::schema::compile(&e.schema, Mode::Strict) else {
+                Grammar::from_schema(&e.schema, Mode::Strict, &Json).unwrap();
+                machines += 1;
+                continue;
+            };
+            let mut rules = Rules::new().any_order(any_order);
+            let main = crate::grammar::regex::to_rules(&node, &Json, &mut rules);
+            let limit = if any_order { 1 << 16 } else { crate::grammar::schema::MAX_GRAMMAR_BYTES };
+            let Some(plain) = rules.inline(&main, limit) else {
+                assert!(any_order, "{}: the plain regex was built before rules existed", e.name);
+                continue;
+            };
+            any_order_checked += usize::from(any_order);
+            shared += rules.bodies().len();
+            let dfa = Dfa::from_rules(&main, &rules, crate::grammar::mask::NFA_SIZE_LIMIT).unwrap();
+            let (mut big, mut none) = (dfa.create_cache(1 << 30), dfa.create_cache(0));
+            let vm = PikeVM::builder()
+                .syntax(syntax::Config::new().utf8(false))
+                .thompson(thompson::Config::new().utf8(false).which_captures(WhichCaptures::None))
+                .build(&format!("^(?:{plain})$"))
+                .unwrap();
+            let mut vm_cache = vm.create_cache();
+            let mut texts: Vec<Vec<u8>> = e.valid.iter().chain(&e.invalid).map(|t| t.as_bytes().to_vec()).collect();
+            for _ in 0..8 {
+                // A random walk over live bytes, stopping at random accepting points.
+                let (mut s, mut text) = (dfa.start(&mut big), Vec::new());
+                while text.len() < 300 && !(dfa.is_accepting(&big, s) && rng.random_bool(0.2)) {
+                    let live: Vec<u8> = (0..=255u8).filter(|&b| !dfa.next(&mut big, s, b).is_dead()).collect();
+                    if live.is_empty() {
+                        break;
+                    }
+                    let b = live[rng.random_range(0..live.len())];
+                    s = dfa.next(&mut big, s, b);
+                    text.push(b);
+                }
+                texts.push(text);
+            }
+            for i in 0..texts.len() {
+                let t = texts[i].clone();
+                if t.is_empty() {
+                    continue;
+                }
+                let at = rng.random_range(0..t.len());
+                let mut replaced = t.clone();
+                replaced[at] = rng.random();
+                let mut inserted = t.clone();
+                inserted.insert(at, rng.random());
+                texts.extend([t[..at].to_vec(), replaced, inserted]);
+            }
+            for t in &texts {
+                let want = vm.is_match(&mut vm_cache, t.as_slice());
+                assert_eq!(run(&dfa, &mut big, t), want, "{}: {:?}", e.name, String::from_utf8_lossy(t));
+                if !any_order {
+                    let got = run(&dfa, &mut none, t);
+                    assert_eq!(got, want, "{} (empty cache): {:?}", e.name, String::from_utf8_lossy(t));
+                }
+                checked += 1;
+                matched += usize::from(want);
+            }
+            assert_eq!(big.clear_count(), 0);
+            clears += none.clear_count();
+            assert!(dfa.next(&mut big, DfaState::DEAD, b'{').is_dead());
+        }
+        assert!(
+            checked > 10_000
+                && matched > 3000
+                && clears > 20_000
+                && shared > 200
+                && any_order_checked > 150
+                && machines <= 8,
+            "{checked} texts, {matched} matches, {clears} clears, {shared} rules, {any_order_checked} in any order, \
+             {machines} with automata"
+        );
     }
 }

@@ -70,7 +70,7 @@ pub trait Dialect {
     }
     /// Regex for an object key whose name matches a `patternProperties` pattern, given
     /// the pattern already translated for JSON strings (`body`, from
-    /// [`super::ecma::pattern_body`]); `None` where the dialect's keys cannot spell
+    /// `ecma::pattern_body`); `None` where the dialect's keys cannot spell
     /// such names (then those properties are never generated).
     fn pattern_key(&self, body: &str) -> Option<String> {
         let q = self.quote();

@@ -16,16 +16,6 @@ use super::part::{repeat, NEVER};
 /// escape are matched as their escapes. `^`/`$` are honoured at the pattern's ends;
 /// anywhere else, and look-around, are an error.
 ///
-/// ```
-/// use toolgate::grammar::regex::{pattern_body, Json};
-/// use toolgate::grammar::Grammar;
-/// let g = Grammar::from_regex(&pattern_body(r"^\d{3}$", &Json)?)?;
-/// assert!(g.matches(b"123") && !g.matches("١٢٣".as_bytes()));
-/// let g = Grammar::from_regex(&pattern_body(r#"^a"b$"#, &Json)?)?;
-/// assert!(g.matches(br#"a\"b"#) && !g.matches(br#"a"b"#));
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-///
 /// # Errors
 /// A message when the pattern does not parse or uses an unsupported construct.
 pub fn pattern_body(p: &str, d: &dyn Dialect) -> std::result::Result<String, BuildError> {
@@ -53,13 +43,6 @@ pub fn pattern_body(p: &str, d: &dyn Dialect) -> std::result::Result<String, Bui
 /// intersect ([`super::machine::Pattern`]); [`pattern_body`] is the same language as
 /// the string's JSON spelling.
 ///
-/// ```
-/// use toolgate::grammar::regex::decoded_pattern;
-/// let re = regex_automata::meta::Regex::new(&format!("^(?:{})$", decoded_pattern(r"^\d+|x$")?)).unwrap();
-/// assert!(re.is_match("12a") && re.is_match("a\"x") && !re.is_match("a1"));
-/// # Ok::<(), toolgate::grammar::error::BuildError>(())
-/// ```
-///
 /// # Errors
 /// As [`pattern_body`].
 pub fn decoded_pattern(p: &str) -> std::result::Result<String, BuildError> {
@@ -85,14 +68,6 @@ pub fn decoded_pattern(p: &str) -> std::result::Result<String, BuildError> {
 /// repeated, whose repetition the length bounds narrow (`^[a-z0-9]+$` with
 /// `maxLength: 8` is `[a-z0-9]{1,8}`). `Ok(None)` for any other pattern. Cost: one
 /// parse of the pattern.
-///
-/// ```
-/// use toolgate::grammar::regex::{pattern_with_length, Json};
-/// let re = pattern_with_length("^[a-z]+$", 2, Some(3), &Json).unwrap().unwrap();
-/// let re = regex_automata::meta::Regex::new(&format!("^(?:{re})$")).unwrap();
-/// assert!(re.is_match("ab") && re.is_match("abc") && !re.is_match("a") && !re.is_match("abcd"));
-/// assert_eq!(pattern_with_length("^a+b$", 1, Some(3), &Json), Ok(None));
-/// ```
 ///
 /// # Errors
 /// As [`pattern_body`].
@@ -175,25 +150,8 @@ fn top_level_alternatives(p: &str) -> Vec<&str> {
     parts
 }
 
-/// Whether the name `text` matches `pattern` (ECMA-262, unanchored unless `^`/`$`
-/// say otherwise), by the same translation [`pattern_body`] uses. To test many names
-/// against one pattern, compile it once with [`NameMatcher`].
-///
-/// # Errors
-/// As [`pattern_body`].
-pub fn pattern_matches(pattern: &str, text: &str) -> std::result::Result<bool, BuildError> {
-    Ok(NameMatcher::new(pattern)?.matches(text))
-}
-
 /// A `patternProperties` pattern compiled once, to test property names against it
-/// (ECMA-262 semantics, as [`pattern_matches`]).
-///
-/// ```
-/// use toolgate::grammar::ecma::NameMatcher;
-/// let m = NameMatcher::new("^x-")?;
-/// assert!(m.matches("x-rate") && !m.matches("rate-x"));
-/// # Ok::<(), toolgate::grammar::error::BuildError>(())
-/// ```
+/// (ECMA-262 semantics, by the same translation [`pattern_body`] uses).
 #[derive(Debug)]
 pub struct NameMatcher {
     dfa: super::dfa::Dfa,
@@ -349,12 +307,6 @@ fn emit_pattern(h: &regex_syntax::hir::Hir, d: &dyn Dialect, out: &mut String) -
 /// (ECMA-262; `None`: any name), no pattern of `avoid`, and none of `names`; `None`
 /// when a pattern does not compile, the product passes [`MAX_STATES`], or no name is
 /// left. Cost: the product of the patterns' automata and a trie of the names.
-///
-/// ```
-/// use toolgate::grammar::regex::names_machine;
-/// let m = names_machine(Some("^x-"), &["-id$"], &["x-a"]).unwrap();
-/// assert!(m.matches(b"x-b") && !m.matches(b"x-a") && !m.matches(b"x-id") && !m.matches(b"y"));
-/// ```
 pub fn names_machine(within: Option<&str>, avoid: &[&str], names: &[&str]) -> Option<Machine> {
     let mut parts: Vec<Box<dyn Automaton>> = vec![match within {
         Some(p) => name_pattern(p)?,
@@ -375,4 +327,50 @@ pub fn names_machine(within: Option<&str>, avoid: &[&str], names: &[&str]) -> Op
 /// automaton; `None` when it does not compile.
 pub(crate) fn name_pattern(p: &str) -> Option<Box<dyn Automaton>> {
     Some(Box::new(Pattern::new(&decoded_pattern(p).ok()?).ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn pattern_body_example() -> Result<(), Box<dyn std::error::Error>> {
+        use crate::grammar::regex::{pattern_body, Json};
+        use crate::grammar::Grammar;
+        let g = Grammar::from_regex(&pattern_body(r"^\d{3}$", &Json)?)?;
+        assert!(g.matches(b"123") && !g.matches("١٢٣".as_bytes()));
+        let g = Grammar::from_regex(&pattern_body(r#"^a"b$"#, &Json)?)?;
+        assert!(g.matches(br#"a\"b"#) && !g.matches(br#"a"b"#));
+        Ok(())
+    }
+
+    #[test]
+    fn decoded_pattern_example() -> Result<(), Box<dyn std::error::Error>> {
+        use crate::grammar::regex::decoded_pattern;
+        let re = regex_automata::meta::Regex::new(&format!("^(?:{})$", decoded_pattern(r"^\d+|x$")?)).unwrap();
+        assert!(re.is_match("12a") && re.is_match("a\"x") && !re.is_match("a1"));
+        Ok(())
+    }
+
+    #[test]
+    fn pattern_with_length_example() {
+        use crate::grammar::regex::{pattern_with_length, Json};
+        let re = pattern_with_length("^[a-z]+$", 2, Some(3), &Json).unwrap().unwrap();
+        let re = regex_automata::meta::Regex::new(&format!("^(?:{re})$")).unwrap();
+        assert!(re.is_match("ab") && re.is_match("abc") && !re.is_match("a") && !re.is_match("abcd"));
+        assert_eq!(pattern_with_length("^a+b$", 1, Some(3), &Json), Ok(None));
+    }
+
+    #[test]
+    fn namematcher_example() -> Result<(), Box<dyn std::error::Error>> {
+        use crate::grammar::ecma::NameMatcher;
+        let m = NameMatcher::new("^x-")?;
+        assert!(m.matches("x-rate") && !m.matches("rate-x"));
+        Ok(())
+    }
+
+    #[test]
+    fn names_machine_example() {
+        use crate::grammar::regex::names_machine;
+        let m = names_machine(Some("^x-"), &["-id$"], &["x-a"]).unwrap();
+        assert!(m.matches(b"x-b") && !m.matches(b"x-a") && !m.matches(b"x-id") && !m.matches(b"y"));
+    }
 }

@@ -46,11 +46,11 @@ pub const OPEN_EXTRA_LEVELS: usize = 1;
 pub const ANY_VALUE_LEVELS: usize = 3;
 
 /// [`OPEN_EXTRA_LEVELS`] for grammars with shared rules ([`compile_shared`](super::schema::compile_shared)): as deep
-/// as the DFA's stack ([`super::dfa::MAX_STACK`]), one rule that calls itself.
+/// as the DFA's stack (`dfa::MAX_STACK`), one rule that calls itself.
 pub const SHARED_OPEN_EXTRA_LEVELS: usize = super::dfa::MAX_STACK;
 
 /// [`ANY_VALUE_LEVELS`] for grammars with shared rules ([`compile_shared`](super::schema::compile_shared)): as deep
-/// as the DFA's stack ([`super::dfa::MAX_STACK`]), one rule that calls itself.
+/// as the DFA's stack (`dfa::MAX_STACK`), one rule that calls itself.
 pub const SHARED_ANY_VALUE_LEVELS: usize = super::dfa::MAX_STACK;
 /// Most schema nodes one compilation visits, `$ref` expansions included: recursive
 /// references that branch would otherwise expand exponentially before any size check.
@@ -232,7 +232,7 @@ pub enum Node {
     /// An object with properties in schema order.
     Object {
         /// `(name, grammar, required)`. A [`Node::Never`] grammar (what
-        /// [`super::prune`] leaves of a property with no value in an object open to
+        /// `prune` leaves of a property with no value in an object open to
         /// other names): the property is never written, and its name is no extra.
         properties: Vec<(String, Node, bool)>,
         /// Extra properties allowed after the declared ones, with this value grammar.
@@ -258,7 +258,7 @@ pub enum Node {
     /// A `$ref`'s target that refers to itself inside `body` ([`Node::Recurse`]
     /// with the same `key`): written once, as a rule that calls itself, so a
     /// recursive schema nests as deep as the DFA's stack
-    /// ([`super::dfa::MAX_STACK`]). Only [`compile_shared`](super::schema::compile_shared) makes these.
+    /// (`dfa::MAX_STACK`). Only [`compile_shared`](super::schema::compile_shared) makes these.
     Def {
         /// The `$ref` target.
         key: String,

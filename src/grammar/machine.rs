@@ -11,16 +11,6 @@
 //! is the machine itself (a [`super::rules::Rules`] graph: the NFA gets one state per
 //! machine state, with its byte ranges as edges), so the grammar's DFA walks it as it
 //! walks any other part, with no rule call per byte.
-//!
-//! ```
-//! use toolgate::grammar::machine::{Automaton, Length, Machine, Pattern};
-//! // Strings of the pattern `^[a-z]+[0-9]*$` with at most 3 characters.
-//! let mut parts: Vec<Box<dyn Automaton>> =
-//!     vec![Box::new(Pattern::new("[a-z]+[0-9]*")?), Box::new(Length::new(0, Some(3)))];
-//! let m = Machine::intersect(&mut parts, 1024)?;
-//! assert!(m.matches(b"ab1") && m.matches(b"a") && !m.matches(b"abcd") && !m.matches(b"1"));
-//! # Ok::<(), toolgate::grammar::error::BuildError>(())
-//! ```
 
 use std::collections::HashMap;
 
@@ -377,12 +367,6 @@ fn push_run(edges: &mut Vec<(u8, u8, u32)>, lo: u8, hi: u8, target: u32) {
 
 /// The shortest and longest match of `regex` in bytes (`None` for the longest:
 /// unbounded), or `None` when it does not parse or matches nothing. Cost: one parse.
-///
-/// ```
-/// use toolgate::grammar::machine::byte_lengths;
-/// assert_eq!(byte_lengths("[a-z]{2,5}(?:@x)?"), Some((2, Some(7))));
-/// assert_eq!(byte_lengths("a+"), Some((1, None)));
-/// ```
 pub fn byte_lengths(regex: &str) -> Option<(usize, Option<usize>)> {
     let hir = regex_syntax::ParserBuilder::new().build().parse(regex).ok()?;
     let p = hir.properties();
@@ -436,15 +420,6 @@ impl Automaton for Pattern {
 /// Its dead state becomes an accepting sink ([`u64::MAX`], which the inner automaton
 /// must never use as a state). Intersected with the strings a grammar may write (an
 /// object key that avoids a `patternProperties` pattern and the declared names).
-///
-/// ```
-/// use toolgate::grammar::machine::{Automaton, Machine, Not, Pattern};
-/// let mut parts: Vec<Box<dyn Automaton>> =
-///     vec![Box::new(Pattern::new("[a-z]+")?), Box::new(Not(Box::new(Pattern::new("a.*|name")?)))];
-/// let m = Machine::intersect(&mut parts, 1024)?;
-/// assert!(m.matches(b"names") && m.matches(b"b") && !m.matches(b"abc") && !m.matches(b"name"));
-/// # Ok::<(), toolgate::grammar::error::BuildError>(())
-/// ```
 pub struct Not(pub Box<dyn Automaton>);
 
 impl Not {
@@ -540,26 +515,6 @@ impl MultipleOf {
     /// # Errors
     /// A message when `k` is not a positive decimal, has more than 12 decimals, or
     /// its digits pass [`MAX_MULTIPLE_DIGITS`].
-    ///
-    /// ```
-    /// use toolgate::grammar::machine::{Automaton, Machine, MultipleOf, Pattern};
-    /// let mut parts: Vec<Box<dyn Automaton>> =
-    ///     vec![Box::new(Pattern::new(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?")?), Box::new(MultipleOf::new("2.5")?)];
-    /// let m = Machine::intersect(&mut parts, 1024)?;
-    /// assert!(["0", "2.5", "-5", "7.50", "10.0"].iter().all(|x| m.matches(x.as_bytes())));
-    /// assert!(["1", "2.25", "7.55", "2.51"].iter().all(|x| !m.matches(x.as_bytes())));
-    /// // Multiples of 0.25: the integer part needs one remainder state, not 25 (any
-    /// // integer times 100 is a multiple of 25), and the product is minimized: 7
-    /// // states (start, `-`, `0`, other integers, `.`, a tenth of 2 or 7 awaiting its
-    /// // 5, zeros only).
-    /// let mut parts: Vec<Box<dyn Automaton>> =
-    ///     vec![Box::new(Pattern::new(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?")?), Box::new(MultipleOf::new("0.25")?)];
-    /// let m = Machine::intersect(&mut parts, 1024)?;
-    /// assert_eq!(m.states.len(), 7);
-    /// assert!(["0", "-3.75", "12.50", "7.2500"].iter().all(|x| m.matches(x.as_bytes())));
-    /// assert!(["0.2", "1.05", "-0.255"].iter().all(|x| !m.matches(x.as_bytes())));
-    /// # Ok::<(), toolgate::grammar::error::BuildError>(())
-    /// ```
     pub fn new(k: &str) -> Result<Self, BuildError> {
         let bad = || {
             BuildError::new(
@@ -645,6 +600,114 @@ impl Automaton for MultipleOf {
         // `-`, `.` and each digit alone; the other bytes all lead nowhere.
         for b in [b'-', b'.', b'.' + 1].into_iter().chain(b'-' + 1..=b'9' + 1) {
             starts[usize::from(b)] = true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Automaton, Length, Machine, MultipleOf, Not, Pattern};
+
+    #[test]
+    fn module_example() -> Result<(), Box<dyn std::error::Error>> {
+        use crate::grammar::machine::{Automaton, Length, Machine, Pattern};
+        // Strings of the pattern `^[a-z]+[0-9]*$` with at most 3 characters.
+        let mut parts: Vec<Box<dyn Automaton>> =
+            vec![Box::new(Pattern::new("[a-z]+[0-9]*")?), Box::new(Length::new(0, Some(3)))];
+        let m = Machine::intersect(&mut parts, 1024)?;
+        assert!(m.matches(b"ab1") && m.matches(b"a") && !m.matches(b"abcd") && !m.matches(b"1"));
+        Ok(())
+    }
+
+    #[test]
+    fn byte_lengths_example() {
+        use crate::grammar::machine::byte_lengths;
+        assert_eq!(byte_lengths("[a-z]{2,5}(?:@x)?"), Some((2, Some(7))));
+        assert_eq!(byte_lengths("a+"), Some((1, None)));
+    }
+
+    #[test]
+    fn not_example() -> Result<(), Box<dyn std::error::Error>> {
+        use crate::grammar::machine::{Automaton, Machine, Not, Pattern};
+        let mut parts: Vec<Box<dyn Automaton>> =
+            vec![Box::new(Pattern::new("[a-z]+")?), Box::new(Not(Box::new(Pattern::new("a.*|name")?)))];
+        let m = Machine::intersect(&mut parts, 1024)?;
+        assert!(m.matches(b"names") && m.matches(b"b") && !m.matches(b"abc") && !m.matches(b"name"));
+        Ok(())
+    }
+
+    #[test]
+    fn new_example() -> Result<(), Box<dyn std::error::Error>> {
+        use crate::grammar::machine::{Automaton, Machine, MultipleOf, Pattern};
+        let mut parts: Vec<Box<dyn Automaton>> =
+            vec![Box::new(Pattern::new(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?")?), Box::new(MultipleOf::new("2.5")?)];
+        let m = Machine::intersect(&mut parts, 1024)?;
+        assert!(["0", "2.5", "-5", "7.50", "10.0"].iter().all(|x| m.matches(x.as_bytes())));
+        assert!(["1", "2.25", "7.55", "2.51"].iter().all(|x| !m.matches(x.as_bytes())));
+        // Multiples of 0.25: the integer part needs one remainder state, not 25 (any
+        // integer times 100 is a multiple of 25), and the product is minimized: 7
+        // states (start, `-`, `0`, other integers, `.`, a tenth of 2 or 7 awaiting its
+        // 5, zeros only).
+        let mut parts: Vec<Box<dyn Automaton>> =
+            vec![Box::new(Pattern::new(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?")?), Box::new(MultipleOf::new("0.25")?)];
+        let m = Machine::intersect(&mut parts, 1024)?;
+        assert_eq!(m.states.len(), 7);
+        assert!(["0", "-3.75", "12.50", "7.2500"].iter().all(|x| m.matches(x.as_bytes())));
+        assert!(["0.2", "1.05", "-0.255"].iter().all(|x| !m.matches(x.as_bytes())));
+        Ok(())
+    }
+
+    /// `Machine::intersect` steps each run of bytes every part treats alike once
+    /// (`Automaton::class_starts`): the machine it builds is the one stepping all 256
+    /// bytes builds, state for state, for patterns with lengths, multiples and
+    /// complements.
+    #[test]
+    fn intersect_by_byte_runs_equals_intersect_by_bytes() {
+        // The same automaton without its byte classes: every byte stepped.
+        struct EveryByte(Box<dyn Automaton>);
+        impl Automaton for EveryByte {
+            fn start(&mut self) -> Option<u64> {
+                self.0.start()
+            }
+            fn next(&mut self, s: u64, b: u8) -> Option<u64> {
+                self.0.next(s, b)
+            }
+            fn accepts(&mut self, s: u64) -> bool {
+                self.0.accepts(s)
+            }
+        }
+        type Parts = Vec<Box<dyn Automaton>>;
+        let cases: Vec<fn() -> Parts> = vec![
+            || vec![Box::new(Pattern::new("[a-z]+[0-9]*").unwrap()), Box::new(Length::new(2, Some(6)))],
+            || vec![Box::new(Pattern::new(r"(?:\p{L}|-)+").unwrap()), Box::new(Length::new(3, None))],
+            || {
+                vec![
+                    Box::new(Pattern::new(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?").unwrap()),
+                    Box::new(MultipleOf::new("0.25").unwrap()),
+                ]
+            },
+            || {
+                vec![
+                    Box::new(Pattern::new("[a-z_]+").unwrap()),
+                    Box::new(Not(Box::new(Pattern::new("id|name|x.*").unwrap()))),
+                ]
+            },
+            || {
+                vec![
+                    Box::new(Pattern::new(r"(?s:.)*").unwrap()),
+                    Box::new(Length::new(0, Some(3))),
+                    Box::new(Not(Box::new(Pattern::new("é.*").unwrap()))),
+                ]
+            },
+            // Bytes a pattern does not tell apart: the runs come from `Length` alone.
+            || vec![Box::new(Pattern::new(r"(?-u:[\x00-\xF6])*").unwrap()), Box::new(Length::new(1, Some(2)))],
+        ];
+        for (i, parts) in cases.iter().enumerate() {
+            let fast = Machine::intersect(&mut parts(), 4096).unwrap();
+            let mut slow: Parts = parts().into_iter().map(|p| Box::new(EveryByte(p)) as Box<dyn Automaton>).collect();
+            let slow = Machine::intersect(&mut slow, 4096).unwrap();
+            assert!(!fast.states.is_empty(), "case {i}");
+            assert_eq!(fast, slow, "case {i}");
         }
     }
 }

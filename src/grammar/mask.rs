@@ -7,7 +7,7 @@
 //! plain character leads (one transition per byte class of the DFA, a few hundred in
 //! all); when they all agree, the plain tokens are allowed by length wholesale and
 //! only the rest trie (a few percent of the vocabulary) is walked. DFA states are
-//! built lazily on first visit ([`super::dfa`]) in a bounded cache; if that cache is
+//! built lazily on first visit (`dfa`) in a bounded cache; if that cache is
 //! ever cleared, the mask cache is dropped and the matcher's state is recomputed from
 //! its committed bytes.
 //!

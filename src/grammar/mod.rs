@@ -8,14 +8,14 @@
 //! | [`error`] | [`error::BuildError`]: why a grammar cannot be built, typed by kind (every stage returns it) |
 //! | [`part`] | [`part::Built`]: a regex as text and as the steps that build it (no parsing back), automata as one part; regex-text helpers |
 //! | [`rules`] | the rule and marker protocol: how a regex references shared parts and property sets (written here, read by `dfa`) |
-//! | [`nfa`] | rules (built part trees, or text parsed) → one Thompson NFA, a pattern per rule |
-//! | [`dfa`] | the lazy DFA over that NFA, following rule references as calls |
-//! | [`machine`] | explicit automata (patterns with lengths, `multipleOf`, key sets) built on the DFA |
+//! | `nfa` | rules (built part trees, or text parsed) → one Thompson NFA, a pattern per rule |
+//! | `dfa` | the lazy DFA over that NFA, following rule references as calls |
+//! | `machine` | explicit automata (patterns with lengths, `multipleOf`, key sets) built on the DFA |
 //! | [`ir`] | the value grammar ([`ir::Node`]), compile options and limits |
-//! | [`prune`] | emptiness: the parts of a value grammar that admit no value, removed |
+//! | `prune` | emptiness: the parts of a value grammar that admit no value, removed |
 //! | [`dialect`] | how values are spelled: the [`regex::Dialect`] trait and JSON (the other spellings are the tools' argument dialects) |
-//! | [`ecma`] | JSON Schema `pattern`s (ECMA-262) as regexes and automata |
-//! | [`numbers`] | bounded integers and numbers, built-in string formats, as regex text |
+//! | `ecma` | JSON Schema `pattern`s (ECMA-262) as regexes and automata |
+//! | `numbers` | bounded integers and numbers, built-in string formats, as regex text |
 //! | [`regex`] | the emitters: a [`ir::Node`] written as a regex (with shared rules) in a dialect |
 //! | [`schema`] | the compiler: JSON Schema → [`ir::Node`] |
 //! | [`vocab`], [`mask`] | the tokenizer's bytes as a trie; [`Grammar`] and [`Matcher`]: masks per token |
@@ -36,17 +36,17 @@
 //! # Ok::<(), toolgate::Error>(())
 //! ```
 
-pub mod dfa;
+mod dfa;
 pub mod dialect;
-pub mod ecma;
+mod ecma;
 pub mod error;
 pub mod ir;
-pub mod machine;
+mod machine;
 pub mod mask;
-pub mod nfa;
-pub mod numbers;
+mod nfa;
+mod numbers;
 pub mod part;
-pub mod prune;
+mod prune;
 pub mod regex;
 pub mod rules;
 pub mod schema;

@@ -13,21 +13,6 @@
 //! its UTF-8 byte ranges whose equal suffixes are one state. Preference order is not
 //! kept (the DFA matches sets, not leftmost-first), so alternations and loops are
 //! plain unions.
-//!
-//! ```
-//! use toolgate::grammar::{dfa::Dfa, rules::Rules};
-//! let mut rules = Rules::new();
-//! let word = rules.leaf("[a-zé]+".into());
-//! let r = rules.share_part_always(word);
-//! let dfa = Dfa::from_rules(&format!("{}-{}", r.text, r.text), &rules, 1 << 20)?;
-//! let mut cache = dfa.create_cache(1 << 20);
-//! let end = "été-ab".bytes().fold(dfa.start(&mut cache), |s, b| dfa.next(&mut cache, s, b));
-//! assert!(dfa.is_accepting(&cache, end));
-//! // Look-around is refused: a token mask cannot follow it.
-//! let err = Dfa::new(r"a\b", 1 << 20).unwrap_err().to_string();
-//! assert!(err.contains("look-around"), "{err}");
-//! # Ok::<(), toolgate::Error>(())
-//! ```
 
 use std::collections::HashMap;
 
@@ -364,5 +349,24 @@ impl Compiler {
         };
         self.suffixes.insert(trans, s);
         Ok(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn module_example() -> Result<(), Box<dyn std::error::Error>> {
+        use crate::grammar::{dfa::Dfa, rules::Rules};
+        let mut rules = Rules::new();
+        let word = rules.leaf("[a-zé]+".into());
+        let r = rules.share_part_always(word);
+        let dfa = Dfa::from_rules(&format!("{}-{}", r.text, r.text), &rules, 1 << 20)?;
+        let mut cache = dfa.create_cache(1 << 20);
+        let end = "été-ab".bytes().fold(dfa.start(&mut cache), |s, b| dfa.next(&mut cache, s, b));
+        assert!(dfa.is_accepting(&cache, end));
+        // Look-around is refused: a token mask cannot follow it.
+        let err = Dfa::new(r"a\b", 1 << 20).unwrap_err().to_string();
+        assert!(err.contains("look-around"), "{err}");
+        Ok(())
     }
 }

@@ -51,13 +51,6 @@ pub fn format_regex(f: Format) -> String {
 }
 
 /// Regex for the decimal integers in `[min, max]` (either side open).
-///
-/// ```
-/// use toolgate::grammar::regex::int_range;
-/// let re = regex_automata::meta::Regex::new(&format!("^(?:{})$", int_range(Some(-5), Some(120)))).unwrap();
-/// for i in -5..=120 { assert!(re.is_match(&i.to_string())); }
-/// for s in ["-6", "121", "007", "-0", "1000"] { assert!(!re.is_match(s)); }
-/// ```
 pub fn int_range(min: Option<i64>, max: Option<i64>) -> String {
     // At most 18 digits: every value fits an `i64`.
     const ANY_POS: &str = "(?:0|[1-9][0-9]{0,17})";
@@ -110,21 +103,6 @@ pub fn int_range(min: Option<i64>, max: Option<i64>) -> String {
 /// `Lf` (of `Uf`), compared digit by digit ([`fraction_range`]). A negative number
 /// `-y` is bounded by the mirrored bounds on `y`. Cost: a few integer ranges and two
 /// digit-wise comparisons, built in microseconds.
-///
-/// ```
-/// use toolgate::grammar::regex::number_range;
-/// use toolgate::grammar::schema::NumBound;
-/// let range = |lo: f64, hi: f64| {
-///     let re = number_range(NumBound::new(lo, true), NumBound::new(hi, false));
-///     regex_automata::meta::Regex::new(&format!("^(?:{re})$")).unwrap()
-/// };
-/// let re = range(0.0, 1.0);
-/// assert!(re.is_match("0.5") && re.is_match("1") && re.is_match("1.000"));
-/// assert!(!re.is_match("0") && !re.is_match("-0.0") && !re.is_match("1.01"));
-/// let re = range(-0.25, 2.5);
-/// assert!(re.is_match("-0.2") && re.is_match("-0.2499") && re.is_match("2.50") && re.is_match("0"));
-/// assert!(!re.is_match("-0.25") && !re.is_match("-0.3") && !re.is_match("2.51") && !re.is_match("3"));
-/// ```
 pub fn number_range(min: Option<NumBound>, max: Option<NumBound>) -> String {
     let mut alts = Vec::new();
     let positive = magnitude_range(min, max);
@@ -298,4 +276,35 @@ fn same_len(a: &str, b: &str) -> String {
     }
     parts.push(format!("{b0}(?:{})", same_len(&zeros, br)));
     parts.join("|")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn int_range_example() {
+        use crate::grammar::regex::int_range;
+        let re = regex_automata::meta::Regex::new(&format!("^(?:{})$", int_range(Some(-5), Some(120)))).unwrap();
+        for i in -5..=120 {
+            assert!(re.is_match(&i.to_string()));
+        }
+        for s in ["-6", "121", "007", "-0", "1000"] {
+            assert!(!re.is_match(s));
+        }
+    }
+
+    #[test]
+    fn number_range_example() {
+        use crate::grammar::regex::number_range;
+        use crate::grammar::schema::NumBound;
+        let range = |lo: f64, hi: f64| {
+            let re = number_range(NumBound::new(lo, true), NumBound::new(hi, false));
+            regex_automata::meta::Regex::new(&format!("^(?:{re})$")).unwrap()
+        };
+        let re = range(0.0, 1.0);
+        assert!(re.is_match("0.5") && re.is_match("1") && re.is_match("1.000"));
+        assert!(!re.is_match("0") && !re.is_match("-0.0") && !re.is_match("1.01"));
+        let re = range(-0.25, 2.5);
+        assert!(re.is_match("-0.2") && re.is_match("-0.2499") && re.is_match("2.50") && re.is_match("0"));
+        assert!(!re.is_match("-0.25") && !re.is_match("-0.3") && !re.is_match("2.51") && !re.is_match("3"));
+    }
 }

@@ -2,7 +2,7 @@
 //!
 //! Emitters build every regex as a [`Built`] part: its text (which names it, and
 //! which the table of rules keys it by) beside a tree of the combinators' steps over
-//! shared parts ([`Part`]), which [`super::nfa`] compiles straight into NFA states, so
+//! shared parts ([`Part`]), which `nfa` compiles straight into NFA states, so
 //! no emitted regex is parsed back. An automaton with loops is one part too (a
 //! `Graph`), compiled state by state. Also the regex-text helpers every emitter uses
 //! (alternation, bounded repetition). Nothing here depends on another stage of the
@@ -15,7 +15,7 @@ use regex_syntax::hir::Hir;
 pub(crate) const NEVER: &str = r"[^\x00-\x{10FFFF}]";
 
 /// A regex both as text and as the regex-syntax [`Hir`] of the same language: the
-/// emitters build both, so the grammar compiles the second ([`super::nfa`]) and the
+/// emitters build both, so the grammar compiles the second (`nfa`) and the
 /// text only names the rule ([`super::rules::Rules::share_built`]) and shows it. The combinators
 /// below write the text exactly as the regex syntax spells it and record the `Hir`
 /// the parser would make of that text, so nothing is parsed back.
@@ -56,7 +56,7 @@ impl PartialEq for Built {
 }
 
 /// A [`Built`] part's `Hir`, as the steps that make it (each with its depth):
-/// compiled to NFA states as it is ([`super::nfa`]), or made into a `Hir`
+/// compiled to NFA states as it is (`nfa`), or made into a `Hir`
 /// ([`Built::hir`]).
 #[derive(Debug)]
 pub(crate) enum Part {
@@ -77,7 +77,7 @@ pub(crate) enum Part {
 
 /// A right-linear grammar (an automaton whose edges may be parts) that compiles
 /// straight into one NFA state per state: state 0 is the start, and the graph ends
-/// where a state accepts. For [`super::machine::Machine`]s, whose states written as
+/// where a state accepts. For `machine::Machine`s, whose states written as
 /// one rule each cost a rule call per byte, a reference's bytes per edge, and the
 /// texts of them all.
 #[derive(Debug)]
@@ -362,7 +362,7 @@ impl Built {
 }
 
 /// A rule's text parsed with the grammar's syntax (Unicode on, UTF-8 off: rule
-/// references are bytes no UTF-8 text holds), as [`super::dfa::Dfa`] compiles it.
+/// references are bytes no UTF-8 text holds), as `dfa::Dfa` compiles it.
 pub(crate) fn parse_rule(text: &str) -> Result<Hir, Box<regex_syntax::Error>> {
     regex_automata::util::syntax::parse_with(text, &regex_automata::util::syntax::Config::new().utf8(false))
         .map_err(Box::new)

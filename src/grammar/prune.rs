@@ -14,20 +14,6 @@
 //! definition admits a value when its body does *without* taking the recursive branch
 //! (a tree whose `children` may be empty), so `{"x": {"$ref": "#"}}` with `x`
 //! required has no finite value.
-//!
-//! ```
-//! use toolgate::grammar::ir::Node;
-//! use toolgate::grammar::prune::prune;
-//! let tree = Node::Def { key: "#".into(), body: Box::new(Node::Object {
-//!     properties: vec![("x".into(), Node::Recurse("#".into()), true)],
-//!     additional: None, patterns: vec![], extra_keys: None, dependencies: vec![], non_empty: false,
-//! })};
-//! let mut why = Vec::new();
-//! assert_eq!(prune(tree, &mut why), None);
-//! assert!(why[0].contains("requires itself"));
-//! let some = Node::AnyOf(vec![Node::Integer { min: Some(5), max: Some(1) }, Node::Null]);
-//! assert_eq!(prune(some, &mut why), Some(Node::Null));
-//! ```
 
 use std::collections::HashMap;
 
@@ -202,5 +188,30 @@ fn productive(node: &Node, defs: &mut HashMap<String, bool>) -> bool {
             required_ok && (!*non_empty || properties.iter().any(|p| p.2) || some_property())
         }
         leaf => leaf_has_value(leaf),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn module_example() {
+        use crate::grammar::ir::Node;
+        use crate::grammar::prune::prune;
+        let tree = Node::Def {
+            key: "#".into(),
+            body: Box::new(Node::Object {
+                properties: vec![("x".into(), Node::Recurse("#".into()), true)],
+                additional: None,
+                patterns: vec![],
+                extra_keys: None,
+                dependencies: vec![],
+                non_empty: false,
+            }),
+        };
+        let mut why = Vec::new();
+        assert_eq!(prune(tree, &mut why), None);
+        assert!(why[0].contains("requires itself"));
+        let some = Node::AnyOf(vec![Node::Integer { min: Some(5), max: Some(1) }, Node::Null]);
+        assert_eq!(prune(some, &mut why), Some(Node::Null));
     }
 }

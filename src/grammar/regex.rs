@@ -7,14 +7,12 @@
 pub use super::dialect::{
     key_except, key_except_built, without_literal, Dialect, Json, JsonWith, Spacing, MAX_BUILT_KEY_CHARS,
 };
-pub use super::ecma::{
-    decoded_pattern, names_machine, pattern_body, pattern_matches, pattern_with_length, NameMatcher,
-};
-pub use super::numbers::{format_regex, int_range, number_range};
+pub(crate) use super::ecma::{decoded_pattern, names_machine, pattern_body, pattern_with_length, NameMatcher};
+pub(crate) use super::numbers::{format_regex, int_range, number_range};
 
 use super::ir::{MachineKind, Node, ANY_VALUE_LEVELS};
 use super::machine::Machine;
-pub use super::part::MAX_REPEAT;
+pub(crate) use super::part::MAX_REPEAT;
 use super::part::{cap, Built, NEVER};
 use super::rules::{Rules, SHARE_MIN_COUNT};
 

@@ -5,11 +5,11 @@
 //! markers in bytes valid UTF-8 never holds ([`CALL_START`], digits, [`CALL_END`]), and
 //! property-set markers ([`SET_START`]) for objects whose members may come in any
 //! order. [`Rules`] writes them (each part once, identical parts shared);
-//! [`super::dfa::Dfa`] reads them back, following references as calls on its stack.
+//! `dfa::Dfa` reads them back, following references as calls on its stack.
 //! The parts it holds are [`super::part::Built`]s; nothing else here depends on
 //! another stage of the grammar pipeline.
 
-/// The bytes that spell a rule reference (see [`super::dfa`]'s module docs): valid UTF-8 never
+/// The bytes that spell a rule reference (see `dfa`'s module docs): valid UTF-8 never
 /// holds them, and no grammar transition on them is ever taken by input.
 pub const CALL_START: u8 = 0xF8;
 /// The first of the four base-4 digit bytes of a rule number.
@@ -36,7 +36,7 @@ pub const SHARE_MIN_COUNT: usize = 32;
 /// part between two places, so an object whose optional properties may each open it
 /// holds one copy of "the rest of the object" per such property, an array writes its
 /// item twice (`item(,item)*`) and nested containers multiply those copies. With
-/// rules, each such part is emitted once and referenced; [`super::dfa::Dfa`] follows
+/// rules, each such part is emitted once and referenced; `dfa::Dfa` follows
 /// references as calls. Identical parts share one rule.
 ///
 /// ```
@@ -71,7 +71,7 @@ pub struct Rules {
 /// An object whose declared properties may come in any order, each at most once
 /// ([`Rules::any_order`]). Its members are written as
 /// `open (member (comma member)*)? close`, where a member is the *next* marker (any
-/// declared property not written yet) or an extra property; [`super::dfa::Dfa`]
+/// declared property not written yet) or an extra property; `dfa::Dfa`
 /// keeps the set of properties written on its stack and closes the object only once
 /// every required one is in it. So an object of `n` properties costs `O(n)` grammar,
 /// and only the sets some input reaches become DFA states.
@@ -137,7 +137,7 @@ impl Rules {
     }
 
     /// How a regex references rule `i`: bytes no input holds (see
-    /// [`super::dfa`]'s module docs).
+    /// `dfa`'s module docs).
     pub fn reference(i: usize) -> String {
         Self::marker_text(&Self::marker_bytes(&[CALL_START], i))
     }
@@ -174,7 +174,7 @@ impl Rules {
     }
 
     /// How a regex spells operation `op` (0 open, 1 next, 2 close) on property set
-    /// `set` (see [`PropertySet`] and [`super::dfa`]'s module docs).
+    /// `set` (see [`PropertySet`] and `dfa`'s module docs).
     pub fn set_marker(op: u8, set: usize) -> String {
         Self::marker_text(&Self::marker_bytes(&[SET_START, CALL_DIGIT + op], set))
     }

@@ -11,7 +11,7 @@
 //! `scalars.rs` integers, numbers and strings; `containers.rs` arrays and objects;
 //! `keywords.rs` what the document says before any grammar; `overlap.rs` whether two
 //! grammars share a value (for `oneOf`). The compiled node then loses the parts that
-//! admit no value ([`super::prune`]), and a schema that admits none is an error.
+//! admit no value (`prune`), and a schema that admits none is an error.
 
 use serde_json::{Map, Value};
 
@@ -30,7 +30,7 @@ pub use super::ir::{
 };
 use super::machine::Machine;
 use super::prune::prune;
-pub use super::regex::names_machine;
+use super::regex::names_machine;
 
 use super::ecma::NameMatcher;
 use super::error::{BuildError, BuildErrorKind as Kind};
@@ -219,7 +219,7 @@ impl<'a> Compiler<'a> {
     }
 
     /// Whether the property name `name` matches the `patternProperties` pattern
-    /// `pattern` ([`super::ecma::pattern_matches`]), the pattern compiled once per
+    /// `pattern` (ECMA-262, as `ecma::NameMatcher` reads it), the pattern compiled once per
     /// schema however many names are tested against it.
     fn pattern_matches(&self, pattern: &str, name: &str) -> std::result::Result<bool, BuildError> {
         let matcher = self
@@ -240,7 +240,7 @@ impl<'a> Compiler<'a> {
         Node::Never
     }
 
-    /// The compiled `node` without its parts that admit no value ([`prune`]), or the
+    /// The compiled `node` without its parts that admit no value (`prune`), or the
     /// error naming why the schema admits none.
     fn finish(&self, node: Node) -> Result<Node> {
         let mut recursive = Vec::new();
