@@ -13,7 +13,7 @@
 //!    `name_end` and the arguments value (`<function=NAME>{…}</function>`);
 //! 4. the arguments' **dialect** ([`ArgsDialect`]): JSON, Gemma 4's native syntax,
 //!    tagged parameters or Python keyword arguments, one file each in
-//!    [`super::dialect`].
+//!    `tools::dialect`.
 //!
 //! The same description drives the constrained grammar ([`super::calls_grammar`]) and
 //! the parser ([`super::stream::StreamParser`]). Adding a family is adding a file (and
@@ -113,7 +113,7 @@ pub enum ArgsDialect {
     #[default]
     Json,
     /// Gemma 4's native syntax (`{city:<|"|>Paris<|"|>,n:2}`), converted to JSON for
-    /// the client ([`super::dialect::gemma4`]).
+    /// the client (`tools::dialect::gemma4`).
     Gemma4,
     /// Tagged parameters: Qwen3-Coder's `<parameter=city>\nParis\n</parameter>`… then
     /// `</function>` by default, or the spelling in [`ToolFormat::params`] (GLM's

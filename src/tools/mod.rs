@@ -5,7 +5,7 @@ mod body;
 pub mod conformance;
 pub mod definition;
 pub mod derive;
-pub mod dialect;
+pub(crate) mod dialect;
 pub mod format;
 pub mod harmony;
 pub mod layout;

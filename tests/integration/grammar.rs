@@ -15,7 +15,6 @@ use toolgate::grammar::{Grammar, TokenMask, TokenVocab};
 use toolgate::model::DeviceChoice;
 use toolgate::sampling::SamplingParams;
 use toolgate::tokenizer::{TokenKind, Tokenizer};
-use toolgate::tools::dialect::gemma4::Gemma4;
 use toolgate::Error;
 
 fn grammar(schema: Value) -> Grammar {
@@ -761,12 +760,6 @@ fn real_world_keywords_follow_json_schema() {
     // more than the required properties give is refused in strict mode.
     let filters = json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}, "minProperties": 1});
     check(filters.clone(), &[r#"{"a":1}"#, r#"{"b":"x"}"#, r#"{"a":1,"b":"x"}"#], &["{}"]);
-    let node = toolgate::grammar::schema::compile(&filters, Mode::Strict).unwrap();
-    let xml =
-        Grammar::from_regex(&toolgate::tools::dialect::tagged::grammar(&node, &mut Rules::none(), &Default::default()))
-            .unwrap();
-    assert!(xml.matches(b"<parameter=a>1</parameter></function>"));
-    assert!(!xml.matches(b"</function>"));
     check(
         json!({"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 1}),
         &[r#"{"k":1}"#],
@@ -874,45 +867,6 @@ fn real_world_keywords_follow_json_schema() {
         {"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": false},
         {"properties": {"b": {"type": "integer"}}}]});
     assert!(Grammar::from_schema(&closed, Mode::Strict, &Json).is_err());
-}
-
-#[test]
-fn gemma4_dialect_requires_the_special_quote_token() {
-    let schema = json!({"type": "object", "properties": {"city": {"type": "string"}, "n": {"type": "integer"}}, "required": ["city"]});
-    let g = Arc::new(Grammar::from_schema(&schema, Mode::Strict, &Gemma4).unwrap());
-    let q = |s: &str| {
-        let mut v = vec![0xFF];
-        v.extend_from_slice(b"<|\"|>");
-        let mut out = Vec::new();
-        for (i, part) in s.split('|').enumerate() {
-            if i > 0 {
-                out.extend_from_slice(&v);
-            }
-            out.extend_from_slice(part.as_bytes());
-        }
-        out
-    };
-    assert!(g.matches(&q("{city:|Paris|}")));
-    assert!(g.matches(&q("{city:|Paris \"x\"|,n:3}")));
-    // Text spelling the quote is not the quote token.
-    assert!(!g.matches(b"{city:<|\"|>Paris<|\"|>}"));
-    // A vocabulary where the quote is one special token.
-    let mut bytes: Vec<Vec<u8>> =
-        ["{", "}", "city", ":", "Par", "is", ",", "n", "3", "<|\"|>"].iter().map(|s| s.as_bytes().to_vec()).collect();
-    let mut special = vec![0xFF];
-    special.extend_from_slice(b"<|\"|>");
-    bytes.push(special); // id 10
-    bytes.push(vec![]); // id 11: empty token, never allowed
-    let vocab = Arc::new(TokenVocab::new(bytes, vec![]));
-    let mut m = g.matcher(vocab);
-    for t in [0, 2, 3] {
-        m.commit(t).unwrap();
-    }
-    let mut mask = TokenMask::new(12);
-    m.fill_mask(&mut mask).unwrap();
-    assert!(mask.is_allowed(10) && !mask.is_allowed(9) && !mask.is_allowed(11));
-    assert_eq!(mask.count(), 1);
-    assert_eq!(m.forced_token(), Some(10));
 }
 
 fn smollm2_vocab() -> (Tokenizer, Arc<TokenVocab>) {

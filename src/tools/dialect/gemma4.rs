@@ -18,15 +18,6 @@ use crate::tools::format::ToolFormat;
 /// Gemma 4 arguments ([`crate::tools::format::ArgsDialect::Gemma4`]), and the
 /// [`Dialect`] that spells their values: bare keys, strings between `<|"|>`
 /// control tokens, JSON's numbers and constants.
-///
-/// ```
-/// use toolgate::grammar::{regex::Dialect, Grammar};
-/// use toolgate::tools::dialect::gemma4::Gemma4;
-/// let g = Grammar::from_regex(&Gemma4.literal(&serde_json::json!({"city": "Oslo"})))?;
-/// // The quote is a control token: its bytes in a mask are 0xFF and its text.
-/// assert!(g.matches(b"{city:\xff<|\"|>Oslo\xff<|\"|>}") && !g.matches(br#"{"city":"Oslo"}"#));
-/// # Ok::<(), toolgate::Error>(())
-/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Gemma4;
 
@@ -103,16 +94,82 @@ impl Dialect for Gemma4 {
 /// Gemma 4's native value syntax (`{city:<|"|>Paris<|"|>,n:[1,2]}`) as compact JSON,
 /// or `None` if `s` is not one value in that syntax.
 ///
-/// ```
-/// # use toolgate::tools::dialect::gemma4::to_json;
-/// assert_eq!(to_json(r#"{city:<|"|>Paris<|"|>,n:[1,true]}"#).as_deref(), Some(r#"{"city":"Paris","n":[1,true]}"#));
-/// assert_eq!(to_json("{city:Paris}"), None);
-/// ```
-///
 /// Cost: linear in `s`; nesting is bounded (128 levels).
 pub fn to_json(s: &str) -> Option<String> {
     let mut r = LiteralReader::new(s, Literals::Gemma);
     let v = r.value()?;
     r.ws();
     (r.i == s.len()).then(|| serde_json::to_string(&v).ok()).flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::Gemma4;
+    use crate::grammar::schema::Mode;
+    use crate::grammar::{Grammar, TokenMask, TokenVocab};
+
+    #[test]
+    fn gemma4_example() -> Result<(), Box<dyn std::error::Error>> {
+        use crate::grammar::{regex::Dialect, Grammar};
+        use crate::tools::dialect::gemma4::Gemma4;
+        let g = Grammar::from_regex(&Gemma4.literal(&serde_json::json!({"city": "Oslo"})))?;
+        // The quote is a control token: its bytes in a mask are 0xFF and its text.
+        assert!(g.matches(b"{city:\xff<|\"|>Oslo\xff<|\"|>}") && !g.matches(br#"{"city":"Oslo"}"#));
+        Ok(())
+    }
+
+    #[test]
+    fn to_json_example() {
+        use crate::tools::dialect::gemma4::to_json;
+        assert_eq!(
+            to_json(r#"{city:<|"|>Paris<|"|>,n:[1,true]}"#).as_deref(),
+            Some(r#"{"city":"Paris","n":[1,true]}"#)
+        );
+        assert_eq!(to_json("{city:Paris}"), None);
+    }
+
+    #[test]
+    fn gemma4_dialect_requires_the_special_quote_token() {
+        let schema = json!({"type": "object", "properties": {"city": {"type": "string"}, "n": {"type": "integer"}}, "required": ["city"]});
+        let g = Arc::new(Grammar::from_schema(&schema, Mode::Strict, &Gemma4).unwrap());
+        let q = |s: &str| {
+            let mut v = vec![0xFF];
+            v.extend_from_slice(b"<|\"|>");
+            let mut out = Vec::new();
+            for (i, part) in s.split('|').enumerate() {
+                if i > 0 {
+                    out.extend_from_slice(&v);
+                }
+                out.extend_from_slice(part.as_bytes());
+            }
+            out
+        };
+        assert!(g.matches(&q("{city:|Paris|}")));
+        assert!(g.matches(&q("{city:|Paris \"x\"|,n:3}")));
+        // Text spelling the quote is not the quote token.
+        assert!(!g.matches(b"{city:<|\"|>Paris<|\"|>}"));
+        // A vocabulary where the quote is one special token.
+        let mut bytes: Vec<Vec<u8>> = ["{", "}", "city", ":", "Par", "is", ",", "n", "3", "<|\"|>"]
+            .iter()
+            .map(|s| s.as_bytes().to_vec())
+            .collect();
+        let mut special = vec![0xFF];
+        special.extend_from_slice(b"<|\"|>");
+        bytes.push(special); // id 10
+        bytes.push(vec![]); // id 11: empty token, never allowed
+        let vocab = Arc::new(TokenVocab::new(bytes, vec![]));
+        let mut m = g.matcher(vocab);
+        for t in [0, 2, 3] {
+            m.commit(t).unwrap();
+        }
+        let mut mask = TokenMask::new(12);
+        m.fill_mask(&mut mask).unwrap();
+        assert!(mask.is_allowed(10) && !mask.is_allowed(9) && !mask.is_allowed(11));
+        assert_eq!(mask.count(), 1);
+        assert_eq!(m.forced_token(), Some(10));
+    }
 }

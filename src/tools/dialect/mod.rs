@@ -98,20 +98,27 @@ pub trait ArgsSyntax: Sync {
 
 impl ArgsDialect {
     /// The dialect's grammar, reader and converter.
-    ///
-    /// ```
-    /// use toolgate::tools::format::{for_family, ArgsDialect};
-    /// let f = for_family("hermes")?.unwrap();
-    /// let python = ArgsDialect::Python.syntax();
-    /// assert_eq!(python.to_json(r#"(city="Oslo", days=3)"#, &f, None).as_deref(), Some(r#"{"city":"Oslo","days":3}"#));
-    /// # Ok::<(), toolgate::Error>(())
-    /// ```
-    pub fn syntax(self) -> &'static dyn ArgsSyntax {
+    pub(crate) fn syntax(self) -> &'static dyn ArgsSyntax {
         match self {
             ArgsDialect::Json => &json::Json,
             ArgsDialect::Gemma4 => &gemma4::Gemma4,
             ArgsDialect::XmlParameters => &tagged::Tagged,
             ArgsDialect::Python => &python::Python,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn syntax_example() -> Result<(), Box<dyn std::error::Error>> {
+        use crate::tools::format::{for_family, ArgsDialect};
+        let f = for_family("hermes")?.unwrap();
+        let python = ArgsDialect::Python.syntax();
+        assert_eq!(
+            python.to_json(r#"(city="Oslo", days=3)"#, &f, None).as_deref(),
+            Some(r#"{"city":"Oslo","days":3}"#)
+        );
+        Ok(())
     }
 }

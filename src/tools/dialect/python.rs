@@ -46,17 +46,6 @@ impl ArgsSyntax for Python {
 /// ([`Python`] or [`PythonSingle`]). Large parts go into
 /// `rules` as [`to_rules`] puts them ([`Rules::none`] for one plain regex).
 ///
-/// ```
-/// use toolgate::grammar::{rules::Rules, schema, Grammar};
-/// let node = schema::compile(&serde_json::json!({"type": "object", "properties": {"city": {"type": "string"}}}), schema::Mode::Strict)?;
-/// use toolgate::tools::dialect::python::{grammar, Python, PythonSingle};
-/// let g = Grammar::from_regex(&grammar(&node, &Python, &mut Rules::none()))?;
-/// assert!(g.matches(br#"(city="Oslo")"#) && g.matches(b"()") && !g.matches(b"(town=1)"));
-/// let g = Grammar::from_regex(&grammar(&node, &PythonSingle, &mut Rules::none()))?;
-/// assert!(g.matches(br"(city='Oslo')") && g.matches(br"(city='it\'s')") && !g.matches(br#"(city="Oslo")"#));
-/// # Ok::<(), toolgate::Error>(())
-/// ```
-///
 /// Cost: linear in the schema's size, as [`to_rules`].
 pub fn grammar(node: &Node, values: &dyn Dialect, rules: &mut Rules) -> String {
     let comma = ", ?";
@@ -86,15 +75,6 @@ pub fn grammar(node: &Node, values: &dyn Dialect, rules: &mut Rules) -> String {
 
 /// Python keyword arguments (`(city="Paris", n=2, ok=True, tags=['a'])`) as a compact
 /// JSON object, or `None` if `s` is not that.
-///
-/// ```
-/// # use toolgate::tools::dialect::python::to_json;
-/// assert_eq!(
-///     to_json(r#"(city="Paris", n=-2.5, ok=True, x=None, t=['a', {"k": False}])"#).as_deref(),
-///     Some(r#"{"city":"Paris","n":-2.5,"ok":true,"x":null,"t":["a",{"k":false}]}"#)
-/// );
-/// assert_eq!(to_json("(city=Paris)"), None);
-/// ```
 ///
 /// Cost: linear in `s`; nesting is bounded (128 levels).
 pub fn to_json(s: &str) -> Option<String> {
@@ -231,11 +211,6 @@ fn single_quoted(s: &str) -> String {
 
 /// A JSON value as Python's `repr` writes it, strings in single quotes
 /// (`{"a": [true, "x"]}` → `{'a': [True, 'x']}`).
-///
-/// ```
-/// use toolgate::tools::dialect::python::python_repr_single;
-/// assert_eq!(python_repr_single(&serde_json::json!({"a": [true, null, "it's"]})), r"{'a': [True, None, 'it\'s']}");
-/// ```
 pub fn python_repr_single(v: &Value) -> String {
     match v {
         Value::String(s) => single_quoted(s),
@@ -252,11 +227,6 @@ pub fn python_repr_single(v: &Value) -> String {
 }
 
 /// A JSON value written as a Python literal (`true` → `True`, `null` → `None`).
-///
-/// ```
-/// use toolgate::tools::dialect::python::python_repr;
-/// assert_eq!(python_repr(&serde_json::json!({"a": [true, null, "x"]})), r#"{"a": [True, None, "x"]}"#);
-/// ```
 pub fn python_repr(v: &Value) -> String {
     match v {
         Value::Null => "None".into(),
@@ -270,5 +240,48 @@ pub fn python_repr(v: &Value) -> String {
                 .join(", ")
         ),
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn grammar_example() -> Result<(), Box<dyn std::error::Error>> {
+        use crate::grammar::{rules::Rules, schema, Grammar};
+        let node = schema::compile(
+            &serde_json::json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+            schema::Mode::Strict,
+        )?;
+        use crate::tools::dialect::python::{grammar, Python, PythonSingle};
+        let g = Grammar::from_regex(&grammar(&node, &Python, &mut Rules::none()))?;
+        assert!(g.matches(br#"(city="Oslo")"#) && g.matches(b"()") && !g.matches(b"(town=1)"));
+        let g = Grammar::from_regex(&grammar(&node, &PythonSingle, &mut Rules::none()))?;
+        assert!(g.matches(br"(city='Oslo')") && g.matches(br"(city='it\'s')") && !g.matches(br#"(city="Oslo")"#));
+        Ok(())
+    }
+
+    #[test]
+    fn to_json_example() {
+        use crate::tools::dialect::python::to_json;
+        assert_eq!(
+            to_json(r#"(city="Paris", n=-2.5, ok=True, x=None, t=['a', {"k": False}])"#).as_deref(),
+            Some(r#"{"city":"Paris","n":-2.5,"ok":true,"x":null,"t":["a",{"k":false}]}"#)
+        );
+        assert_eq!(to_json("(city=Paris)"), None);
+    }
+
+    #[test]
+    fn python_repr_single_example() {
+        use crate::tools::dialect::python::python_repr_single;
+        assert_eq!(
+            python_repr_single(&serde_json::json!({"a": [true, null, "it's"]})),
+            r"{'a': [True, None, 'it\'s']}"
+        );
+    }
+
+    #[test]
+    fn python_repr_example() {
+        use crate::tools::dialect::python::python_repr;
+        assert_eq!(python_repr(&serde_json::json!({"a": [true, null, "x"]})), r#"{"a": [True, None, "x"]}"#);
     }
 }

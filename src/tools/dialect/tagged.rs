@@ -280,15 +280,6 @@ pub fn params_to_json(params: &[Param], strings: Option<&HashSet<String>>) -> St
 /// markup) is read whole, not cut there. With nothing known to follow the parameters,
 /// the first closing tag ends the value. `None` while undecided.
 ///
-/// ```
-/// use toolgate::tools::dialect::tagged::value_len;
-/// use toolgate::tools::format::ParamTags;
-/// let tags = ParamTags::default(); // <parameter=K>V</parameter> … </function>
-/// let s = "a</parameter> b</parameter>\n</function>";
-/// assert_eq!(value_len(s, &tags, "", true), Some(s.find(" b").unwrap() + 2));
-/// assert_eq!(value_len("a</parameter>", &tags, "", false), None); // what follows decides
-/// ```
-///
 /// Cost: linear in `s`.
 pub fn value_len(s: &str, tags: &ParamTags, then: &str, whole: bool) -> Option<usize> {
     let (open, close, end) = (tags.key_start.as_str(), tags.value_end.as_str(), tags.end.as_str());
@@ -346,5 +337,32 @@ impl Dialect for XmlText {
         } else {
             escape(c.encode_utf8(&mut [0; 4]))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn value_len_example() {
+        use crate::tools::dialect::tagged::value_len;
+        use crate::tools::format::ParamTags;
+        let tags = ParamTags::default(); // <parameter=K>V</parameter> … </function>
+        let s = "a</parameter> b</parameter>\n</function>";
+        assert_eq!(value_len(s, &tags, "", true), Some(s.find(" b").unwrap() + 2));
+        assert_eq!(value_len("a</parameter>", &tags, "", false), None); // what follows decides
+    }
+
+    /// `minProperties: 1` over optional properties: at least one tagged parameter
+    /// before the call's end.
+    #[test]
+    fn min_properties_needs_one_parameter() {
+        use crate::grammar::rules::Rules;
+        use crate::grammar::schema::{compile, Mode};
+        use crate::grammar::Grammar;
+        let filters = serde_json::json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}, "minProperties": 1});
+        let node = compile(&filters, Mode::Strict).unwrap();
+        let xml = Grammar::from_regex(&super::grammar(&node, &mut Rules::none(), &Default::default())).unwrap();
+        assert!(xml.matches(b"<parameter=a>1</parameter></function>"));
+        assert!(!xml.matches(b"</function>"));
     }
 }
