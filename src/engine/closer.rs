@@ -17,28 +17,6 @@
 //! call: at least its shortest completion ([`Matcher::completion_plan`]) and at least
 //! the longest call the model wrote in this region so far ([`Boundary`]). Otherwise the
 //! turn ends at the boundary, with every call in it complete and written by the model.
-//!
-//! ```
-//! use std::sync::Arc;
-//! use toolgate::engine::closer::{next_step, Step};
-//! use toolgate::grammar::{Grammar, TokenVocab};
-//!
-//! // A toy vocabulary: `{"a":"`, one letter each, `"}`, and an end token.
-//! let mut bytes: Vec<Vec<u8>> = vec![br#"{"a":""#.to_vec(), br#""}"#.to_vec(), Vec::new()];
-//! bytes.extend((b'a'..=b'z').map(|c| vec![c]));
-//! let vocab = Arc::new(TokenVocab::new(bytes, vec![2]));
-//! let grammar = Arc::new(Grammar::from_regex(r#"\{"a":"[a-z]*"\}"#)?);
-//! let mut m = grammar.matcher(vocab);
-//! // The opener is the only way to start: forced.
-//! assert_eq!(next_step(&mut m), Step::Force(0));
-//! m.commit(0)?;
-//! // Inside the string the model chooses, however little budget is left.
-//! assert_eq!(next_step(&mut m), Step::Sample);
-//! m.commit(1)?;
-//! // Complete: the region is finished.
-//! assert_eq!(next_step(&mut m), Step::Finished);
-//! # Ok::<(), toolgate::Error>(())
-//! ```
 
 use crate::grammar::Matcher;
 use crate::Result;
@@ -78,28 +56,6 @@ pub fn next_step(m: &mut Matcher) -> Step {
 /// The budget check at call boundaries (see the module docs): it measures the longest
 /// stretch between two boundaries of one constrained region, in tokens, and says when a
 /// call must not start.
-///
-/// ```
-/// use std::sync::Arc;
-/// use toolgate::engine::closer::Boundary;
-/// use toolgate::grammar::{Grammar, TokenVocab};
-///
-/// // Calls `(x…)` one after another; `(` opens one, `x` writes it, `)` closes it.
-/// let vocab = Arc::new(TokenVocab::new(vec![b"(".to_vec(), b"x".to_vec(), b")".to_vec()], vec![]));
-/// let grammar = Arc::new(Grammar::from_regex(r"(\(x+\))+")?);
-/// let mut m = grammar.matcher(vocab);
-/// let mut b = Boundary::default();
-/// for (n, t) in [0u32, 1, 1, 2].into_iter().enumerate() {
-///     b.observe(&mut m, n);
-///     m.commit(t)?;
-/// }
-/// b.observe(&mut m, 4);
-/// // Complete after a call of 4 tokens: with 3 left, a new `(` would start a call the
-/// // model needs more for; with 8 left it starts.
-/// assert!(b.ends_here(&mut m, 0, 3, &[])?);
-/// assert!(!b.ends_here(&mut m, 0, 8, &[])?);
-/// # Ok::<(), toolgate::Error>(())
-/// ```
 #[derive(Debug, Clone, Default)]
 pub struct Boundary {
     /// The token count when the region began.
@@ -148,5 +104,54 @@ impl Boundary {
         let plan = m.completion_plan(CLOSE_MAX_BYTES);
         m.rollback(1);
         Ok(plan.is_none_or(|p| p.len() > after))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn module_example() -> Result<(), Box<dyn std::error::Error>> {
+        use crate::engine::closer::{next_step, Step};
+        use crate::grammar::{Grammar, TokenVocab};
+        use std::sync::Arc;
+
+        // A toy vocabulary: `{"a":"`, one letter each, `"}`, and an end token.
+        let mut bytes: Vec<Vec<u8>> = vec![br#"{"a":""#.to_vec(), br#""}"#.to_vec(), Vec::new()];
+        bytes.extend((b'a'..=b'z').map(|c| vec![c]));
+        let vocab = Arc::new(TokenVocab::new(bytes, vec![2]));
+        let grammar = Arc::new(Grammar::from_regex(r#"\{"a":"[a-z]*"\}"#)?);
+        let mut m = grammar.matcher(vocab);
+        // The opener is the only way to start: forced.
+        assert_eq!(next_step(&mut m), Step::Force(0));
+        m.commit(0)?;
+        // Inside the string the model chooses, however little budget is left.
+        assert_eq!(next_step(&mut m), Step::Sample);
+        m.commit(1)?;
+        // Complete: the region is finished.
+        assert_eq!(next_step(&mut m), Step::Finished);
+        Ok(())
+    }
+
+    #[test]
+    fn boundary_example() -> Result<(), Box<dyn std::error::Error>> {
+        use crate::engine::closer::Boundary;
+        use crate::grammar::{Grammar, TokenVocab};
+        use std::sync::Arc;
+
+        // Calls `(x…)` one after another; `(` opens one, `x` writes it, `)` closes it.
+        let vocab = Arc::new(TokenVocab::new(vec![b"(".to_vec(), b"x".to_vec(), b")".to_vec()], vec![]));
+        let grammar = Arc::new(Grammar::from_regex(r"(\(x+\))+")?);
+        let mut m = grammar.matcher(vocab);
+        let mut b = Boundary::default();
+        for (n, t) in [0u32, 1, 1, 2].into_iter().enumerate() {
+            b.observe(&mut m, n);
+            m.commit(t)?;
+        }
+        b.observe(&mut m, 4);
+        // Complete after a call of 4 tokens: with 3 left, a new `(` would start a call the
+        // model needs more for; with 8 left it starts.
+        assert!(b.ends_here(&mut m, 0, 3, &[])?);
+        assert!(!b.ends_here(&mut m, 0, 8, &[])?);
+        Ok(())
     }
 }

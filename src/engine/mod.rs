@@ -9,14 +9,14 @@
 
 pub mod batch;
 pub mod chat;
-pub mod closer;
+pub(crate) mod closer;
 pub mod completion;
 mod constraint;
 pub mod conversation;
 mod jump;
 pub mod perplexity;
 pub mod prompt;
-pub mod stop;
+pub(crate) mod stop;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -173,7 +173,7 @@ pub struct Generation {
     /// constrained region it had not completed — a tool call, or a schema instance —
     /// and this is that region's text so far (special tokens as their text). The
     /// budget never completes a region with values the model did not write
-    /// ([`closer`]): the caller decides what a cut region means (the chat layer
+    /// (`closer`): the caller decides what a cut region means (the chat layer
     /// drops a cut call). `None` when no region was open or the open one was complete.
     pub unfinished: Option<String>,
     /// Tokens jump-forward decoding emitted without a decode step of their own

@@ -29,14 +29,6 @@ impl StopMatcher {
     /// Add a piece of text. Returns the text that may now be released and whether a
     /// stop string was found (then the text is cut before it and nothing more is
     /// accepted).
-    ///
-    /// ```
-    /// use toolgate::engine::stop::StopMatcher;
-    /// let mut m = StopMatcher::new(&["END".to_string()]);
-    /// assert_eq!(m.push("abc E"), ("abc ".to_string(), false));
-    /// assert_eq!(m.push("NDx"), ("".to_string(), true));
-    /// assert_eq!(m.text(), "abc ");
-    /// ```
     pub fn push(&mut self, piece: &str) -> (String, bool) {
         if self.stopped {
             return (String::new(), true);
@@ -88,13 +80,6 @@ impl StopMatcher {
     }
 
     /// The stop string that ended the text, once one did (the earliest in the text).
-    ///
-    /// ```
-    /// use toolgate::engine::stop::StopMatcher;
-    /// let mut m = StopMatcher::new(&["END".to_string(), "\n\n".to_string()]);
-    /// m.push("a\n\nb END");
-    /// assert_eq!(m.matched(), Some("\n\n"));
-    /// ```
     pub fn matched(&self) -> Option<&str> {
         self.matched.map(|k| self.stops[k].as_str())
     }
@@ -110,4 +95,24 @@ fn floor_char(s: &str, mut i: usize) -> usize {
         i -= 1;
     }
     i
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn push_example() {
+        use crate::engine::stop::StopMatcher;
+        let mut m = StopMatcher::new(&["END".to_string()]);
+        assert_eq!(m.push("abc E"), ("abc ".to_string(), false));
+        assert_eq!(m.push("NDx"), ("".to_string(), true));
+        assert_eq!(m.text(), "abc ");
+    }
+
+    #[test]
+    fn matched_example() {
+        use crate::engine::stop::StopMatcher;
+        let mut m = StopMatcher::new(&["END".to_string(), "\n\n".to_string()]);
+        m.push("a\n\nb END");
+        assert_eq!(m.matched(), Some("\n\n"));
+    }
 }

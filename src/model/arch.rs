@@ -80,13 +80,6 @@ pub const SUPPORTED: &[&str] = &[
 ];
 
 /// The spec for a `general.architecture` value, or `None` if unsupported.
-///
-/// ```
-/// use toolgate::model::arch::{spec_for, RopeStyle};
-/// assert_eq!(spec_for("llama").unwrap().rope, RopeStyle::Interleaved);
-/// assert!(spec_for("gemma3").unwrap().sandwich_norms);
-/// assert!(spec_for("bert").is_none());
-/// ```
 pub fn spec_for(arch: &str) -> Option<ArchSpec> {
     let base = ArchSpec {
         name: "",
@@ -174,4 +167,15 @@ pub fn spec_for(arch: &str) -> Option<ArchSpec> {
         "glm4moe" => ArchSpec { name: "glm4moe", ffn_norm: "post_attention_norm", moe_gating: Gating::Sigmoid, ..base },
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn spec_for_example() {
+        use crate::model::arch::{spec_for, RopeStyle};
+        assert_eq!(spec_for("llama").unwrap().rope, RopeStyle::Interleaved);
+        assert!(spec_for("gemma3").unwrap().sandwich_norms);
+        assert!(spec_for("bert").is_none());
+    }
 }

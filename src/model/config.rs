@@ -57,13 +57,6 @@ pub struct AttnTemperature {
 
 impl AttnTemperature {
     /// The query multiplier at position `pos`.
-    ///
-    /// ```
-    /// use toolgate::model::config::AttnTemperature;
-    /// let t = AttnTemperature { scale: 0.1, floor: 8192 };
-    /// assert_eq!(t.at(8191), 1.0);
-    /// assert!((t.at(8192) - (1.0 + 0.1 * 2f32.ln())).abs() < 1e-7);
-    /// ```
     pub fn at(&self, pos: usize) -> f32 {
         1.0 + self.scale * ((pos / self.floor) as f32 + 1.0).ln()
     }
@@ -96,15 +89,6 @@ impl Yarn {
     /// The rotation frequencies of pairs `0..rope_dim/2` with RoPE base `base`, YaRN
     /// applied (llama.cpp's `ggml_rope_yarn_corr_dims` and `rope_yarn` with
     /// `ext_factor = 1`).
-    ///
-    /// ```
-    /// use toolgate::model::config::Yarn;
-    /// let y = Yarn { factor: 4.0, original_context: 4096, mscale: 1.0, beta_fast: 32.0, beta_slow: 1.0 };
-    /// let f = y.frequencies(10_000.0, 64);
-    /// assert_eq!(f[0], 1.0); // the fastest pair is kept as it is
-    /// let plain = 1.0 / 10_000f32.powf(62.0 / 64.0);
-    /// assert!((f[31] - plain / 4.0).abs() < 1e-9); // the slowest is interpolated
-    /// ```
     pub fn frequencies(&self, base: f32, rope_dim: usize) -> Vec<f32> {
         let n = rope_dim as f32;
         let corr = |rotations: f32| {
@@ -297,4 +281,25 @@ impl Hyperparams {
 /// A multiplier of 0 means "not set" in llama.cpp's reading of these keys.
 fn nonzero(x: Option<f32>) -> Option<f32> {
     x.filter(|&v| v != 0.0 && v.is_finite())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn at_example() {
+        use crate::model::config::AttnTemperature;
+        let t = AttnTemperature { scale: 0.1, floor: 8192 };
+        assert_eq!(t.at(8191), 1.0);
+        assert!((t.at(8192) - (1.0 + 0.1 * 2f32.ln())).abs() < 1e-7);
+    }
+
+    #[test]
+    fn frequencies_example() {
+        use crate::model::config::Yarn;
+        let y = Yarn { factor: 4.0, original_context: 4096, mscale: 1.0, beta_fast: 32.0, beta_slow: 1.0 };
+        let f = y.frequencies(10_000.0, 64);
+        assert_eq!(f[0], 1.0); // the fastest pair is kept as it is
+        let plain = 1.0 / 10_000f32.powf(62.0 / 64.0);
+        assert!((f[31] - plain / 4.0).abs() < 1e-9); // the slowest is interpolated
+    }
 }

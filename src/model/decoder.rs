@@ -311,11 +311,6 @@ impl Decoder {
         crate::kernels::prepare(&weights);
     }
 
-    /// The hyperparameters.
-    pub fn hyperparams(&self) -> &Hyperparams {
-        &self.hp
-    }
-
     /// The architecture spec.
     pub fn spec(&self) -> &ArchSpec {
         &self.spec
@@ -373,11 +368,6 @@ impl Decoder {
         }
         self.slot = slot;
         Ok(())
-    }
-
-    /// The device the weights live on.
-    pub fn device(&self) -> &Device {
-        &self.device
     }
 
     /// Output vocabulary width.

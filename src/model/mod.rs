@@ -1,8 +1,8 @@
 //! Architectures on candle behind one [`Model`] trait, device choice and KV cache.
 //!
-//! All supported architectures (see [`arch::SUPPORTED`]) run on the generic
-//! [`decoder::Decoder`]; per-family differences live in [`arch::spec_for`], and every
-//! projection goes through the [`qlinear::QLinear`] seam.
+//! All supported architectures (see `arch::SUPPORTED`) run on the generic
+//! `decoder::Decoder`; per-family differences live in `arch::spec_for`, and every
+//! projection goes through the `qlinear::QLinear` seam.
 //!
 //! ```no_run
 //! use toolgate::gguf::GgufFile;
@@ -14,13 +14,13 @@
 //! # Ok::<(), toolgate::Error>(())
 //! ```
 
-pub mod arch;
+pub(crate) mod arch;
 mod attention;
-pub mod config;
+pub(crate) mod config;
 mod cuda;
-pub mod decoder;
+pub(crate) mod decoder;
 pub mod kv_cache;
-pub mod qlinear;
+pub(crate) mod qlinear;
 mod rowwise;
 
 use candle_core::Device;
@@ -82,7 +82,7 @@ pub trait Model: Send {
     fn slots(&self) -> usize {
         1
     }
-    /// Hold `n` independent sequences (see [`decoder::Decoder::set_slots`]).
+    /// Hold `n` independent sequences (see `decoder::Decoder::set_slots`).
     ///
     /// # Errors
     /// [`Error::InvalidParameter`] from models that hold one sequence only (`n > 1`).
@@ -105,10 +105,10 @@ pub trait Model: Send {
     }
     /// Decode one token for each of several sequences in one pass: `batch[i] = (slot,
     /// token)`; returns row `i`'s next-token logits for each (see
-    /// [`decoder::Decoder::forward_batch`]).
+    /// `decoder::Decoder::forward_batch`).
     ///
     /// # Errors
-    /// As [`decoder::Decoder::forward_batch`]; the default (one sequence) takes a batch
+    /// As `decoder::Decoder::forward_batch`; the default (one sequence) takes a batch
     /// of one token of slot 0.
     fn forward_batch(&mut self, batch: &[(usize, u32)]) -> Result<Vec<Vec<f32>>> {
         match batch {
@@ -332,7 +332,7 @@ pub const DEFAULT_CONTEXT: usize = 8192;
 /// Load the model in `gguf`.
 ///
 /// # Errors
-/// [`Error::UnsupportedArchitecture`] for an architecture not in [`arch::SUPPORTED`];
+/// [`Error::UnsupportedArchitecture`] for an architecture not in `arch::SUPPORTED`;
 /// metadata, tensor and device errors as they occur.
 pub fn load(gguf: &GgufFile, opts: &LoadOptions) -> Result<Box<dyn Model>> {
     let arch_name = gguf.architecture()?;

@@ -10,12 +10,12 @@
 //! again). A client that disconnects cancels its generation before the next token. At
 //! most `max_queue` requests wait for or hold a slot; past that, 429 with
 //! `Retry-After`. Every error is an error object in the endpoint's own style with the
-//! right status. `GET /metrics` exposes Prometheus metrics ([`metrics`]).
+//! right status. `GET /metrics` exposes Prometheus metrics (`metrics`).
 
 pub mod anthropic;
 mod completions;
 mod listen;
-pub mod metrics;
+pub(crate) mod metrics;
 pub mod openai;
 pub mod responses;
 mod validate;

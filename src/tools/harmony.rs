@@ -20,19 +20,6 @@
 //! Text that does not start like a header (a model that skips the format) passes
 //! through unchanged. A marker split across pieces is held until it is decided, so the
 //! output does not depend on where the pieces split.
-//!
-//! ```
-//! use toolgate::tools::harmony::HarmonyFilter;
-//! let mut f = HarmonyFilter::new("to=functions.", "<|channel|>commentary json<|message|>");
-//! let mut out = String::new();
-//! for piece in ["<|channel|>analysis<|message|>Need wea", "ther.<|end|><|start|>assistant<|channel|>comm",
-//!               "entary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Oslo\"}"] {
-//!     out += &f.push(piece);
-//! }
-//! out += &f.finish();
-//! assert_eq!(out, "<|channel|>analysis<|message|>Need weather.<|end|>\
-//!                  to=functions.get_weather<|channel|>commentary json<|message|>{\"city\":\"Oslo\"}");
-//! ```
 
 use super::body::partial_suffix;
 
@@ -168,4 +155,27 @@ fn could_be_header(text: &str) -> bool {
     t.is_empty()
         || [START, CHANNEL, " to=", "to="].iter().any(|m| t.starts_with(m) || m.starts_with(t))
         || t.starts_with("assistant")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn module_example() {
+        use crate::tools::harmony::HarmonyFilter;
+        let mut f = HarmonyFilter::new("to=functions.", "<|channel|>commentary json<|message|>");
+        let mut out = String::new();
+        for piece in [
+            "<|channel|>analysis<|message|>Need wea",
+            "ther.<|end|><|start|>assistant<|channel|>comm",
+            "entary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Oslo\"}",
+        ] {
+            out += &f.push(piece);
+        }
+        out += &f.finish();
+        assert_eq!(
+            out,
+            "<|channel|>analysis<|message|>Need weather.<|end|>\
+                         to=functions.get_weather<|channel|>commentary json<|message|>{\"city\":\"Oslo\"}"
+        );
+    }
 }

@@ -7,9 +7,9 @@ pub mod definition;
 pub mod derive;
 pub(crate) mod dialect;
 pub mod format;
-pub mod harmony;
+pub(crate) mod harmony;
 pub mod layout;
-pub mod reasoning;
+pub(crate) mod reasoning;
 pub mod recovery;
 pub mod stream;
 

@@ -31,17 +31,6 @@ enum State {
 }
 
 /// Splits a turn's output into reasoning and answer. See the [module docs](self).
-///
-/// ```
-/// use toolgate::tools::reasoning::{Piece, ReasoningSplitter};
-/// let mut s = ReasoningSplitter::new("<think>", "</think>", false);
-/// let mut out = Vec::new();
-/// for piece in ["<thi", "nk>\nLet me see", ".\n</th", "ink>\n\nParis."] {
-///     out.extend(s.push(piece));
-/// }
-/// out.extend(s.finish());
-/// assert_eq!(out, [Piece::Reasoning("Let me see".into()), Piece::Reasoning(".".into()), Piece::Text("\n\nParis.".into())]);
-/// ```
 #[derive(Debug, Clone)]
 pub struct ReasoningSplitter {
     start: String,
@@ -149,9 +138,22 @@ impl ReasoningSplitter {
         self.state = State::After;
         out
     }
+}
 
-    /// Whether the output so far is inside the reasoning block.
-    pub fn inside(&self) -> bool {
-        self.state == State::Inside
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reasoningsplitter_example() {
+        use crate::tools::reasoning::{Piece, ReasoningSplitter};
+        let mut s = ReasoningSplitter::new("<think>", "</think>", false);
+        let mut out = Vec::new();
+        for piece in ["<thi", "nk>\nLet me see", ".\n</th", "ink>\n\nParis."] {
+            out.extend(s.push(piece));
+        }
+        out.extend(s.finish());
+        assert_eq!(
+            out,
+            [Piece::Reasoning("Let me see".into()), Piece::Reasoning(".".into()), Piece::Text("\n\nParis.".into())]
+        );
     }
 }

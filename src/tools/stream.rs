@@ -268,12 +268,12 @@ impl StreamParser {
     }
 
     /// Also split off a reasoning block `start`…`end` at the start of the turn (see
-    /// [`super::reasoning`]): its text becomes [`StreamEvent::Reasoning`] and
+    /// `super::reasoning`): its text becomes [`StreamEvent::Reasoning`] and
     /// [`ParsedOutput::reasoning`], never content. `starts_inside` when the prompt
     /// already ends with `start`.
     ///
-    /// Harmony's reasoning markers ([`super::harmony::HARMONY_REASONING`]) also turn on
-    /// the [`super::harmony::HarmonyFilter`]: every message header the model writes is
+    /// Harmony's reasoning markers (`super::harmony::HARMONY_REASONING`) also turn on
+    /// the `super::harmony::HarmonyFilter`: every message header the model writes is
     /// read and rewritten into this parser's layout before anything else sees it.
     pub fn with_reasoning(mut self, start: &str, end: &str, starts_inside: bool) -> Self {
         self.reasoning = Some(super::reasoning::ReasoningSplitter::new(start, end, starts_inside));
