@@ -2,7 +2,7 @@
 //!
 //! Emitters build every regex as a [`Built`] part: its text (which names it, and
 //! which the table of rules keys it by) beside a tree of the combinators' steps over
-//! shared parts ([`Part`]), which `nfa` compiles straight into NFA states, so
+//! shared parts (`Part`), which `nfa` compiles straight into NFA states, so
 //! no emitted regex is parsed back. An automaton with loops is one part too (a
 //! `Graph`), compiled state by state. Also the regex-text helpers every emitter uses
 //! (alternation, bounded repetition). Nothing here depends on another stage of the

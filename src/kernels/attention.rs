@@ -141,7 +141,7 @@ impl<T> Strided<'_, T> {
 ///
 /// Cost: `queries · n_head · visible_keys · (head_dim + v_head_dim)` multiply-adds and
 /// one `exp` per visible score; scratch of at most ~4 MiB of scores per thread, plus
-/// one staging copy of `out`. Parallel over the blocks of [`Plan`].
+/// one staging copy of `out`. Parallel over the blocks of `Plan`.
 ///
 /// # Errors
 /// [`Error::InvalidParameter`] if the head counts do not divide, a view does not cover

@@ -793,15 +793,6 @@ pub(super) const PANEL_NR: usize = 32;
 /// FMA's instruction rate (40 GMAC/s per core), so widening once wins there.
 /// `TOOLGATE_FLOAT_PREFILL=tiles|panels` forces the choice (read once). Cost: one
 /// CPUID read at the first call, cached after it.
-///
-/// ```
-/// # #[cfg(target_arch = "x86_64")]
-/// # {
-/// use toolgate::kernels::avx512::prefers_float_tiles;
-/// let tiles = prefers_float_tiles();
-/// assert_eq!(tiles, prefers_float_tiles()); // read once: the same answer all run long
-/// # }
-/// ```
 pub fn prefers_float_tiles() -> bool {
     static TILES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *TILES.get_or_init(|| match std::env::var("TOOLGATE_FLOAT_PREFILL").as_deref() {
@@ -935,5 +926,15 @@ pub(super) unsafe fn panel_tile<const R: usize>(
         for (v, a) in row.iter().enumerate() {
             _mm512_mask_storeu_ps(y.add(i * ldy + 16 * v), masks[v], *a);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn prefers_float_tiles_example() {
+        use super::prefers_float_tiles;
+        let tiles = prefers_float_tiles();
+        assert_eq!(tiles, prefers_float_tiles()); // read once: the same answer all run long
     }
 }

@@ -1,14 +1,14 @@
 //! CPU kernels for GGUF-quantized weights: the body of the quantized-matmul seam
-//! ([`crate::model::qlinear::QLinear`]) on CPU.
+//! (`crate::model::qlinear::QLinear`) on CPU.
 //!
 //! A [`QWeight`] keeps a weight matrix `(out_features, in_features)` in its GGUF block
 //! layout. [`QWeight::matmul`] quantizes the activations to 8 bits (blocks of 32 or
 //! 256, see [`activation`]), then computes every dot product in integer arithmetic per
 //! block (F16/BF16 weights: in f32, against the activations as they are; BF16 prefill
 //! on AVX-512 BF16 against them rounded to BF16, [`bf16_path`]) with the
-//! best kernels the CPU has ([`Isa::detect`]): [`avx512`] for the k-quants and the
-//! F16/BF16 prefill tiles where AVX-512 is present, AVX2+FMA+F16C ([`avx2`]) for the rest on x86-64,
-//! otherwise the portable [`scalar`] code (`TOOLGATE_ISA` forces one). Work is split over candle's barrier pool
+//! best kernels the CPU has ([`Isa::detect`]): `avx512` for the k-quants and the
+//! F16/BF16 prefill tiles where AVX-512 is present, AVX2+FMA+F16C (`avx2`) for the rest on x86-64,
+//! otherwise the portable `scalar` code (`TOOLGATE_ISA` forces one). Work is split over candle's barrier pool
 //! (see `pool.rs`), weight rows per task, and during prefill each weight row is
 //! decoded once for four activation rows. [`attention`] is the fused causal attention
 //! the CPU decoder uses.
@@ -38,20 +38,20 @@
 pub mod activation;
 pub mod attention;
 #[cfg(target_arch = "x86_64")]
-pub mod avx2;
+pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
-pub mod avx512;
+pub(crate) mod avx512;
 pub mod formats;
 pub mod glu;
 mod isa;
 mod matmul;
 #[cfg(target_arch = "aarch64")]
-pub mod neon;
+pub(crate) mod neon;
 mod pool;
 #[cfg(target_arch = "x86_64")]
 mod prefetch;
 pub mod rows;
-pub mod scalar;
+pub(crate) mod scalar;
 pub mod tiles;
 
 pub use formats::{dequantize_row, WeightType};

@@ -6,7 +6,7 @@
 //! run on, whose workers spin between calls. On a machine with many cores the two
 //! fight for them (on 16 cores, prefill with 16 threads fell below 8;
 //! `BENCHMARKS.md`, thread scaling). These functions do candle-nn's arithmetic in its
-//! order, so the results are the same bits, split over [`super::pool`].
+//! order, so the results are the same bits, split over `super::pool`.
 
 use super::pool::{for_each_chunk, rows_per_task};
 use crate::{Error, Result};

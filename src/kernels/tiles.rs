@@ -1,6 +1,6 @@
 //! Weights of the 32-weight block types, IQ4_XS and the k-quants regrouped into 16-row tiles
-//! for the AVX-512 VNNI and AVX2 kernels ([`super::avx512::tile_rows`],
-//! [`super::avx2::tile_rows`], [`super::avx512::tile_rows_256`]), and the matmul
+//! for the AVX-512 VNNI and AVX2 kernels (`super::avx512::tile_rows`,
+//! `super::avx2::tile_rows`, `super::avx512::tile_rows_256`), and the matmul
 //! over them.
 //!
 //! Why regroup: in GGUF's layout a block is one row's 32 weights, so a dot product
@@ -410,8 +410,8 @@ pub(super) const fn block_layout(tag: u8) -> BlockLayout {
     BlockLayout { nibbles, fifth, has_m, scales_at, bytes: scales_at + if has_m { 64 } else { 32 } }
 }
 
-/// One call of a tile kernel ([`super::avx512::tile_rows`], [`super::avx2::tile_rows`],
-/// [`super::avx512::tile_rows_256`]): a tile against 1..=8 activation rows,
+/// One call of a tile kernel (`super::avx512::tile_rows`, `super::avx2::tile_rows`,
+/// `super::avx512::tile_rows_256`): a tile against 1..=8 activation rows,
 /// `out[r · ld + j] = w_j · x_r` for the tile's first `cols` weight rows `j`.
 #[derive(Debug, Clone, Copy)]
 pub struct TileJob<'a, A = Q8x32> {
