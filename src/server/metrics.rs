@@ -42,6 +42,10 @@ pub struct Metrics {
     /// Requests holding an engine: preparing or generating (`toolgate_requests_running`,
     /// `vllm:num_requests_running`).
     requests_running: Gauge,
+    /// The share of the KV caches' token capacity that holds tokens, 0 to 1
+    /// (`toolgate_kv_cache_usage_ratio`, vLLM's `vllm:kv_cache_usage_perc` and its older
+    /// name `vllm:gpu_cache_usage_perc`, both fractions despite the name).
+    kv_cache_usage: Gauge<f64, AtomicU64>,
     /// The vLLM-compatible names, unprefixed.
     compat: Registry,
     /// Client connections held.
@@ -105,10 +109,16 @@ impl Metrics {
         let running_help = "Requests holding an engine (preparing or generating)";
         let requests_waiting = registered(&mut registry, "requests_waiting", waiting_help, Gauge::default());
         let requests_running = registered(&mut registry, "requests_running", running_help, Gauge::default());
+        let kv_help =
+            "Share of the KV caches' token capacity holding tokens (0 to 1), as of the last turn start or end";
+        let kv_cache_usage =
+            registered(&mut registry, "kv_cache_usage_ratio", kv_help, Gauge::<f64, AtomicU64>::default());
         // The same gauges under the names vLLM publishes, which routers scrape by default.
         let mut compat = Registry::default();
         compat.register("vllm:num_requests_waiting", waiting_help, requests_waiting.clone());
         compat.register("vllm:num_requests_running", running_help, requests_running.clone());
+        compat.register("vllm:kv_cache_usage_perc", kv_help, kv_cache_usage.clone());
+        compat.register("vllm:gpu_cache_usage_perc", kv_help, kv_cache_usage.clone());
         let connections_refused = registered(
             &mut registry,
             "connections_refused",
@@ -192,6 +202,7 @@ impl Metrics {
             queue_depth,
             requests_waiting,
             requests_running,
+            kv_cache_usage,
             compat,
             connections_open,
             connections_refused,
@@ -239,6 +250,11 @@ impl Metrics {
         self.queue_depth.set(queued as i64);
         self.requests_running.set(running as i64);
         self.requests_waiting.set(queued.saturating_sub(running) as i64);
+    }
+
+    /// The KV caches hold `held` tokens of their `capacity` (all slots together).
+    pub fn set_kv_usage(&self, held: usize, capacity: usize) {
+        self.kv_cache_usage.set(if capacity == 0 { 0.0 } else { (held as f64 / capacity as f64).min(1.0) });
     }
 
     /// The exposition text (OpenMetrics): toolgate's metrics, then the vLLM-compatible

@@ -24,7 +24,7 @@ pub use listen::ConnLimits;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::StatusCode;
@@ -64,6 +64,15 @@ pub struct AppState {
     queued: AtomicUsize,
     /// Of those, requests holding an engine ([`Lease`]).
     running: AtomicUsize,
+    /// Tokens each slot's KV cache holds, as of its last turn start or end.
+    held: Vec<AtomicUsize>,
+    /// Tokens one slot's KV cache can hold (the context length).
+    capacity: usize,
+    /// How long `/ready` answers 503 before the server stops accepting, after SIGTERM.
+    drain: Duration,
+    /// `true` from the first SIGINT/SIGTERM: `/ready` answers 503 (requests are still
+    /// served until [`AppState::with_drain`]'s time is up).
+    draining: AtomicBool,
     metrics: Metrics,
     batch: Option<BatchStats>,
     limits: ConnLimits,
@@ -130,7 +139,9 @@ impl Lease<'_> {
             .max_by_key(|&(i, s)| (s, std::cmp::Reverse(i)));
         if let Some((i, s)) = best.filter(|&(_, s)| s > mine) {
             let other = pool[i].take();
+            let left_behind = self.engine().cached_len();
             pool[self.slot] = std::mem::replace(&mut self.engine, other);
+            self.state.hold(self.slot, left_behind);
             self.slot = i;
             self.state.engine_free.notify_one();
             tracing::debug!(slot = i, score = s, "turn moved to the slot that serves its prompt best");
@@ -142,6 +153,7 @@ impl Drop for Lease<'_> {
     fn drop(&mut self) {
         if let Some(mut e) = self.engine.take() {
             e.finish_sequence();
+            self.state.hold(self.slot, e.cached_len());
             self.state.pool()[self.slot] = Some(e);
             self.state.engine_free.notify_one();
         }
@@ -206,7 +218,12 @@ impl AppState {
     ) -> Self {
         let n = engines.len();
         let device = engines.first().map_or_else(|| "cpu".to_string(), |e| e.device().to_string());
+        let capacity = engines.first().map_or(0, Engine::context_length);
         Self {
+            held: (0..n).map(|_| AtomicUsize::new(0)).collect(),
+            capacity,
+            drain: Duration::ZERO,
+            draining: AtomicBool::new(false),
             device,
             engines: Mutex::new(engines.into_iter().map(Some).collect()),
             engine_free: Condvar::new(),
@@ -268,8 +285,31 @@ impl AppState {
         self
     }
 
+    /// How long, after the first SIGINT/SIGTERM, the server keeps serving while
+    /// `/ready` answers 503 (so a router that polls it, or a Kubernetes readiness
+    /// probe, stops sending requests), before it stops accepting connections and
+    /// finishes the requests in progress. Zero (the default): it stops accepting at once.
+    pub fn with_drain(mut self, drain: Duration) -> Self {
+        self.drain = drain;
+        self
+    }
+
+    /// Whether the server takes new work: `false` once it is draining (`/ready`).
+    pub fn is_ready(&self) -> bool {
+        !self.draining.load(Ordering::SeqCst)
+    }
+
     fn begin_shutdown(&self) {
         self.shutdown.send_replace(true);
+    }
+
+    /// Slot `slot`'s KV cache now holds `tokens`: update the usage gauge.
+    fn hold(&self, slot: usize, tokens: usize) {
+        if let Some(h) = self.held.get(slot) {
+            h.store(tokens, Ordering::SeqCst);
+        }
+        let held = self.held.iter().map(|h| h.load(Ordering::SeqCst)).sum();
+        self.metrics.set_kv_usage(held, self.capacity * self.held.len());
     }
 }
 
@@ -378,6 +418,7 @@ pub(crate) fn in_request_shape(e: Error, tools: &[crate::tools::Tool], field: &s
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/ready", get(ready))
         .route("/v1/models", get(models))
         .route("/props", get(props))
         .route("/v1/chat/completions", post(openai::chat_completions))
@@ -402,7 +443,7 @@ fn route_error(req: &Request, status: StatusCode) -> Response {
     let message = if status == StatusCode::NOT_FOUND {
         format!(
             "no route {method} {path}: toolgate serves POST /v1/chat/completions, /v1/completions, /v1/responses, \
-             /v1/messages, /v1/messages/count_tokens, /tokenize and /detokenize, GET /v1/models, /props, /health and /metrics"
+             /v1/messages, /v1/messages/count_tokens, /tokenize and /detokenize, GET /v1/models, /props, /health, /ready and /metrics"
         )
     } else {
         format!("{method} is not allowed on {path}")
@@ -490,6 +531,16 @@ async fn count_requests(State(s): State<Arc<AppState>>, req: Request, next: axum
 
 /// Bodies from this size on give their memory back to the system when answered.
 const LARGE_BODY_BYTES: usize = 1 << 20;
+
+/// `GET /ready`: 200 while the server takes new work, 503 while it drains after
+/// SIGINT/SIGTERM ([`AppState::with_drain`]). `/health` stays 200 as long as the process
+/// answers: liveness and readiness are separate questions.
+async fn ready(State(s): State<Arc<AppState>>) -> Response {
+    match s.is_ready() {
+        true => Json(json!({"status": "ready"})).into_response(),
+        false => (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"status": "draining"}))).into_response(),
+    }
+}
 
 async fn metrics_text(State(s): State<Arc<AppState>>) -> Response {
     if let Some(b) = &s.batch {
@@ -646,6 +697,7 @@ impl Running {
                 }
             };
             lease.follow_prefix(prepared.prompt());
+            state.hold(lease.slot, prepared.prompt_tokens());
             let _ = tx.send(Msg::Started(prepared.prompt_tokens()));
             let params = GenerateParams { cancel: Some(cancel.clone()), jump_forward: state.jump_forward, ..params };
             let engine = lease.engine();
@@ -734,8 +786,17 @@ pub async fn serve(state: Arc<AppState>, host: &str, port: u16) -> crate::Result
         }
     });
     let (mut first, mut second) = (signals.subscribe(), signals.subscribe());
+    let draining = state.clone();
     let stop = async move {
         let _ = first.wait_for(|n| *n >= 1).await;
+        draining.draining.store(true, Ordering::SeqCst);
+        if !draining.drain.is_zero() {
+            eprintln!(
+                "toolgate: draining for {} s: /ready answers 503, requests are still served (signal again to stop now)",
+                draining.drain.as_secs_f64()
+            );
+            tokio::time::sleep(draining.drain).await;
+        }
         eprintln!("toolgate: shutting down after the requests in progress (signal again to stop now)");
     };
     tokio::select! {

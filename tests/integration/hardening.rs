@@ -78,6 +78,36 @@ fn stalled_clients_time_out_and_never_hold_up_shutdown() {
     assert!(took < Duration::from_secs(20), "{took:?}");
 }
 
+/// `--drain-seconds`: after SIGTERM, `/ready` answers 503 while `/health` stays 200
+/// and requests are still served (a router that polls readiness stops sending in that
+/// time); once it is up, the server stops accepting and exits.
+#[test]
+fn sigterm_drains_first_ready_says_so_and_requests_are_still_served() {
+    let mut s = start(&["--tool-fallback", "generic", "--drain-seconds", "5"]);
+    let get = |s: &Server, path: &str| {
+        let mut r = agent().get(format!("{}{path}", s.base)).call().unwrap();
+        (r.status().as_u16(), r.body_mut().read_to_string().unwrap())
+    };
+    assert_eq!(get(&s, "/ready"), (200, r#"{"status":"ready"}"#.to_string()));
+    let t = Instant::now();
+    s.send_term();
+    let deadline = t + Duration::from_secs(4);
+    while get(&s, "/ready").0 == 200 {
+        assert!(Instant::now() < deadline, "/ready still 200 after SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(get(&s, "/ready"), (503, r#"{"status":"draining"}"#.to_string()));
+    assert_eq!(health(&s), 200, "liveness stays up while draining");
+    let req = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 0});
+    let mut r = agent().post(format!("{}/v1/chat/completions", s.base)).send_json(&req).unwrap();
+    let body: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+    assert_eq!(r.status().as_u16(), 200, "{body}");
+    assert!(t.elapsed() < Duration::from_secs(5), "the request was not served inside the drain: {:?}", t.elapsed());
+    let exited = s.wait_exit(Duration::from_secs(30)).map(|_| t.elapsed());
+    let exited = exited.expect("the server did not exit within 30 s of the drain's end");
+    assert!(exited >= Duration::from_secs(5), "exited {exited:?} after SIGTERM, before the 5 s drain");
+}
+
 #[test]
 fn connections_past_the_cap_are_closed_at_accept_and_counted() {
     // Default timeouts: the held connections stay however slow this machine is.
@@ -121,9 +151,13 @@ fn connections_past_the_cap_are_closed_at_accept_and_counted() {
 
 #[test]
 fn flags_out_of_range_are_refused_before_loading() {
-    for (flag, value) in
-        [("--parallel", "100000"), ("--parallel", "0"), ("--header-timeout", "-1"), ("--max-connections", "0")]
-    {
+    for (flag, value) in [
+        ("--parallel", "100000"),
+        ("--parallel", "0"),
+        ("--header-timeout", "-1"),
+        ("--max-connections", "0"),
+        ("--drain-seconds", "-1"),
+    ] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
             .args(["serve", "--model", "/nonexistent.gguf", &format!("{flag}={value}")])
             .output()

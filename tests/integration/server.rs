@@ -678,12 +678,24 @@ fn load_gauges_say_how_many_requests_wait_and_run() {
     assert_eq!(metric(&text, "toolgate_requests_running"), 1.0, "{text}");
     assert_eq!(metric(&text, "toolgate_requests_waiting"), 1.0, "{text}");
     assert_eq!(metric(&text, "toolgate_queue_depth"), 2.0, "{text}");
-    for name in ["vllm:num_requests_running", "vllm:num_requests_waiting", "toolgate_requests_waiting"] {
+    let kv_names = ["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "toolgate_kv_cache_usage_ratio"];
+    for name in ["vllm:num_requests_running", "vllm:num_requests_waiting", "toolgate_requests_waiting"]
+        .into_iter()
+        .chain(kv_names)
+    {
         assert!(text.contains(&format!("# TYPE {name} gauge")), "{name}: {text}");
     }
+    // The running turn's prompt is in its slot's cache: a share above 0, at most 1,
+    // the same under every name.
+    let kv = metric(&text, "vllm:kv_cache_usage_perc");
+    assert!(kv > 0.0 && kv <= 1.0, "{text}");
+    assert!(kv_names.iter().all(|n| metric(&text, n) == kv), "{text}");
     assert!(text.trim_end().ends_with("# EOF"), "{text}");
     assert_eq!(text.matches("# EOF").count(), 1, "{text}");
     drop((first, second));
     let (got, text) = until((0.0, 0.0));
     assert_eq!(got, (0.0, 0.0), "{text}");
+    // Finished turns stay cached for prefix reuse: the share does not drop to 0.
+    let after = metric(&text, "vllm:kv_cache_usage_perc");
+    assert!(after > 0.0 && after <= 1.0, "{text}");
 }

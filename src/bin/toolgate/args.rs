@@ -33,7 +33,7 @@ pub(crate) enum Command {
     /// One chat turn through the model's own chat template, behind the tool-calling gate.
     Chat(ChatArgs),
     /// Serve the OpenAI (`/v1/chat/completions`) and Anthropic (`/v1/messages`) APIs
-    /// with tools, plus `/v1/models`, `/props`, `/health` and `/metrics`. The model must
+    /// with tools, plus `/v1/models`, `/props`, `/health`, `/ready` and `/metrics`. The model must
     /// pass the tool-calling gate; `--model` may be a Hub repository id.
     Serve(ServeArgs),
     /// Probe a GGUF model (metadata only) or a Jinja template file: capabilities,
@@ -344,6 +344,12 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "TOOLGATE_MAX_CONNECTIONS", default_value_t = 512,
           value_parser = clap::value_parser!(u32).range(1..=65_536))]
     pub(crate) max_connections: u32,
+    /// Seconds to keep serving after SIGTERM/SIGINT while `/ready` answers 503, so a
+    /// router or a Kubernetes readiness probe stops sending before the server stops
+    /// accepting; then the requests in progress finish and it exits (0: stop accepting
+    /// at once).
+    #[arg(long, env = "TOOLGATE_DRAIN_SECONDS", default_value_t = 0.0, value_parser = drain_secs)]
+    pub(crate) drain_seconds: f64,
 }
 
 /// A duration flag in seconds: finite and above zero.
@@ -351,6 +357,14 @@ pub(crate) fn positive_secs(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 && v <= 86_400.0 => Ok(v),
         _ => Err(format!("`{s}` is not a number of seconds in (0, 86400]")),
+    }
+}
+
+/// A drain time in seconds: finite, from 0 to an hour.
+pub(crate) fn drain_secs(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.0..=3_600.0).contains(&v) => Ok(v),
+        _ => Err(format!("`{s}` is not a number of seconds in [0, 3600]")),
     }
 }
 

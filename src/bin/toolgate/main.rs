@@ -403,7 +403,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         body_timeout: std::time::Duration::from_secs_f64(args.body_timeout),
         max_connections: args.max_connections as usize,
     };
-    let state = state.with_jump_forward(args.jump_forward == args::Switch::On);
+    let state = state
+        .with_jump_forward(args.jump_forward == args::Switch::On)
+        .with_drain(std::time::Duration::from_secs_f64(args.drain_seconds));
     let state = std::sync::Arc::new(state.with_max_queue(args.max_queue).with_limits(limits));
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(toolgate::server::serve(state, &args.host, args.port))?;

@@ -30,8 +30,20 @@ impl Server {
     /// or `None` if it was still running (then it is killed on drop).
     pub fn terminate(&mut self, limit: Duration) -> Option<Duration> {
         let t = Instant::now();
+        self.send_term();
+        self.wait_exit(limit).map(|_| t.elapsed())
+    }
+
+    /// Send SIGTERM and return at once.
+    pub fn send_term(&self) {
         let sent = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
         assert!(sent.success(), "kill -TERM failed");
+    }
+
+    /// Wait up to `limit` for the process to exit; how long that took, or `None` if it
+    /// was still running.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<Duration> {
+        let t = Instant::now();
         while t.elapsed() < limit {
             if self.child.try_wait().unwrap().is_some() {
                 return Some(t.elapsed());
