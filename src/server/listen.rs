@@ -15,7 +15,8 @@
 //!   closed as soon as it is accepted (counted in `toolgate_connections_refused_total`),
 //!   so descriptors stay bounded and the server keeps serving the connections it holds;
 //! - a **shutdown that waits only for requests**: on SIGINT/SIGTERM the server stops
-//!   accepting, closes every connection that has no request in progress (idle, or still
+//!   accepting (the listening socket is closed, so new connections are refused at once
+//!   rather than queued), closes every connection that has no request in progress (idle, or still
 //!   sending its head) at once, answers 503 to requests still sending their body, and
 //!   returns when the requests being answered (generations included) have finished.
 
@@ -100,6 +101,11 @@ pub(crate) async fn run(
             drop(slot);
         });
     }
+    // Close the listening socket now, not when this function returns: while it is open
+    // the kernel still completes connections into its backlog that nobody accepts, and
+    // a router's requests on them wait until the process exits instead of being
+    // refused at once (and sent to another replica).
+    drop(listener);
     state.begin_shutdown();
     // Every connection task gives its slot back when it ends.
     let _all = slots.acquire_many(limits.max_connections as u32).await;

@@ -13,6 +13,7 @@ mod bench;
 mod config;
 mod conversation;
 mod cuda_matvec;
+mod fleet;
 mod format_derivation;
 mod fuzz;
 mod generation;

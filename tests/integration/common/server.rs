@@ -34,6 +34,12 @@ impl Server {
         self.wait_exit(limit).map(|_| t.elapsed())
     }
 
+    /// SIGKILL, and wait for the process to be gone.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Send SIGTERM and return at once.
     pub fn send_term(&self) {
         let sent = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();

@@ -1,0 +1,291 @@
+//! Replicas behind a router users already run: three `toolgate serve` on loopback
+//! behind nginx (Debian's `nginx-light`; `least_conn`, passive health checks, a retry
+//! on connection errors), under a bounded load of forced tool calls, while one replica
+//! is drained with SIGTERM and another killed with SIGKILL mid-run.
+//!
+//! The test needs nginx: `scripts/test` installs `nginx-light` where it is missing;
+//! elsewhere set `TOOLGATE_NGINX` to the binary. Without one it fails saying so.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+
+use crate::common::server::{agent, free_port, start, Server};
+
+const REQUESTS: usize = 300;
+const CLIENTS: usize = 16;
+/// The drained replica's `--drain-seconds`.
+const DRAIN: Duration = Duration::from_secs(2);
+
+fn nginx_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("TOOLGATE_NGINX") {
+        return p.into();
+    }
+    ["/usr/sbin/nginx", "/usr/bin/nginx"].iter().map(PathBuf::from).find(|p| p.exists()).unwrap_or_else(|| {
+        panic!(
+            "the fleet test needs nginx: `apt-get install nginx-light` (scripts/test installs it where it can), \
+             or TOOLGATE_NGINX=/path/to/nginx"
+        )
+    })
+}
+
+/// nginx in the foreground, its files in a directory of its own; stopped on drop.
+struct Nginx {
+    child: Child,
+    dir: PathBuf,
+    base: String,
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Nginx {
+    /// nginx proxying to `upstreams` (`host:port`), as docs/deploy.md tells a user to
+    /// put it in front of replicas: the least busy one gets the next request; a replica
+    /// that fails a connection is out for 30 s (`max_fails=1`), and the request goes to
+    /// the next one — also a POST already sent (`non_idempotent`: a turn changes nothing
+    /// on the server, so one cut before its answer began is safe to run again), and a
+    /// 503 (a replica shutting down), as long as nothing reached the client yet.
+    fn start(upstreams: &[String]) -> Nginx {
+        let dir = std::env::temp_dir().join(format!("toolgate-fleet-{}-{}", std::process::id(), free_port()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // The workers may run as another user (`nobody` when started as root).
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let servers: String =
+            upstreams.iter().map(|u| format!("        server {u} max_fails=1 fail_timeout=30s;\n")).collect();
+        for attempt in 0..5 {
+            let port = free_port();
+            let d = dir.display();
+            let conf = format!(
+                "worker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+                 events {{ worker_connections 512; }}\n\
+                 http {{\n    client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;\n\
+                 \x20   fastcgi_temp_path {d}/fcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
+                 \x20   log_format fleet '$msec $request_time $status $request_uri \"$upstream_addr\"';\n\
+                 \x20   access_log {d}/access.log fleet;\n\
+                 \x20   upstream toolgate {{\n        least_conn;\n{servers}    }}\n\
+                 \x20   server {{\n        listen 127.0.0.1:{port};\n        location / {{\n\
+                 \x20           proxy_pass http://toolgate;\n            proxy_http_version 1.1;\n\
+                 \x20           proxy_set_header Connection \"\";\n            proxy_buffering off;\n\
+                 \x20           proxy_read_timeout 300s;\n            proxy_next_upstream error timeout http_503 non_idempotent;\n\
+                 \x20           proxy_next_upstream_tries 3;\n        }}\n    }}\n}}\n"
+            );
+            let path = dir.join("nginx.conf");
+            std::fs::write(&path, conf).unwrap();
+            let mut child = Command::new(nginx_binary())
+                .args(["-p", &dir.display().to_string(), "-c", &path.display().to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("starting nginx");
+            let base = format!("http://127.0.0.1:{port}");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Some(status) = child.try_wait().unwrap() {
+                    let mut err = String::new();
+                    let _ = std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err);
+                    let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
+                    assert!(attempt < 4, "nginx exited ({status}): {err}{log}");
+                    break; // the port was taken: another one
+                }
+                if agent().get(format!("{base}/health")).call().is_ok_and(|r| r.status() == 200) {
+                    return Nginx { child, dir, base };
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!("nginx did not come up in {}", dir.display());
+    }
+
+    /// The access log's chat requests: (end time, seconds taken, status, the upstreams
+    /// tried).
+    fn log(&self) -> Vec<(f64, f64, u16, Vec<String>)> {
+        let text = std::fs::read_to_string(self.dir.join("access.log")).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| {
+                let mut f = l.splitn(5, ' ');
+                let (end, took, status) = (f.next()?.parse().ok()?, f.next()?.parse().ok()?, f.next()?.parse().ok()?);
+                if f.next()? != "/v1/chat/completions" {
+                    return None; // the start-up probe
+                }
+                let tried = f.next()?.trim_matches('"').split(", ").map(String::from).collect();
+                Some((end, took, status, tried))
+            })
+            .collect()
+    }
+}
+
+fn now() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64()
+}
+
+fn tools() -> Value {
+    json!([{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string", "enum": ["Paris", "Oslo", "Rome", "Lima"]},
+            "days": {"type": "integer", "minimum": 1, "maximum": 9}},
+            "required": ["city", "days"], "additionalProperties": false}}}])
+}
+
+/// The call's arguments are valid for the tool's schema.
+fn valid(arguments: &str) -> Result<(), String> {
+    let v: Value = serde_json::from_str(arguments).map_err(|e| format!("arguments {arguments:?}: {e}"))?;
+    let city = v["city"].as_str().filter(|c| ["Paris", "Oslo", "Rome", "Lima"].contains(c));
+    let days = v["days"].as_i64().filter(|d| (1..=9).contains(d));
+    let keys = v.as_object().map_or(0, |o| o.len());
+    match (city, days, keys) {
+        (Some(_), Some(_), 2) => Ok(()),
+        _ => Err(format!("arguments not valid for the schema: {arguments}")),
+    }
+}
+
+/// One request through the router: forced call, streamed or not; the call checked.
+fn one(base: &str, i: usize) -> Result<(), String> {
+    let stream = i % 2 == 0;
+    let city = ["Paris", "Oslo", "Rome", "Lima"][i % 4];
+    let req = json!({"messages": [{"role": "user", "content": format!("Weather in {city} for {} days?", i % 9 + 1)}],
+        "tools": tools(), "tool_choice": "required", "max_tokens": 96, "temperature": 0, "stream": stream});
+    let mut r =
+        agent().post(format!("{base}/v1/chat/completions")).send_json(&req).map_err(|e| format!("request {i}: {e}"))?;
+    let status = r.status().as_u16();
+    if !stream || status != 200 {
+        let text = r.body_mut().read_to_string().map_err(|e| format!("request {i}: {e}"))?;
+        if status != 200 {
+            return Err(format!("request {i}: {status} {text}"));
+        }
+        let v: Value = serde_json::from_str(&text).map_err(|e| format!("request {i}: {e}: {text}"))?;
+        let calls = v["choices"][0]["message"]["tool_calls"].as_array().cloned().unwrap_or_default();
+        let first = calls.first().ok_or_else(|| format!("request {i}: no call: {text}"))?;
+        return valid(first["function"]["arguments"].as_str().unwrap_or_default());
+    }
+    let mut arguments = String::new();
+    let mut done = false;
+    for line in BufReader::new(r.body_mut().as_reader()).lines() {
+        let line = line.map_err(|e| format!("request {i}: stream cut: {e}"))?;
+        let Some(data) = line.strip_prefix("data: ") else { continue };
+        if data == "[DONE]" {
+            done = true;
+            break;
+        }
+        let v: Value = serde_json::from_str(data).map_err(|e| format!("request {i}: {e}: {data}"))?;
+        for call in v["choices"][0]["delta"]["tool_calls"].as_array().into_iter().flatten() {
+            if call["index"] == 0 {
+                arguments.push_str(call["function"]["arguments"].as_str().unwrap_or_default());
+            }
+        }
+    }
+    if !done {
+        return Err(format!("request {i}: the stream ended without [DONE]"));
+    }
+    valid(&arguments)
+}
+
+#[test]
+fn a_fleet_behind_nginx_loses_only_what_the_killed_replica_held() {
+    let flags = ["--tool-fallback", "generic", "--parallel", "2", "--drain-seconds", "2"];
+    let mut replicas: Vec<Server> = (0..3).map(|_| start(&flags)).collect();
+    let addrs: Vec<String> = replicas.iter().map(|s| s.base.trim_start_matches("http://").to_string()).collect();
+    let nginx = Nginx::start(&addrs);
+    let (drained, killed) = (addrs[0].clone(), addrs[1].clone());
+
+    let next = Arc::new(AtomicUsize::new(0));
+    let finished = Arc::new(AtomicUsize::new(0));
+    // (start time, end time, outcome) of every request.
+    let outcomes: Arc<Mutex<Vec<(f64, f64, Result<(), String>)>>> = Arc::default();
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let (next, finished, outcomes, base) =
+                (next.clone(), finished.clone(), outcomes.clone(), nginx.base.clone());
+            std::thread::spawn(move || loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                if i >= REQUESTS {
+                    return;
+                }
+                let t = now();
+                let outcome = one(&base, i);
+                outcomes.lock().unwrap().push((t, now(), outcome));
+                finished.fetch_add(1, Ordering::SeqCst);
+            })
+        })
+        .collect();
+
+    // A third of the way in: drain one replica, kill another.
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while finished.load(Ordering::SeqCst) < REQUESTS / 3 {
+        assert!(Instant::now() < deadline, "the load did not get a third of the way in 10 minutes");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let metrics = agent().get(format!("{}/metrics", replicas[1].base)).call().unwrap().body_mut().read_to_string();
+    let held =
+        metrics.unwrap_or_default().lines().find_map(|l| l.strip_prefix("toolgate_queue_depth ")?.parse::<f64>().ok());
+    let t_kill = now();
+    replicas[1].kill();
+    replicas[0].send_term();
+    for c in clients {
+        c.join().unwrap();
+    }
+    let drained_exit = replicas[0].wait_exit(Duration::from_secs(60));
+
+    let outcomes = outcomes.lock().unwrap();
+    let failed: Vec<&(f64, f64, Result<(), String>)> = outcomes.iter().filter(|o| o.2.is_err()).collect();
+    let log = nginx.log();
+    let retried = log.iter().filter(|l| l.3.len() > 1).count();
+    let mut share: BTreeMap<String, usize> = BTreeMap::new();
+    for l in log.iter().filter(|l| l.2 == 200) {
+        *share.entry(l.3.last().cloned().unwrap_or_default()).or_default() += 1;
+    }
+    let name = |a: &str| match a {
+        a if a == drained => "drained",
+        a if a == killed => "killed",
+        _ => "kept",
+    };
+    eprintln!(
+        "fleet: {} requests from {CLIENTS} clients through nginx: {} ok, {} failed, {retried} retried on another \
+         replica; the killed replica held {held:?} when killed; answered by {}",
+        outcomes.len(),
+        outcomes.len() - failed.len(),
+        failed.len(),
+        share.iter().map(|(a, n)| format!("{} {a}: {n}", name(a))).collect::<Vec<_>>().join(", ")
+    );
+    let errors: Vec<_> = log.iter().filter(|l| l.2 != 200).collect();
+    eprintln!("fleet: kill at {t_kill:.3}; answers other than 200 in nginx's log: {errors:?}");
+    assert_eq!(outcomes.len(), REQUESTS);
+    // What failed was in flight on the killed replica: started before the kill, and
+    // no more than it held (a request or two may have reached it after the scrape).
+    for (start, _, outcome) in &failed {
+        assert!(*start < t_kill, "a request started after the kill failed: {outcome:?}");
+    }
+    let held = held.expect("the killed replica's queue depth") as usize;
+    assert!(failed.len() <= held + 2, "{} failed, the killed replica held {held}: {failed:?}", failed.len());
+    // The drained replica finished what it held and exited.
+    let exited = drained_exit.expect("the drained replica did not exit");
+    assert!(exited < Duration::from_secs(60));
+    // The router stopped routing to both: once the drain was over, no request was
+    // answered by either, and each was tried at most once more (the failure that took
+    // it out of the rotation).
+    let after = t_kill + DRAIN.as_secs_f64() + 1.0;
+    let late: Vec<_> = log.iter().filter(|l| l.0 - l.1 > after).collect();
+    let answered_by = |a: &str| late.iter().filter(|l| l.2 == 200 && l.3.last().is_some_and(|u| u == a)).count();
+    assert_eq!((answered_by(&drained), answered_by(&killed)), (0, 0), "{late:?}");
+    for a in [&drained, &killed] {
+        let tried = late.iter().filter(|l| l.3.contains(a)).count();
+        assert!(tried <= 1, "nginx tried {a} {tried} times after it was gone: {late:?}");
+    }
+    assert!(!late.is_empty(), "no request came after the drain: the test did not check the rotation");
+    // The replica left running answered its share before and after.
+    assert!(share.iter().any(|(a, n)| name(a) == "kept" && *n > REQUESTS / 3), "{share:?}");
+}
