@@ -35,6 +35,33 @@ fn nginx_binary() -> PathBuf {
     })
 }
 
+/// `deploy/nginx/toolgate.conf` as a user installs it, with these replicas' `server`
+/// lines and this `port` in place of its examples.
+fn site(servers: &[String], port: u16) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/nginx/toolgate.conf");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut out = Vec::new();
+    let mut replaced = false;
+    for line in text.lines() {
+        match line.trim_start() {
+            l if l.starts_with("server 10.0.0.") => {
+                if !replaced {
+                    out.extend(servers.iter().cloned());
+                    replaced = true;
+                }
+            }
+            "listen 8080;" => out.push(format!("    listen 127.0.0.1:{port};")),
+            _ => out.push(line.to_string()),
+        }
+    }
+    assert!(
+        replaced && out.iter().any(|l| l.contains("listen 127.0.0.1")),
+        "{}: no server or listen line",
+        path.display()
+    );
+    out.join("\n")
+}
+
 /// nginx in the foreground, its files in a directory of its own; stopped on drop.
 struct Nginx {
     child: Child,
@@ -63,24 +90,19 @@ impl Nginx {
         // The workers may run as another user (`nobody` when started as root).
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let servers: String =
-            upstreams.iter().map(|u| format!("        server {u} max_fails=1 fail_timeout=30s;\n")).collect();
+        let servers: Vec<String> =
+            upstreams.iter().map(|u| format!("    server {u} max_fails=1 fail_timeout=30s;")).collect();
         for attempt in 0..5 {
             let port = free_port();
             let d = dir.display();
+            let site = site(&servers, port);
             let conf = format!(
                 "worker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
                  events {{ worker_connections 512; }}\n\
                  http {{\n    client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;\n\
                  \x20   fastcgi_temp_path {d}/fcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
                  \x20   log_format fleet '$msec $request_time $status $request_uri \"$upstream_addr\"';\n\
-                 \x20   access_log {d}/access.log fleet;\n\
-                 \x20   upstream toolgate {{\n        least_conn;\n{servers}    }}\n\
-                 \x20   server {{\n        listen 127.0.0.1:{port};\n        location / {{\n\
-                 \x20           proxy_pass http://toolgate;\n            proxy_http_version 1.1;\n\
-                 \x20           proxy_set_header Connection \"\";\n            proxy_buffering off;\n\
-                 \x20           proxy_read_timeout 300s;\n            proxy_next_upstream error timeout http_503 non_idempotent;\n\
-                 \x20           proxy_next_upstream_tries 3;\n        }}\n    }}\n}}\n"
+                 \x20   access_log {d}/access.log fleet;\n{site}\n}}\n"
             );
             let path = dir.join("nginx.conf");
             std::fs::write(&path, conf).unwrap();
@@ -288,4 +310,59 @@ fn a_fleet_behind_nginx_loses_only_what_the_killed_replica_held() {
     assert!(!late.is_empty(), "no request came after the drain: the test did not check the rotation");
     // The replica left running answered its share before and after.
     assert!(share.iter().any(|(a, n)| name(a) == "kept" && *n > REQUESTS / 3), "{share:?}");
+}
+
+/// `deploy/kubernetes/`: the core manifests validate against Kubernetes' own schemas
+/// (`kubernetes-validate --strict`, pinned in tests/sdk/requirements.txt), and the files
+/// agree with each other and with the server: the Service, the InferencePool and the
+/// autoscaler reach the Deployment's pods on the port it serves, and its probes ask the
+/// routes `toolgate serve` answers.
+#[test]
+fn kubernetes_manifests_validate_and_agree() {
+    let python = crate::sdk::python();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    let out = Command::new(python.with_file_name("kubernetes-validate")).arg("--strict").args(&files).output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{said}");
+    for kind in ["deployment/toolgate", "service/toolgate", "horizontalpodautoscaler/toolgate"] {
+        assert!(said.contains(&format!("passed for resource {kind}")), "{kind} was not validated: {said}");
+    }
+    // The InferencePool is a custom resource (no schema above): its fields are checked
+    // against the Deployment here.
+    let check = r#"
+import sys, yaml
+docs = {}
+for path in sys.argv[1:]:
+    for d in yaml.safe_load_all(open(path)):
+        docs[d["kind"]] = d
+dep = docs["Deployment"]
+pod = dep["spec"]["template"]
+labels = pod["metadata"]["labels"]
+c = pod["spec"]["containers"][0]
+port = c["ports"][0]["containerPort"]
+assert dep["spec"]["selector"]["matchLabels"].items() <= labels.items(), "deployment selector"
+assert docs["Service"]["spec"]["selector"].items() <= labels.items(), "service selector"
+pool = docs["InferencePool"]
+assert pool["apiVersion"] == "inference.networking.k8s.io/v1", pool["apiVersion"]
+assert pool["spec"]["selector"]["matchLabels"].items() <= labels.items(), "pool selector"
+assert [p["number"] for p in pool["spec"]["targetPorts"]] == [port], "pool port"
+assert pool["spec"]["endpointPickerRef"]["name"], "endpoint picker"
+hpa = docs["HorizontalPodAutoscaler"]["spec"]
+assert hpa["scaleTargetRef"]["name"] == dep["metadata"]["name"], "hpa target"
+assert hpa["metrics"][0]["pods"]["metric"]["name"] == "toolgate_requests_waiting", "hpa metric"
+paths = {p: c[p]["httpGet"]["path"] for p in ("startupProbe", "livenessProbe", "readinessProbe")}
+assert paths == {"startupProbe": "/health", "livenessProbe": "/health", "readinessProbe": "/ready"}, paths
+env = {e["name"]: e["value"] for e in c.get("env", [])}
+grace = pod["spec"]["terminationGracePeriodSeconds"]
+assert float(env["TOOLGATE_DRAIN_SECONDS"]) < grace, "the drain must end before SIGKILL"
+print("ok")
+"#;
+    let out = Command::new(&python).arg("-c").arg(check).args(&files).output().unwrap();
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
 }
