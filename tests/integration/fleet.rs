@@ -102,7 +102,8 @@ impl Nginx {
                  http {{\n    client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;\n\
                  \x20   fastcgi_temp_path {d}/fcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
                  \x20   log_format fleet '$msec $request_time $status $request_uri \"$upstream_addr\"';\n\
-                 \x20   access_log {d}/access.log fleet;\n{site}\n}}\n"
+                 \x20   access_log {d}/access.log fleet;\n\
+                 \x20   add_header X-Toolgate-Replica $upstream_addr always;\n{site}\n}}\n"
             );
             let path = dir.join("nginx.conf");
             std::fs::write(&path, conf).unwrap();
@@ -176,7 +177,9 @@ fn valid(arguments: &str) -> Result<(), String> {
 }
 
 /// One request through the router: forced call, streamed or not; the call checked.
-fn one(base: &str, i: usize) -> Result<(), String> {
+/// Returns the replica that answered (nginx's `X-Toolgate-Replica`, the last upstream
+/// it tried).
+fn one(base: &str, i: usize) -> Result<String, String> {
     let stream = i % 2 == 0;
     let city = ["Paris", "Oslo", "Rome", "Lima"][i % 4];
     let req = json!({"messages": [{"role": "user", "content": format!("Weather in {city} for {} days?", i % 9 + 1)}],
@@ -184,6 +187,13 @@ fn one(base: &str, i: usize) -> Result<(), String> {
     let mut r =
         agent().post(format!("{base}/v1/chat/completions")).send_json(&req).map_err(|e| format!("request {i}: {e}"))?;
     let status = r.status().as_u16();
+    let replica = r
+        .headers()
+        .get("x-toolgate-replica")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.rsplit(", ").next())
+        .unwrap_or_default()
+        .to_string();
     if !stream || status != 200 {
         let text = r.body_mut().read_to_string().map_err(|e| format!("request {i}: {e}"))?;
         if status != 200 {
@@ -192,7 +202,7 @@ fn one(base: &str, i: usize) -> Result<(), String> {
         let v: Value = serde_json::from_str(&text).map_err(|e| format!("request {i}: {e}: {text}"))?;
         let calls = v["choices"][0]["message"]["tool_calls"].as_array().cloned().unwrap_or_default();
         let first = calls.first().ok_or_else(|| format!("request {i}: no call: {text}"))?;
-        return valid(first["function"]["arguments"].as_str().unwrap_or_default());
+        return valid(first["function"]["arguments"].as_str().unwrap_or_default()).map(|()| replica);
     }
     let mut arguments = String::new();
     let mut done = false;
@@ -213,21 +223,108 @@ fn one(base: &str, i: usize) -> Result<(), String> {
     if !done {
         return Err(format!("request {i}: the stream ended without [DONE]"));
     }
-    valid(&arguments)
+    valid(&arguments).map(|()| replica)
+}
+
+/// Three replicas of SmolLM2 (`--parallel 2`, `--drain-seconds 2`); the first is the
+/// one drained, the second the one killed.
+struct Fleet {
+    replicas: Vec<Server>,
+}
+
+/// What happened to one request: when it started and ended (epoch seconds), the replica
+/// that answered it (`host:port`, where the router says), and its error.
+struct Outcome {
+    start: f64,
+    end: f64,
+    answered_by: Option<String>,
+    result: Result<(), String>,
+}
+
+/// When the fleet was disrupted, and what the killed replica held just before.
+struct Disruption {
+    at: f64,
+    held: usize,
+}
+
+impl Fleet {
+    fn start() -> Fleet {
+        let flags = ["--tool-fallback", "generic", "--parallel", "2", "--drain-seconds", "2"];
+        Fleet { replicas: (0..3).map(|_| start(&flags)).collect() }
+    }
+
+    /// The replicas' `host:port`.
+    fn addrs(&self) -> Vec<String> {
+        self.replicas.iter().map(|s| s.base.trim_start_matches("http://").to_string()).collect()
+    }
+
+    /// Drain the first replica (SIGTERM) and kill the second (SIGKILL).
+    fn disrupt(&mut self) -> Disruption {
+        let metrics =
+            agent().get(format!("{}/metrics", self.replicas[1].base)).call().unwrap().body_mut().read_to_string();
+        let held = metrics
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("toolgate_queue_depth ")?.parse::<f64>().ok());
+        let at = now();
+        self.replicas[1].kill();
+        self.replicas[0].send_term();
+        Disruption { at, held: held.expect("the killed replica's queue depth") as usize }
+    }
+
+    /// The checks both routers must pass, after the load: every request came back; what
+    /// failed was in flight on the killed replica (started before the kill, no more than
+    /// it held: a request or two may have reached it after the scrape); the drained
+    /// replica finished what it held and exited; once its drain was over, the router
+    /// answered nothing from either; the replica left running took its share.
+    fn check(&mut self, router: &str, outcomes: &[Outcome], d: &Disruption) {
+        let addrs = self.addrs();
+        let (drained, killed) = (&addrs[0], &addrs[1]);
+        let failed: Vec<&Outcome> = outcomes.iter().filter(|o| o.result.is_err()).collect();
+        let mut share: BTreeMap<String, usize> = BTreeMap::new();
+        for o in outcomes.iter().filter(|o| o.result.is_ok()) {
+            *share.entry(o.answered_by.clone().unwrap_or_default()).or_default() += 1;
+        }
+        let name = |a: &str| match a {
+            a if a == drained => "drained",
+            a if a == killed => "killed",
+            _ => "kept",
+        };
+        eprintln!(
+            "fleet behind {router}: {} requests from {CLIENTS} clients: {} ok, {} failed; the killed replica held {} \
+             when killed; answered by {}",
+            outcomes.len(),
+            outcomes.len() - failed.len(),
+            failed.len(),
+            d.held,
+            share.iter().map(|(a, n)| format!("{} {a}: {n}", name(a))).collect::<Vec<_>>().join(", ")
+        );
+        assert_eq!(outcomes.len(), REQUESTS);
+        for o in &failed {
+            assert!(o.start < d.at, "a request started after the kill failed: {:?}", o.result);
+        }
+        let errors: Vec<_> = failed.iter().map(|o| &o.result).collect();
+        assert!(failed.len() <= d.held + 2, "{} failed, the killed replica held {}: {errors:?}", failed.len(), d.held);
+        let exited = self.replicas[0].wait_exit(Duration::from_secs(60));
+        assert!(exited.is_some(), "the drained replica did not exit");
+        let after = d.at + DRAIN.as_secs_f64() + 1.0;
+        let late: Vec<&Outcome> = outcomes.iter().filter(|o| o.start > after).collect();
+        assert!(!late.is_empty(), "no request came after the drain: the test did not check the rotation");
+        for o in &late {
+            let by = o.answered_by.as_deref().unwrap_or_default();
+            assert!(by != drained && by != killed, "{by} answered at {} after it was gone", o.end);
+        }
+        assert!(share.iter().any(|(a, n)| name(a) == "kept" && *n > REQUESTS / 3), "{share:?}");
+    }
 }
 
 #[test]
 fn a_fleet_behind_nginx_loses_only_what_the_killed_replica_held() {
-    let flags = ["--tool-fallback", "generic", "--parallel", "2", "--drain-seconds", "2"];
-    let mut replicas: Vec<Server> = (0..3).map(|_| start(&flags)).collect();
-    let addrs: Vec<String> = replicas.iter().map(|s| s.base.trim_start_matches("http://").to_string()).collect();
-    let nginx = Nginx::start(&addrs);
-    let (drained, killed) = (addrs[0].clone(), addrs[1].clone());
-
+    let mut fleet = Fleet::start();
+    let nginx = Nginx::start(&fleet.addrs());
     let next = Arc::new(AtomicUsize::new(0));
     let finished = Arc::new(AtomicUsize::new(0));
-    // (start time, end time, outcome) of every request.
-    let outcomes: Arc<Mutex<Vec<(f64, f64, Result<(), String>)>>> = Arc::default();
+    let outcomes: Arc<Mutex<Vec<Outcome>>> = Arc::default();
     let clients: Vec<_> = (0..CLIENTS)
         .map(|_| {
             let (next, finished, outcomes, base) =
@@ -237,79 +334,87 @@ fn a_fleet_behind_nginx_loses_only_what_the_killed_replica_held() {
                 if i >= REQUESTS {
                     return;
                 }
-                let t = now();
-                let outcome = one(&base, i);
-                outcomes.lock().unwrap().push((t, now(), outcome));
+                let start = now();
+                let (answered_by, result) = match one(&base, i) {
+                    Ok(replica) => (Some(replica), Ok(())),
+                    Err(e) => (None, Err(e)),
+                };
+                outcomes.lock().unwrap().push(Outcome { start, end: now(), answered_by, result });
                 finished.fetch_add(1, Ordering::SeqCst);
             })
         })
         .collect();
-
     // A third of the way in: drain one replica, kill another.
     let deadline = Instant::now() + Duration::from_secs(600);
     while finished.load(Ordering::SeqCst) < REQUESTS / 3 {
         assert!(Instant::now() < deadline, "the load did not get a third of the way in 10 minutes");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let metrics = agent().get(format!("{}/metrics", replicas[1].base)).call().unwrap().body_mut().read_to_string();
-    let held =
-        metrics.unwrap_or_default().lines().find_map(|l| l.strip_prefix("toolgate_queue_depth ")?.parse::<f64>().ok());
-    let t_kill = now();
-    replicas[1].kill();
-    replicas[0].send_term();
+    let d = fleet.disrupt();
     for c in clients {
         c.join().unwrap();
     }
-    let drained_exit = replicas[0].wait_exit(Duration::from_secs(60));
-
-    let outcomes = outcomes.lock().unwrap();
-    let failed: Vec<&(f64, f64, Result<(), String>)> = outcomes.iter().filter(|o| o.2.is_err()).collect();
     let log = nginx.log();
     let retried = log.iter().filter(|l| l.3.len() > 1).count();
-    let mut share: BTreeMap<String, usize> = BTreeMap::new();
-    for l in log.iter().filter(|l| l.2 == 200) {
-        *share.entry(l.3.last().cloned().unwrap_or_default()).or_default() += 1;
+    let outcomes = outcomes.lock().unwrap();
+    eprintln!("fleet behind nginx: {retried} requests retried on another replica");
+    fleet.check("nginx", &outcomes, &d);
+    // nginx tried each gone replica at most once after the drain (the failure that
+    // took it out of the rotation).
+    let addrs = fleet.addrs();
+    let after = d.at + DRAIN.as_secs_f64() + 1.0;
+    for a in &addrs[..2] {
+        let tried = log.iter().filter(|l| l.0 - l.1 > after && l.3.contains(a)).count();
+        assert!(tried <= 1, "nginx tried {a} {tried} times after it was gone");
     }
-    let name = |a: &str| match a {
-        a if a == drained => "drained",
-        a if a == killed => "killed",
-        _ => "kept",
-    };
-    eprintln!(
-        "fleet: {} requests from {CLIENTS} clients through nginx: {} ok, {} failed, {retried} retried on another \
-         replica; the killed replica held {held:?} when killed; answered by {}",
-        outcomes.len(),
-        outcomes.len() - failed.len(),
-        failed.len(),
-        share.iter().map(|(a, n)| format!("{} {a}: {n}", name(a))).collect::<Vec<_>>().join(", ")
-    );
-    let errors: Vec<_> = log.iter().filter(|l| l.2 != 200).collect();
-    eprintln!("fleet: kill at {t_kill:.3}; answers other than 200 in nginx's log: {errors:?}");
-    assert_eq!(outcomes.len(), REQUESTS);
-    // What failed was in flight on the killed replica: started before the kill, and
-    // no more than it held (a request or two may have reached it after the scrape).
-    for (start, _, outcome) in &failed {
-        assert!(*start < t_kill, "a request started after the kill failed: {outcome:?}");
+}
+
+/// The same fleet, load and disruption behind LiteLLM's router (`litellm.Router`,
+/// least-busy, a deployment out for 30 s after a failure, retries on another), driven
+/// by `tests/fleet/litellm_router.py` in the test virtualenv.
+#[test]
+fn a_fleet_behind_litellm_loses_only_what_the_killed_replica_held() {
+    let mut fleet = Fleet::start();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fleet/litellm_router.py");
+    let mut child = Command::new(crate::sdk::python())
+        .arg(&script)
+        .args([REQUESTS.to_string(), CLIENTS.to_string()])
+        .args(fleet.replicas.iter().map(|s| s.base.clone()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut disruption = None;
+    let mut report = None;
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if line == "third" {
+            disruption = Some(fleet.disrupt());
+        } else if line.starts_with('[') {
+            report = Some(line);
+        }
     }
-    let held = held.expect("the killed replica's queue depth") as usize;
-    assert!(failed.len() <= held + 2, "{} failed, the killed replica held {held}: {failed:?}", failed.len());
-    // The drained replica finished what it held and exited.
-    let exited = drained_exit.expect("the drained replica did not exit");
-    assert!(exited < Duration::from_secs(60));
-    // The router stopped routing to both: once the drain was over, no request was
-    // answered by either, and each was tried at most once more (the failure that took
-    // it out of the rotation).
-    let after = t_kill + DRAIN.as_secs_f64() + 1.0;
-    let late: Vec<_> = log.iter().filter(|l| l.0 - l.1 > after).collect();
-    let answered_by = |a: &str| late.iter().filter(|l| l.2 == 200 && l.3.last().is_some_and(|u| u == a)).count();
-    assert_eq!((answered_by(&drained), answered_by(&killed)), (0, 0), "{late:?}");
-    for a in [&drained, &killed] {
-        let tried = late.iter().filter(|l| l.3.contains(a)).count();
-        assert!(tried <= 1, "nginx tried {a} {tried} times after it was gone: {late:?}");
-    }
-    assert!(!late.is_empty(), "no request came after the drain: the test did not check the rotation");
-    // The replica left running answered its share before and after.
-    assert!(share.iter().any(|(a, n)| name(a) == "kept" && *n > REQUESTS / 3), "{share:?}");
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{} failed: {status}", script.display());
+    let d = disruption.expect("the script never reached a third of its requests");
+    let rows: Vec<Value> = serde_json::from_str(&report.expect("the script printed no report")).unwrap();
+    let outcomes: Vec<Outcome> = rows
+        .iter()
+        .map(|r| Outcome {
+            start: r["start"].as_f64().unwrap_or_default(),
+            end: r["end"].as_f64().unwrap_or_default(),
+            // `http://127.0.0.1:PORT/v1` → `127.0.0.1:PORT`
+            answered_by: r["base"]
+                .as_str()
+                .map(|b| b.trim_start_matches("http://").trim_end_matches("/v1").to_string()),
+            result: match r["error"].as_str() {
+                None => Ok(()),
+                Some(e) => Err(e.to_string()),
+            },
+        })
+        .collect();
+    fleet.check("LiteLLM", &outcomes, &d);
 }
 
 /// `deploy/kubernetes/`: the core manifests validate against Kubernetes' own schemas
