@@ -180,7 +180,7 @@ fn valid(arguments: &str) -> Result<(), String> {
 /// Returns the replica that answered (nginx's `X-Toolgate-Replica`, the last upstream
 /// it tried).
 fn one(base: &str, i: usize) -> Result<String, String> {
-    let stream = i % 2 == 0;
+    let stream = i.is_multiple_of(2);
     let city = ["Paris", "Oslo", "Rome", "Lima"][i % 4];
     let req = json!({"messages": [{"role": "user", "content": format!("Weather in {city} for {} days?", i % 9 + 1)}],
         "tools": tools(), "tool_choice": "required", "max_tokens": 96, "temperature": 0, "stream": stream});
@@ -243,9 +243,15 @@ struct Outcome {
 
 /// When the fleet was disrupted, and what the killed replica held just before.
 struct Disruption {
+    /// Just before the kill.
     at: f64,
+    /// Just after the drained replica got SIGTERM: its drain ends [`DRAIN`] later.
+    drain_from: f64,
     held: usize,
 }
+
+/// One fleet at a time: two (six replicas) on a 2-core machine slow each other 4×.
+static ONE_FLEET: Mutex<()> = Mutex::new(());
 
 impl Fleet {
     fn start() -> Fleet {
@@ -269,7 +275,7 @@ impl Fleet {
         let at = now();
         self.replicas[1].kill();
         self.replicas[0].send_term();
-        Disruption { at, held: held.expect("the killed replica's queue depth") as usize }
+        Disruption { at, drain_from: now(), held: held.expect("the killed replica's queue depth") as usize }
     }
 
     /// The checks both routers must pass, after the load: every request came back; what
@@ -277,7 +283,7 @@ impl Fleet {
     /// it held: a request or two may have reached it after the scrape); the drained
     /// replica finished what it held and exited; once its drain was over, the router
     /// answered nothing from either; the replica left running took its share.
-    fn check(&mut self, router: &str, outcomes: &[Outcome], d: &Disruption) {
+    fn check(&mut self, router: &str, outcomes: &[Outcome], d: &Disruption, retried: Option<usize>) {
         let addrs = self.addrs();
         let (drained, killed) = (&addrs[0], &addrs[1]);
         let failed: Vec<&Outcome> = outcomes.iter().filter(|o| o.result.is_err()).collect();
@@ -290,15 +296,22 @@ impl Fleet {
             a if a == killed => "killed",
             _ => "kept",
         };
-        eprintln!(
-            "fleet behind {router}: {} requests from {CLIENTS} clients: {} ok, {} failed; the killed replica held {} \
+        let line = format!(
+            "fleet behind {router}: {} requests from {CLIENTS} clients: {} ok, {} failed{}; the killed replica held {} \
              when killed; answered by {}",
             outcomes.len(),
             outcomes.len() - failed.len(),
             failed.len(),
+            retried.map(|n| format!(", {n} retried on another replica")).unwrap_or_default(),
             d.held,
             share.iter().map(|(a, n)| format!("{} {a}: {n}", name(a))).collect::<Vec<_>>().join(", ")
         );
+        eprintln!("{line}");
+        // scripts/test prints this file after the suite (a passing test's output is not shown).
+        let report = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("fleet-report.txt");
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(report) {
+            let _ = std::io::Write::write_all(&mut f, format!("{line}\n").as_bytes());
+        }
         assert_eq!(outcomes.len(), REQUESTS);
         for o in &failed {
             assert!(o.start < d.at, "a request started after the kill failed: {:?}", o.result);
@@ -307,7 +320,7 @@ impl Fleet {
         assert!(failed.len() <= d.held + 2, "{} failed, the killed replica held {}: {errors:?}", failed.len(), d.held);
         let exited = self.replicas[0].wait_exit(Duration::from_secs(60));
         assert!(exited.is_some(), "the drained replica did not exit");
-        let after = d.at + DRAIN.as_secs_f64() + 1.0;
+        let after = d.drain_from + DRAIN.as_secs_f64() + 1.0;
         let late: Vec<&Outcome> = outcomes.iter().filter(|o| o.start > after).collect();
         assert!(!late.is_empty(), "no request came after the drain: the test did not check the rotation");
         for o in &late {
@@ -320,6 +333,7 @@ impl Fleet {
 
 #[test]
 fn a_fleet_behind_nginx_loses_only_what_the_killed_replica_held() {
+    let _one = ONE_FLEET.lock().unwrap_or_else(|p| p.into_inner());
     let mut fleet = Fleet::start();
     let nginx = Nginx::start(&fleet.addrs());
     let next = Arc::new(AtomicUsize::new(0));
@@ -357,15 +371,20 @@ fn a_fleet_behind_nginx_loses_only_what_the_killed_replica_held() {
     let log = nginx.log();
     let retried = log.iter().filter(|l| l.3.len() > 1).count();
     let outcomes = outcomes.lock().unwrap();
-    eprintln!("fleet behind nginx: {retried} requests retried on another replica");
-    fleet.check("nginx", &outcomes, &d);
+    fleet.check("nginx", &outcomes, &d, Some(retried));
     // nginx tried each gone replica at most once after the drain (the failure that
-    // took it out of the rotation).
+    // took it out of the rotation), and once more per `fail_timeout` (30 s) after that.
     let addrs = fleet.addrs();
-    let after = d.at + DRAIN.as_secs_f64() + 1.0;
+    let after = d.drain_from + DRAIN.as_secs_f64() + 1.0;
+    let last = log.iter().map(|l| l.0 - l.1).fold(after, f64::max);
+    let allowed = 1 + ((last - after) / 30.0) as usize;
     for a in &addrs[..2] {
-        let tried = log.iter().filter(|l| l.0 - l.1 > after && l.3.contains(a)).count();
-        assert!(tried <= 1, "nginx tried {a} {tried} times after it was gone");
+        let tried: Vec<String> = log
+            .iter()
+            .filter(|l| l.0 - l.1 > after && l.3.contains(a))
+            .map(|l| format!("{:.2}+{:.2}s {} {:?}", l.0 - l.1 - d.at, l.1, l.2, l.3))
+            .collect();
+        assert!(tried.len() <= allowed, "nginx tried {a} {} times after it was gone: {tried:?}", tried.len());
     }
 }
 
@@ -374,6 +393,7 @@ fn a_fleet_behind_nginx_loses_only_what_the_killed_replica_held() {
 /// by `tests/fleet/litellm_router.py` in the test virtualenv.
 #[test]
 fn a_fleet_behind_litellm_loses_only_what_the_killed_replica_held() {
+    let _one = ONE_FLEET.lock().unwrap_or_else(|p| p.into_inner());
     let mut fleet = Fleet::start();
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fleet/litellm_router.py");
     let mut child = Command::new(crate::sdk::python())
@@ -414,7 +434,7 @@ fn a_fleet_behind_litellm_loses_only_what_the_killed_replica_held() {
             },
         })
         .collect();
-    fleet.check("LiteLLM", &outcomes, &d);
+    fleet.check("LiteLLM", &outcomes, &d, None);
 }
 
 /// `deploy/kubernetes/`: the core manifests validate against Kubernetes' own schemas
