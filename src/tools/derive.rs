@@ -305,6 +305,8 @@ struct Found {
     body: Body,
     /// The spelling of tagged parameters, for that dialect.
     tags: Option<ParamTags>,
+    /// The string quote of the Gemma dialect, where it is not Gemma 4's.
+    quote: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -356,7 +358,7 @@ fn find_call(out: &str, from: usize, i: usize, ids: &[&str; 2]) -> Result<Found,
             let key_at = |k: &str| out[p..end].find(&format!("\"{k}\"")).unwrap_or(usize::MAX);
             let id_first = !id_key.is_empty() && key_at(&id_key) < key_at(&name_key);
             let body = Body::Json { name_key, arguments_key, id_key, id_value, id_first, ours };
-            return Ok(Found { start: p, end, body, tags: None });
+            return Ok(Found { start: p, end, body, tags: None, quote: String::new() });
         }
     }
     // The name, then the arguments in one of the dialects.
@@ -374,8 +376,15 @@ fn find_call(out: &str, from: usize, i: usize, ids: &[&str; 2]) -> Result<Found,
                 return Ok(name_then(out, n, after, after + open, end, ArgsDialect::Json));
             }
         }
-        if let Some(close) = closers(open, '}').find(|&c| same(gemma4::to_json(&rest[open..c]))) {
-            return Ok(name_then(out, n, after, after + open, after + close, ArgsDialect::Gemma4));
+        if let Some(quote) = gemma_quote(&rest[open..], i) {
+            let read = |c: usize| gemma4::to_json(&rest[open..c], quote);
+            if let Some(close) = closers(open, '}').find(|&c| same(read(c))) {
+                let mut found = name_then(out, n, after, after + open, after + close, ArgsDialect::Gemma4);
+                if quote != gemma4::QUOTE {
+                    found.quote = quote.to_string();
+                }
+                return Ok(found);
+            }
         }
     }
     if let Some(open) = rest.find('(') {
@@ -400,9 +409,21 @@ fn find_call(out: &str, from: usize, i: usize, ids: &[&str; 2]) -> Result<Found,
     ))
 }
 
+/// The token Gemma-style arguments (`{xa_q:Qvq_alphaQ,…}`, `args` from their `{`)
+/// quote the probe's string with: the text between the key's `:` and the value, the
+/// same after it, shaped as a control token (`<|"|>`, `<escape>`).
+fn gemma_quote(args: &str, i: usize) -> Option<&str> {
+    let value = probe_arguments(i)["xa_q"].as_str()?.to_string();
+    let from = args.find("xa_q:")? + "xa_q:".len();
+    let quote = &args[from..from + args[from..].find(&value)?];
+    let token = quote.len() > 2 && quote.starts_with('<') && quote.ends_with('>');
+    let closed = args[from + quote.len() + value.len()..].starts_with(quote);
+    (token && closed && !quote.contains(char::is_whitespace)).then_some(quote)
+}
+
 fn name_then(out: &str, name_at: usize, after: usize, args_at: usize, end: usize, dialect: ArgsDialect) -> Found {
     let name_end = out[after..args_at].to_string();
-    Found { start: name_at, end, body: Body::NameThen { name_at, name_end, dialect }, tags: None }
+    Found { start: name_at, end, body: Body::NameThen { name_at, name_end, dialect }, tags: None, quote: String::new() }
 }
 
 /// Tagged parameters after a name (`rest`), read off the probe arguments' positions:
@@ -624,6 +645,7 @@ fn read_layout(r: &Renders, one: &str) -> Result<Derivation, String> {
             f.name_end = name_end.clone();
             // Python's `repr` quotes strings with `'`: `city='vq_alpha'`.
             f.single_quotes = *dialect == ArgsDialect::Python && one[c1.start..c1.end].contains("'vq_alpha'");
+            f.string_quote = c1.quote.clone();
             if *dialect == ArgsDialect::XmlParameters {
                 f.params = c1.tags.clone();
                 f.name_end = f.name_end.trim_end().to_string();
@@ -732,12 +754,16 @@ pub fn summary(f: &ToolFormat) -> String {
         KeyOrder::Schema => "",
         KeyOrder::Sorted => " (keys sorted)",
     };
+    let quote = match f.string_quote.as_str() {
+        "" => String::new(),
+        q => format!(" (strings between {q})"),
+    };
     let id = match f.id_slot {
         IdSlot::None => String::new(),
         IdSlot::AfterName => format!(", a call id {} after the name", f.id_pattern),
         IdSlot::BeforeName => format!(", a call id {} before the name", f.id_pattern),
     };
-    format!("{:?} body, {:?} arguments{spacing}{keys}, {}{id}", f.body, f.dialect, parts.join(", "))
+    format!("{:?} body, {:?} arguments{spacing}{quote}{keys}, {}{id}", f.body, f.dialect, parts.join(", "))
 }
 
 /// `(separator, rest)` when two name ends hold the two calls' ids, `ids`, between the

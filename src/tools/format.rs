@@ -112,8 +112,9 @@ pub enum ArgsDialect {
     /// RFC 8259 JSON, passed to the client as written.
     #[default]
     Json,
-    /// Gemma 4's native syntax (`{city:<|"|>Paris<|"|>,n:2}`), converted to JSON for
-    /// the client (`tools::dialect::gemma4`).
+    /// Gemma's native syntax (`{city:<|"|>Paris<|"|>,n:2}`; the quote token is
+    /// [`ToolFormat::string_quote`]), converted to JSON for the client
+    /// (`tools::dialect::gemma4`).
     Gemma4,
     /// Tagged parameters: Qwen3-Coder's `<parameter=city>\nParis\n</parameter>`… then
     /// `</function>` by default, or the spelling in [`ToolFormat::params`] (GLM's
@@ -263,6 +264,11 @@ pub struct ToolFormat {
     /// `repr` does (`city='Oslo'`: LFM2.5), not double quotes (`city="Oslo"`).
     #[serde(default)]
     pub single_quotes: bool,
+    /// The control token the [`ArgsDialect::Gemma4`] dialect puts around strings
+    /// (`""`: Gemma 4's `<|"|>`); FunctionGemma's templates quote with `<escape>`
+    /// (`{city:<escape>Oslo<escape>}`). See [`Self::gemma_quote`].
+    #[serde(default)]
+    pub string_quote: String,
     /// What the JSON of a call (a JSON body's members, [`ArgsDialect::Json`]
     /// arguments) writes after `:` and `,`: [`Spacing::Optional`] (the default) lets
     /// the model choose; a derived layout takes the spelling its template renders
@@ -324,10 +330,26 @@ impl ToolFormat {
             id_first: false,
             call_ids: CallIds::Openai,
             single_quotes: false,
+            string_quote: String::new(),
             spacing: Spacing::Optional,
             key_order: KeyOrder::Schema,
             nested_function: false,
             params: None,
+        }
+    }
+
+    /// The quote token of [`ArgsDialect::Gemma4`] strings: [`Self::string_quote`], or
+    /// Gemma 4's `<|"|>` where that is empty.
+    ///
+    /// ```
+    /// let f = toolgate::tools::format::for_family("gemma4")?.unwrap();
+    /// assert_eq!(f.gemma_quote(), "<|\"|>");
+    /// # Ok::<(), toolgate::Error>(())
+    /// ```
+    pub fn gemma_quote(&self) -> &str {
+        match self.string_quote.as_str() {
+            "" => crate::tools::dialect::gemma4::QUOTE,
+            q => q,
         }
     }
 
@@ -414,6 +436,9 @@ impl ToolFormat {
         }
         if self.single_quotes && self.dialect != ArgsDialect::Python {
             return Err("`single_quotes` belongs to the python dialect".into());
+        }
+        if !self.string_quote.is_empty() && self.dialect != ArgsDialect::Gemma4 {
+            return Err("`string_quote` belongs to the gemma4 dialect".into());
         }
         if !self.name_prefix.is_empty() && self.body != BodyKind::NameThenArguments {
             return Err("`name_prefix` belongs to a name_then_arguments body".into());

@@ -212,7 +212,7 @@ pub fn marker_bytes(text: &str, tok: &Tokenizer) -> Vec<u8> {
 /// # Errors
 /// [`Error::InvalidParameter`] naming the missing token.
 pub fn check_vocabulary(f: &ToolFormat, tok: &Tokenizer) -> Result<()> {
-    for &token in f.dialect.syntax().control_tokens() {
+    for token in f.dialect.syntax().control_tokens(f) {
         if marker_pieces(token, tok) != [(true, token)] {
             return Err(Error::InvalidParameter {
                 name: "tools",

@@ -734,6 +734,45 @@ fn layouts_write_argument_keys_in_the_order_their_template_prints_them() {
     assert!(sorting.iter().any(|n| n.contains("gemma-4")), "{sorting:?}");
 }
 
+/// A template that quotes strings with a control token of its own — FunctionGemma's
+/// `<escape>` where Gemma 4 has `<|"|>` (`tests/fixtures/templates/
+/// functiongemma-style.jinja`, a look-alike of ours) — gets Gemma's dialect with that
+/// quote, read off the template: the parser reads the calls it renders, and the
+/// grammar writes strings between that token, as a control token (never as text, and
+/// never Gemma 4's).
+#[test]
+fn a_string_quote_token_is_read_off_the_template() {
+    use toolgate::tools::format::{ArgsDialect, KeyOrder};
+    let source = crate::common::fixture_text("templates/functiongemma-style.jinja");
+    let t = ChatTemplate::new("functiongemma-style", source.clone()).unwrap();
+    let setup = inspect(&GgufTemplates { default: Some(source), tool_use: None }, None, None).unwrap();
+    assert_eq!((setup.layout.origin, setup.layout.round_trip.as_str()), (Origin::Derived, "passed"));
+    let f = setup.layout.format.as_ref().unwrap();
+    assert_eq!(
+        (f.dialect, f.string_quote.as_str(), f.gemma_quote(), f.key_order),
+        (ArgsDialect::Gemma4, "<escape>", "<escape>", KeyOrder::Sorted)
+    );
+    assert_eq!((f.call_start.as_str(), f.call_end.as_str()), ("<start_function_call>call:", "<end_function_call>"));
+    let tools = unsorted_tool();
+    let text = rendered_call(&t, "<start_function_call>", "<end_function_call>", &[]);
+    let text = String::from_utf8(text).unwrap();
+    assert_eq!(
+        text,
+        "<start_function_call>call:get_weather{City:<escape>Oslo<escape>,days:3,unit:<escape>c<escape>}<end_function_call>"
+    );
+    let want = json!({"unit": "c", "City": "Oslo", "days": 3});
+    assert_eq!(read_every_way(f, &tools, &text), vec![("get_weather".to_string(), want)]);
+    let g = calls_grammar_plain(f, &tools, &ToolChoice::Required, true).unwrap().compile().unwrap();
+    let generated = rendered_call(&t, "<start_function_call>", "<end_function_call>", &["<escape>"]);
+    assert!(g.matches(&generated), "{}", String::from_utf8_lossy(&generated));
+    assert!(!g.matches(text.as_bytes()), "the quote spelled as text is not the control token");
+    let gemma4 = String::from_utf8_lossy(&generated).replace("<escape>", "<|\"|>");
+    assert!(!g.matches(gemma4.as_bytes()), "Gemma 4's quote is not this template's");
+    // The gemma4 override keeps Gemma 4's quote.
+    let gemma4 = toolgate::tools::format::for_family("gemma4").unwrap().unwrap();
+    assert_eq!((gemma4.string_quote.as_str(), gemma4.gemma_quote()), ("", "<|\"|>"));
+}
+
 /// A layout of this test's own with the call's id between the call start and the
 /// name, as Solar Open's template writes it; each turn ends with `<|turn_end|>`.
 const ID_BEFORE_NAME_STYLE: &str = r#"{%- for m in messages -%}

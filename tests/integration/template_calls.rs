@@ -26,8 +26,11 @@ const KNOWN_GAPS: &[(&str, &str)] = &[
     // requests with tools are refused with this reason (it used to get Hermes's,
     // unchecked, which reads none of these calls).
     ("/MiniMax-M3.jinja", "are in no layout toolgate reads"),
-    // `{key:<escape>value<escape>}`: Gemma 4's dialect with another quote token, every
-    // value quoted.
+    // vLLM's FunctionGemma example prints every value between `<escape>`s as Jinja
+    // prints it (`days:<escape>3<escape>`, `True`, a dict's Python repr): a number
+    // quoted like a string. The quote token itself is derived (FunctionGemma-style
+    // templates that quote strings only read back: `format_derivation::
+    // a_string_quote_token_is_read_off_the_template`).
     ("/tool_chat_template_functiongemma.jinja", "no layout"),
     // Python calls the template spells unlike Python: no comma between arguments
     // (gemma3), bare-word strings (llama3.2, ToolACE), every value a string (llama4).

@@ -146,14 +146,15 @@ fn smollm2_tokenizer() -> Tokenizer {
     Tokenizer::from_gguf(&gguf).unwrap()
 }
 
-/// The bytes the constraint sees for `text`: Gemma 4's string quote is a control
-/// token, which the grammar spells `0xFF<|"|>` (no vocabulary here has the other
-/// markers as control tokens, so they stay text).
+/// The bytes the constraint sees for `text`: Gemma's string quote is a control token,
+/// which the grammar spells `0xFF<|"|>` (no vocabulary here has the other markers as
+/// control tokens, so they stay text).
 fn constraint_bytes(fmt: &ToolFormat, text: &str) -> Vec<u8> {
     match fmt.dialect {
         ArgsDialect::Json | ArgsDialect::XmlParameters | ArgsDialect::Python => text.as_bytes().to_vec(),
         ArgsDialect::Gemma4 => {
-            text.replace("<|\"|>", "\u{0}<|\"|>").bytes().map(|b| if b == 0 { 0xFF } else { b }).collect()
+            let quote = fmt.gemma_quote();
+            text.replace(quote, &format!("\u{0}{quote}")).bytes().map(|b| if b == 0 { 0xFF } else { b }).collect()
         }
     }
 }
@@ -327,6 +328,36 @@ fn smollm2_writes_valid_calls_in_every_family_layout_under_the_constraint() {
     // The DeepSeek V3.1 and R1-distill templates never render the tool list (llama.cpp
     // reports supports_tools=false for them too); every other family runs on real weights.
     assert_eq!(missing, [&"deepseek-r1", &"deepseek-v3.1"], "refused: {refused:?}");
+}
+
+/// Gemma 3 270M given FunctionGemma's control tokens and a FunctionGemma-style
+/// template of ours (`scripts/fetch-models gemma3-fg`): the layout comes from its own
+/// template (strings quoted with `<escape>`), a constrained call writes that quote as
+/// the vocabulary's one control token, and reads back as JSON arguments that validate.
+/// The model was never trained on these tokens: the constraint alone writes them.
+#[test]
+fn a_derived_quote_token_is_generated_as_the_vocabularys_control_token() {
+    let mut engine = Engine::load(common::model(common::GEMMA3_FG), DeviceChoice::Cpu).unwrap();
+    let templates = GgufTemplates::from_gguf(engine.gguf()).unwrap();
+    let setup = gate("gemma3-fg", &templates, Some("gemma3"), None, ToolFallback::None).unwrap();
+    let f = setup.layout.format.clone().unwrap();
+    assert_eq!((f.dialect, f.gemma_quote()), (ArgsDialect::Gemma4, "<escape>"));
+    let tools: Vec<Tool> = serde_json::from_value(json!([{"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo", "Rome"]},
+            "days": {"type": "integer", "minimum": 1, "maximum": 9}}, "required": ["city", "days"]}}}]))
+    .unwrap();
+    let msgs = vec![json!({"role": "user", "content": "What is the weather in Paris for 3 days?"})];
+    let params = GenerateParams { max_tokens: 64, logprobs: Some(0), ..GenerateParams::default() };
+    let turn =
+        tool_turn(&mut engine, &setup, msgs, &tools, &ToolChoice::Required, false, ToolMode::Constrained, &params)
+            .unwrap();
+    assert_eq!((turn.finish_reason, turn.parse_failures, turn.tool_calls.len()), ("tool_calls", 0, 1), "{turn:?}");
+    let args: Value = serde_json::from_str(&turn.tool_calls[0].function.arguments).unwrap();
+    let v = jsonschema::validator_for(&tools[0].function.parameters).unwrap();
+    assert!(v.is_valid(&args), "{args}");
+    // The city's two quotes, each the one `<escape>` token.
+    let escape = engine.tokenizer().token_id("<escape>").unwrap();
+    assert_eq!(turn.logprobs.iter().filter(|l| l.token == escape).count(), 2, "{:?}", turn.logprobs);
 }
 
 /// `--tool-format` picks any family that has a format file; an unknown one is an error

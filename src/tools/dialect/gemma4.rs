@@ -1,51 +1,75 @@
-//! Gemma 4's native argument syntax (`{city:<|"|>Oslo<|"|>,days:3}`): bare keys,
-//! strings between a control token, JSON's numbers and constants.
+//! Gemma's native argument syntax (`{city:<|"|>Oslo<|"|>,days:3}`): bare keys,
+//! strings between a control token (Gemma 4's `<|"|>`, FunctionGemma's `<escape>`:
+//! [`ToolFormat::string_quote`]), JSON's numbers and constants.
 
 use std::collections::HashSet;
 
 use regex_syntax::escape;
 use serde_json::Value;
 
-use super::literals::{LiteralReader, Literals, QUOTE};
+use super::literals::LiteralReader;
+pub use super::literals::QUOTE;
 use super::scan::Brackets;
 use super::{ArgsSyntax, Extent, ValueScan};
 use crate::grammar::ir::Node;
 use crate::grammar::part::Built;
 use crate::grammar::regex::{key_except, to_rules_part, Dialect};
 use crate::grammar::rules::Rules;
+use crate::tokenizer::SPECIAL_PREFIX;
 use crate::tools::format::ToolFormat;
 
-/// Gemma 4 arguments ([`crate::tools::format::ArgsDialect::Gemma4`]), and the
-/// [`Dialect`] that spells their values: bare keys, strings between `<|"|>`
-/// control tokens, JSON's numbers and constants.
+/// Gemma's arguments ([`crate::tools::format::ArgsDialect::Gemma4`]): bare keys,
+/// strings between the layout's quote token ([`ToolFormat::gemma_quote`]), JSON's
+/// numbers and constants. Their values are spelled by [`GemmaValues`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Gemma4;
 
 impl ArgsSyntax for Gemma4 {
-    fn grammar(&self, node: &Node, _: &ToolFormat, rules: &mut Rules) -> Built {
-        to_rules_part(node, self, rules)
+    fn grammar(&self, node: &Node, f: &ToolFormat, rules: &mut Rules) -> Built {
+        to_rules_part(node, &GemmaValues::new(f.gemma_quote()), rules)
     }
     fn opener(&self) -> Option<u8> {
         Some(b'{')
     }
-    fn extent(&self, text: &str, _: &ToolFormat, scan: &mut ValueScan) -> Extent {
-        scan.extent(text, Brackets::Gemma)
+    fn extent(&self, text: &str, f: &ToolFormat, scan: &mut ValueScan) -> Extent {
+        scan.extent(text, Brackets::Gemma, f.gemma_quote())
     }
-    fn to_json(&self, text: &str, _: &ToolFormat, _: Option<&HashSet<String>>) -> Option<String> {
-        to_json(text)
+    fn to_json(&self, text: &str, f: &ToolFormat, _: Option<&HashSet<String>>) -> Option<String> {
+        to_json(text, f.gemma_quote())
     }
-    fn control_tokens(&self) -> &'static [&'static str] {
-        &[QUOTE]
+    fn control_tokens<'f>(&self, f: &'f ToolFormat) -> Vec<&'f str> {
+        vec![f.gemma_quote()]
     }
 }
 
-/// The quote token as the grammar spells it (`0xFF<|"|>`, which no text can produce).
-const GEMMA_QUOTE: &str = r#"(?-u:\xFF)<\|"\|>"#;
+/// The [`Dialect`] that spells Gemma's values: bare keys, strings between a quote
+/// control token, which the grammar writes as the token (its special prefix byte,
+/// then its text: no text can produce it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GemmaValues {
+    /// The quote as a regex: the special prefix, then the token's text.
+    quote: String,
+}
 
-/// The value spelling: bare keys, strings between [`QUOTE`] control tokens.
-impl Dialect for Gemma4 {
+impl GemmaValues {
+    /// Values whose strings sit between `quote` control tokens (Gemma 4's [`QUOTE`],
+    /// FunctionGemma's `<escape>`).
+    pub fn new(quote: &str) -> Self {
+        Self { quote: format!(r"(?-u:\x{SPECIAL_PREFIX:02X}){}", escape(quote)) }
+    }
+}
+
+impl Default for GemmaValues {
+    /// Gemma 4's values ([`QUOTE`]).
+    fn default() -> Self {
+        Self::new(QUOTE)
+    }
+}
+
+/// The value spelling: bare keys, strings between the quote control token.
+impl Dialect for GemmaValues {
     fn quote(&self) -> String {
-        GEMMA_QUOTE.into()
+        self.quote.clone()
     }
     /// Keys are bare identifiers.
     fn keys_are_strings(&self) -> bool {
@@ -67,8 +91,9 @@ impl Dialect for Gemma4 {
         key_except("[A-Za-z_]", "[A-Za-z0-9_]", &names)
     }
     fn literal(&self, v: &Value) -> String {
+        let q = &self.quote;
         match v {
-            Value::String(s) => format!("{GEMMA_QUOTE}{}{GEMMA_QUOTE}", escape(s)),
+            Value::String(s) => format!("{q}{}{q}", escape(s)),
             Value::Array(a) => format!(r"\[{}\]", a.iter().map(|x| self.literal(x)).collect::<Vec<_>>().join(",")),
             Value::Object(o) => format!(
                 r"\{{{}\}}",
@@ -91,12 +116,13 @@ impl Dialect for Gemma4 {
     }
 }
 
-/// Gemma 4's native value syntax (`{city:<|"|>Paris<|"|>,n:[1,2]}`) as compact JSON,
-/// or `None` if `s` is not one value in that syntax.
+/// Gemma's native value syntax (`{city:<|"|>Paris<|"|>,n:[1,2]}`, strings between
+/// `quote`: [`QUOTE`], or FunctionGemma's `<escape>`) as compact JSON, or `None` if
+/// `s` is not one value in that syntax.
 ///
 /// Cost: linear in `s`; nesting is bounded (128 levels).
-pub fn to_json(s: &str) -> Option<String> {
-    let mut r = LiteralReader::new(s, Literals::Gemma);
+pub fn to_json(s: &str, quote: &str) -> Option<String> {
+    let mut r = LiteralReader::gemma(s, quote);
     let v = r.value()?;
     r.ws();
     (r.i == s.len()).then(|| serde_json::to_string(&v).ok()).flatten()
@@ -108,15 +134,15 @@ mod tests {
 
     use serde_json::json;
 
-    use super::Gemma4;
+    use super::GemmaValues;
     use crate::grammar::schema::Mode;
     use crate::grammar::{Grammar, TokenMask, TokenVocab};
 
     #[test]
     fn gemma4_example() -> Result<(), Box<dyn std::error::Error>> {
         use crate::grammar::{regex::Dialect, Grammar};
-        use crate::tools::dialect::gemma4::Gemma4;
-        let g = Grammar::from_regex(&Gemma4.literal(&serde_json::json!({"city": "Oslo"})))?;
+        use crate::tools::dialect::gemma4::GemmaValues;
+        let g = Grammar::from_regex(&GemmaValues::default().literal(&serde_json::json!({"city": "Oslo"})))?;
         // The quote is a control token: its bytes in a mask are 0xFF and its text.
         assert!(g.matches(b"{city:\xff<|\"|>Oslo\xff<|\"|>}") && !g.matches(br#"{"city":"Oslo"}"#));
         Ok(())
@@ -124,18 +150,23 @@ mod tests {
 
     #[test]
     fn to_json_example() {
-        use crate::tools::dialect::gemma4::to_json;
+        use crate::tools::dialect::gemma4::{to_json, QUOTE};
         assert_eq!(
-            to_json(r#"{city:<|"|>Paris<|"|>,n:[1,true]}"#).as_deref(),
+            to_json(r#"{city:<|"|>Paris<|"|>,n:[1,true]}"#, QUOTE).as_deref(),
             Some(r#"{"city":"Paris","n":[1,true]}"#)
         );
-        assert_eq!(to_json("{city:Paris}"), None);
+        assert_eq!(to_json("{city:Paris}", QUOTE), None);
+        // FunctionGemma's quote.
+        assert_eq!(
+            to_json("{city:<escape>Paris <|\"|><escape>}", "<escape>").as_deref(),
+            Some(r#"{"city":"Paris <|\"|>"}"#)
+        );
     }
 
     #[test]
     fn gemma4_dialect_requires_the_special_quote_token() {
         let schema = json!({"type": "object", "properties": {"city": {"type": "string"}, "n": {"type": "integer"}}, "required": ["city"]});
-        let g = Arc::new(Grammar::from_schema(&schema, Mode::Strict, &Gemma4).unwrap());
+        let g = Arc::new(Grammar::from_schema(&schema, Mode::Strict, &GemmaValues::default()).unwrap());
         let q = |s: &str| {
             let mut v = vec![0xFF];
             v.extend_from_slice(b"<|\"|>");

@@ -22,7 +22,7 @@ impl ArgsSyntax for Json {
         Some(b'{')
     }
     fn extent(&self, text: &str, _: &ToolFormat, scan: &mut ValueScan) -> Extent {
-        scan.extent(text, Brackets::Json)
+        scan.extent(text, Brackets::Json, "")
     }
     /// The text itself when it is one JSON value.
     fn to_json(&self, text: &str, _: &ToolFormat, _: Option<&HashSet<String>>) -> Option<String> {

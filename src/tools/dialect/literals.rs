@@ -1,7 +1,9 @@
 //! The literal syntaxes models write arguments in besides JSON (Gemma 4's, Python's),
 //! read into JSON values.
 
-/// Gemma 4's string quote, a control token of its vocabulary.
+/// Gemma 4's string quote, a control token of its vocabulary (the Gemma dialect's
+/// default: FunctionGemma's templates quote with `<escape>`, see
+/// [`crate::tools::format::ToolFormat::string_quote`]).
 pub const QUOTE: &str = "<|\"|>";
 
 fn leading_ws(s: &str) -> usize {
@@ -11,8 +13,8 @@ fn leading_ws(s: &str) -> usize {
 /// The literal syntaxes models write arguments in besides JSON.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Literals {
-    /// Gemma 4: strings between [`QUOTE`]s (no escapes), bare or quoted keys,
-    /// JSON's `true`/`false`/`null` and numbers.
+    /// Gemma 4: strings between two quote tokens (no escapes: [`QUOTE`], or the
+    /// reader's own), bare or quoted keys, JSON's `true`/`false`/`null` and numbers.
     Gemma,
     /// Python: strings in `"` or `'` with the common escapes, quoted dict keys,
     /// `True`/`False`/`None`, numbers.
@@ -26,11 +28,18 @@ pub(super) struct LiteralReader<'a> {
     pub(super) i: usize,
     depth: usize,
     syntax: Literals,
+    /// The string quote of [`Literals::Gemma`].
+    quote: &'a str,
 }
 
 impl<'a> LiteralReader<'a> {
     pub(super) fn new(s: &'a str, syntax: Literals) -> Self {
-        Self { s, i: 0, depth: 0, syntax }
+        Self { s, i: 0, depth: 0, syntax, quote: QUOTE }
+    }
+
+    /// A reader of Gemma's syntax whose strings sit between `quote`s.
+    pub(super) fn gemma(s: &'a str, quote: &'a str) -> Self {
+        Self { quote, ..Self::new(s, Literals::Gemma) }
     }
 
     pub(super) fn ws(&mut self) {
@@ -49,7 +58,7 @@ impl<'a> LiteralReader<'a> {
     fn at_string(&self) -> bool {
         let rest = &self.s[self.i..];
         match self.syntax {
-            Literals::Gemma => rest.starts_with(QUOTE),
+            Literals::Gemma => rest.starts_with(self.quote),
             Literals::Python => rest.starts_with('"') || rest.starts_with('\''),
         }
     }
@@ -57,10 +66,10 @@ impl<'a> LiteralReader<'a> {
     /// The string at the cursor (see [`Self::at_string`]).
     fn string(&mut self) -> Option<String> {
         if self.syntax == Literals::Gemma {
-            self.i += QUOTE.len();
-            let len = self.s[self.i..].find(QUOTE)?;
+            self.i += self.quote.len();
+            let len = self.s[self.i..].find(self.quote)?;
             let text = self.s[self.i..self.i + len].to_string();
-            self.i += len + QUOTE.len();
+            self.i += len + self.quote.len();
             return Some(text);
         }
         let quote = self.s[self.i..].chars().next()?;

@@ -14,7 +14,7 @@
 //! | dialect | file | written as |
 //! |---|---|---|
 //! | [`ArgsDialect::Json`] | [`json`] | `{"city": "Oslo", "days": 3}` |
-//! | [`ArgsDialect::Gemma4`] | [`gemma4`] | `{city:<\|"\|>Oslo<\|"\|>,days:3}` |
+//! | [`ArgsDialect::Gemma4`] | [`gemma4`] | `{city:<\|"\|>Oslo<\|"\|>,days:3}` (FunctionGemma: `<escape>` for `<\|"\|>`) |
 //! | [`ArgsDialect::XmlParameters`] | [`tagged`] | `<parameter=city>Oslo</parameter>…`, GLM's `<arg_key>`, MiniMax's `<parameter name=…>`, DSML's typed tags |
 //! | [`ArgsDialect::Python`] | [`python`] | `(city="Oslo", days=3)` |
 //!
@@ -88,11 +88,11 @@ pub trait ArgsSyntax: Sync {
         false
     }
 
-    /// Control tokens the spelling needs in the vocabulary (Gemma 4 quotes strings
-    /// with one): a model whose vocabulary lacks one cannot write these arguments, and
-    /// the grammar reads them as control tokens.
-    fn control_tokens(&self) -> &'static [&'static str] {
-        &[]
+    /// Control tokens the spelling needs in the vocabulary, in layout `f` (Gemma
+    /// quotes strings with one): a model whose vocabulary lacks one cannot write these
+    /// arguments, and the grammar reads them as control tokens.
+    fn control_tokens<'f>(&self, _f: &'f ToolFormat) -> Vec<&'f str> {
+        Vec::new()
     }
 }
 

@@ -33,7 +33,7 @@ impl ArgsSyntax for Python {
         Some(b'(')
     }
     fn extent(&self, text: &str, _: &ToolFormat, scan: &mut ValueScan) -> Extent {
-        scan.extent(text, Brackets::Python)
+        scan.extent(text, Brackets::Python, "")
     }
     fn to_json(&self, text: &str, _: &ToolFormat, _: Option<&HashSet<String>>) -> Option<String> {
         to_json(text)

@@ -1,6 +1,5 @@
 //! Where a value ends in streamed text: one scanner for the bracketed dialects.
 
-use super::literals::QUOTE as GEMMA_QUOTE;
 use crate::grammar::dialect::Quoted;
 
 /// The literal syntax a [`ValueScan`] follows.
@@ -9,7 +8,7 @@ pub(crate) enum Brackets {
     /// JSON: strings in `"` with backslash escapes.
     #[default]
     Json,
-    /// Gemma 4: strings between [`GEMMA_QUOTE`]s, without escapes.
+    /// Gemma 4: strings between two quote tokens, without escapes.
     Gemma,
     /// Python: `(…)` brackets too, strings in `"` or `'` with backslash escapes.
     Python,
@@ -31,14 +30,20 @@ pub struct ValueScan {
     depth: usize,
     quoted: Quoted,
     scalar: bool,
+    /// The string quote of [`Brackets::Gemma`].
+    quote: String,
 }
 
 impl ValueScan {
     /// Scan `text` (the value from its start, as read so far) in `syntax`, and say
-    /// where the value ends.
-    pub(crate) fn extent(&mut self, text: &str, syntax: Brackets) -> super::Extent {
+    /// where the value ends. `quote` is [`Brackets::Gemma`]'s string quote (unused by
+    /// the others).
+    pub(crate) fn extent(&mut self, text: &str, syntax: Brackets, quote: &str) -> super::Extent {
         if self.end.is_none() && self.stray.is_none() {
             self.syntax = syntax;
+            if syntax == Brackets::Gemma && self.quote != quote {
+                self.quote = quote.to_string();
+            }
             self.feed(&text[self.consumed..]);
         }
         match (self.end, self.stray) {
@@ -60,20 +65,20 @@ impl ValueScan {
             }
             let c = b[i];
             let at = self.consumed;
-            if gemma && c == b'<' && !self.scalar {
+            if gemma && Some(&c) == self.quote.as_bytes().first() && !self.scalar {
                 let rest = &s[i..];
-                if rest.starts_with(GEMMA_QUOTE) {
+                if rest.starts_with(self.quote.as_str()) {
                     if self.quoted.inside() {
                         self.quoted.close();
                     } else {
                         self.quoted.open_raw();
                     }
-                    i += GEMMA_QUOTE.len();
-                    self.consumed += GEMMA_QUOTE.len();
+                    i += self.quote.len();
+                    self.consumed += self.quote.len();
                     self.complete = self.consumed;
                     continue;
                 }
-                if GEMMA_QUOTE.starts_with(rest) {
+                if self.quote.starts_with(rest) {
                     return; // A quote split across pieces: wait for the rest.
                 }
             }

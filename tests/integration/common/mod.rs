@@ -62,6 +62,10 @@ pub const GEMMA3: &str = "gemma-3-270m-q4_k_m.gguf";
 /// SmolLM2 with Qwen 2.5's tool-calling template in its metadata (made by `scripts/fetch-models`).
 pub const SMOLLM2_QWEN: &str = "SmolLM2-135M-Instruct.Qwen2.5-template.Q4_1.gguf";
 
+/// Gemma 3 270M with FunctionGemma's function-calling control tokens (`<escape>` among
+/// them) and a FunctionGemma-style template of ours (made by `scripts/fetch-models`).
+pub const GEMMA3_FG: &str = "gemma-3-270m.functiongemma-style.Q4_K_M.gguf";
+
 /// Qwen2.5-Coder-0.5B-Instruct Q4_K_M (qwen2; its own Hermes tool template).
 pub const QWEN_CODER: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
 
