@@ -107,7 +107,7 @@ impl GgmlType {
     }
 
     /// candle's enum value for this type, for the types candle reads
-    /// ([`crate::kernels::formats::candle_dtype`]).
+    /// (`crate::kernels::formats::candle_dtype`).
     pub fn candle(self) -> Option<candle_core::quantized::GgmlDType> {
         formats::candle_dtype(self.id)
     }

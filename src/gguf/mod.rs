@@ -406,7 +406,7 @@ impl GgufFile {
     /// Read one tensor onto `device` as a candle [`QTensor`], keeping its quantized
     /// type where candle reads it ([`GgmlType::candle`]). IQ4_NL, IQ4_XS and MXFP4,
     /// which candle does not read, arrive as Q8_0
-    /// ([`crate::kernels::formats::to_q8_0`]: twice their bytes, the same weights but
+    /// (`crate::kernels::formats::to_q8_0`: twice their bytes, the same weights but
     /// for IQ4_XS's scales rounded to f16).
     ///
     /// Cost: one copy of the tensor's bytes (two onto a GPU; one more for the

@@ -62,7 +62,9 @@ fn scale_of(x: &[f32]) -> (f32, f32) {
 /// ([`super::Isa::detect`]).
 ///
 /// Cost: one pass over `x`; vectorized with AVX2 where the CPU has it (same results:
-/// the rounding is `f32::round_ties_even` on every path).
+/// the rounding is `f32::round_ties_even` on every path). The tests' entry point (the
+/// kernels call the per-ISA function they dispatched to).
+#[cfg(test)]
 pub fn quantize_32(x: &[f32], out: &mut [Q8x32]) {
     super::dispatch::quantize32_for(super::Isa::detect())(x, out)
 }
@@ -70,6 +72,7 @@ pub fn quantize_32(x: &[f32], out: &mut [Q8x32]) {
 /// Quantize `x` (length `256 · out.len()`) into `out`.
 ///
 /// Cost: as [`quantize_32`].
+#[cfg(test)]
 pub fn quantize_256(x: &[f32], out: &mut [Q8x256]) {
     super::dispatch::quantize256_for(super::Isa::detect())(x, out)
 }

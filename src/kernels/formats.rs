@@ -11,11 +11,11 @@ use half::f16;
 /// The quantized weight types with kernels of their own.
 ///
 /// Adding a type is one arm in each `match` over this enum in `kernels/` plus a test
-/// case in `tests/integration/kernels.rs`.
+/// case in `src/kernels/tests.rs`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WeightType {
     /// Unquantized IEEE half floats, one weight per 2 bytes (multiplied with f32
-    /// activations, [`ActKind::Floats`]).
+    /// activations, `ActKind::Floats`).
     F16,
     /// Unquantized bfloat16 (the top half of an f32), one weight per 2 bytes.
     BF16,
@@ -46,13 +46,13 @@ pub enum WeightType {
     /// 8-bit scales (one per 16 weights), `d: f16`; `w = d·sc·(q - 32)`.
     Q6K,
     /// 32 weights: `d: f16`, 16 bytes of nibbles indexing a fixed non-linear table
-    /// ([`IQ4_VALUES`]); `w = d·IQ4_VALUES[q]`.
+    /// (`IQ4_VALUES`); `w = d·IQ4_VALUES[q]`.
     IQ4NL,
     /// 256 weights: `d: f16`, `scales_h: u16`, `scales_l: [u8; 4]` (a 6-bit scale
     /// `ls` per 32 weights), 128 bytes of nibbles as IQ4_NL's; `w = d·(ls - 32)·IQ4_VALUES[q]`.
     IQ4XS,
     /// 32 weights (OCP microscaling FP4): `e: u8` (an E8M0 power of two), 16 bytes of
-    /// nibbles, each an E2M1 float ([`FP4_VALUES`], doubled); `w = 2^(e-128)·FP4_VALUES[q]`.
+    /// nibbles, each an E2M1 float (`FP4_VALUES`, doubled); `w = 2^(e-128)·FP4_VALUES[q]`.
     MXFP4,
 }
 
@@ -162,7 +162,7 @@ impl WeightType {
     }
 
     /// Which activation blocks the dot products take.
-    pub const fn act_kind(self) -> ActKind {
+    pub(crate) const fn act_kind(self) -> ActKind {
         match self.block_len() {
             1 => ActKind::Floats,
             32 => ActKind::Blocks32,
@@ -171,14 +171,6 @@ impl WeightType {
     }
 
     /// ggml's id of this type (`enum ggml_type`, the id in a GGUF tensor directory).
-    ///
-    /// ```
-    /// use toolgate::kernels::WeightType;
-    /// for t in WeightType::ALL {
-    ///     assert_eq!(WeightType::from_ggml_id(t.ggml_id()), Some(t));
-    /// }
-    /// assert_eq!(WeightType::IQ4XS.ggml_id(), 23);
-    /// ```
     pub const fn ggml_id(self) -> u32 {
         match self {
             WeightType::F16 => 1,
@@ -240,13 +232,6 @@ impl WeightType {
 
 /// candle's enum value for the ggml tensor type with id `id`, `None` for the types
 /// candle does not read (IQ4_NL, IQ4_XS, MXFP4, the other i-quants, integers).
-///
-/// ```
-/// use candle_core::quantized::GgmlDType;
-/// use toolgate::kernels::formats::candle_dtype;
-/// assert_eq!(candle_dtype(12), Some(GgmlDType::Q4K));
-/// assert_eq!(candle_dtype(23), None); // IQ4_XS
-/// ```
 pub fn candle_dtype(id: u32) -> Option<candle_core::quantized::GgmlDType> {
     use candle_core::quantized::GgmlDType as G;
     Some(match id {
@@ -499,18 +484,6 @@ pub fn dequantize_row(ty: WeightType, row: &[u8], out: &mut [f32]) {
 /// `None` for other types, a row that is not whole blocks, or an MXFP4 unit past
 /// f16's range even with the codes shifted (`e` over 146, weights over 2^21; none
 /// seen in real files).
-///
-/// ```
-/// use toolgate::kernels::formats::{dequantize_row, to_q8_0, WeightType};
-/// // One IQ4_NL block: scale 0.5, nibbles 0..16 twice.
-/// let mut b = vec![0x00, 0x38];
-/// b.extend((0..16u8).map(|j| j | (j << 4)));
-/// let q8 = to_q8_0(WeightType::IQ4NL, &b).unwrap();
-/// let (mut want, mut got) = ([0f32; 32], [0f32; 32]);
-/// dequantize_row(WeightType::IQ4NL, &b, &mut want);
-/// dequantize_row(WeightType::Q8_0, &q8, &mut got);
-/// assert_eq!(want, got);
-/// ```
 pub fn to_q8_0(ty: WeightType, row: &[u8]) -> Option<Vec<u8>> {
     let bb = ty.block_bytes();
     if !matches!(ty, WeightType::IQ4NL | WeightType::IQ4XS | WeightType::MXFP4) || !row.len().is_multiple_of(bb) {
@@ -564,17 +537,51 @@ fn push_q8_0(out: &mut Vec<u8>, unit: f32, codes: &[i32; 32]) -> Option<()> {
 
 /// `v` rounded to BF16, nearest-even (as `vcvtne2ps2bf16`; a NaN stays a quiet NaN),
 /// as its 16 bits: how [`super::bf16_path`] rounds the activations.
-///
-/// ```
-/// use toolgate::kernels::formats::bf16_bits;
-/// assert_eq!(bf16_bits(1.0), 0x3F80);
-/// assert_eq!(bf16_bits(f32::from_bits(0x3F80_8000)), 0x3F80); // a tie: to even
-/// assert_eq!(bf16_bits(f32::from_bits(0x3F81_8000)), 0x3F82);
-/// ```
 pub fn bf16_bits(v: f32) -> u16 {
     let b = v.to_bits();
     if v.is_nan() {
         return ((b >> 16) as u16) | 0x40;
     }
     (b.wrapping_add(0x7FFF + ((b >> 16) & 1)) >> 16) as u16
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn fn_example() {
+        use crate::kernels::WeightType;
+        for t in WeightType::ALL {
+            assert_eq!(WeightType::from_ggml_id(t.ggml_id()), Some(t));
+        }
+        assert_eq!(WeightType::IQ4XS.ggml_id(), 23);
+    }
+
+    #[test]
+    fn candle_dtype_example() {
+        use crate::kernels::formats::candle_dtype;
+        use candle_core::quantized::GgmlDType;
+        assert_eq!(candle_dtype(12), Some(GgmlDType::Q4K));
+        assert_eq!(candle_dtype(23), None); // IQ4_XS
+    }
+
+    #[test]
+    fn to_q8_0_example() {
+        use crate::kernels::formats::{dequantize_row, to_q8_0, WeightType};
+        // One IQ4_NL block: scale 0.5, nibbles 0..16 twice.
+        let mut b = vec![0x00, 0x38];
+        b.extend((0..16u8).map(|j| j | (j << 4)));
+        let q8 = to_q8_0(WeightType::IQ4NL, &b).unwrap();
+        let (mut want, mut got) = ([0f32; 32], [0f32; 32]);
+        dequantize_row(WeightType::IQ4NL, &b, &mut want);
+        dequantize_row(WeightType::Q8_0, &q8, &mut got);
+        assert_eq!(want, got);
+    }
+
+    #[test]
+    fn bf16_bits_example() {
+        use crate::kernels::formats::bf16_bits;
+        assert_eq!(bf16_bits(1.0), 0x3F80);
+        assert_eq!(bf16_bits(f32::from_bits(0x3F80_8000)), 0x3F80); // a tie: to even
+        assert_eq!(bf16_bits(f32::from_bits(0x3F81_8000)), 0x3F82);
+    }
 }

@@ -34,12 +34,6 @@ pub const OAI_LIMIT: f32 = 7.0;
 const GELU_C: f32 = 0.797_884_6;
 
 /// `act(g) · u` for one gate value `g` and up value `u` (the portable reference).
-///
-/// ```
-/// use toolgate::kernels::glu::{glu, Activation};
-/// assert_eq!(glu(Activation::Silu, 0.0, 3.0), 0.0);
-/// assert!((glu(Activation::GeluTanh, 1.0, 2.0) - 2.0 * 0.841_192).abs() < 1e-5);
-/// ```
 #[inline]
 pub fn glu(activation: Activation, g: f32, u: f32) -> f32 {
     match activation {
@@ -61,15 +55,6 @@ pub fn glu(activation: Activation, g: f32, u: f32) -> f32 {
 /// # Errors
 /// [`Error::InvalidParameter`] if `ff` is 0, `gu` is not whole rows of `2·ff` or `out`
 /// not as many rows of `ff`.
-///
-/// ```
-/// use toolgate::kernels::glu::{glu_rows, Activation};
-/// let gu = [1.0f32, -2.0, 3.0, 4.0]; // one row: gates [1, -2], ups [3, 4]
-/// let mut out = [0f32; 2];
-/// glu_rows(Activation::Silu, &gu, 2, &mut out)?;
-/// assert!((out[0] - 0.731_059 * 3.0).abs() < 1e-5 && (out[1] + 0.238_406 * 4.0).abs() < 1e-5);
-/// # Ok::<(), toolgate::Error>(())
-/// ```
 pub fn glu_rows(activation: Activation, gu: &[f32], ff: usize, out: &mut [f32]) -> Result<()> {
     if ff == 0 || !gu.len().is_multiple_of(2 * ff) || out.len() != gu.len() / 2 {
         return Err(Error::InvalidParameter {
@@ -216,5 +201,25 @@ pub(super) mod avx2 {
         for i in full..n {
             out[i] = glu(activation, g[i], u[i]);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn glu_example() {
+        use crate::kernels::glu::{glu, Activation};
+        assert_eq!(glu(Activation::Silu, 0.0, 3.0), 0.0);
+        assert!((glu(Activation::GeluTanh, 1.0, 2.0) - 2.0 * 0.841_192).abs() < 1e-5);
+    }
+
+    #[test]
+    fn glu_rows_example() -> crate::Result<()> {
+        use crate::kernels::glu::{glu_rows, Activation};
+        let gu = [1.0f32, -2.0, 3.0, 4.0]; // one row: gates [1, -2], ups [3, 4]
+        let mut out = [0f32; 2];
+        glu_rows(Activation::Silu, &gu, 2, &mut out)?;
+        assert!((out[0] - 0.731_059 * 3.0).abs() < 1e-5 && (out[1] + 0.238_406 * 4.0).abs() < 1e-5);
+        Ok::<(), crate::Error>(())
     }
 }

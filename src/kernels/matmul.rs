@@ -691,14 +691,17 @@ pub(super) fn matmul_batch(products: &mut [(&QWeight, &[f32], &mut [f32])], isa:
     // tasks, which then holds the same share of every product, however unevenly the
     // rows are spread over the products (a prefill routes more tokens to some experts
     // than to others).
-    let pieces = threads() * 4;
     // Only a tiled product asks for its tiles (asking packs them).
-    let units = |p: &(&QWeight, &[f32], Acts, Columns)| match &p.2 {
-        Acts::Tiles32(..) | Acts::Tiles256(_) => (p.0.tiles().expect("packed above").count(), 1),
-        _ => (p.0.out_features, MIN_CHUNK),
+    let chunk = |p: &(&QWeight, &[f32], Acts, Columns)| match &p.2 {
+        Acts::Tiles32(..) | Acts::Tiles256(_) => {
+            let tiles = p.0.tiles().expect("packed above");
+            (tiles.count(), tiles.per_task(p.1.len() / p.0.in_features))
+        }
+        _ => (p.0.out_features, p.0.out_features.div_ceil(threads() * 4).max(MIN_CHUNK)),
     };
-    let chunks: Vec<(usize, usize)> =
-        parts.iter().map(units).map(|(n, least)| (n, n.div_ceil(pieces).max(least))).collect();
+    let chunks: Vec<(usize, usize)> = parts.iter().map(chunk).collect();
+    // As many pieces as the product cut finest has.
+    let pieces = chunks.iter().map(|&(n, chunk)| n.div_ceil(chunk)).max().unwrap_or(0);
     let mut tasks: Vec<(usize, usize, usize)> = Vec::new();
     for piece in 0..pieces {
         for (i, &(n, chunk)) in chunks.iter().enumerate() {

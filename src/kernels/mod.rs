@@ -3,7 +3,7 @@
 //!
 //! A [`QWeight`] keeps a weight matrix `(out_features, in_features)` in its GGUF block
 //! layout. [`QWeight::matmul`] quantizes the activations to 8 bits (blocks of 32 or
-//! 256, see [`activation`]), then computes every dot product in integer arithmetic per
+//! 256, see `activation`), then computes every dot product in integer arithmetic per
 //! block (F16/BF16 weights: in f32, against the activations as they are; BF16 prefill
 //! on AVX-512 BF16 against them rounded to BF16, [`bf16_path`]) with the
 //! best kernels the CPU has ([`Isa::detect`]): `avx512` for the k-quants and the
@@ -35,14 +35,14 @@
 // accumulators per row); index loops say that more plainly than zipped iterators.
 #![allow(clippy::needless_range_loop)]
 
-pub mod activation;
+pub(crate) mod activation;
 pub mod attention;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
-pub mod formats;
-pub mod glu;
+pub(crate) mod formats;
+pub(crate) mod glu;
 mod isa;
 mod matmul;
 #[cfg(target_arch = "aarch64")]
@@ -50,9 +50,11 @@ pub(crate) mod neon;
 mod pool;
 #[cfg(target_arch = "x86_64")]
 mod prefetch;
-pub mod rows;
+pub(crate) mod rows;
 pub(crate) mod scalar;
-pub mod tiles;
+#[cfg(test)]
+mod tests;
+pub(crate) mod tiles;
 
 pub use formats::{dequantize_row, WeightType};
 pub use isa::{enabled, Isa};
@@ -75,8 +77,8 @@ pub use matmul::{GEMM_MIN_ROWS, GEMM_TILE};
 /// (F16, BF16; portable kernels only — AVX2 and AVX-512 take [`float_tiles_path`]) and
 /// the 32-weight block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4), where it
 /// measured faster than the row kernels (IQ4_NL at m = 128: 40 GMAC/s against 27, 2
-/// AVX2 threads) — except for the types `isa` runs on [`tiles`]
-/// ([`tiles::tiled`]), whose integer kernels beat the f32 GEMM at every `m` (and give a
+/// AVX2 threads) — except for the types `isa` runs on `tiles`
+/// (`tiles::tiled`), whose integer kernels beat the f32 GEMM at every `m` (and give a
 /// row the same result whatever the row count). The 256-weight types (k-quants,
 /// IQ4_XS) always stay on their integer kernels.
 ///
@@ -312,7 +314,7 @@ mod dispatch {
 
 /// Get `weights` ready for the detected kernels ([`Isa::detect`]) now instead of at
 /// their first matmul: where the kernels run a weight's type on tiles
-/// ([`tiles::tiled`]), regroup its rows into tiles and hand back the file's pages they
+/// (`tiles::tiled`), regroup its rows into tiles and hand back the file's pages they
 /// came from. A loader calls it with every weight it will multiply by, so no request
 /// pays for it (a mixture of experts would otherwise pack each expert in the decode
 /// step that first picks it). Calling it again, or a matmul after it, finds the tiles
@@ -424,7 +426,7 @@ impl WeightBytes {
     }
 
     /// Tell the OS this process needs these bytes' pages no more, once their contents
-    /// live elsewhere (a weight regrouped into [`tiles`]): a mapped file's pages leave
+    /// live elsewhere (a weight regrouped into `tiles`): a mapped file's pages leave
     /// the process's resident memory (they stay in the page cache, and a later read
     /// brings them back unchanged). A no-op for owned bytes and off Unix.
     ///

@@ -33,15 +33,6 @@ fn split(rows: usize, len: usize) -> usize {
 /// # Errors
 /// [`Error::InvalidParameter`] if `w` is empty, `x` is not whole rows of it, or `out`
 /// is not `x`'s length.
-///
-/// ```
-/// let mut out = [0f32; 4];
-/// toolgate::kernels::rows::rms_norm(&[3.0, 4.0, 0.0, 0.0], &[1.0, 2.0], 0.0, &mut out)?;
-/// let m = (12.5f32).sqrt(); // √((9 + 16) / 2)
-/// assert_eq!(out[..2], [3.0 / m * 1.0, 4.0 / m * 2.0]);
-/// assert!(out[2..].iter().all(|v| v.is_nan())); // 0 / 0, as candle-nn
-/// # Ok::<(), toolgate::Error>(())
-/// ```
 pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) -> Result<()> {
     let n = w.len();
     if n == 0 || !x.len().is_multiple_of(n) || out.len() != x.len() {
@@ -74,14 +65,6 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) -> Result<()> {
 /// # Errors
 /// [`Error::InvalidParameter`] if `d` is odd or zero, `x` is not whole `(t, d)` heads,
 /// `cos`/`sin` are not `t · d / 2` long, or `out` is not `x`'s length.
-///
-/// ```
-/// let mut out = [0f32; 4];
-/// // One head, one position, d = 4: the angle's cos 0 and sin 1 turn each pair by 90°.
-/// toolgate::kernels::rows::rope(&[1.0, 2.0, 3.0, 4.0], &[0.0, 0.0], &[1.0, 1.0], 1, 4, false, &mut out)?;
-/// assert_eq!(out, [-3.0, -4.0, 1.0, 2.0]);
-/// # Ok::<(), toolgate::Error>(())
-/// ```
 pub fn rope(x: &[f32], cos: &[f32], sin: &[f32], t: usize, d: usize, interleaved: bool, out: &mut [f32]) -> Result<()> {
     let head = t * d;
     if d == 0 || !d.is_multiple_of(2) || head == 0 || !x.len().is_multiple_of(head) {
@@ -113,4 +96,26 @@ pub fn rope(x: &[f32], cos: &[f32], sin: &[f32], t: usize, d: usize, interleaved
         }
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn rms_norm_example() -> crate::Result<()> {
+        let mut out = [0f32; 4];
+        crate::kernels::rows::rms_norm(&[3.0, 4.0, 0.0, 0.0], &[1.0, 2.0], 0.0, &mut out)?;
+        let m = (12.5f32).sqrt(); // √((9 + 16) / 2)
+        assert_eq!(out[..2], [3.0 / m * 1.0, 4.0 / m * 2.0]);
+        assert!(out[2..].iter().all(|v| v.is_nan())); // 0 / 0, as candle-nn
+        Ok::<(), crate::Error>(())
+    }
+
+    #[test]
+    fn rope_example() -> crate::Result<()> {
+        let mut out = [0f32; 4];
+        // One head, one position, d = 4: the angle's cos 0 and sin 1 turn each pair by 90°.
+        crate::kernels::rows::rope(&[1.0, 2.0, 3.0, 4.0], &[0.0, 0.0], &[1.0, 1.0], 1, 4, false, &mut out)?;
+        assert_eq!(out, [-3.0, -4.0, 1.0, 2.0]);
+        Ok::<(), crate::Error>(())
+    }
 }

@@ -252,7 +252,7 @@ impl ChatTemplate {
     /// # Errors
     /// [`Error::Template`] when the template raises (`raise_exception`), runs out of
     /// fuel, recurses too deeply, writes more than
-    /// [`MAX_OUTPUT_BYTES`](crate::template::bounds::MAX_OUTPUT_BYTES), builds a value or
+    /// [`MAX_OUTPUT_BYTES`], builds a value or
     /// a total past [`super::bounds`]' limits, or hits a type error.
     pub fn render(&self, req: &RenderRequest) -> Result<String> {
         let mut ctx = serde_json::Map::new();

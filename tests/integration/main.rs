@@ -21,7 +21,6 @@ mod grammar;
 mod greedy_fixtures;
 mod hardening;
 mod hub;
-mod kernels;
 mod recovery;
 mod sampling;
 mod schema_corpus;

@@ -1,34 +1,43 @@
-//! The CPU kernels against candle's reference on random blocks of every weight type.
-//!
-//! For each type a random `(n, k)` matrix is quantized by candle (`QTensor::quantize`),
-//! and for several activation row counts (covering the 4-row groups, the 16-row tiles
-//! and their tails, and the f32 GEMM path of `kernels::f32_path`) toolgate's matmul is
-//! compared, with every instruction set the CPU runs (`Isa::available`: portable,
-//! AVX2, AVX-512), to:
-//!
-//! 1. **exact reference** — candle's dequantized weights times the very activations
-//!    the kernels use (8-bit `d·q`, or the f32 ones on the GEMM path), summed in f64. Only float rounding separates
-//!    the two: tolerance `1e-4 · ‖w_j‖ · rms(x_r)`, i.e. 10⁻⁴ of a typical output.
-//! 2. **f32 reference** — candle's dequantize-then-matmul on the unquantized
-//!    activations. The 8-bit activation rounding adds an error of about
-//!    `0.006 · ‖w_j‖ · rms(x_r)` (rms; the largest of the ~2,500 outputs per type seen
-//!    here is 0.026); tolerance `0.06 · ‖w_j‖ · rms(x_r)`. (A wrong nibble order or
-//!    scale errs by the size of the output itself, ~1.)
-//!
-//! The types candle cannot quantize (IQ4_NL, IQ4_XS, MXFP4) take their reference from
-//! llama.cpp itself: `tests/fixtures/kernels.ggml.json` holds rows quantized by ggml's
-//! `ggml_quantize_chunk` and ggml's own dequantization of them
-//! (`scripts/make-kernel-fixtures.py`); toolgate's decoding must equal it bit for bit.
+// The CPU kernels against candle's reference on random blocks of every weight type.
+//
+// For each type a random `(n, k)` matrix is quantized by candle (`QTensor::quantize`),
+// and for several activation row counts (covering the 4-row groups, the 16-row tiles
+// and their tails, and the f32 GEMM path of `kernels::f32_path`) toolgate's matmul is
+// compared, with every instruction set the CPU runs (`Isa::available`: portable,
+// AVX2, AVX-512), to:
+//
+// 1. **exact reference** — candle's dequantized weights times the very activations
+//    the kernels use (8-bit `d·q`, or the f32 ones on the GEMM path), summed in f64. Only float rounding separates
+//    the two: tolerance `1e-4 · ‖w_j‖ · rms(x_r)`, i.e. 10⁻⁴ of a typical output.
+// 2. **f32 reference** — candle's dequantize-then-matmul on the unquantized
+//    activations. The 8-bit activation rounding adds an error of about
+//    `0.006 · ‖w_j‖ · rms(x_r)` (rms; the largest of the ~2,500 outputs per type seen
+//    here is 0.026); tolerance `0.06 · ‖w_j‖ · rms(x_r)`. (A wrong nibble order or
+//    scale errs by the size of the output itself, ~1.)
+//
+// The types candle cannot quantize (IQ4_NL, IQ4_XS, MXFP4) take their reference from
+// llama.cpp itself: `tests/fixtures/kernels.ggml.json` holds rows quantized by ggml's
+// `ggml_quantize_chunk` and ggml's own dequantization of them
+// (`scripts/make-kernel-fixtures.py`); toolgate's decoding must equal it bit for bit.
 
 use candle_core::quantized::QTensor;
 use candle_core::{Device, Tensor};
-use toolgate::kernels::activation::{quantize_256, quantize_32, Q8x256, Q8x32};
-use toolgate::kernels::formats::ActKind;
-use toolgate::kernels::formats::{bf16_bits, dequantize_row, to_q8_0};
-use toolgate::kernels::tiles::tiled;
-use toolgate::kernels::{bf16_path, f32_path, float_tiles_path, Isa, QWeight, WeightType};
 
-use crate::common;
+use crate::kernels::activation::{quantize_256, quantize_32, Q8x256, Q8x32};
+use crate::kernels::formats::ActKind;
+use crate::kernels::formats::{bf16_bits, dequantize_row, to_q8_0};
+use crate::kernels::tiles::tiled;
+use crate::kernels::{bf16_path, f32_path, float_tiles_path, Isa, QWeight, WeightType};
+
+/// A JSON fixture of `tests/fixtures` (`TOOLGATE_FIXTURES`: a copy elsewhere).
+fn fixture(name: &str) -> serde_json::Value {
+    let dir = std::env::var("TOOLGATE_FIXTURES")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures"));
+    let p = dir.join(name);
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("fixture {}: {e}", p.display()));
+    serde_json::from_str(&text).expect("fixture json")
+}
 
 /// `x` after the kernels' 8-bit round trip.
 fn requantized(ty: WeightType, x: &[f32]) -> Vec<f32> {
@@ -90,7 +99,7 @@ fn unhex(s: &str) -> Vec<u8> {
 /// `N` rows: toolgate's decoding equals ggml's exactly, and the matmul is checked as
 /// for the other types.
 fn check_ggml_fixture(ty: WeightType) {
-    let fx = common::fixture("kernels.ggml.json");
+    let fx = fixture("kernels.ggml.json");
     let (rows, k) = (fx["rows"].as_u64().unwrap() as usize, fx["k"].as_u64().unwrap() as usize);
     assert_eq!(k, K);
     let t = &fx["types"][ty.name().to_uppercase()];
@@ -365,7 +374,7 @@ fn mxfp4_against_ggml() {
 /// IQ4_XS, whose scale products are rounded to f16 — and other types are refused.
 #[test]
 fn table_types_as_q8_0_keep_their_weights() {
-    let fx = common::fixture("kernels.ggml.json");
+    let fx = fixture("kernels.ggml.json");
     for (ty, tol) in [(WeightType::IQ4NL, 0.0), (WeightType::MXFP4, 0.0), (WeightType::IQ4XS, 1.0 / 2048.0)] {
         let t = &fx["types"][ty.name().to_uppercase()];
         let bytes = unhex(t["bytes"].as_str().unwrap());
@@ -405,7 +414,7 @@ fn every_type_is_tested() {
 /// where candle reads the type, candle's give.
 #[test]
 fn kernel_block_layouts_match_ggml_and_candle() {
-    use toolgate::gguf::GgmlType;
+    use crate::gguf::GgmlType;
     for t in WeightType::ALL {
         let g = GgmlType::from_id(t.ggml_id()).unwrap();
         assert_eq!((g.block_len, g.block_bytes), (t.block_len(), t.block_bytes()), "{}", t.name());
@@ -414,7 +423,7 @@ fn kernel_block_layouts_match_ggml_and_candle() {
             assert_eq!((c.block_size(), c.type_size()), (t.block_len(), t.block_bytes()), "{}", t.name());
         }
     }
-    for g in toolgate::gguf::GGML_TYPES {
+    for g in crate::gguf::GGML_TYPES {
         if let Some(c) = g.candle() {
             assert_eq!((c.block_size(), c.type_size()), (g.block_len, g.block_bytes), "{}", g.name);
         }
@@ -456,14 +465,14 @@ fn batched_products_equal_separate_calls_bit_for_bit() {
     let mut got: Vec<Vec<f32>> = want.iter().map(|y| vec![f32::NAN; y.len()]).collect();
     let mut products: Vec<_> =
         ws.iter().zip(&xs).zip(got.iter_mut()).map(|((w, x), y)| (w, x.as_slice(), y.as_mut_slice())).collect();
-    toolgate::kernels::matmul_batch(&mut products).unwrap();
+    crate::kernels::matmul_batch(&mut products).unwrap();
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         assert!(g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits()), "product {i} differs");
     }
     // A product with a mis-sized output is an error, and nothing is written.
     let mut short = vec![0f32; 3];
     let mut fine = vec![7f32; 97];
-    let err = toolgate::kernels::matmul_batch(&mut [(&ws[0], &xs[0], &mut fine), (&ws[1], &xs[1], &mut short)]);
+    let err = crate::kernels::matmul_batch(&mut [(&ws[0], &xs[0], &mut fine), (&ws[1], &xs[1], &mut short)]);
     assert!(err.is_err() && fine.iter().all(|&v| v == 7.0));
 }
 
@@ -485,8 +494,8 @@ fn prepared_weights_multiply_as_at_first_use() {
         })
         .collect();
     let prepared: Vec<&QWeight> = pairs.iter().map(|p| &p.1).collect();
-    toolgate::kernels::prepare(&prepared);
-    toolgate::kernels::prepare(&prepared); // again: nothing to do
+    crate::kernels::prepare(&prepared);
+    crate::kernels::prepare(&prepared); // again: nothing to do
     for m in [1usize, 7] {
         let x: Vec<f32> = Tensor::randn(0f32, 1.0, (m, K), &dev).unwrap().flatten_all().unwrap().to_vec1().unwrap();
         for (lazy, eager) in &pairs {
@@ -663,7 +672,7 @@ fn activation_quantization_is_ggml_s_with_ties_to_even() {
 /// multiple of the SIMD step.
 #[test]
 fn gated_activations_match_the_scalar_reference() {
-    use toolgate::kernels::glu::{glu, glu_rows, Activation};
+    use crate::kernels::glu::{glu, glu_rows, Activation};
     for ff in [1usize, 7, 64, 203] {
         let rows = 5;
         let mut gu = Vec::with_capacity(rows * 2 * ff);
@@ -754,7 +763,7 @@ fn row_steps_equal_candle_nn_bit_for_bit() {
         let want: Vec<f32> = candle_nn::ops::rms_norm(&x, &w, 1e-6).unwrap().flatten_all().unwrap().to_vec1().unwrap();
         let mut got = vec![0f32; rows * n];
         let xs: Vec<f32> = x.flatten_all().unwrap().to_vec1().unwrap();
-        toolgate::kernels::rows::rms_norm(&xs, &w.to_vec1::<f32>().unwrap(), 1e-6, &mut got).unwrap();
+        crate::kernels::rows::rms_norm(&xs, &w.to_vec1::<f32>().unwrap(), 1e-6, &mut got).unwrap();
         assert!(same(&got, &want), "rms_norm of {rows} rows of {n} differs from candle-nn's");
     }
     for (heads, t, d) in [(9usize, 121usize, 64usize), (2, 1, 128), (14, 37, 64), (3, 5, 6)] {
@@ -771,11 +780,11 @@ fn row_steps_equal_candle_nn_bit_for_bit() {
             };
             let want: Vec<f32> = want.flatten_all().unwrap().to_vec1().unwrap();
             let mut got = vec![0f32; xs.len()];
-            toolgate::kernels::rows::rope(&xs, &c, &s, t, d, interleaved, &mut got).unwrap();
+            crate::kernels::rows::rope(&xs, &c, &s, t, d, interleaved, &mut got).unwrap();
             assert!(same(&got, &want), "rope ({heads}, {t}, {d}), interleaved {interleaved}, differs from candle-nn's");
         }
     }
     let mut out = [0f32; 3];
-    assert!(toolgate::kernels::rows::rms_norm(&[1.0; 3], &[1.0, 1.0], 0.0, &mut out).is_err());
-    assert!(toolgate::kernels::rows::rope(&[1.0; 3], &[1.0], &[1.0], 1, 3, false, &mut out).is_err());
+    assert!(crate::kernels::rows::rms_norm(&[1.0; 3], &[1.0, 1.0], 0.0, &mut out).is_err());
+    assert!(crate::kernels::rows::rope(&[1.0; 3], &[1.0], &[1.0], 1, 3, false, &mut out).is_err());
 }
