@@ -537,6 +537,7 @@ fn push_q8_0(out: &mut Vec<u8>, unit: f32, codes: &[i32; 32]) -> Option<()> {
 
 /// `v` rounded to BF16, nearest-even (as `vcvtne2ps2bf16`; a NaN stays a quiet NaN),
 /// as its 16 bits: how [`super::bf16_path`] rounds the activations.
+#[cfg(any(test, target_arch = "x86_64"))]
 pub fn bf16_bits(v: f32) -> u16 {
     let b = v.to_bits();
     if v.is_nan() {

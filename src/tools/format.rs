@@ -65,6 +65,12 @@ impl Default for ParamTags {
     }
 }
 
+/// Gemma 4's string quote, a control token of its vocabulary: what the
+/// [`ArgsDialect::Gemma4`] dialect quotes strings with where a layout's
+/// [`ToolFormat::string_quote`] is empty (FunctionGemma's templates quote with
+/// `<escape>`).
+pub const GEMMA4_QUOTE: &str = "<|\"|>";
+
 /// Where a [`ParamTags::key_end_json`] names the value's JSON type.
 pub const TYPE_SLOT: &str = "{type}";
 
@@ -348,7 +354,7 @@ impl ToolFormat {
     /// ```
     pub fn gemma_quote(&self) -> &str {
         match self.string_quote.as_str() {
-            "" => crate::tools::dialect::gemma4::QUOTE,
+            "" => GEMMA4_QUOTE,
             q => q,
         }
     }

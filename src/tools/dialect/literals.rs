@@ -1,10 +1,7 @@
 //! The literal syntaxes models write arguments in besides JSON (Gemma 4's, Python's),
 //! read into JSON values.
 
-/// Gemma 4's string quote, a control token of its vocabulary (the Gemma dialect's
-/// default: FunctionGemma's templates quote with `<escape>`, see
-/// [`crate::tools::format::ToolFormat::string_quote`]).
-pub const QUOTE: &str = "<|\"|>";
+pub use crate::tools::format::GEMMA4_QUOTE as QUOTE;
 
 fn leading_ws(s: &str) -> usize {
     s.len() - s.trim_start().len()
