@@ -542,10 +542,16 @@ impl Columns {
     }
 }
 
+/// Weight rows per task of a row-kernel product with `n` weight rows: about four
+/// tasks per thread, at least [`MIN_CHUNK`] rows each.
+fn rows_per_task(n: usize) -> usize {
+    n.div_ceil(threads() * 4).max(MIN_CHUNK)
+}
+
 fn run<A: Sync>(w: &QWeight, acts: &[A], blocks: usize, m: usize, y: &mut [f32], kernels: RowKernels<A>) {
     let n = w.out_features;
     assert_eq!(y.len(), m * n, "output of {m} rows of {n}");
-    let chunk = n.div_ceil(threads() * 4).max(MIN_CHUNK);
+    let chunk = rows_per_task(n);
     // Each task owns a run of weight rows (columns of `y`) and fills them for every
     // activation row, tile by tile, writing straight into `y`.
     let cols = Columns(y.as_mut_ptr());
@@ -697,7 +703,7 @@ pub(super) fn matmul_batch(products: &mut [(&QWeight, &[f32], &mut [f32])], isa:
             let tiles = p.0.tiles().expect("packed above");
             (tiles.count(), tiles.per_task(p.1.len() / p.0.in_features))
         }
-        _ => (p.0.out_features, p.0.out_features.div_ceil(threads() * 4).max(MIN_CHUNK)),
+        _ => (p.0.out_features, rows_per_task(p.0.out_features)),
     };
     let chunks: Vec<(usize, usize)> = parts.iter().map(chunk).collect();
     // As many pieces as the product cut finest has.
