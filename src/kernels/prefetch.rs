@@ -33,7 +33,7 @@ const PREFETCH_MAX_ROWS: usize = 2;
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) fn prefetch_ahead(at: *const u8, len: usize) {
-    ask_ahead(at, len, 0, 1);
+    ask_ahead::<{ std::arch::x86_64::_MM_HINT_T0 }>(at, len, 0, 1);
 }
 
 /// What a tile kernel multiplying `rows` activation rows asks for ahead, once per step
@@ -53,20 +53,25 @@ pub(crate) fn prefetch_ahead(at: *const u8, len: usize) {
 /// stays rolled) the asks cost as much as the arithmetic: on an Intel Xeon VM the
 /// AVX-512 Q4_K tile at one row read 9 GB/s per core from L2 with that loop and 23
 /// with these asks (AVX2: 8 and 15), and a 1.5B Q4_K_M decode went 10.5–13.2 →
-/// 14.5–15.4 tok/s. (`rows`, `len` and `parts` are constants of each kernel, so the
-/// test and the division fold.)
+/// 14.5–15.4 tok/s. The lines go to L2 (`prefetcht1`), not L1: a tile block is used
+/// once per pass and read within a few hundred cycles of its arrival, and asks into L2
+/// leave L1's fill buffers to the loads. On an Intel Xeon VM (Sapphire Rapids class, 2
+/// threads) a 7B Q4_K_M decode ran faster in 8 of 9 alternating pairs, 4.85 → 5.08
+/// tok/s on average (`docs/performance.md`). (`rows`, `len` and `parts` are constants
+/// of each kernel, so the test and the division fold.)
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) fn prefetch_part(rows: usize, at: *const u8, len: usize, part: usize, parts: usize) {
     if rows <= PREFETCH_MAX_ROWS {
-        ask_ahead(at, len, part, parts);
+        ask_ahead::<{ std::arch::x86_64::_MM_HINT_T1 }>(at, len, part, parts);
     }
 }
 
-/// The prefetches of [`prefetch_ahead`] and [`prefetch_part`].
+/// The prefetches of [`prefetch_ahead`] and [`prefetch_part`], with `HINT` the cache
+/// level they fill (`_MM_HINT_T0`: L1, `_MM_HINT_T1`: L2).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn ask_ahead(at: *const u8, len: usize, part: usize, parts: usize) {
+fn ask_ahead<const HINT: i32>(at: *const u8, len: usize, part: usize, parts: usize) {
     let ahead = at.wrapping_add(PREFETCH_BYTES.div_ceil(len).max(PREFETCH_BLOCKS) * len);
     // Part p asks for `per` lines, and one more while p < `extra`: straight-line code
     // (`per` and `extra` fold), no loop over a range computed per call.
@@ -76,7 +81,7 @@ fn ask_ahead(at: *const u8, len: usize, part: usize, parts: usize) {
     let ask = |line: usize| {
         // SAFETY: a prefetch reads nothing and never faults, whatever the address.
         unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+            std::arch::x86_64::_mm_prefetch::<HINT>(
                 first.wrapping_add(64 * line) as *const i8
             )
         }
