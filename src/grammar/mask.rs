@@ -311,7 +311,8 @@ impl Grammar {
         let mut mask = TokenMask::new(vocab.len());
         for id in 0..vocab.len() as u32 {
             let b = vocab.token_bytes(id);
-            if !b.is_empty() && b.iter().try_fold(s, |at, &x| self.step(&mut cache, at, x)).is_some() {
+            let mut walks = |b: &[u8]| b.iter().try_fold(s, |at, &x| self.step(&mut cache, at, x)).is_some();
+            if !b.is_empty() && super::vocab::maskable(b) && walks(b) {
                 mask.allow(id);
             }
         }

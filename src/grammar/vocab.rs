@@ -17,6 +17,20 @@ use std::sync::Arc;
 
 use super::token_mask::TokenMask;
 
+/// Whether a token of these bytes can be in a mask: no `0xFF` but a control token's
+/// leading mark ([`TokenVocab::from_table`]).
+pub(crate) fn maskable(b: &[u8]) -> bool {
+    match b {
+        [SPECIAL_PREFIX, text @ ..] => !text.is_empty() && !text.contains(&SPECIAL_PREFIX),
+        text => !text.contains(&SPECIAL_PREFIX),
+    }
+}
+
+/// The prefix byte of a special (control) token's byte string in a vocabulary's
+/// table (`crate::tokenizer`'s): `0xFF` never occurs in UTF-8, so no text can spell a
+/// special token's bytes.
+pub const SPECIAL_PREFIX: u8 = 0xFF;
+
 /// A vocabulary's token byte strings, by token id: what the grammar needs of a
 /// tokenizer (`crate::tokenizer`'s byte table implements it, so a vocabulary shares
 /// the tokenizer's table instead of copying it).
@@ -199,24 +213,36 @@ impl TokenVocab {
     /// Build over a table of token byte strings (index = token id), shared, not
     /// copied: a tokenizer's (`Tokenizer::token_vocab` in `crate::tokenizer`).
     ///
+    /// A token whose bytes hold `0xFF` other than as a control token's leading mark
+    /// (`0xFF` then text: [`SPECIAL_PREFIX`]) is left out of every
+    /// mask: `0xFF` never occurs in UTF-8, so no valid output holds such a token, and
+    /// a byte token `<0xFF>` (SentencePiece's byte fallback) would otherwise spell a
+    /// control token's mark, leaving the rest of the control token to text tokens.
+    ///
     /// Cost: two trie builds and one pass to classify tokens (about 40 ms for 49k
     /// tokens, 300 ms for 262k); memory: ~12 bytes per trie node and one bit per
     /// token per plain length.
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use toolgate::grammar::TokenVocab;
-    /// let table = vec![b"{".to_vec(), b"}".to_vec(), b"ab".to_vec()];
+    /// use toolgate::grammar::{Grammar, TokenVocab};
+    /// let table = vec![b"{".to_vec(), b"}".to_vec(), b"ab".to_vec(), vec![0xFF], b"\xFF<q>".to_vec()];
     /// let v = TokenVocab::from_table(Arc::new(table), vec![]);
-    /// assert_eq!((v.len(), v.token_bytes(2)), (3, &b"ab"[..]));
+    /// assert_eq!((v.len(), v.token_bytes(2)), (5, &b"ab"[..]));
+    /// // A control token `<q>` is allowed where the grammar has one; the byte 0xFF alone never.
+    /// let g = Grammar::from_regex(r"(?-u:\xFF)<q>")?;
+    /// let mut mask = toolgate::grammar::TokenMask::new(v.len());
+    /// Arc::new(g).matcher(Arc::new(v)).fill_mask(&mut mask)?;
+    /// assert!(mask.is_allowed(4) && !mask.is_allowed(3));
+    /// # Ok::<(), toolgate::Error>(())
     /// ```
     pub fn from_table(bytes: Arc<dyn TokenBytes>, eog: Vec<u32>) -> Self {
         let len = bytes.count();
-        let tokens = || (0..len).map(|id| bytes.token(id));
+        let tokens = || (0..len).map(|id| bytes.token(id)).enumerate().filter(|(_, b)| maskable(b));
         let mut plain_upto = vec![TokenMask::new(len); PLAIN_MAX_CHARS];
         let mut longest = 0;
         let mut rest = Vec::new();
-        for (id, b) in tokens().enumerate() {
+        for (id, b) in tokens() {
             match plain_chars(b) {
                 Some(k) if k <= PLAIN_MAX_CHARS => {
                     plain_upto[k - 1].allow(id as u32);
@@ -230,7 +256,7 @@ impl TokenVocab {
             let (done, next) = plain_upto.split_at_mut(m);
             next[0].union_with(&done[m - 1]);
         }
-        let all = TokenTrie::new(tokens().enumerate().map(|(i, b)| (i as u32, b)));
+        let all = TokenTrie::new(tokens().map(|(i, b)| (i as u32, b)));
         let rest = TokenTrie::new(rest);
         Self { all, rest, plain_upto, eog, bytes }
     }

@@ -47,9 +47,7 @@ use crate::gguf::GgufFile;
 use crate::grammar::TokenVocab;
 use crate::{Error, Result};
 
-/// The prefix byte of a special token's byte string. `0xFF` never occurs in UTF-8,
-/// so no text can spell a special token's bytes.
-pub const SPECIAL_PREFIX: u8 = 0xFF;
+pub use crate::grammar::vocab::SPECIAL_PREFIX;
 
 /// A token's type, as GGUF's `tokenizer.ggml.token_type` records it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

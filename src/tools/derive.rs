@@ -58,7 +58,7 @@ use serde_json::{json, Value};
 
 use super::conformance::{conformance, probe_arguments, probe_tools, shorten, PROBE_NAMES};
 use super::dialect::{gemma4, python, tagged};
-use super::format::{ArgsDialect, BodyKind, CallIds, IdSlot, KeyOrder, ParamTags, ToolFormat, TYPE_SLOT};
+use super::format::{ArgsDialect, BodyKind, CallIds, IdSlot, KeyOrder, ParamTags, ToolFormat, KEY_SLOT, TYPE_SLOT};
 use super::Tool;
 use crate::grammar::regex::Spacing;
 use crate::template::family::reasoning_markers;
@@ -448,21 +448,24 @@ fn tagged(rest: &str, i: usize) -> Option<(ParamTags, usize, usize)> {
         .rev()
         .find(|&n| a.is_char_boundary(a.len() - n) && edge(c, c.len() - n) && edge(a, a.len() - n))?;
     let key_start = a[a.len() - key_len..].trim_start().to_string();
-    let value_end = c[..c.len() - key_len].trim().to_string();
+    // A closing tag that repeats the key (`</xa_q>`) has a slot for it.
+    let value_end = c[..c.len() - key_len].trim().replace("xa_q", KEY_SLOT);
     let key_end = b.trim_end().to_string();
     let key_end_json = d.trim_end().to_string();
     if key_start.is_empty() || key_end.is_empty() || value_end.is_empty() {
         return None;
     }
+    let tags = ParamTags { key_start, key_end, key_end_json: None, value_end, end: String::new() };
     let tail = &rest[v2 + number.len()..];
-    let close = tail.find(&value_end)?;
+    let last_end = tags.value_end_for("xb_n");
+    let close = tail.find(&last_end)?;
     if !tail[..close].trim().is_empty() {
         return None;
     }
-    let at = a.len() - key_start.len();
-    let len = v2 + number.len() + close + value_end.len() - at;
-    let key_end_json = (key_end_json != key_end).then(|| typed_key_end(&key_end, &key_end_json));
-    Some((ParamTags { key_start, key_end, key_end_json, value_end, end: String::new() }, at, len))
+    let at = a.len() - tags.key_start.len();
+    let len = v2 + number.len() + close + last_end.len() - at;
+    let key_end_json = (key_end_json != tags.key_end).then(|| typed_key_end(&tags.key_end, &key_end_json));
+    Some((ParamTags { key_end_json, ..tags }, at, len))
 }
 
 /// A key end before JSON values that names the value's type where the one before
@@ -510,9 +513,11 @@ fn split_markers<'a>(pre: &'a str, mid: &'a str, post: &'a str) -> Option<[&'a s
             if !pre.ends_with(cs) || !edge(mid, j) || !edge(pre, pre.len() - cs.len()) {
                 continue;
             }
-            // The most marker text; then the least whitespace in the markers (it is the
-            // separator's).
-            let score = (ce.trim().len() + cs.trim().len(), usize::MAX - ce.len() - cs.len());
+            // The most marker text (whitespace aside: a newline inside one marker is no
+            // more marker than one between two); then the least whitespace in the
+            // markers (it is the separator's).
+            let text = |m: &str| m.chars().filter(|c| !c.is_whitespace()).map(char::len_utf8).sum::<usize>();
+            let score = (text(ce) + text(cs), usize::MAX - ce.len() - cs.len());
             if best.as_ref().is_none_or(|(s, _)| score > *s) {
                 best = Some((score, [&pre[..pre.len() - cs.len()], cs, &mid[i..j], ce, &post[ce.len()..]]));
             }

@@ -30,9 +30,11 @@ include!(concat!(env!("OUT_DIR"), "/formats.rs"));
 /// value_end`, repeated, then `end`. Qwen3-Coder's `<parameter=KEY>VALUE</parameter>`
 /// … `</function>` is the default; GLM's `<arg_key>KEY</arg_key><arg_value>VALUE
 /// </arg_value>` (no `end`: the arguments end where no further key starts), MiniMax's
-/// `<parameter name="KEY">VALUE</parameter>`, and layouts that mark a value's type in
+/// `<parameter name="KEY">VALUE</parameter>`, layouts that mark a value's type in
 /// the key's tag (DeepSeek DSML's `string="true"` / `string="false"`: a different
-/// `key_end_json` for values written as JSON) are others.
+/// `key_end_json` for values written as JSON), and layouts whose closing tag repeats
+/// the key (MiniMax M3's `<KEY>VALUE</KEY>`, each tag after a vendor token: a
+/// `value_end` with [`KEY_SLOT`]) are others.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ParamTags {
@@ -46,7 +48,8 @@ pub struct ParamTags {
     /// beside `" type="string"<|sep|>` for bare text.
     #[serde(default)]
     pub key_end_json: Option<String>,
-    /// Text after a value; its first character appears nowhere else in it.
+    /// Text after a value; where it holds [`KEY_SLOT`], the parameter's name goes
+    /// there ([`ParamTags::value_end_for`]).
     pub value_end: String,
     /// Text after the last parameter (`""`: none).
     #[serde(default)]
@@ -74,10 +77,35 @@ pub const GEMMA4_QUOTE: &str = "<|\"|>";
 /// Where a [`ParamTags::key_end_json`] names the value's JSON type.
 pub const TYPE_SLOT: &str = "{type}";
 
+/// Where a [`ParamTags::value_end`] repeats the parameter's name (`</{key}>`).
+pub const KEY_SLOT: &str = "{key}";
+
 /// The JSON types a typed key end names for values written as JSON.
 pub(crate) const JSON_TYPES: [&str; 5] = ["number", "boolean", "null", "object", "array"];
 
 impl ParamTags {
+    /// The text after parameter `key`'s value: [`ParamTags::value_end`], with `key` in
+    /// its [`KEY_SLOT`] if it has one.
+    ///
+    /// ```
+    /// use toolgate::tools::format::ParamTags;
+    /// let tags = ParamTags { key_start: "<".into(), key_end: ">".into(), value_end: "</{key}>".into(), ..Default::default() };
+    /// assert_eq!(tags.value_end_for("city"), "</city>");
+    /// assert_eq!(ParamTags::default().value_end_for("city"), "</parameter>");
+    /// ```
+    ///
+    /// Cost: one copy of the text.
+    pub fn value_end_for(&self, key: &str) -> String {
+        self.value_end.replace(KEY_SLOT, key)
+    }
+
+    /// Whether the closing tag repeats the parameter's name ([`KEY_SLOT`]): such a layout
+    /// cannot admit undeclared parameters in a grammar (their closing tag would have
+    /// to repeat a name the grammar does not know).
+    pub fn keyed_end(&self) -> bool {
+        self.value_end.contains(KEY_SLOT)
+    }
+
     /// The text between a name and a value written as JSON (with [`TYPE_SLOT`] if typed).
     pub fn key_end_json(&self) -> &str {
         self.key_end_json.as_deref().unwrap_or(&self.key_end)
@@ -453,12 +481,8 @@ impl ToolFormat {
             if self.dialect != ArgsDialect::XmlParameters {
                 return Err("`params` belongs to the xml_parameters dialect".into());
             }
-            let first = p.value_end.chars().next();
-            let repeats = |c: char| p.value_end[c.len_utf8()..].contains(c);
-            if p.key_start.is_empty() || p.key_end.is_empty() || first.is_none_or(repeats) {
-                return Err(
-                    "`params` needs a key_start, a key_end and a value_end whose first character appears once".into()
-                );
+            if p.key_start.is_empty() || p.key_end.is_empty() || p.value_end_for("").is_empty() {
+                return Err("`params` needs a key_start, a key_end and a value_end".into());
             }
         }
         if self.body == BodyKind::JsonNameArguments && self.dialect != ArgsDialect::Json {

@@ -166,6 +166,10 @@ fn marker_pieces<'a>(text: &'a str, tok: &Tokenizer) -> Vec<(bool, &'a str)> {
     out
 }
 
+/// The regex of a control token's prefix byte ([`SPECIAL_PREFIX`]), as a marker's
+/// spelling starts where it opens with a control token.
+pub(crate) const SPECIAL_REGEX: &str = "(?-u:\\xFF)";
+
 /// A marker as the grammar spells it and as it is generated: each control token of
 /// the vocabulary in it as its bytes (`0xFF` + text, which no text can spell; in the
 /// regex `(?-u:\xFF)` + the text), the rest as text.
@@ -173,7 +177,7 @@ fn spell_marker(text: &str, tok: &Tokenizer) -> (String, Vec<u8>) {
     let (mut regex, mut bytes) = (String::new(), Vec::with_capacity(text.len() + 2));
     for (special, piece) in marker_pieces(text, tok) {
         if special {
-            regex.push_str(&format!("(?-u:\\x{SPECIAL_PREFIX:02X})"));
+            regex.push_str(SPECIAL_REGEX);
             bytes.push(SPECIAL_PREFIX);
         }
         regex.push_str(&regex_syntax::escape(piece));
@@ -390,7 +394,7 @@ fn calls_into(
         }
         // The call grammar is composed around each tool's arguments; their shared
         // parts go into one table of rules.
-        let args = f.dialect.syntax().grammar(&node, f, rules);
+        let args = f.dialect.syntax().grammar(&node, f, rules, marker);
         check_grammar_size(args.text.len() + rules.total_len()).map_err(in_tool)?;
         let name = &t.function.name;
         match f.body {

@@ -912,3 +912,48 @@ fn calls_named_in_a_header_and_again_in_the_body_are_derived() {
     assert!(!g.matches(other.as_bytes()), "{other}");
     assert!(toolgate::template::probe::read_output(&setup, &tools, &turn).unwrap().ok);
 }
+
+/// A vendor token before every tag and arguments as elements whose closing tag
+/// repeats the key (MiniMax M3's layout; `templates/vendor-token-tags.jinja` is a
+/// look-alike of ours, its token `<unused9>`): derived as tagged parameters whose value
+/// end has a slot for the key. The calls read back, a boolean as the JSON the template
+/// prints, and the grammar admits that text and no closing tag of another key; it
+/// writes the token as the vocabulary's control token where there is one
+/// (`tool_formats::a_vendor_token_before_every_tag_is_generated_as_the_control_token`).
+#[test]
+fn a_vendor_token_before_every_tag_and_closing_tags_that_repeat_the_key_are_derived() {
+    use toolgate::tools::format::{ArgsDialect, KEY_SLOT};
+    let source = crate::common::fixture_text("templates/vendor-token-tags.jinja");
+    let t = ChatTemplate::new("vendor-token-tags", source.clone()).unwrap();
+    let setup = inspect(&GgufTemplates { default: Some(source), tool_use: None }, None, None).unwrap();
+    let l = &setup.layout;
+    let f = l.format.as_ref().unwrap_or_else(|| panic!("no layout: {}", l.round_trip));
+    assert_eq!((l.origin, l.round_trip.as_str(), f.dialect), (Origin::Derived, "passed", ArgsDialect::XmlParameters));
+    let p = f.params.as_ref().unwrap();
+    assert_eq!(
+        (p.key_start.as_str(), p.key_end.as_str(), p.value_end.clone()),
+        ("<unused9><", ">", format!("<unused9></{KEY_SLOT}>"))
+    );
+    assert_eq!((f.call_start.as_str(), f.name_end.as_str()), ("<unused9><call fn=\"", "\">"));
+    let tools = weather_tool();
+    let mut req = toolgate::template::RenderRequest::new(vec![
+        json!({"role": "user", "content": "Weather?"}),
+        json!({"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo", "days": 2, "metric": true}}},
+            {"id": "c2", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Lima </b> <c>", "days": 5}}}]}),
+    ]);
+    req.tools = Some(tools.iter().map(|t| serde_json::to_value(t).unwrap()).collect());
+    let out = t.render(&req).unwrap();
+    // (The system turn names the tags too: the calls are the last turn's.)
+    let calls = &out[out.rfind("<unused9><calls>").unwrap()..out.rfind("<end_of_turn>").unwrap()];
+    let want = vec![
+        ("get_weather".to_string(), json!({"city": "Oslo", "days": 2, "metric": true})),
+        ("get_weather".to_string(), json!({"city": "Lima </b> <c>", "days": 5})),
+    ];
+    assert_eq!(read_every_way(f, &tools, calls), want, "{calls}");
+    let g = calls_grammar_plain(f, &tools, &ToolChoice::Required, true).unwrap().compile().unwrap();
+    assert!(g.matches(calls.as_bytes()), "{calls}");
+    // A value closed by another key's tag is not a call.
+    let crossed = calls.replacen("<unused9></days>", "<unused9></city>", 1);
+    assert!(!g.matches(crossed.as_bytes()), "{crossed}");
+}

@@ -22,10 +22,6 @@ use crate::common::{fixture_text, templates_dir, vllm_templates_dir};
 /// says (a part of it). A listed template that starts passing fails the test: take it
 /// off the list.
 const KNOWN_GAPS: &[(&str, &str)] = &[
-    // A vendor token before every tag (`]<]minimax[>[<invoke name=…>`): no layout, so
-    // requests with tools are refused with this reason (it used to get Hermes's,
-    // unchecked, which reads none of these calls).
-    ("/MiniMax-M3.jinja", "are in no layout toolgate reads"),
     // vLLM's FunctionGemma example prints every value between `<escape>`s as Jinja
     // prints it (`days:<escape>3<escape>`, `True`, a dict's Python repr): a number
     // quoted like a string. The quote token itself is derived (FunctionGemma-style

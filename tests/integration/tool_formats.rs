@@ -360,6 +360,40 @@ fn a_derived_quote_token_is_generated_as_the_vocabularys_control_token() {
     assert_eq!(turn.logprobs.iter().filter(|l| l.token == escape).count(), 2, "{:?}", turn.logprobs);
 }
 
+/// A vendor token before every tag (MiniMax M3's layout, on Gemma 3 270M's real
+/// weights with `templates/vendor-token-tags.jinja`, a look-alike of ours whose token
+/// is Gemma 3's `<unused9>` control token): a constrained call writes each of the
+/// tags' tokens as the vocabulary's one control token, never as text, and reads back
+/// as arguments that validate, each closed by its own key's tag.
+#[test]
+fn a_vendor_token_before_every_tag_is_generated_as_the_control_token() {
+    let mut engine = Engine::load(common::model(common::GEMMA3), DeviceChoice::Cpu).unwrap();
+    let source = common::fixture_text("templates/vendor-token-tags.jinja");
+    let templates = GgufTemplates { default: Some(source), tool_use: None };
+    let setup = gate("vendor-token-tags", &templates, Some("gemma3"), None, ToolFallback::None).unwrap();
+    let f = setup.layout.format.clone().unwrap();
+    assert_eq!(f.dialect, ArgsDialect::XmlParameters);
+    let tools: Vec<Tool> = serde_json::from_value(json!([{"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo", "Rome"]},
+            "days": {"type": "integer", "minimum": 1, "maximum": 9}}, "required": ["city", "days"]}}}]))
+    .unwrap();
+    let msgs = vec![json!({"role": "user", "content": "What is the weather in Paris for 3 days?"})];
+    let params = GenerateParams { max_tokens: 128, logprobs: Some(0), ..GenerateParams::default() };
+    let turn =
+        tool_turn(&mut engine, &setup, msgs, &tools, &ToolChoice::Required, false, ToolMode::Constrained, &params)
+            .unwrap();
+    let ids: Vec<u32> = turn.logprobs.iter().map(|l| l.token).collect();
+    let text = engine.tokenizer().decode(&ids, false);
+    assert_eq!((turn.finish_reason, turn.parse_failures, turn.tool_calls.len()), ("tool_calls", 0, 1), "{text:?}");
+    let args: Value = serde_json::from_str(&turn.tool_calls[0].function.arguments).unwrap();
+    let v = jsonschema::validator_for(&tools[0].function.parameters).unwrap();
+    assert!(v.is_valid(&args), "{args}");
+    // `<calls>`, `<call …>`, two parameters' two tags, `</call>`, `</calls>`: each
+    // after the one `<unused9>` token.
+    let token = engine.tokenizer().token_id("<unused9>").unwrap();
+    assert_eq!(turn.logprobs.iter().filter(|l| l.token == token).count(), 8, "{:?}", turn.logprobs);
+}
+
 /// `--tool-format` picks any family that has a format file; an unknown one is an error
 /// listing them. Every format file's family is one detection can report.
 #[test]

@@ -25,7 +25,7 @@ use crate::tools::format::ToolFormat;
 pub struct Gemma4;
 
 impl ArgsSyntax for Gemma4 {
-    fn grammar(&self, node: &Node, f: &ToolFormat, rules: &mut Rules) -> Built {
+    fn grammar(&self, node: &Node, f: &ToolFormat, rules: &mut Rules, _: &dyn Fn(&str) -> Built) -> Built {
         to_rules_part(node, &GemmaValues::new(f.gemma_quote()), rules)
     }
     fn opener(&self) -> Option<u8> {

@@ -15,7 +15,7 @@ use crate::tools::format::ToolFormat;
 pub struct Json;
 
 impl ArgsSyntax for Json {
-    fn grammar(&self, node: &Node, f: &ToolFormat, rules: &mut Rules) -> Built {
+    fn grammar(&self, node: &Node, f: &ToolFormat, rules: &mut Rules, _: &dyn Fn(&str) -> Built) -> Built {
         to_rules_part(node, &JsonWith(f.spacing), rules)
     }
     fn opener(&self) -> Option<u8> {

@@ -60,10 +60,12 @@ pub enum Extent {
 pub trait ArgsSyntax: Sync {
     /// The grammar of the arguments for a tool whose compiled arguments schema is
     /// `node`, in layout `f`, as a part of the call's grammar; large parts go into
-    /// `rules` (see [`Rules`]).
+    /// `rules` (see [`Rules`]). `marker` spells a marker's text as the call's grammar
+    /// does (the vocabulary's control tokens in it as those tokens), for dialects whose
+    /// arguments hold markers (tagged parameters).
     ///
     /// Cost: linear in the schema's size.
-    fn grammar(&self, node: &Node, f: &ToolFormat, rules: &mut Rules) -> Built;
+    fn grammar(&self, node: &Node, f: &ToolFormat, rules: &mut Rules, marker: &dyn Fn(&str) -> Built) -> Built;
 
     /// The byte the arguments open with, after optional whitespace (`{`, `(`), or
     /// `None` where the dialect reads its own whitespace from the name's end.

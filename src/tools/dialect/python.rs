@@ -25,7 +25,7 @@ use crate::tools::format::ToolFormat;
 pub struct Python;
 
 impl ArgsSyntax for Python {
-    fn grammar(&self, node: &Node, f: &ToolFormat, rules: &mut Rules) -> Built {
+    fn grammar(&self, node: &Node, f: &ToolFormat, rules: &mut Rules, _: &dyn Fn(&str) -> Built) -> Built {
         let values: &dyn Dialect = if f.single_quotes { &PythonSingle } else { self };
         Built::read(grammar(node, values, rules))
     }

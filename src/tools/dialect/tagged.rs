@@ -2,7 +2,13 @@
 //! as JSON — Qwen3-Coder's `<parameter=city>\nOslo\n</parameter>` … `</function>`,
 //! GLM's `<arg_key>city</arg_key><arg_value>Oslo</arg_value>`, MiniMax's
 //! `<parameter name="city">Oslo</parameter>`, DeepSeek DSML's typed
-//! `<｜DSML｜parameter name="city" string="true">Oslo</｜DSML｜parameter>`.
+//! `<｜DSML｜parameter name="city" string="true">Oslo</｜DSML｜parameter>`, MiniMax M3's
+//! `]<]minimax[>[<city>Oslo]<]minimax[>[</city>` (a closing tag that repeats the key,
+//! a vendor token before every tag).
+//!
+//! The tags are markers: where the vocabulary has a control token for a piece of one
+//! (MiniMax M3's vendor token, GLM's `<arg_key>`), the grammar has the model write
+//! that token, as for the layout's other markers.
 //!
 //! Values are typed by the tool's schema when converted to JSON: a parameter
 //! declared as a string stays a string even when it reads as a number.
@@ -20,6 +26,7 @@ use crate::grammar::part::{alt, Built, NEVER};
 use crate::grammar::regex::{key_except, members, to_rules, without_literal, Dialect, Json};
 use crate::grammar::rules::Rules;
 use crate::tools::format::{ParamTags, ToolFormat, JSON_TYPES, TYPE_SLOT};
+use crate::tools::SPECIAL_REGEX;
 
 /// Longest tool or parameter name read.
 const MAX_NAME: usize = 256;
@@ -34,8 +41,8 @@ fn leading_ws(s: &str) -> usize {
 pub struct Tagged;
 
 impl ArgsSyntax for Tagged {
-    fn grammar(&self, node: &Node, f: &ToolFormat, rules: &mut Rules) -> Built {
-        Built::read(grammar(node, rules, &f.param_tags()))
+    fn grammar(&self, node: &Node, f: &ToolFormat, rules: &mut Rules, marker: &dyn Fn(&str) -> Built) -> Built {
+        Built::read(grammar(node, rules, &f.param_tags(), marker))
     }
     fn opener(&self) -> Option<u8> {
         None
@@ -101,20 +108,33 @@ fn literal_type(v: &Value) -> &'static str {
 /// Tagged parameters for an arguments schema, spelled by `tags` (Qwen3-Coder's
 /// `<parameter=NAME>\n?VALUE\n?</parameter>\n?` by default): each declared property
 /// in schema order (optional ones skippable), extra properties if the schema allows
-/// them, then `tags.end`. String values are bare text without `tags.value_end`; other
-/// values are JSON. Large parts go into `rules` as [`to_rules`] puts them
-/// ([`Rules::none`] for one plain regex).
+/// them (and the closing tag does not repeat the key: [`ParamTags::keyed_end`]), then
+/// `tags.end`. String values are bare text without their closing tag; other values
+/// are JSON. `marker` spells a tag's text as the grammar reads it (its control tokens,
+/// as [`crate::tools::calls_grammar`] spells markers); a closing tag that opens with a
+/// control token leaves bare text free, as no text spells one. Large parts go into
+/// `rules` as [`to_rules`] puts them ([`Rules::none`] for one plain regex).
 ///
 /// Cost: linear in the schema's size, as [`to_rules`].
-pub fn grammar(node: &Node, rules: &mut Rules, tags: &ParamTags) -> String {
-    let close = tags.value_end.as_str();
+pub fn grammar(node: &Node, rules: &mut Rules, tags: &ParamTags, marker: &dyn Fn(&str) -> Built) -> String {
+    let spell = |text: &str| if text.is_empty() { String::new() } else { marker(text).text };
+    // The bare text a value of parameter `key` may be, and its closing tag's regex.
+    let close = |key: &str| {
+        let text = tags.value_end_for(key);
+        let regex = spell(&text);
+        let bare = match regex.starts_with(SPECIAL_REGEX) {
+            true => "(?s:.)*".to_string(),
+            false => without_literal(clear_tail(&text)),
+        };
+        (bare, regex)
+    };
     // `(kind, regex)` alternatives of a value: bare text and JSON values (of each
     // type, where the layout names it) take different key ends when the layout types
     // its values.
-    fn value(n: &Node, rules: &mut Rules, close: &str) -> Vec<(Kind, String)> {
+    fn value(n: &Node, rules: &mut Rules, bare: &str) -> Vec<(Kind, String)> {
         match n {
             Node::String { min_len: 0, max_len: None, pattern: None, format: None } => {
-                vec![(Kind::Text, without_literal(close))]
+                vec![(Kind::Text, bare.to_string())]
             }
             Node::String { .. } | Node::Machine { .. } => vec![(Kind::Text, to_rules(n, &XmlText, rules))],
             Node::Literals(vs) => {
@@ -129,10 +149,10 @@ pub fn grammar(node: &Node, rules: &mut Rules, tags: &ParamTags) -> String {
                 let spell = |k: Kind| if k == Kind::Text { &XmlText as &dyn Dialect } else { &Json };
                 groups.into_iter().map(|(k, vs)| (k, to_rules(&Node::Literals(vs), spell(k), rules))).collect()
             }
-            Node::AnyOf(ns) => ns.iter().flat_map(|n| value(n, rules, close)).collect(),
+            Node::AnyOf(ns) => ns.iter().flat_map(|n| value(n, rules, bare)).collect(),
             // A string is bare text here, the other values JSON.
             Node::AnyValue { .. } => {
-                vec![(Kind::Text, without_literal(close)), (Kind::Json(ANY_TYPE), to_rules(n, &Json, rules))]
+                vec![(Kind::Text, bare.to_string()), (Kind::Json(ANY_TYPE), to_rules(n, &Json, rules))]
             }
             // JSON's `true`, or the `True` a template's Jinja prints for a boolean it
             // writes with `{{ value }}` or `| string` (Qwen3-Coder, Qwen3.5, MiniCPM5):
@@ -143,10 +163,14 @@ pub fn grammar(node: &Node, rules: &mut Rules, tags: &ParamTags) -> String {
             other => vec![(Kind::Json(json_type(other)), to_rules(other, &Json, rules))],
         }
     }
-    let param = |key: &str, alts: Vec<(Kind, String)>| {
+    let key_start = spell(&tags.key_start);
+    // Parameter `key` (a regex; its closing tag's text `close_key` where that repeats
+    // it) with value `n`.
+    let mut param = |key: &str, close_key: &str, n: &Node| {
+        let (bare, close) = close(close_key);
         // Alternatives grouped by the key end they take, in order.
         let mut groups: Vec<(String, Vec<String>)> = Vec::new();
-        for (kind, v) in alts {
+        for (kind, v) in value(n, rules, &bare) {
             let ke = key_end_regex(tags, kind);
             match groups.iter_mut().find(|g| g.0 == ke) {
                 Some(g) => g.1.push(v),
@@ -154,7 +178,7 @@ pub fn grammar(node: &Node, rules: &mut Rules, tags: &ParamTags) -> String {
             }
         }
         let out: Vec<String> = groups.into_iter().map(|(ke, vs)| format!("{ke}\\n?{}", alt(vs))).collect();
-        format!("{}{key}(?:{})\\n?{}\\n?", escape(&tags.key_start), out.join("|"), escape(close))
+        format!("{key_start}{key}(?:{})\\n?{close}\\n?", out.join("|"))
     };
     let body = match node {
         // (`patternProperties` names are not generated in this layout.)
@@ -162,21 +186,20 @@ pub fn grammar(node: &Node, rules: &mut Rules, tags: &ParamTags) -> String {
             let names: Vec<&str> = properties.iter().map(|(n, _, _)| n.as_str()).collect();
             let key = key_except("[A-Za-z_]", "[A-Za-z0-9_.-]", &names);
             // Extras that must avoid a pattern are not generated in this layout either.
-            let additional = additional.as_ref().filter(|_| extra_keys.is_none());
-            let extra = additional.map(|extra| param(&key, value(extra, rules, close)));
+            let additional = additional.as_ref().filter(|_| extra_keys.is_none() && !tags.keyed_end());
+            let extra = additional.map(|extra| param(&key, "", extra));
+            let declared: Vec<(String, bool)> = properties
+                .iter()
+                .filter(|p| p.1 != Node::Never)
+                .map(|(name, n, required)| (param(&escape(name), name, n), *required))
+                .collect();
             if *non_empty {
                 // At least one parameter: the JSON objects' layout, without separators.
-                let elems: Vec<(String, bool)> = properties
-                    .iter()
-                    .filter(|p| p.1 != Node::Never)
-                    .map(|(name, n, required)| (param(&escape(name), value(n, rules, close)), *required))
-                    .collect();
-                members(&elems, extra.as_deref(), "", true, rules)
+                members(&declared, extra.as_deref(), "", true, rules)
             } else {
                 let mut out = String::new();
-                for (name, n, required) in properties.iter().filter(|p| p.1 != Node::Never) {
-                    let p = param(&escape(name), value(n, rules, close));
-                    out.push_str(&if *required { p } else { format!("(?:{p})?") });
+                for (p, required) in declared {
+                    out.push_str(&if required { p } else { format!("(?:{p})?") });
                 }
                 if let Some(x) = extra {
                     out.push_str(&format!("(?:{x})*"));
@@ -184,9 +207,20 @@ pub fn grammar(node: &Node, rules: &mut Rules, tags: &ParamTags) -> String {
                 out
             }
         }
-        other => format!("(?:{})*", param("[A-Za-z_][A-Za-z0-9_.-]*", value(other, rules, close))),
+        // Any parameters, where the closing tag can be written without knowing them.
+        _ if tags.keyed_end() => String::new(),
+        other => format!("(?:{})*", param("[A-Za-z_][A-Za-z0-9_.-]*", "", other)),
     };
-    format!("\\n?{body}{}", escape(&tags.end))
+    format!("\\n?{body}{}", spell(&tags.end))
+}
+
+/// The longest end of `close` whose first character appears nowhere else in it, for
+/// [`without_literal`]: text without that end is text without `close` (a sound
+/// narrowing where the whole tag repeats its first character, as MiniMax M3's vendor
+/// token `]<]minimax[>[` does).
+fn clear_tail(close: &str) -> &str {
+    let clear = |t: &&str| t.chars().next().is_some_and(|c| !t[c.len_utf8()..].contains(c));
+    close.char_indices().map(|(i, _)| &close[i..]).find(clear).unwrap_or(close)
 }
 
 /// Tagged parameters at the start of `s`, spelled by `tags` (Qwen3-Coder's
@@ -201,7 +235,7 @@ pub fn grammar(node: &Node, rules: &mut Rules, tags: &ParamTags) -> String {
 /// Cost: linear in `s` times the number of key ends (six for a typed layout).
 pub fn read(s: &str, tags: &ParamTags, then: &str, whole: bool) -> Option<Result<(usize, Vec<Param>), usize>> {
     let ends = tags.key_ends();
-    let (open, close, end) = (tags.key_start.as_str(), tags.value_end.as_str(), tags.end.as_str());
+    let (open, end) = (tags.key_start.as_str(), tags.end.as_str());
     let mut i = 0;
     let mut params = Vec::new();
     loop {
@@ -219,6 +253,11 @@ pub fn read(s: &str, tags: &ParamTags, then: &str, whole: bool) -> Option<Result
             return if end.is_empty() { Some(Ok((before_ws, params))) } else { Some(Err(i)) };
         }
         let k0 = i + open.len();
+        // A key start then `/` is a closing tag (the call's, where it shares the key
+        // start's text: MiniMax M3's `]<]minimax[>[</invoke>`), not a key.
+        if end.is_empty() && s[k0..].starts_with('/') {
+            return Some(Ok((before_ws, params)));
+        }
         // The key runs to the first key end (any spelling).
         let found = ends.iter().filter_map(|(e, text)| s[k0..].find(e.as_str()).map(|at| (at, e.len(), *text)));
         let Some((gt, ke, text)) = found.min() else {
@@ -229,7 +268,8 @@ pub fn read(s: &str, tags: &ParamTags, then: &str, whole: bool) -> Option<Result
             return Some(Err(i));
         }
         let v0 = k0 + gt + ke;
-        let close_at = value_len(&s[v0..], tags, then, whole)?;
+        let close = tags.value_end_for(key);
+        let close_at = value_len(&s[v0..], &close, tags, then, whole)?;
         params.push(Param { key: key.to_string(), raw: s[v0..v0 + close_at].to_string(), text });
         i = v0 + close_at + close.len();
     }
@@ -274,15 +314,15 @@ pub fn params_to_json(params: &[Param], strings: Option<&HashSet<String>>) -> St
     serde_json::Value::Object(map).to_string()
 }
 
-/// The length of the value at the start of `s`: up to the first closing tag
-/// (`tags.value_end`) after which the parameters can go on (another key, their end, or
+/// The length of the value at the start of `s`: up to the first closing tag `close`
+/// (the parameter's [`ParamTags::value_end_for`]) after which the parameters can go on (another key, their end, or
 /// `then`, the text after them), so a value that holds the closing tag's text (code,
 /// markup) is read whole, not cut there. With nothing known to follow the parameters,
 /// the first closing tag ends the value. `None` while undecided.
 ///
 /// Cost: linear in `s`.
-pub fn value_len(s: &str, tags: &ParamTags, then: &str, whole: bool) -> Option<usize> {
-    let (open, close, end) = (tags.key_start.as_str(), tags.value_end.as_str(), tags.end.as_str());
+pub fn value_len(s: &str, close: &str, tags: &ParamTags, then: &str, whole: bool) -> Option<usize> {
+    let (open, end) = (tags.key_start.as_str(), tags.end.as_str());
     let first = s.find(close)?;
     let followers: Vec<&str> = [open, end, then].into_iter().filter(|f| !f.is_empty()).collect();
     if end.is_empty() && then.is_empty() {
@@ -348,8 +388,9 @@ mod tests {
         use crate::tools::format::ParamTags;
         let tags = ParamTags::default(); // <parameter=K>V</parameter> … </function>
         let s = "a</parameter> b</parameter>\n</function>";
-        assert_eq!(value_len(s, &tags, "", true), Some(s.find(" b").unwrap() + 2));
-        assert_eq!(value_len("a</parameter>", &tags, "", false), None); // what follows decides
+        let close = tags.value_end_for("city");
+        assert_eq!(value_len(s, &close, &tags, "", true), Some(s.find(" b").unwrap() + 2));
+        assert_eq!(value_len("a</parameter>", &close, &tags, "", false), None); // what follows decides
     }
 
     /// `minProperties: 1` over optional properties: at least one tagged parameter
@@ -361,7 +402,8 @@ mod tests {
         use crate::grammar::Grammar;
         let filters = serde_json::json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}, "minProperties": 1});
         let node = compile(&filters, Mode::Strict).unwrap();
-        let xml = Grammar::from_regex(&super::grammar(&node, &mut Rules::none(), &Default::default())).unwrap();
+        let plain = |t: &str| crate::grammar::part::Built::read(regex_syntax::escape(t));
+        let xml = Grammar::from_regex(&super::grammar(&node, &mut Rules::none(), &Default::default(), &plain)).unwrap();
         assert!(xml.matches(b"<parameter=a>1</parameter></function>"));
         assert!(!xml.matches(b"</function>"));
     }
