@@ -10,7 +10,7 @@ use crate::common;
 use std::path::PathBuf;
 
 use serde_json::{json, Value};
-use toolgate::engine::chat::{tool_turn, ToolMode};
+use toolgate::engine::chat::{tool_turn, ChatTurn, ToolMode};
 use toolgate::engine::{Engine, GenerateParams};
 use toolgate::grammar::part::Built;
 use toolgate::model::DeviceChoice;
@@ -342,19 +342,7 @@ fn a_derived_quote_token_is_generated_as_the_vocabularys_control_token() {
     let setup = gate("gemma3-fg", &templates, Some("gemma3"), None, ToolFallback::None).unwrap();
     let f = setup.layout.format.clone().unwrap();
     assert_eq!((f.dialect, f.gemma_quote()), (ArgsDialect::Gemma4, "<escape>"));
-    let tools: Vec<Tool> = serde_json::from_value(json!([{"type": "function", "function": {"name": "get_weather",
-        "parameters": {"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo", "Rome"]},
-            "days": {"type": "integer", "minimum": 1, "maximum": 9}}, "required": ["city", "days"]}}}]))
-    .unwrap();
-    let msgs = vec![json!({"role": "user", "content": "What is the weather in Paris for 3 days?"})];
-    let params = GenerateParams { max_tokens: 64, logprobs: Some(0), ..GenerateParams::default() };
-    let turn =
-        tool_turn(&mut engine, &setup, msgs, &tools, &ToolChoice::Required, false, ToolMode::Constrained, &params)
-            .unwrap();
-    assert_eq!((turn.finish_reason, turn.parse_failures, turn.tool_calls.len()), ("tool_calls", 0, 1), "{turn:?}");
-    let args: Value = serde_json::from_str(&turn.tool_calls[0].function.arguments).unwrap();
-    let v = jsonschema::validator_for(&tools[0].function.parameters).unwrap();
-    assert!(v.is_valid(&args), "{args}");
+    let turn = one_weather_call(&mut engine, &setup, 64);
     // The city's two quotes, each the one `<escape>` token.
     let escape = engine.tokenizer().token_id("<escape>").unwrap();
     assert_eq!(turn.logprobs.iter().filter(|l| l.token == escape).count(), 2, "{:?}", turn.logprobs);
@@ -373,25 +361,31 @@ fn a_vendor_token_before_every_tag_is_generated_as_the_control_token() {
     let setup = gate("vendor-token-tags", &templates, Some("gemma3"), None, ToolFallback::None).unwrap();
     let f = setup.layout.format.clone().unwrap();
     assert_eq!(f.dialect, ArgsDialect::XmlParameters);
+    let turn = one_weather_call(&mut engine, &setup, 128);
+    // `<calls>`, `<call …>`, two parameters' two tags, `</call>`, `</calls>`: each
+    // after the one `<unused9>` token.
+    let token = engine.tokenizer().token_id("<unused9>").unwrap();
+    assert_eq!(turn.logprobs.iter().filter(|l| l.token == token).count(), 8, "{:?}", turn.logprobs);
+}
+
+/// A constrained `required` turn with one `get_weather` tool (an enum city, bounded
+/// days) and logprobs, checked to end in one call whose arguments validate.
+fn one_weather_call(engine: &mut Engine, setup: &toolgate::template::ChatSetup, max_tokens: usize) -> ChatTurn {
     let tools: Vec<Tool> = serde_json::from_value(json!([{"type": "function", "function": {"name": "get_weather",
         "parameters": {"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo", "Rome"]},
             "days": {"type": "integer", "minimum": 1, "maximum": 9}}, "required": ["city", "days"]}}}]))
     .unwrap();
     let msgs = vec![json!({"role": "user", "content": "What is the weather in Paris for 3 days?"})];
-    let params = GenerateParams { max_tokens: 128, logprobs: Some(0), ..GenerateParams::default() };
-    let turn =
-        tool_turn(&mut engine, &setup, msgs, &tools, &ToolChoice::Required, false, ToolMode::Constrained, &params)
-            .unwrap();
+    let params = GenerateParams { max_tokens, logprobs: Some(0), ..GenerateParams::default() };
+    let turn = tool_turn(engine, setup, msgs, &tools, &ToolChoice::Required, false, ToolMode::Constrained, &params)
+        .unwrap();
     let ids: Vec<u32> = turn.logprobs.iter().map(|l| l.token).collect();
     let text = engine.tokenizer().decode(&ids, false);
     assert_eq!((turn.finish_reason, turn.parse_failures, turn.tool_calls.len()), ("tool_calls", 0, 1), "{text:?}");
     let args: Value = serde_json::from_str(&turn.tool_calls[0].function.arguments).unwrap();
     let v = jsonschema::validator_for(&tools[0].function.parameters).unwrap();
     assert!(v.is_valid(&args), "{args}");
-    // `<calls>`, `<call …>`, two parameters' two tags, `</call>`, `</calls>`: each
-    // after the one `<unused9>` token.
-    let token = engine.tokenizer().token_id("<unused9>").unwrap();
-    assert_eq!(turn.logprobs.iter().filter(|l| l.token == token).count(), 8, "{:?}", turn.logprobs);
+    turn
 }
 
 /// `--tool-format` picks any family that has a format file; an unknown one is an error
