@@ -395,7 +395,7 @@ fn find_call(out: &str, from: usize, i: usize, ids: &[&str; 2]) -> Result<Found,
     if let Some((tags, at, len)) = tagged(rest, i) {
         let strings: std::collections::HashSet<String> = ["xa_q".to_string()].into();
         if let Some(Ok((read, params))) = tagged::read(&rest[at..], &tags, "", true) {
-            if read == len && same(Some(tagged::params_to_json(&params, Some(&strings)))) {
+            if read == len && same(Some(tagged::params_to_json(&params, &tags, Some(&strings)))) {
                 let mut found = name_then(out, n, after, after + at, after + at + len, ArgsDialect::XmlParameters);
                 found.tags = Some(tags);
                 return Ok(found);

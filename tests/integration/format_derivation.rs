@@ -956,4 +956,29 @@ fn a_vendor_token_before_every_tag_and_closing_tags_that_repeat_the_key_are_deri
     // A value closed by another key's tag is not a call.
     let crossed = calls.replacen("<unused9></days>", "<unused9></city>", 1);
     assert!(!g.matches(crossed.as_bytes()), "{crossed}");
+    // Objects and arrays as more elements, as the template writes them.
+    let tools: Vec<Tool> = vec![serde_json::from_value(json!({"type": "function", "function": {"name": "find",
+        "parameters": {"type": "object", "properties": {"near": {"type": "object", "properties": {
+            "city": {"type": "string"}, "km": {"type": "integer"}}, "required": ["city"]},
+            "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 3}}, "required": ["near", "tags"]}}}))
+    .unwrap()];
+    let args = json!({"near": {"city": "Oslo", "km": 5}, "tags": ["cafe", "open late"]});
+    let mut req = toolgate::template::RenderRequest::new(vec![
+        json!({"role": "user", "content": "Find?"}),
+        json!({"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "find", "arguments": args}}]}),
+    ]);
+    req.tools = Some(tools.iter().map(|t| serde_json::to_value(t).unwrap()).collect());
+    let out = t.render(&req).unwrap();
+    let calls = &out[out.rfind("<unused9><calls>").unwrap()..out.rfind("<end_of_turn>").unwrap()];
+    assert!(calls.contains("<unused9><tags><unused9><item>cafe<unused9></item>"), "{calls}");
+    assert_eq!(read_every_way(f, &tools, calls), vec![("find".to_string(), args)], "{calls}");
+    let g = calls_grammar_plain(f, &tools, &ToolChoice::Required, true).unwrap().compile().unwrap();
+    assert!(g.matches(calls.as_bytes()), "{calls}");
+    // No fourth item (`maxItems: 3`), and the JSON spelling is admitted too.
+    let item = "<unused9><item>x<unused9></item>";
+    let four = calls.replacen("<unused9></tags>", &format!("{item}{item}<unused9></tags>"), 1);
+    assert!(!g.matches(four.as_bytes()), "{four}");
+    let json = calls.replacen("<unused9><item>cafe<unused9></item><unused9><item>open late<unused9></item>", r#"["cafe","open late"]"#, 1);
+    assert!(g.matches(json.as_bytes()), "{json}");
 }

@@ -56,7 +56,7 @@ impl ArgsSyntax for Tagged {
     }
     fn to_json(&self, text: &str, f: &ToolFormat, strings: Option<&HashSet<String>>) -> Option<String> {
         match read(text, &f.param_tags(), f.call_end.trim(), true) {
-            Some(Ok((_, params))) => Some(params_to_json(&params, strings)),
+            Some(Ok((_, params))) => Some(params_to_json(&params, &f.param_tags(), strings)),
             _ => None,
         }
     }
@@ -117,21 +117,103 @@ fn literal_type(v: &Value) -> &'static str {
 ///
 /// Cost: linear in the schema's size, as [`to_rules`].
 pub fn grammar(node: &Node, rules: &mut Rules, tags: &ParamTags, marker: &dyn Fn(&str) -> Built) -> String {
-    let spell = |text: &str| if text.is_empty() { String::new() } else { marker(text).text };
-    // The bare text a value of parameter `key` may be, and its closing tag's regex.
-    let close = |key: &str| {
-        let text = tags.value_end_for(key);
-        let regex = spell(&text);
+    let spelled = Spelled { tags, marker, key_start: String::new() };
+    let s = Spelled { key_start: spelled.spell(&tags.key_start), ..spelled };
+    let body = match node {
+        // (`patternProperties` names are not generated in this layout.)
+        Node::Object { properties, additional, non_empty, extra_keys, .. } => {
+            let names: Vec<&str> = properties.iter().map(|(n, _, _)| n.as_str()).collect();
+            let key = key_except("[A-Za-z_]", "[A-Za-z0-9_.-]", &names);
+            // Extras that must avoid a pattern are not generated in this layout either.
+            let additional = additional.as_ref().filter(|_| extra_keys.is_none() && !tags.keyed_end());
+            let extra = additional.map(|extra| s.param(&key, "", extra, rules));
+            let declared = s.declared(properties, rules);
+            if *non_empty {
+                // At least one parameter: the JSON objects' layout, without separators.
+                members(&declared, extra.as_deref(), "", true, rules)
+            } else {
+                let mut out = in_order(declared);
+                if let Some(x) = extra {
+                    out.push_str(&format!("(?:{x})*"));
+                }
+                out
+            }
+        }
+        // Any parameters, where the closing tag can be written without knowing them.
+        _ if tags.keyed_end() => String::new(),
+        other => format!("(?:{})*", s.param("[A-Za-z_][A-Za-z0-9_.-]*", "", other, rules)),
+    };
+    format!("\\n?{body}{}", s.spell(&tags.end))
+}
+
+/// Members in schema order, the optional ones skippable.
+fn in_order(declared: Vec<(String, bool)>) -> String {
+    declared.into_iter().map(|(p, required)| if required { p } else { format!("(?:{p})?") }).collect()
+}
+
+/// Most items an array written as elements may be bounded to (`maxItems`, `minItems`);
+/// past it such an array is written as JSON only.
+const MAX_ELEMENT_ITEMS: usize = 16;
+
+/// A layout's tags as its grammar spells them.
+struct Spelled<'a> {
+    tags: &'a ParamTags,
+    /// A marker's text as the call's grammar spells it.
+    marker: &'a dyn Fn(&str) -> Built,
+    /// The key start, spelled.
+    key_start: String,
+}
+
+impl Spelled<'_> {
+    fn spell(&self, text: &str) -> String {
+        if text.is_empty() {
+            String::new()
+        } else {
+            (self.marker)(text).text
+        }
+    }
+
+    /// The bare text a value of parameter `key` may be, and its closing tag's regex.
+    fn close(&self, key: &str) -> (String, String) {
+        let text = self.tags.value_end_for(key);
+        let regex = self.spell(&text);
         let bare = match regex.starts_with(SPECIAL_REGEX) {
             true => "(?s:.)*".to_string(),
             false => without_literal(clear_tail(&text)),
         };
         (bare, regex)
-    };
-    // `(kind, regex)` alternatives of a value: bare text and JSON values (of each
-    // type, where the layout names it) take different key ends when the layout types
-    // its values.
-    fn value(n: &Node, rules: &mut Rules, bare: &str) -> Vec<(Kind, String)> {
+    }
+
+    /// The declared properties, each `(regex, required)`.
+    fn declared(&self, properties: &[(String, Node, bool)], rules: &mut Rules) -> Vec<(String, bool)> {
+        properties
+            .iter()
+            .filter(|p| p.1 != Node::Never)
+            .map(|(name, n, required)| (self.param(&escape(name), name, n, rules), *required))
+            .collect()
+    }
+
+    /// Parameter `key` (a regex; its closing tag's text `close_key` where that repeats
+    /// it) with value `n`.
+    fn param(&self, key: &str, close_key: &str, n: &Node, rules: &mut Rules) -> String {
+        let (bare, close) = self.close(close_key);
+        // Alternatives grouped by the key end they take, in order.
+        let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+        for (kind, v) in self.value(n, rules, &bare) {
+            let ke = key_end_regex(self.tags, kind);
+            match groups.iter_mut().find(|g| g.0 == ke) {
+                Some(g) => g.1.push(v),
+                None => groups.push((ke, vec![v])),
+            }
+        }
+        let out: Vec<String> = groups.into_iter().map(|(ke, vs)| format!("{ke}\\n?{}", alt(vs))).collect();
+        format!("{}{key}(?:{})\\n?{close}\\n?", self.key_start, out.join("|"))
+    }
+
+    /// `(kind, regex)` alternatives of a value: bare text and JSON values (of each
+    /// type, where the layout names it) take different key ends when the layout types
+    /// its values.
+    fn value(&self, n: &Node, rules: &mut Rules, bare: &str) -> Vec<(Kind, String)> {
         match n {
             Node::String { min_len: 0, max_len: None, pattern: None, format: None } => {
                 vec![(Kind::Text, bare.to_string())]
@@ -149,7 +231,7 @@ pub fn grammar(node: &Node, rules: &mut Rules, tags: &ParamTags, marker: &dyn Fn
                 let spell = |k: Kind| if k == Kind::Text { &XmlText as &dyn Dialect } else { &Json };
                 groups.into_iter().map(|(k, vs)| (k, to_rules(&Node::Literals(vs), spell(k), rules))).collect()
             }
-            Node::AnyOf(ns) => ns.iter().flat_map(|n| value(n, rules, bare)).collect(),
+            Node::AnyOf(ns) => ns.iter().flat_map(|n| self.value(n, rules, bare)).collect(),
             // A string is bare text here, the other values JSON.
             Node::AnyValue { .. } => {
                 vec![(Kind::Text, bare.to_string()), (Kind::Json(ANY_TYPE), to_rules(n, &Json, rules))]
@@ -160,58 +242,40 @@ pub fn grammar(node: &Node, rules: &mut Rules, tags: &ParamTags, marker: &dyn Fn
             Node::Boolean => vec![(Kind::Json("boolean"), format!("(?:{}|{})", Json.boolean(), Python.boolean()))],
             // JSON's `null`, or the `None` such a template prints for it.
             Node::Null => vec![(Kind::Json("null"), format!("(?:{}|{})", Json.null(), Python.null()))],
-            other => vec![(Kind::Json(json_type(other)), to_rules(other, &Json, rules))],
-        }
-    }
-    let key_start = spell(&tags.key_start);
-    // Parameter `key` (a regex; its closing tag's text `close_key` where that repeats
-    // it) with value `n`.
-    let mut param = |key: &str, close_key: &str, n: &Node| {
-        let (bare, close) = close(close_key);
-        // Alternatives grouped by the key end they take, in order.
-        let mut groups: Vec<(String, Vec<String>)> = Vec::new();
-        for (kind, v) in value(n, rules, &bare) {
-            let ke = key_end_regex(tags, kind);
-            match groups.iter_mut().find(|g| g.0 == ke) {
-                Some(g) => g.1.push(v),
-                None => groups.push((ke, vec![v])),
-            }
-        }
-        let out: Vec<String> = groups.into_iter().map(|(ke, vs)| format!("{ke}\\n?{}", alt(vs))).collect();
-        format!("{key_start}{key}(?:{})\\n?{close}\\n?", out.join("|"))
-    };
-    let body = match node {
-        // (`patternProperties` names are not generated in this layout.)
-        Node::Object { properties, additional, non_empty, extra_keys, .. } => {
-            let names: Vec<&str> = properties.iter().map(|(n, _, _)| n.as_str()).collect();
-            let key = key_except("[A-Za-z_]", "[A-Za-z0-9_.-]", &names);
-            // Extras that must avoid a pattern are not generated in this layout either.
-            let additional = additional.as_ref().filter(|_| extra_keys.is_none() && !tags.keyed_end());
-            let extra = additional.map(|extra| param(&key, "", extra));
-            let declared: Vec<(String, bool)> = properties
-                .iter()
-                .filter(|p| p.1 != Node::Never)
-                .map(|(name, n, required)| (param(&escape(name), name, n), *required))
-                .collect();
-            if *non_empty {
-                // At least one parameter: the JSON objects' layout, without separators.
-                members(&declared, extra.as_deref(), "", true, rules)
-            } else {
-                let mut out = String::new();
-                for (p, required) in declared {
-                    out.push_str(&if required { p } else { format!("(?:{p})?") });
-                }
-                if let Some(x) = extra {
-                    out.push_str(&format!("(?:{x})*"));
-                }
+            other => {
+                let mut out = vec![(Kind::Json(json_type(other)), to_rules(other, &Json, rules))];
+                out.extend(self.elements(other, rules).map(|x| (Kind::Text, x)));
                 out
             }
         }
-        // Any parameters, where the closing tag can be written without knowing them.
-        _ if tags.keyed_end() => String::new(),
-        other => format!("(?:{})*", param("[A-Za-z_][A-Za-z0-9_.-]*", "", other)),
-    };
-    format!("\\n?{body}{}", spell(&tags.end))
+    }
+
+    /// An object or array value as more elements, where the closing tag repeats the
+    /// key (MiniMax M3's `<filters><city>Oslo</city></filters>`, array items as
+    /// `<item>…</item>`): an object's declared properties in order, an array's items
+    /// (at most [`MAX_ELEMENT_ITEMS`] where bounded). `None` where the layout or the
+    /// value has no such spelling (it is JSON only then).
+    fn elements(&self, n: &Node, rules: &mut Rules) -> Option<String> {
+        if !self.tags.keyed_end() {
+            return None;
+        }
+        match n {
+            Node::Object { properties, non_empty, .. } if !properties.is_empty() => {
+                let declared = self.declared(properties, rules);
+                Some(if *non_empty { members(&declared, None, "", true, rules) } else { in_order(declared) })
+            }
+            Node::Array { prefix, items: Some(item), min, max } if prefix.is_empty() => {
+                let one = self.param("item", "item", item, rules);
+                match max {
+                    _ if *min > MAX_ELEMENT_ITEMS => None,
+                    None => Some(format!("(?:{one}){{{min},}}")),
+                    Some(m) if *m <= MAX_ELEMENT_ITEMS => Some(format!("(?:{one}){{{min},{m}}}")),
+                    Some(_) => None,
+                }
+            }
+            _ => None,
+        }
+    }
 }
 
 /// The longest end of `close` whose first character appears nowhere else in it, for
@@ -289,29 +353,84 @@ pub struct Param {
 
 /// Tagged parameters as a JSON object: a value loses one leading and one trailing
 /// newline (the layout around it); parameters in `strings` (declared as strings) and
-/// values the layout's key end marks as text stay text, others are JSON when they
-/// parse as JSON (numbers, booleans, objects), a boolean or null when they are the
-/// `True`, `False` or `None` a template's Jinja prints for one, and text otherwise.
+/// values the layout's key end marks as text stay text; where the closing tag repeats
+/// the key ([`ParamTags::keyed_end`]), a value of more elements is an object, or an
+/// array where every element is an `item` (MiniMax M3's spelling; [`elements_to_json`]);
+/// others are JSON when they parse as JSON (numbers, booleans, objects), a boolean or
+/// null when they are the `True`, `False` or `None` a template's Jinja prints for one,
+/// and text otherwise.
 ///
 /// Cost: linear in the parameters' text.
-pub fn params_to_json(params: &[Param], strings: Option<&HashSet<String>>) -> String {
+pub fn params_to_json(params: &[Param], tags: &ParamTags, strings: Option<&HashSet<String>>) -> String {
     let mut map = serde_json::Map::new();
     for Param { key, raw, text } in params {
         let v = raw.strip_prefix('\n').unwrap_or(raw);
         let v = v.strip_suffix('\n').unwrap_or(v);
         let value = if *text || strings.is_some_and(|s| s.contains(key)) {
-            serde_json::Value::String(v.to_string())
+            Value::String(v.to_string())
         } else {
-            serde_json::from_str(v).unwrap_or_else(|_| match v {
-                "True" => serde_json::Value::Bool(true),
-                "False" => serde_json::Value::Bool(false),
-                "None" => serde_json::Value::Null,
-                _ => serde_json::Value::String(v.to_string()),
-            })
+            let nested = tags.keyed_end() && v.trim_start().starts_with(tags.key_start.as_str());
+            nested.then(|| elements_to_json(v, tags)).flatten().unwrap_or_else(|| scalar(v))
         };
         map.insert(key.clone(), value);
     }
-    serde_json::Value::Object(map).to_string()
+    Value::Object(map).to_string()
+}
+
+/// A value's text as JSON: JSON where it parses, the `True`, `False` and `None` Jinja
+/// prints, else a string.
+fn scalar(v: &str) -> Value {
+    serde_json::from_str(v).unwrap_or_else(|_| match v {
+        "True" => Value::Bool(true),
+        "False" => Value::Bool(false),
+        "None" => Value::Null,
+        _ => Value::String(v.to_string()),
+    })
+}
+
+/// Elements in `tags`' spelling whose closing tags repeat their names (`KEY_START
+/// name KEY_END value VALUE_END(name)`, whitespace between), as JSON: an array where
+/// every name is `item`, else an object; a value that is more elements nests, the
+/// others are read as [`params_to_json`] reads a value not declared a string. `None`
+/// where `s` is not such elements whole.
+/// (Example: the unit test `elements_to_json_example`.)
+///
+/// Cost: linear in `s` times the nesting depth.
+pub fn elements_to_json(s: &str, tags: &ParamTags) -> Option<Value> {
+    let (open, key_end) = (tags.key_start.as_str(), tags.key_end.as_str());
+    let mut items: Vec<(String, Value)> = Vec::new();
+    let mut rest = s.trim_start();
+    while !rest.is_empty() {
+        let after = rest.strip_prefix(open)?;
+        let name = &after[..after.find(key_end)?];
+        if name.is_empty() || name.starts_with('/') || name.contains(char::is_whitespace) {
+            return None;
+        }
+        let body = name.len() + key_end.len();
+        let (tag, close) = (format!("{open}{name}{key_end}"), tags.value_end_for(name));
+        // The matching closing tag: elements of the same name may nest.
+        let (mut depth, mut at) = (1, body);
+        let end = loop {
+            let c = at + after[at..].find(&close)?;
+            match after[at..].find(&tag).map(|o| at + o) {
+                Some(o) if o < c => (depth, at) = (depth + 1, o + tag.len()),
+                _ if depth == 1 => break c,
+                _ => (depth, at) = (depth - 1, c + close.len()),
+            }
+        };
+        let inner = &after[body..end];
+        let value = match inner.trim_start().starts_with(open) {
+            true => elements_to_json(inner, tags)?,
+            false => scalar(inner.strip_prefix('\n').unwrap_or(inner).strip_suffix('\n').unwrap_or(inner)),
+        };
+        items.push((name.to_string(), value));
+        rest = after[end + close.len()..].trim_start();
+    }
+    match items.iter().all(|(k, _)| k == "item") {
+        _ if items.is_empty() => None,
+        true => Some(Value::Array(items.into_iter().map(|(_, v)| v).collect())),
+        false => Some(Value::Object(items.into_iter().collect())),
+    }
 }
 
 /// The length of the value at the start of `s`: up to the first closing tag `close`
@@ -391,6 +510,18 @@ mod tests {
         let close = tags.value_end_for("city");
         assert_eq!(value_len(s, &close, &tags, "", true), Some(s.find(" b").unwrap() + 2));
         assert_eq!(value_len("a</parameter>", &close, &tags, "", false), None); // what follows decides
+    }
+
+    #[test]
+    fn elements_to_json_example() {
+        use crate::tools::dialect::tagged::elements_to_json;
+        use crate::tools::format::ParamTags;
+        let tags =
+            ParamTags { key_start: "<".into(), key_end: ">".into(), value_end: "</{key}>".into(), ..Default::default() };
+        let v = elements_to_json("<city>Oslo</city><tags><item>a</item><item><item>1</item></item></tags>", &tags);
+        assert_eq!(v, Some(serde_json::json!({"city": "Oslo", "tags": ["a", [1]]})));
+        assert_eq!(elements_to_json("<city>Oslo", &tags), None);
+        assert_eq!(elements_to_json("<a>1</a> x", &tags), None);
     }
 
     /// `minProperties: 1` over optional properties: at least one tagged parameter
