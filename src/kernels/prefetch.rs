@@ -80,11 +80,7 @@ fn ask_ahead<const HINT: i32>(at: *const u8, len: usize, part: usize, parts: usi
     let first = ahead.wrapping_add(64 * (per * part + part.min(extra)));
     let ask = |line: usize| {
         // SAFETY: a prefetch reads nothing and never faults, whatever the address.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<HINT>(
-                first.wrapping_add(64 * line) as *const i8
-            )
-        }
+        unsafe { std::arch::x86_64::_mm_prefetch::<HINT>(first.wrapping_add(64 * line) as *const i8) }
     };
     for line in 0..per {
         ask(line);

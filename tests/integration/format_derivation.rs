@@ -979,6 +979,10 @@ fn a_vendor_token_before_every_tag_and_closing_tags_that_repeat_the_key_are_deri
     let item = "<unused9><item>x<unused9></item>";
     let four = calls.replacen("<unused9></tags>", &format!("{item}{item}<unused9></tags>"), 1);
     assert!(!g.matches(four.as_bytes()), "{four}");
-    let json = calls.replacen("<unused9><item>cafe<unused9></item><unused9><item>open late<unused9></item>", r#"["cafe","open late"]"#, 1);
+    let json = calls.replacen(
+        "<unused9><item>cafe<unused9></item><unused9><item>open late<unused9></item>",
+        r#"["cafe","open late"]"#,
+        1,
+    );
     assert!(g.matches(json.as_bytes()), "{json}");
 }

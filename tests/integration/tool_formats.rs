@@ -377,8 +377,8 @@ fn one_weather_call(engine: &mut Engine, setup: &toolgate::template::ChatSetup, 
     .unwrap();
     let msgs = vec![json!({"role": "user", "content": "What is the weather in Paris for 3 days?"})];
     let params = GenerateParams { max_tokens, logprobs: Some(0), ..GenerateParams::default() };
-    let turn = tool_turn(engine, setup, msgs, &tools, &ToolChoice::Required, false, ToolMode::Constrained, &params)
-        .unwrap();
+    let turn =
+        tool_turn(engine, setup, msgs, &tools, &ToolChoice::Required, false, ToolMode::Constrained, &params).unwrap();
     let ids: Vec<u32> = turn.logprobs.iter().map(|l| l.token).collect();
     let text = engine.tokenizer().decode(&ids, false);
     assert_eq!((turn.finish_reason, turn.parse_failures, turn.tool_calls.len()), ("tool_calls", 0, 1), "{text:?}");

@@ -516,8 +516,12 @@ mod tests {
     fn elements_to_json_example() {
         use crate::tools::dialect::tagged::elements_to_json;
         use crate::tools::format::ParamTags;
-        let tags =
-            ParamTags { key_start: "<".into(), key_end: ">".into(), value_end: "</{key}>".into(), ..Default::default() };
+        let tags = ParamTags {
+            key_start: "<".into(),
+            key_end: ">".into(),
+            value_end: "</{key}>".into(),
+            ..Default::default()
+        };
         let v = elements_to_json("<city>Oslo</city><tags><item>a</item><item><item>1</item></item></tags>", &tags);
         assert_eq!(v, Some(serde_json::json!({"city": "Oslo", "tags": ["a", [1]]})));
         assert_eq!(elements_to_json("<city>Oslo", &tags), None);
