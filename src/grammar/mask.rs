@@ -311,8 +311,8 @@ impl Grammar {
         let mut mask = TokenMask::new(vocab.len());
         for id in 0..vocab.len() as u32 {
             let b = vocab.token_bytes(id);
-            let mut walks = |b: &[u8]| b.iter().try_fold(s, |at, &x| self.step(&mut cache, at, x)).is_some();
-            if !b.is_empty() && super::vocab::maskable(b) && walks(b) {
+            let maskable = !b.is_empty() && super::vocab::maskable(b);
+            if maskable && b.iter().try_fold(s, |at, &x| self.step(&mut cache, at, x)).is_some() {
                 mask.allow(id);
             }
         }

@@ -458,7 +458,7 @@ fn tagged(rest: &str, i: usize) -> Option<(ParamTags, usize, usize)> {
     let tags = ParamTags { key_start, key_end, key_end_json: None, value_end, end: String::new() };
     let tail = &rest[v2 + number.len()..];
     let last_end = tags.value_end_for("xb_n");
-    let close = tail.find(&last_end)?;
+    let close = tail.find(last_end.as_ref())?;
     if !tail[..close].trim().is_empty() {
         return None;
     }

@@ -94,9 +94,13 @@ impl ParamTags {
     /// assert_eq!(ParamTags::default().value_end_for("city"), "</parameter>");
     /// ```
     ///
-    /// Cost: one copy of the text.
-    pub fn value_end_for(&self, key: &str) -> String {
-        self.value_end.replace(KEY_SLOT, key)
+    /// Cost: a copy of the text where it has the slot; none otherwise (the parser
+    /// asks once per parameter read).
+    pub fn value_end_for(&self, key: &str) -> std::borrow::Cow<'_, str> {
+        match self.keyed_end() {
+            true => self.value_end.replace(KEY_SLOT, key).into(),
+            false => self.value_end.as_str().into(),
+        }
     }
 
     /// Whether the closing tag repeats the parameter's name ([`KEY_SLOT`]): such a layout

@@ -935,21 +935,31 @@ fn a_vendor_token_before_every_tag_and_closing_tags_that_repeat_the_key_are_deri
         ("<unused9><", ">", format!("<unused9></{KEY_SLOT}>"))
     );
     assert_eq!((f.call_start.as_str(), f.name_end.as_str()), ("<unused9><call fn=\"", "\">"));
+    // The calls of an assistant turn with `calls` (name, arguments), as `t` renders
+    // them. (The system turn names the tags too: the calls are the last turn's.)
+    let render = |tools: &[Tool], calls: &[(String, Value)]| {
+        let calls: Vec<Value> = calls
+            .iter()
+            .enumerate()
+            .map(|(i, (name, args))| {
+                json!({"id": format!("c{i}"), "type": "function",
+                "function": {"name": name, "arguments": args}})
+            })
+            .collect();
+        let mut req = toolgate::template::RenderRequest::new(vec![
+            json!({"role": "user", "content": "Weather?"}),
+            json!({"role": "assistant", "content": "", "tool_calls": calls}),
+        ]);
+        req.tools = Some(tools.iter().map(|t| serde_json::to_value(t).unwrap()).collect());
+        let out = t.render(&req).unwrap();
+        out[out.rfind("<unused9><calls>").unwrap()..out.rfind("<end_of_turn>").unwrap()].to_string()
+    };
     let tools = weather_tool();
-    let mut req = toolgate::template::RenderRequest::new(vec![
-        json!({"role": "user", "content": "Weather?"}),
-        json!({"role": "assistant", "content": "", "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo", "days": 2, "metric": true}}},
-            {"id": "c2", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Lima </b> <c>", "days": 5}}}]}),
-    ]);
-    req.tools = Some(tools.iter().map(|t| serde_json::to_value(t).unwrap()).collect());
-    let out = t.render(&req).unwrap();
-    // (The system turn names the tags too: the calls are the last turn's.)
-    let calls = &out[out.rfind("<unused9><calls>").unwrap()..out.rfind("<end_of_turn>").unwrap()];
     let want = vec![
         ("get_weather".to_string(), json!({"city": "Oslo", "days": 2, "metric": true})),
         ("get_weather".to_string(), json!({"city": "Lima </b> <c>", "days": 5})),
     ];
+    let calls = &render(&tools, &want);
     assert_eq!(read_every_way(f, &tools, calls), want, "{calls}");
     let g = calls_grammar_plain(f, &tools, &ToolChoice::Required, true).unwrap().compile().unwrap();
     assert!(g.matches(calls.as_bytes()), "{calls}");
@@ -962,17 +972,10 @@ fn a_vendor_token_before_every_tag_and_closing_tags_that_repeat_the_key_are_deri
             "city": {"type": "string"}, "km": {"type": "integer"}}, "required": ["city"]},
             "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 3}}, "required": ["near", "tags"]}}}))
     .unwrap()];
-    let args = json!({"near": {"city": "Oslo", "km": 5}, "tags": ["cafe", "open late"]});
-    let mut req = toolgate::template::RenderRequest::new(vec![
-        json!({"role": "user", "content": "Find?"}),
-        json!({"role": "assistant", "content": "", "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "find", "arguments": args}}]}),
-    ]);
-    req.tools = Some(tools.iter().map(|t| serde_json::to_value(t).unwrap()).collect());
-    let out = t.render(&req).unwrap();
-    let calls = &out[out.rfind("<unused9><calls>").unwrap()..out.rfind("<end_of_turn>").unwrap()];
+    let want = vec![("find".to_string(), json!({"near": {"city": "Oslo", "km": 5}, "tags": ["cafe", "open late"]}))];
+    let calls = &render(&tools, &want);
     assert!(calls.contains("<unused9><tags><unused9><item>cafe<unused9></item>"), "{calls}");
-    assert_eq!(read_every_way(f, &tools, calls), vec![("find".to_string(), args)], "{calls}");
+    assert_eq!(read_every_way(f, &tools, calls), want, "{calls}");
     let g = calls_grammar_plain(f, &tools, &ToolChoice::Required, true).unwrap().compile().unwrap();
     assert!(g.matches(calls.as_bytes()), "{calls}");
     // No fourth item (`maxItems: 3`), and the JSON spelling is admitted too.

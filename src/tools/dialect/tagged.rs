@@ -117,8 +117,7 @@ fn literal_type(v: &Value) -> &'static str {
 ///
 /// Cost: linear in the schema's size, as [`to_rules`].
 pub fn grammar(node: &Node, rules: &mut Rules, tags: &ParamTags, marker: &dyn Fn(&str) -> Built) -> String {
-    let spelled = Spelled { tags, marker, key_start: String::new() };
-    let s = Spelled { key_start: spelled.spell(&tags.key_start), ..spelled };
+    let s = Spelled::new(tags, marker);
     let body = match node {
         // (`patternProperties` names are not generated in this layout.)
         Node::Object { properties, additional, non_empty, extra_keys, .. } => {
@@ -164,7 +163,12 @@ struct Spelled<'a> {
     key_start: String,
 }
 
-impl Spelled<'_> {
+impl<'a> Spelled<'a> {
+    fn new(tags: &'a ParamTags, marker: &'a dyn Fn(&str) -> Built) -> Self {
+        let s = Spelled { tags, marker, key_start: String::new() };
+        Spelled { key_start: s.spell(&tags.key_start), ..s }
+    }
+
     fn spell(&self, text: &str) -> String {
         if text.is_empty() {
             String::new()
@@ -364,8 +368,7 @@ pub struct Param {
 pub fn params_to_json(params: &[Param], tags: &ParamTags, strings: Option<&HashSet<String>>) -> String {
     let mut map = serde_json::Map::new();
     for Param { key, raw, text } in params {
-        let v = raw.strip_prefix('\n').unwrap_or(raw);
-        let v = v.strip_suffix('\n').unwrap_or(v);
+        let v = without_outer_newlines(raw);
         let value = if *text || strings.is_some_and(|s| s.contains(key)) {
             Value::String(v.to_string())
         } else {
@@ -376,6 +379,15 @@ pub fn params_to_json(params: &[Param], tags: &ParamTags, strings: Option<&HashS
     }
     Value::Object(map).to_string()
 }
+
+/// `v` without one leading and one trailing newline (the layout's, around a value).
+fn without_outer_newlines(v: &str) -> &str {
+    let v = v.strip_prefix('\n').unwrap_or(v);
+    v.strip_suffix('\n').unwrap_or(v)
+}
+
+/// Most levels of elements [`elements_to_json`] reads nested (deeper: not elements).
+const MAX_ELEMENT_DEPTH: usize = 32;
 
 /// A value's text as JSON: JSON where it parses, the `True`, `False` and `None` Jinja
 /// prints, else a string.
@@ -392,11 +404,18 @@ fn scalar(v: &str) -> Value {
 /// name KEY_END value VALUE_END(name)`, whitespace between), as JSON: an array where
 /// every name is `item`, else an object; a value that is more elements nests, the
 /// others are read as [`params_to_json`] reads a value not declared a string. `None`
-/// where `s` is not such elements whole.
+/// where `s` is not such elements whole, or nests them more than
+/// [`MAX_ELEMENT_DEPTH`] deep (a model's output is read by this recursion).
 /// (Example: the unit test `elements_to_json_example`.)
 ///
 /// Cost: linear in `s` times the nesting depth.
 pub fn elements_to_json(s: &str, tags: &ParamTags) -> Option<Value> {
+    nested_elements(s, tags, MAX_ELEMENT_DEPTH)
+}
+
+/// [`elements_to_json`] with at most `levels` levels left.
+fn nested_elements(s: &str, tags: &ParamTags, levels: usize) -> Option<Value> {
+    let levels = levels.checked_sub(1)?;
     let (open, key_end) = (tags.key_start.as_str(), tags.key_end.as_str());
     let mut items: Vec<(String, Value)> = Vec::new();
     let mut rest = s.trim_start();
@@ -411,7 +430,7 @@ pub fn elements_to_json(s: &str, tags: &ParamTags) -> Option<Value> {
         // The matching closing tag: elements of the same name may nest.
         let (mut depth, mut at) = (1, body);
         let end = loop {
-            let c = at + after[at..].find(&close)?;
+            let c = at + after[at..].find(close.as_ref())?;
             match after[at..].find(&tag).map(|o| at + o) {
                 Some(o) if o < c => (depth, at) = (depth + 1, o + tag.len()),
                 _ if depth == 1 => break c,
@@ -420,8 +439,8 @@ pub fn elements_to_json(s: &str, tags: &ParamTags) -> Option<Value> {
         };
         let inner = &after[body..end];
         let value = match inner.trim_start().starts_with(open) {
-            true => elements_to_json(inner, tags)?,
-            false => scalar(inner.strip_prefix('\n').unwrap_or(inner).strip_suffix('\n').unwrap_or(inner)),
+            true => nested_elements(inner, tags, levels)?,
+            false => scalar(without_outer_newlines(inner)),
         };
         items.push((name.to_string(), value));
         rest = after[end + close.len()..].trim_start();
@@ -434,8 +453,8 @@ pub fn elements_to_json(s: &str, tags: &ParamTags) -> Option<Value> {
 }
 
 /// The length of the value at the start of `s`: up to the first closing tag `close`
-/// (the parameter's [`ParamTags::value_end_for`]) after which the parameters can go on (another key, their end, or
-/// `then`, the text after them), so a value that holds the closing tag's text (code,
+/// (the parameter's [`ParamTags::value_end_for`]) after which the parameters can go
+/// on (another key, their end, or `then`, the text after them), so a value that holds the closing tag's text (code,
 /// markup) is read whole, not cut there. With nothing known to follow the parameters,
 /// the first closing tag ends the value. `None` while undecided.
 ///
@@ -526,6 +545,11 @@ mod tests {
         assert_eq!(v, Some(serde_json::json!({"city": "Oslo", "tags": ["a", [1]]})));
         assert_eq!(elements_to_json("<city>Oslo", &tags), None);
         assert_eq!(elements_to_json("<a>1</a> x", &tags), None);
+        // One newline around a leaf is the layout's, on both sides or either.
+        assert_eq!(elements_to_json("<a>\nx</a><b>\ny\n</b>", &tags), Some(serde_json::json!({"a": "x", "b": "y"})));
+        // Nested deeper than the reader goes: not elements.
+        let deep = format!("{}1{}", "<a>".repeat(40), "</a>".repeat(40));
+        assert_eq!(elements_to_json(&deep, &tags), None);
     }
 
     /// `minProperties: 1` over optional properties: at least one tagged parameter
