@@ -13,7 +13,9 @@
 //!    name and arguments keys); otherwise the name is followed by the arguments in one
 //!    of the argument dialects (JSON, Gemma 4, Python keyword arguments, XML-style
 //!    parameters), recognised by reading the text after the name back into the probe's
-//!    arguments.
+//!    arguments. Python arguments a template prints unlike Python (`xa_q=vq_alpha`,
+//!    `xb_n="4711"`, no comma between them) are read with the fewest
+//!    [`PythonQuirks`] that read them back, and the grammar admits those spellings.
 //! 3. **Section, call markers, separator.** The turn with two calls gives the text
 //!    between the calls: it is the call's end marker, a separator, and the next call's
 //!    start marker. The start marker is what the text before the first call and the
@@ -58,7 +60,9 @@ use serde_json::{json, Value};
 
 use super::conformance::{conformance, probe_arguments, probe_tools, shorten, PROBE_NAMES};
 use super::dialect::{gemma4, python, tagged};
-use super::format::{ArgsDialect, BodyKind, CallIds, IdSlot, KeyOrder, ParamTags, ToolFormat, KEY_SLOT, TYPE_SLOT};
+use super::format::{
+    ArgsDialect, BodyKind, CallIds, IdSlot, KeyOrder, ParamTags, PythonQuirks, ToolFormat, KEY_SLOT, TYPE_SLOT,
+};
 use super::Tool;
 use crate::grammar::regex::Spacing;
 use crate::template::family::reasoning_markers;
@@ -307,6 +311,8 @@ struct Found {
     tags: Option<ParamTags>,
     /// The string quote of the Gemma dialect, where it is not Gemma 4's.
     quote: String,
+    /// The Python dialect's spellings unlike Python the call needed to read back.
+    python: PythonQuirks,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -358,7 +364,14 @@ fn find_call(out: &str, from: usize, i: usize, ids: &[&str; 2]) -> Result<Found,
             let key_at = |k: &str| out[p..end].find(&format!("\"{k}\"")).unwrap_or(usize::MAX);
             let id_first = !id_key.is_empty() && key_at(&id_key) < key_at(&name_key);
             let body = Body::Json { name_key, arguments_key, id_key, id_value, id_first, ours };
-            return Ok(Found { start: p, end, body, tags: None, quote: String::new() });
+            return Ok(Found {
+                start: p,
+                end,
+                body,
+                tags: None,
+                quote: String::new(),
+                python: PythonQuirks::default(),
+            });
         }
     }
     // The name, then the arguments in one of the dialects.
@@ -387,13 +400,20 @@ fn find_call(out: &str, from: usize, i: usize, ids: &[&str; 2]) -> Result<Found,
             }
         }
     }
+    // Python keyword arguments, as Python spells them or, failing that, with the
+    // fewest quirks a template's `{{ value }}` prints them with (`xa_q=vq_alpha`).
+    let strings: std::collections::HashSet<String> = ["xa_q".to_string()].into();
     if let Some(open) = rest.find('(') {
-        if let Some(close) = closers(open, ')').find(|&c| same(python::to_json(&rest[open..c]))) {
-            return Ok(name_then(out, n, after, after + open, after + close, ArgsDialect::Python));
+        for quirks in PythonQuirks::all() {
+            let read = |c: usize| python::to_json(&rest[open..c], quirks, Some(&strings));
+            if let Some(close) = closers(open, ')').find(|&c| same(read(c))) {
+                let mut found = name_then(out, n, after, after + open, after + close, ArgsDialect::Python);
+                found.python = quirks;
+                return Ok(found);
+            }
         }
     }
     if let Some((tags, at, len)) = tagged(rest, i) {
-        let strings: std::collections::HashSet<String> = ["xa_q".to_string()].into();
         if let Some(Ok((read, params))) = tagged::read(&rest[at..], &tags, "", true) {
             if read == len && same(Some(tagged::params_to_json(&params, &tags, Some(&strings)))) {
                 let mut found = name_then(out, n, after, after + at, after + at + len, ArgsDialect::XmlParameters);
@@ -423,7 +443,8 @@ fn gemma_quote(args: &str, i: usize) -> Option<&str> {
 
 fn name_then(out: &str, name_at: usize, after: usize, args_at: usize, end: usize, dialect: ArgsDialect) -> Found {
     let name_end = out[after..args_at].to_string();
-    Found { start: name_at, end, body: Body::NameThen { name_at, name_end, dialect }, tags: None, quote: String::new() }
+    let body = Body::NameThen { name_at, name_end, dialect };
+    Found { start: name_at, end, body, tags: None, quote: String::new(), python: PythonQuirks::default() }
 }
 
 /// Tagged parameters after a name (`rest`), read off the probe arguments' positions:
@@ -650,6 +671,7 @@ fn read_layout(r: &Renders, one: &str) -> Result<Derivation, String> {
             f.name_end = name_end.clone();
             // Python's `repr` quotes strings with `'`: `city='vq_alpha'`.
             f.single_quotes = *dialect == ArgsDialect::Python && one[c1.start..c1.end].contains("'vq_alpha'");
+            f.python_quirks = c1.python;
             f.string_quote = c1.quote.clone();
             if *dialect == ArgsDialect::XmlParameters {
                 f.params = c1.tags.clone();
@@ -763,12 +785,19 @@ pub fn summary(f: &ToolFormat) -> String {
         "" => String::new(),
         q => format!(" (strings between {q})"),
     };
+    let q = f.python_quirks;
+    let quirks: Vec<&str> =
+        [(q.bare_strings, "bare strings"), (q.quoted_scalars, "quoted scalars"), (q.no_commas, "no commas")]
+            .into_iter()
+            .filter_map(|(on, what)| on.then_some(what))
+            .collect();
+    let quirks = if quirks.is_empty() { String::new() } else { format!(" ({})", quirks.join(", ")) };
     let id = match f.id_slot {
         IdSlot::None => String::new(),
         IdSlot::AfterName => format!(", a call id {} after the name", f.id_pattern),
         IdSlot::BeforeName => format!(", a call id {} before the name", f.id_pattern),
     };
-    format!("{:?} body, {:?} arguments{spacing}{quote}{keys}, {}{id}", f.body, f.dialect, parts.join(", "))
+    format!("{:?} body, {:?} arguments{spacing}{quote}{quirks}{keys}, {}{id}", f.body, f.dialect, parts.join(", "))
 }
 
 /// `(separator, rest)` when two name ends hold the two calls' ids, `ids`, between the

@@ -165,6 +165,52 @@ pub enum ArgsDialect {
     Python,
 }
 
+/// Spellings of [`ArgsDialect::Python`] keyword arguments that are not Python, which
+/// a template prints when it writes values with `{{ value }}` rather than as literals
+/// (vLLM's example templates for Llama 3.2, Llama 4, ToolACE and Gemma 3). A model
+/// shown its past calls so may write them so; the grammar admits each quirk beside
+/// Python's own spelling (which the template's instructions ask for), and the parser
+/// reads both back, the tool's declared types deciding what a value is. Derivation
+/// sets the quirks the template's render needs ([`crate::tools::derive`]); the default
+/// is none.
+///
+/// ```
+/// use toolgate::tools::format::PythonQuirks;
+/// let q: PythonQuirks = serde_json::from_str(r#"{"bare_strings": true}"#)?;
+/// assert!(q.bare_strings && !q.quoted_scalars && !q.no_commas);
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PythonQuirks {
+    /// A string parameter's value without quotes, up to the next `,` or `)`
+    /// (`city=Paris`: `{{ value }}`).
+    #[serde(default)]
+    pub bare_strings: bool,
+    /// A number's, boolean's or null's value in quotes (`days="3"`, `ok="True"`:
+    /// `"{{ value }}"`).
+    #[serde(default)]
+    pub quoted_scalars: bool,
+    /// No comma between arguments (`city="Paris"days=3`).
+    #[serde(default)]
+    pub no_commas: bool,
+}
+
+impl PythonQuirks {
+    /// Every combination of quirks, fewest first: what derivation tries in turn.
+    pub(crate) fn all() -> impl Iterator<Item = PythonQuirks> {
+        let mut all: Vec<PythonQuirks> = (0..8u8)
+            .map(|b| PythonQuirks { bare_strings: b & 1 != 0, quoted_scalars: b & 2 != 0, no_commas: b & 4 != 0 })
+            .collect();
+        all.sort_by_key(|q| q.count());
+        all.into_iter()
+    }
+
+    fn count(&self) -> u8 {
+        self.bare_strings as u8 + self.quoted_scalars as u8 + self.no_commas as u8
+    }
+}
+
 /// The shape of the call ids toolgate gives a family's calls (they come back to the
 /// template in the next turn, and some templates check them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -302,6 +348,11 @@ pub struct ToolFormat {
     /// `repr` does (`city='Oslo'`: LFM2.5), not double quotes (`city="Oslo"`).
     #[serde(default)]
     pub single_quotes: bool,
+    /// How the template spells [`ArgsDialect::Python`] arguments unlike Python
+    /// (`city=Paris`, `days="3"`, no comma between arguments): the grammar admits that
+    /// spelling beside Python's, and the parser reads both back.
+    #[serde(default)]
+    pub python_quirks: PythonQuirks,
     /// The control token the [`ArgsDialect::Gemma4`] dialect puts around strings
     /// (`""`: Gemma 4's `<|"|>`); FunctionGemma's templates quote with `<escape>`
     /// (`{city:<escape>Oslo<escape>}`). See [`Self::gemma_quote`].
@@ -368,6 +419,7 @@ impl ToolFormat {
             id_first: false,
             call_ids: CallIds::Openai,
             single_quotes: false,
+            python_quirks: PythonQuirks::default(),
             string_quote: String::new(),
             spacing: Spacing::Optional,
             key_order: KeyOrder::Schema,
@@ -474,6 +526,9 @@ impl ToolFormat {
         }
         if self.single_quotes && self.dialect != ArgsDialect::Python {
             return Err("`single_quotes` belongs to the python dialect".into());
+        }
+        if self.python_quirks != PythonQuirks::default() && self.dialect != ArgsDialect::Python {
+            return Err("`python_quirks` belong to the python dialect".into());
         }
         if !self.string_quote.is_empty() && self.dialect != ArgsDialect::Gemma4 {
             return Err("`string_quote` belongs to the gemma4 dialect".into());

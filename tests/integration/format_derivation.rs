@@ -314,16 +314,21 @@ fn smollm2_writes_valid_calls_in_derived_layouts_under_the_constraint() {
     .unwrap();
     let params = GenerateParams { max_tokens: 80, ..GenerateParams::default() };
     let msgs = vec![json!({"role": "user", "content": "What is the weather in Paris? Also add 2 and 3."})];
-    for name in [
-        "GLM-4.6.jinja",
-        "GLM-4.7-Flash.jinja",
-        "Apertus-8B-Instruct.jinja",
-        "GigaChat3-10B-A1.8B.jinja",
-        "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja",
+    let vllm = crate::common::vllm_templates_dir();
+    for path in [
+        templates_dir().join("GLM-4.6.jinja"),
+        templates_dir().join("GLM-4.7-Flash.jinja"),
+        templates_dir().join("Apertus-8B-Instruct.jinja"),
+        templates_dir().join("GigaChat3-10B-A1.8B.jinja"),
+        templates_dir().join("CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja"),
         // Not Command R+: SmolLM2 keeps adding calls to its list until the budget cuts
         // the list, so no call is returned (a cut call is dropped). Open.
+        // Bare strings admitted beside Python's (`python_quirks`).
+        vllm.join("tool_chat_template_llama3.2_pythonic.jinja"),
+        // Quoted numbers admitted beside Python's.
+        vllm.join("tool_chat_template_llama4_pythonic.jinja"),
     ] {
-        let path = templates_dir().join(name);
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
         let setup = gate("smollm2", &templates, Some("llama"), Some(&path), ToolFallback::None).unwrap();
         assert_eq!((setup.layout.origin, setup.family()), (Origin::Derived, "derived"), "{name}");
         let parallel = setup.layout.parallel;
@@ -557,6 +562,96 @@ const COMPACT_JSON_STYLE: &str = r#"{%- for m in messages -%}
 /// as its template renders them, so the grammar forces one spelling instead of a
 /// choice at every separator; a template that prints the client's argument strings
 /// leaves the choice to the model.
+/// A pythonic template written for this test, printing each argument as `VALUE` and
+/// `SEP` after all but the last: what vLLM's example templates for Llama 3.2 and
+/// ToolACE (`{{ value }}`: bare strings), Llama 4 (`"{{ value }}"`: every value
+/// quoted) and Gemma 3 (no comma) print.
+const PYTHON_QUIRKS_STYLE: &str = r#"{%- if tools -%}<|im_start|>system
+Functions: {{ tools | tojson }}
+Call them as [name(arg="value", n=1)].<|im_end|>
+{% endif -%}
+{%- for m in messages -%}
+<|im_start|>{{ m.role }}
+{% if m.content %}{{ m.content }}{% endif -%}
+{%- if m.tool_calls -%}<calls>[
+{%- for c in m.tool_calls -%}
+{{ c.function.name }}(
+{%- for k, v in c.function.arguments.items() -%}{{ k }}=VALUESEP{%- endfor -%}
+){{ ", " if not loop.last }}
+{%- endfor -%}
+]</calls>
+{%- endif -%}<|im_end|>
+{% endfor -%}
+{%- if add_generation_prompt -%}<|im_start|>assistant
+{% endif -%}"#;
+
+#[test]
+fn python_arguments_a_template_prints_unlike_python_are_derived_read_and_admitted() {
+    use toolgate::tools::format::PythonQuirks;
+    let tools = weather_tool();
+    let layout = |value: &str, sep: &str| {
+        let source = PYTHON_QUIRKS_STYLE.replace("VALUE", value).replace("SEP", sep);
+        let setup = inspect(&GgufTemplates { default: Some(source), tool_use: None }, None, None).unwrap();
+        assert_eq!(setup.layout.round_trip.split(',').next(), Some("passed"), "{value}: {:?}", setup.layout);
+        assert!(setup.layout.parallel);
+        setup.layout.format.unwrap()
+    };
+    let comma = r#"{{ ", " if not loop.last }}"#;
+    let check = |f: &ToolFormat, admitted: &[(&str, Value)], refused: &[&str]| {
+        let g = calls_grammar_plain(f, &tools, &ToolChoice::Required, true).unwrap().compile().unwrap();
+        for (args, want) in admitted {
+            let text = format!("<calls>[get_weather{args}]</calls>");
+            assert_eq!(read_every_way(f, &tools, &text), vec![("get_weather".into(), want.clone())], "{text}");
+            assert!(g.matches(text.as_bytes()), "the grammar refuses {text}");
+        }
+        for args in refused {
+            assert!(!g.matches(format!("<calls>[get_weather{args}]</calls>").as_bytes()), "admitted: {args}");
+        }
+    };
+    // Python's own spelling derives no quirk.
+    let f = layout("{{ v | tojson }}", comma);
+    assert_eq!(f.python_quirks, PythonQuirks::default());
+    check(&f, &[(r#"(city="Oslo", days=2)"#, json!({"city": "Oslo", "days": 2}))], &["(city=Oslo, days=2)"]);
+
+    // `{{ v }}`: strings bare, the rest as Jinja prints it (`True`).
+    let f = layout("{{ v }}", comma);
+    assert_eq!(f.python_quirks, PythonQuirks { bare_strings: true, ..Default::default() });
+    check(
+        &f,
+        &[
+            ("(city=New York, days=2, metric=True)", json!({"city": "New York", "days": 2, "metric": true})),
+            // A string parameter's bare value is a string whatever it reads as.
+            ("(city=4711, days=2)", json!({"city": "4711", "days": 2})),
+            (r#"(city="Oslo, Norway", days=2)"#, json!({"city": "Oslo, Norway", "days": 2})),
+        ],
+        &["(city=Oslo, Norway, days=2)", "(city=Oslo, days=two)", r#"(city=Oslo, days="2")"#],
+    );
+
+    // `"{{ v }}"`: every value quoted; a quoted number is the number.
+    let f = layout(r#""{{ v }}""#, comma);
+    assert_eq!(f.python_quirks, PythonQuirks { quoted_scalars: true, ..Default::default() });
+    check(
+        &f,
+        &[
+            (r#"(city="Oslo", days="2", metric="True")"#, json!({"city": "Oslo", "days": 2, "metric": true})),
+            (r#"(city="Oslo", days=2, metric=False)"#, json!({"city": "Oslo", "days": 2, "metric": false})),
+        ],
+        &[r#"(city="Oslo", days="two")"#, r#"(city="Oslo", days="2.5")"#, "(city=Oslo, days=2)"],
+    );
+
+    // No comma between the arguments; the grammar admits Python's comma too.
+    let f = layout("{{ v | tojson }}", "");
+    assert_eq!(f.python_quirks, PythonQuirks { no_commas: true, ..Default::default() });
+    check(
+        &f,
+        &[
+            (r#"(city="Oslo"days=2)"#, json!({"city": "Oslo", "days": 2})),
+            (r#"(city="Oslo", days=2, metric=True)"#, json!({"city": "Oslo", "days": 2, "metric": true})),
+        ],
+        &[r#"(city="Oslo"days=2days=3)"#, "(city=Oslo days=2)"],
+    );
+}
+
 #[test]
 fn derived_json_layouts_spell_separators_as_their_template_does() {
     use toolgate::grammar::regex::Spacing;

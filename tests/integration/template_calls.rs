@@ -28,12 +28,6 @@ const KNOWN_GAPS: &[(&str, &str)] = &[
     // templates that quote strings only read back: `format_derivation::
     // a_string_quote_token_is_read_off_the_template`).
     ("/tool_chat_template_functiongemma.jinja", "no layout"),
-    // Python calls the template spells unlike Python: no comma between arguments
-    // (gemma3), bare-word strings (llama3.2, ToolACE), every value a string (llama4).
-    ("/tool_chat_template_gemma3_pythonic.jinja", "no layout"),
-    ("/tool_chat_template_llama3.2_pythonic.jinja", "no layout"),
-    ("/tool_chat_template_toolace.jinja", "no layout"),
-    ("/tool_chat_template_llama4_pythonic.jinja", "no layout"),
     // The first call's marker (`>>>`) ends the generation prompt: the call text starts
     // with the bare name.
     ("/meetkai-functionary-medium-v3.2.jinja", "no marker to recognise them by"),

@@ -1,5 +1,6 @@
 //! Python keyword arguments (`(city="Oslo", days=3, ok=True)`), as pythonic calls
-//! write them (LFM2, Llama 3.2's pythonic layout).
+//! write them (LFM2, Llama 3.2's pythonic layout), and the spellings unlike Python
+//! some templates print them in ([`PythonQuirks`]: `city=Paris`, `days="3"`).
 
 use std::collections::HashSet;
 
@@ -9,12 +10,13 @@ use serde_json::Value;
 use super::literals::{LiteralReader, Literals};
 use super::scan::Brackets;
 use super::{ArgsSyntax, Extent, ValueScan};
+use crate::grammar::dialect::json_keys;
 use crate::grammar::dialect::json_strings_and_keys;
-use crate::grammar::ir::Node;
-use crate::grammar::part::Built;
+use crate::grammar::ir::{MachineKind, Node};
+use crate::grammar::part::{Built, NEVER};
 use crate::grammar::regex::{key_except, members, to_rules, Dialect, Json};
 use crate::grammar::rules::Rules;
-use crate::tools::format::ToolFormat;
+use crate::tools::format::{PythonQuirks, ToolFormat};
 
 /// Python keyword arguments ([`crate::tools::format::ArgsDialect::Python`]), and
 /// the [`Dialect`] of Python literals as pythonic calls write values: strings in
@@ -27,7 +29,7 @@ pub struct Python;
 impl ArgsSyntax for Python {
     fn grammar(&self, node: &Node, f: &ToolFormat, rules: &mut Rules, _: &dyn Fn(&str) -> Built) -> Built {
         let values: &dyn Dialect = if f.single_quotes { &PythonSingle } else { self };
-        Built::read(grammar(node, values, rules))
+        Built::read(grammar(node, values, f.python_quirks, rules))
     }
     fn opener(&self) -> Option<u8> {
         Some(b'(')
@@ -35,20 +37,22 @@ impl ArgsSyntax for Python {
     fn extent(&self, text: &str, _: &ToolFormat, scan: &mut ValueScan) -> Extent {
         scan.extent(text, Brackets::Python, "")
     }
-    fn to_json(&self, text: &str, _: &ToolFormat, _: Option<&HashSet<String>>) -> Option<String> {
-        to_json(text)
+    fn to_json(&self, text: &str, f: &ToolFormat, strings: Option<&HashSet<String>>) -> Option<String> {
+        to_json(text, f.python_quirks, strings)
     }
 }
 
 /// Keyword arguments of a pythonic call for an arguments schema: `(name=VALUE, …)` with
 /// the declared properties in schema order (optional ones skippable), extra ones if
 /// the schema allows them, values as Python literals spelled by `values`
-/// ([`Python`] or [`PythonSingle`]). Large parts go into
-/// `rules` as [`to_rules`] puts them ([`Rules::none`] for one plain regex).
+/// ([`Python`] or [`PythonSingle`]), and beside them the spellings `quirks` admits for
+/// a declared parameter's value (a bare string, a quoted number; no comma between
+/// arguments). Large parts go into `rules` as [`to_rules`] puts them ([`Rules::none`]
+/// for one plain regex).
 ///
 /// Cost: linear in the schema's size, as [`to_rules`].
-pub fn grammar(node: &Node, values: &dyn Dialect, rules: &mut Rules) -> String {
-    let comma = ", ?";
+pub fn grammar(node: &Node, values: &dyn Dialect, quirks: PythonQuirks, rules: &mut Rules) -> String {
+    let comma = if quirks.no_commas { "(?:, ?)?" } else { ", ?" };
     let py = values;
     match node {
         // (`patternProperties` names are not generated as keyword arguments.)
@@ -56,7 +60,7 @@ pub fn grammar(node: &Node, values: &dyn Dialect, rules: &mut Rules) -> String {
             let elems: Vec<(String, bool)> = properties
                 .iter()
                 .filter(|p| p.1 != Node::Never)
-                .map(|(name, n, req)| (format!("{}={}", escape(name), to_rules(n, py, rules)), *req))
+                .map(|(name, n, req)| (format!("{}={}", escape(name), argument(n, py, quirks, rules)), *req))
                 .collect();
             let names: Vec<&str> = properties.iter().map(|(n, _, _)| n.as_str()).collect();
             let key = key_except("[A-Za-z_]", "[A-Za-z0-9_]", &names);
@@ -73,11 +77,77 @@ pub fn grammar(node: &Node, values: &dyn Dialect, rules: &mut Rules) -> String {
     }
 }
 
+/// A declared parameter's value: a Python literal, or as `quirks` also spell it.
+fn argument(n: &Node, py: &dyn Dialect, quirks: PythonQuirks, rules: &mut Rules) -> String {
+    let literal = to_rules(n, py, rules);
+    let strings = |n: &Node| match n {
+        Node::String { .. } | Node::Machine { kind: MachineKind::String, .. } => true,
+        Node::Literals(vs) => vs.iter().all(Value::is_string),
+        _ => false,
+    };
+    let scalar = |n: &Node| match n {
+        Node::Integer { .. } | Node::Number { .. } | Node::Boolean | Node::Null | Node::Machine { .. } => true,
+        Node::Literals(vs) => vs.iter().all(|v| !(v.is_string() || v.is_array() || v.is_object())),
+        _ => false,
+    };
+    if quirks.bare_strings && strings(n) {
+        format!("(?:{literal}|{})", to_rules(n, &Bare, rules))
+    } else if quirks.quoted_scalars && scalar(n) && !strings(n) {
+        let (literal, q) = (rules.share(literal), py.quote());
+        format!("(?:{literal}|{q}{literal}{q})")
+    } else {
+        literal
+    }
+}
+
+/// A string as a template's `{{ value }}` prints it between `=` and the next
+/// argument ([`PythonQuirks::bare_strings`]): no quotes and no escapes, so it holds
+/// none of `,()[]{}"'\` nor control characters (a value with one is written quoted).
+#[derive(Debug, Clone, Copy, Default)]
+struct Bare;
+
+/// Whether `c` may stand in a bare string.
+fn bare_char(c: char) -> bool {
+    c >= ' ' && !matches!(c, ',' | '(' | ')' | '[' | ']' | '{' | '}' | '"' | '\'' | '\\')
+}
+
+impl Dialect for Bare {
+    fn quote(&self) -> String {
+        String::new()
+    }
+    fn string_char(&self) -> String {
+        r#"[^,()\[\]{}"'\\\x00-\x1F]"#.into()
+    }
+    json_keys!();
+    fn literal(&self, v: &Value) -> String {
+        match v {
+            Value::String(s) if s.chars().all(bare_char) => escape(s),
+            Value::String(_) => NEVER.into(),
+            other => Python.literal(other),
+        }
+    }
+    fn plain_byte(&self, b: u8) -> bool {
+        b >= 0x80 || bare_char(b as char)
+    }
+    fn string_literal_char(&self, c: char) -> String {
+        if bare_char(c) {
+            escape(c.encode_utf8(&mut [0; 4]))
+        } else {
+            NEVER.into()
+        }
+    }
+}
+
 /// Python keyword arguments (`(city="Paris", n=2, ok=True, tags=['a'])`) as a compact
-/// JSON object, or `None` if `s` is not that.
+/// JSON object, or `None` if `s` is not that; also the spellings `quirks` admits: a
+/// bare string up to the next `,` or `)`, a quoted number, boolean or null, no comma
+/// between arguments. `strings` names the parameters declared as strings: a bare value of one is a
+/// string however it reads (`zip=75001`), a quoted value of another parameter is the
+/// literal it holds (`days="3"` → `3`). Without `strings`, a bare value is the literal
+/// it reads as, else a string, and quoted values stay strings.
 ///
 /// Cost: linear in `s`; nesting is bounded (128 levels).
-pub fn to_json(s: &str) -> Option<String> {
+pub fn to_json(s: &str, quirks: PythonQuirks, strings: Option<&HashSet<String>>) -> Option<String> {
     let mut r = LiteralReader::new(s, Literals::Python);
     let mut map = serde_json::Map::new();
     if !r.eat("(") {
@@ -96,17 +166,47 @@ pub fn to_json(s: &str) -> Option<String> {
             if !r.eat("=") {
                 return None;
             }
-            map.insert(key, r.value()?);
+            let string = strings.map(|s| s.contains(&key));
+            map.insert(key, read_argument(&mut r, quirks, string)?);
             if r.eat(")") {
                 break;
             }
-            if !r.eat(",") {
+            if !r.eat(",") && !quirks.no_commas {
                 return None;
             }
         }
     }
     r.ws();
     (r.i == s.len()).then(|| serde_json::Value::Object(map).to_string())
+}
+
+/// The value at `r`'s cursor, as `quirks` admit it; `string`: whether the parameter
+/// is declared a string (`None`: not known).
+fn read_argument(r: &mut LiteralReader, quirks: PythonQuirks, string: Option<bool>) -> Option<Value> {
+    r.ws();
+    let rest = &r.s[r.i..];
+    if quirks.bare_strings && !rest.starts_with(['"', '\'', '[', '{']) {
+        let n = rest.find([',', ')']).unwrap_or(rest.len());
+        let text = rest[..n].trim_end();
+        r.i += n;
+        let literal = (string != Some(true)).then(|| whole_literal(text)).flatten();
+        return Some(literal.unwrap_or_else(|| Value::String(text.to_string())));
+    }
+    let v = r.value()?;
+    match v {
+        Value::String(s) if quirks.quoted_scalars && string == Some(false) => Some(
+            whole_literal(&s).filter(|x| !(x.is_string() || x.is_array() || x.is_object())).unwrap_or(Value::String(s)),
+        ),
+        v => Some(v),
+    }
+}
+
+/// `text` as one Python literal, or `None` if it is not exactly one.
+fn whole_literal(text: &str) -> Option<Value> {
+    let mut r = LiteralReader::new(text, Literals::Python);
+    let v = r.value()?;
+    r.ws();
+    (r.i == text.len()).then_some(v)
 }
 
 /// The value spelling of [`Python`]: strings and keys are JSON's (valid Python);
@@ -253,9 +353,17 @@ mod tests {
             schema::Mode::Strict,
         )?;
         use crate::tools::dialect::python::{grammar, Python, PythonSingle};
-        let g = Grammar::from_regex(&grammar(&node, &Python, &mut Rules::none()))?;
+        use crate::tools::format::PythonQuirks;
+        let none = PythonQuirks::default();
+        let g = Grammar::from_regex(&grammar(&node, &Python, none, &mut Rules::none()))?;
         assert!(g.matches(br#"(city="Oslo")"#) && g.matches(b"()") && !g.matches(b"(town=1)"));
-        let g = Grammar::from_regex(&grammar(&node, &PythonSingle, &mut Rules::none()))?;
+        assert!(!g.matches(b"(city=Oslo)"));
+        let bare = PythonQuirks { bare_strings: true, ..none };
+        let g = Grammar::from_regex(&grammar(&node, &Python, bare, &mut Rules::none()))?;
+        assert!(
+            g.matches(b"(city=Oslo)") && g.matches(br#"(city="Oslo, Norway")"#) && !g.matches(b"(city=Oslo, Norway)")
+        );
+        let g = Grammar::from_regex(&grammar(&node, &PythonSingle, none, &mut Rules::none()))?;
         assert!(g.matches(br"(city='Oslo')") && g.matches(br"(city='it\'s')") && !g.matches(br#"(city="Oslo")"#));
         Ok(())
     }
@@ -263,11 +371,22 @@ mod tests {
     #[test]
     fn to_json_example() {
         use crate::tools::dialect::python::to_json;
+        use crate::tools::format::PythonQuirks;
+        use std::collections::HashSet;
+        let none = PythonQuirks::default();
         assert_eq!(
-            to_json(r#"(city="Paris", n=-2.5, ok=True, x=None, t=['a', {"k": False}])"#).as_deref(),
+            to_json(r#"(city="Paris", n=-2.5, ok=True, x=None, t=['a', {"k": False}])"#, none, None).as_deref(),
             Some(r#"{"city":"Paris","n":-2.5,"ok":true,"x":null,"t":["a",{"k":false}]}"#)
         );
-        assert_eq!(to_json("(city=Paris)"), None);
+        assert_eq!(to_json("(city=Paris)", none, None), None);
+        let q = PythonQuirks { bare_strings: true, quoted_scalars: true, no_commas: true };
+        let strings: HashSet<String> = ["city".to_string(), "zip".to_string()].into();
+        assert_eq!(
+            to_json(r#"(city=New York, zip=10001, days="3"ok="True" n="x")"#, q, Some(&strings)).as_deref(),
+            Some(r#"{"city":"New York","zip":"10001","days":3,"ok":true,"n":"x"}"#)
+        );
+        // Without the declared types, a bare value is the literal it reads as.
+        assert_eq!(to_json("(city=Paris, n=2)", q, None).as_deref(), Some(r#"{"city":"Paris","n":2}"#));
     }
 
     #[test]
