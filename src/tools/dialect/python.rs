@@ -141,10 +141,10 @@ impl Dialect for Bare {
 /// Python keyword arguments (`(city="Paris", n=2, ok=True, tags=['a'])`) as a compact
 /// JSON object, or `None` if `s` is not that; also the spellings `quirks` admits: a
 /// bare string up to the next `,` or `)`, a quoted number, boolean or null, no comma
-/// between arguments. `strings` names the parameters declared as strings: a bare value of one is a
-/// string however it reads (`zip=75001`), a quoted value of another parameter is the
-/// literal it holds (`days="3"` → `3`). Without `strings`, a bare value is the literal
-/// it reads as, else a string, and quoted values stay strings.
+/// between arguments. `strings` names the parameters declared as strings: a bare
+/// value of one is a string however it reads (`zip=75001`), a quoted value of another
+/// parameter is the literal it holds (`days="3"` → `3`). Without `strings`, a bare
+/// value is the literal it reads as, else a string, and quoted values stay strings.
 ///
 /// Cost: linear in `s`; nesting is bounded (128 levels).
 pub fn to_json(s: &str, quirks: PythonQuirks, strings: Option<&HashSet<String>>) -> Option<String> {
@@ -387,6 +387,14 @@ mod tests {
         );
         // Without the declared types, a bare value is the literal it reads as.
         assert_eq!(to_json("(city=Paris, n=2)", q, None).as_deref(), Some(r#"{"city":"Paris","n":2}"#));
+        // Malformed text reads as nothing, whatever the quirks, and never panics.
+        for text in ["(", "(city=", "(city=Zürich", "(=1)", "(city=\"é, n=\u{1F600})", "(a=1 b)", "(city=)x"] {
+            for q in PythonQuirks::all() {
+                let _ = to_json(text, q, Some(&strings));
+            }
+            assert_eq!(to_json(text, none, Some(&strings)), None, "{text}");
+        }
+        assert_eq!(to_json("(city=)", q, Some(&strings)).as_deref(), Some(r#"{"city":""}"#));
     }
 
     #[test]
