@@ -86,13 +86,14 @@ fn argument(n: &Node, py: &dyn Dialect, quirks: PythonQuirks, rules: &mut Rules)
         _ => false,
     };
     let scalar = |n: &Node| match n {
-        Node::Integer { .. } | Node::Number { .. } | Node::Boolean | Node::Null | Node::Machine { .. } => true,
+        Node::Integer { .. } | Node::Number { .. } | Node::Boolean | Node::Null => true,
+        Node::Machine { kind, .. } => *kind != MachineKind::String,
         Node::Literals(vs) => vs.iter().all(|v| !(v.is_string() || v.is_array() || v.is_object())),
         _ => false,
     };
     if quirks.bare_strings && strings(n) {
         format!("(?:{literal}|{})", to_rules(n, &Bare, rules))
-    } else if quirks.quoted_scalars && scalar(n) && !strings(n) {
+    } else if quirks.quoted_scalars && scalar(n) {
         let (literal, q) = (rules.share(literal), py.quote());
         format!("(?:{literal}|{q}{literal}{q})")
     } else {
