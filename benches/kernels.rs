@@ -10,7 +10,8 @@
 //! candle column; compare them with llama.cpp end to end (`scripts/bench-compare`).
 //!
 //! `KERNELS_SHAPE=n,k` picks another shape (types whose block does not divide `k` are
-//! skipped); `KERNELS_TYPES=q4_K,q6_K` measures only the types named. Under `cargo test --all-targets` it runs one tiny case as a smoke test.
+//! skipped); `KERNELS_TYPES=q4_K,q6_K` measures only the types named; `KERNELS_ROWS=1,512`
+//! measures those activation row counts. Under `cargo test --all-targets` it runs one tiny case as a smoke test.
 
 use std::time::Instant;
 
@@ -59,7 +60,11 @@ fn main() {
         Some((n.trim().parse().ok()?, k.trim().parse().ok()?))
     });
     let (n, k) = if smoke { (64, 512) } else { shape.unwrap_or((2048, 2048)) };
-    let ms: &[usize] = if smoke { &[1, 5] } else { &[1, 128] };
+    // `KERNELS_ROWS=1,512` measures those activation row counts instead of 1 and 128.
+    let rows: Option<Vec<usize>> = std::env::var("KERNELS_ROWS")
+        .ok()
+        .map(|s| s.split(',').filter_map(|r| r.trim().parse().ok()).filter(|&m| m > 0).collect());
+    let ms: &[usize] = if smoke { &[1, 5] } else { rows.as_deref().unwrap_or(&[1, 128]) };
     let types: Vec<WeightType> = if smoke {
         vec![WeightType::Q4_1, WeightType::Q6K]
     } else {

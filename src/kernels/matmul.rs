@@ -148,7 +148,7 @@ fn matmul_float_tiles(w: &QWeight, x: &[f32], m: usize, y: &mut [f32]) {
             }
         }
         let xb = &*xb;
-        let chunk = float_chunk(n, BF16_RN);
+        let chunk = float_chunk(n, m, k, BF16_RN);
         let cols = Columns(y.as_mut_ptr());
         for_each_task(n.div_ceil(chunk), |ci| {
             let (j0, j1) = (ci * chunk, ((ci + 1) * chunk).min(n));
@@ -319,22 +319,30 @@ panels_impl!(Avx512Panels, avx512, 12 11 10 9 8 7 6 5 4 3 2 1);
 panels_impl!(Avx2Panels, avx2, 6 5 4 3 2 1);
 
 /// Weight rows per task of the F16/BF16 prefill paths ([`matmul_float_panels`],
-/// [`matmul_float_tiles`]) for `n` rows taken `step` at a time: about
-/// [`FLOAT_TASKS_PER_THREAD`] tasks per thread, so a thread that finishes early takes
-/// another task instead of waiting at the barrier for a slower one (one task per thread
-/// spent an eighth of a prefill spinning), and at least [`FLOAT_MIN_CHUNK`] rows (each
-/// task reads the whole of the activations once per panel).
+/// [`matmul_float_tiles`]) for `n` rows of `k` against `m` activation rows, taken `step`
+/// at a time: at least [`FLOAT_TASKS_PER_THREAD`] tasks per thread and no task over
+/// [`FLOAT_TASK_MACS`] multiply-adds, so a thread that finishes early takes another
+/// task instead of waiting at the barrier for a slower one (the pool hands tasks out
+/// one at a time, so a thread waits at most one task at the end of a call: with four
+/// tasks per thread, the 30 ms tasks of a 1.5B model's MLP at 512 rows spent a tenth
+/// of an AVX2 prefill spinning); and at least [`FLOAT_MIN_CHUNK`] rows (each task
+/// reads the whole of the activations once per panel).
 #[cfg(target_arch = "x86_64")]
-fn float_chunk(n: usize, step: usize) -> usize {
-    n.div_ceil(threads() * FLOAT_TASKS_PER_THREAD).max(FLOAT_MIN_CHUNK).next_multiple_of(step)
+fn float_chunk(n: usize, m: usize, k: usize, step: usize) -> usize {
+    let by_count = n.div_ceil(threads() * FLOAT_TASKS_PER_THREAD);
+    let by_work = FLOAT_TASK_MACS / (m * k).max(1);
+    by_count.min(by_work).max(FLOAT_MIN_CHUNK).next_multiple_of(step)
 }
 
-/// Tasks per thread in [`float_chunk`].
+/// Fewest tasks per thread in [`float_chunk`].
 #[cfg(target_arch = "x86_64")]
 const FLOAT_TASKS_PER_THREAD: usize = 4;
+/// Most multiply-adds per task in [`float_chunk`]: about 2 ms of one core's FMAs.
+#[cfg(target_arch = "x86_64")]
+const FLOAT_TASK_MACS: usize = 1 << 26;
 /// Fewest weight rows per task in [`float_chunk`].
 #[cfg(target_arch = "x86_64")]
-const FLOAT_MIN_CHUNK: usize = 128;
+const FLOAT_MIN_CHUNK: usize = 64;
 
 /// Bytes of f32 panel per task in [`matmul_float_panels`] (L2-sized: the panel is read
 /// once per register tile's group of activation rows, [`Panels::MR`]).
@@ -353,21 +361,30 @@ const PANEL_SLICE: usize = 512;
 /// then reads its activations in order, 12 × 2 KiB of them staying in L1 while its
 /// micro-panels stream from L2 (as rows a row's length apart, the 12 rows' lines fell
 /// into a few L1 sets and the panel's lines evicted them). Once per call, `m · k`
-/// copies, shared by every task.
+/// copies, shared by every task, the row groups spread over the threads.
 #[cfg(target_arch = "x86_64")]
 fn pack_panel_rows(x: &[f32], m: usize, k: usize, mr: usize, slice: usize, out: &mut [f32]) {
-    for s0 in (0..k).step_by(slice) {
-        let sl = slice.min(k - s0);
-        for ib in (0..m).step_by(mr) {
+    assert!(x.len() >= m * k && out.len() >= m * k, "{m} rows of {k} to pack");
+    let groups = m.div_ceil(mr);
+    let per_task = super::pool::rows_per_task(groups);
+    let base = Columns(out.as_mut_ptr());
+    for_each_task(groups.div_ceil(per_task), |t| {
+        for ib in (t * per_task * mr..((t + 1) * per_task * mr).min(m)).step_by(mr) {
             let rm = mr.min(m - ib);
-            let group = &mut out[s0 * m + ib * sl..][..rm * sl];
-            for (i, row) in x[ib * k..].chunks_exact(k).take(rm).enumerate() {
-                for (dst, &v) in group[i..].iter_mut().step_by(rm).zip(&row[s0..s0 + sl]) {
-                    *dst = v;
+            for s0 in (0..k).step_by(slice) {
+                let sl = slice.min(k - s0);
+                // SAFETY: the group's values for this slice are `out[s0 · m + ib · sl ..][..rm
+                // · sl]`: inside `out` (`m · k`, checked above), and no other (group,
+                // slice) pair's, so no other task's.
+                let group = unsafe { std::slice::from_raw_parts_mut(base.base().add(s0 * m + ib * sl), rm * sl) };
+                for (i, row) in x[ib * k..].chunks_exact(k).take(rm).enumerate() {
+                    for (dst, &v) in group[i..].iter_mut().step_by(rm).zip(&row[s0..s0 + sl]) {
+                        *dst = v;
+                    }
                 }
             }
         }
-    }
+    });
 }
 
 /// The F16/BF16 prefill path on AVX2, on Intel's AVX-512, and for BF16 on CPUs without
@@ -394,14 +411,14 @@ fn matmul_float_panels<P: Panels>(w: &QWeight, x: &[f32], m: usize, y: &mut [f32
     let slice = PANEL_SLICE.min(k);
     // Rows per panel: a multiple of `nr`, at least one micro-panel.
     let per_panel = (PANEL_BYTES / (4 * slice) / nr).max(1) * nr;
-    let chunk = float_chunk(n, nr);
+    let chunk = float_chunk(n, m, k, nr);
     let cols = Columns(y.as_mut_ptr());
-    with_scratch(&PACKED_ACTS, m * k, 0.0, |packed| {
+    with_line_scratch(&PACKED_ACTS, m * k, |packed| {
         pack_panel_rows(x, m, k, mr, slice, packed);
         let packed = &*packed;
         for_each_task(n.div_ceil(chunk), |ci| {
             let (j0, j1) = (ci * chunk, ((ci + 1) * chunk).min(n));
-            with_scratch(&WEIGHTS, per_panel.min((j1 - j0).next_multiple_of(nr)) * slice, 0.0, |panel| {
+            with_line_scratch(&WEIGHTS, per_panel.min((j1 - j0).next_multiple_of(nr)) * slice, |panel| {
                 for jc in (j0..j1).step_by(per_panel) {
                     let rows = per_panel.min(j1 - jc);
                     for s0 in (0..k).step_by(slice) {
@@ -519,6 +536,18 @@ fn with_scratch<T: Copy + 'static>(
     }
     f(&mut buf[..len]);
     key.with(|c| c.set(buf));
+}
+
+/// [`with_scratch`] for floats, the `len` floats handed to `f` starting on a 64-byte
+/// line, so that no 32- or 64-byte load of a micro-panel or of the packed activations
+/// straddles two lines (a split load costs two).
+#[cfg(target_arch = "x86_64")]
+fn with_line_scratch(key: &'static std::thread::LocalKey<Cell<Vec<f32>>>, len: usize, f: impl FnOnce(&mut [f32])) {
+    const LINE: usize = 64 / std::mem::size_of::<f32>();
+    with_scratch(key, len + LINE, 0.0, |buf| {
+        let at = buf.as_ptr().align_offset(64).min(LINE);
+        f(&mut buf[at..at + len])
+    })
 }
 
 /// `y`'s base pointer, shared with the pool's tasks, each of which writes a disjoint
