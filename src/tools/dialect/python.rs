@@ -398,6 +398,39 @@ mod tests {
         assert_eq!(to_json("(city=)", q, Some(&strings)).as_deref(), Some(r#"{"city":""}"#));
     }
 
+    /// A quote inside a bare word (`name=O'Brien`, as a template that prints strings
+    /// bare shows them) is not a string's start: the arguments end at their `)`
+    /// however the text arrives, and read back with the quote in the string.
+    #[test]
+    fn a_quote_inside_a_bare_word_is_not_a_string() {
+        use crate::tools::dialect::{ArgsSyntax, Extent, ValueScan};
+        use crate::tools::format::{for_family, PythonQuirks};
+        let mut f = for_family("hermes").unwrap().unwrap();
+        f.python_quirks = PythonQuirks { bare_strings: true, ..PythonQuirks::default() };
+        let text = r#"(name=O'Brien, note=5" tall, n=2) then text"#;
+        let args = &text[..text.find(" then").unwrap()];
+        for split in 0..=text.len() {
+            let mut scan = ValueScan::default();
+            let mut end = None;
+            for seen in [split, text.len()] {
+                if let Extent::End(len) = super::Python.extent(&text[..seen], &f, &mut scan) {
+                    end = Some(len);
+                    break;
+                }
+            }
+            assert_eq!(end, Some(args.len()), "split at {split}");
+        }
+        let strings = ["name".to_string(), "note".to_string()].into();
+        assert_eq!(
+            super::to_json(args, f.python_quirks, Some(&strings)).as_deref(),
+            Some(r#"{"name":"O'Brien","note":"5\" tall","n":2}"#)
+        );
+        // A string still opens where a value starts, quotes and brackets inside it kept.
+        let quoted = r#"(name='a), b', n=2)"#;
+        let mut scan = ValueScan::default();
+        assert!(matches!(super::Python.extent(quoted, &f, &mut scan), Extent::End(n) if n == quoted.len()));
+    }
+
     #[test]
     fn python_repr_single_example() {
         use crate::tools::dialect::python::python_repr_single;

@@ -30,6 +30,10 @@ pub struct ValueScan {
     depth: usize,
     quoted: Quoted,
     scalar: bool,
+    /// Whether the last byte outside a string was a letter, digit or `_`: in
+    /// [`Brackets::Python`] a quote there is inside a bare word (`name=O'Brien`, as
+    /// templates that print strings bare show them), not a string's start.
+    word: bool,
     /// The string quote of [`Brackets::Gemma`].
     quote: String,
 }
@@ -99,7 +103,9 @@ impl ValueScan {
                 // Gemma's strings end at the quote token (above) only.
                 self.quoted.step(c);
             } else {
+                let word = std::mem::replace(&mut self.word, c.is_ascii_alphanumeric() || c == b'_');
                 match c {
+                    b'"' | b'\'' if python && word => {}
                     b'"' if !gemma => self.quoted.open(c),
                     b'\'' if python => self.quoted.open(c),
                     b'{' | b'[' => self.depth += 1,
