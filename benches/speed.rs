@@ -22,7 +22,8 @@
 //! (tokens already in the cache before each prefill and each decode, default 0; its
 //! `-d`: the depth is prefilled once, untimed, and each run truncates back to it) and
 //! `BENCH_KV` (`f32`, the default, or `f16`: the KV cache's type; llama-bench's own
-//! default is f16). With a depth, the decode runs start from the depth, as
+//! default is f16). `BENCH_MALLOC=glibc` leaves glibc's allocator at its defaults
+//! (`toolgate::kernels::reuse_large_buffers` is called otherwise, as the binary does). With a depth, the decode runs start from the depth, as
 //! llama-bench's `tg` test does, not after the prompt. `BENCH_DEVICE` (`cpu`, the
 //! default, or `cuda[:N]`) picks the device; off the CPU the bandwidth probe (a CPU
 //! read) is skipped and reported as NaN.
@@ -58,6 +59,10 @@ fn main() {
     // `cargo bench` passes `--bench`; under `cargo test --all-targets` this binary runs
     // as a smoke test (one short run) so the benchmark never rots.
     let smoke = !std::env::args().any(|a| a == "--bench");
+    // As the `toolgate` binary runs (`BENCH_MALLOC=glibc` measures without it).
+    if std::env::var("BENCH_MALLOC").as_deref() != Ok("glibc") {
+        toolgate::kernels::reuse_large_buffers();
+    }
     let (prompt_tokens, decode_tokens, runs) = if smoke {
         (16, 4, 1)
     } else {

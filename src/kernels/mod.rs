@@ -45,6 +45,7 @@ pub(crate) mod formats;
 pub(crate) mod glu;
 mod isa;
 mod matmul;
+mod memory;
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon;
 mod pool;
@@ -58,6 +59,7 @@ pub(crate) mod tiles;
 
 pub use formats::{dequantize_row, WeightType};
 pub use isa::{enabled, Isa};
+pub use memory::reuse_large_buffers;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use prefetch::{prefetch_ahead, prefetch_float_rows, prefetch_part};
 

@@ -28,6 +28,8 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let cli = Cli::parse();
+    // Prefill's per-layer buffers of tens of MiB are reused, not mapped afresh each time.
+    toolgate::kernels::reuse_large_buffers();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
