@@ -407,9 +407,9 @@ mod tests {
         use crate::tools::format::{for_family, PythonQuirks};
         let mut f = for_family("hermes").unwrap().unwrap();
         f.python_quirks = PythonQuirks { bare_strings: true, ..PythonQuirks::default() };
-        let text = r#"(name=O'Brien, note=5" tall, n=2) then text"#;
+        let text = r#"(name=O'Brien, note=5" tall, cafe=Café's, n=2) then text"#;
         let args = &text[..text.find(" then").unwrap()];
-        for split in 0..=text.len() {
+        for split in (0..=text.len()).filter(|&at| text.is_char_boundary(at)) {
             let mut scan = ValueScan::default();
             let mut end = None;
             for seen in [split, text.len()] {
@@ -420,10 +420,10 @@ mod tests {
             }
             assert_eq!(end, Some(args.len()), "split at {split}");
         }
-        let strings = ["name".to_string(), "note".to_string()].into();
+        let strings = ["name".to_string(), "note".to_string(), "cafe".to_string()].into();
         assert_eq!(
             super::to_json(args, f.python_quirks, Some(&strings)).as_deref(),
-            Some(r#"{"name":"O'Brien","note":"5\" tall","n":2}"#)
+            Some(r#"{"name":"O'Brien","note":"5\" tall","cafe":"Café's","n":2}"#)
         );
         // A string still opens where a value starts, quotes and brackets inside it kept.
         let quoted = r#"(name='a), b', n=2)"#;

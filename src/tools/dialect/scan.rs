@@ -30,9 +30,10 @@ pub struct ValueScan {
     depth: usize,
     quoted: Quoted,
     scalar: bool,
-    /// Whether the last byte outside a string was a letter, digit or `_`: in
-    /// [`Brackets::Python`] a quote there is inside a bare word (`name=O'Brien`, as
-    /// templates that print strings bare show them), not a string's start.
+    /// Whether the last byte outside a string was a letter, digit, `_` or part of a
+    /// non-ASCII character: in [`Brackets::Python`] a quote there is inside a bare
+    /// word (`name=O'Brien`, as templates that print strings bare show them), not a
+    /// string's start.
     word: bool,
     /// The string quote of [`Brackets::Gemma`].
     quote: String,
@@ -103,7 +104,7 @@ impl ValueScan {
                 // Gemma's strings end at the quote token (above) only.
                 self.quoted.step(c);
             } else {
-                let word = std::mem::replace(&mut self.word, c.is_ascii_alphanumeric() || c == b'_');
+                let word = std::mem::replace(&mut self.word, c.is_ascii_alphanumeric() || c == b'_' || c >= 0x80);
                 match c {
                     b'"' | b'\'' if python && word => {}
                     b'"' if !gemma => self.quoted.open(c),
