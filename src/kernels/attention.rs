@@ -426,11 +426,14 @@ fn scores<T: KvElement>(
             };
         }
         if isa >= super::Isa::Avx2 {
-            for (i, q) in qs.iter().enumerate() {
-                // SAFETY: `isa` reports AVX2 only on a CPU with AVX2, FMA and F16C; rows checked above.
-                unsafe { avx2::scores(q, k, stride, &mut out[i * out_stride..i * out_stride + n]) };
-            }
-            return;
+            // SAFETY: `isa` reports AVX2 only on a CPU with AVX2, FMA and F16C; rows checked above.
+            return unsafe {
+                match qs.len() {
+                    1 => avx2::scores::<T, 1, 8>(qs, k, stride, n, out, out_stride),
+                    2 => avx2::scores::<T, 2, 4>(qs, k, stride, n, out, out_stride),
+                    _ => avx2::scores::<T, 3, 4>(qs, k, stride, n, out, out_stride),
+                }
+            };
         }
     }
     let _ = isa;
@@ -531,33 +534,63 @@ mod avx2 {
         _mm256_add_ps(_mm256_permute2f128_ps::<0x20>(u0, u1), _mm256_permute2f128_ps::<0x31>(u0, u1))
     }
 
-    /// [`super::scores`] on AVX2: eight keys at a time (a short batch computes `q · k₀`
-    /// in its empty lanes and drops them; each lane is summed on its own).
+    /// The sums of four 8-lane accumulators (lane `t` < 4 = `Σ acc[t]`), each lane
+    /// added in the same order as [`sum8`] adds it.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn sum4(a: [__m256; 4]) -> __m128 {
+        let u = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+        _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps::<1>(u))
+    }
+
+    /// [`super::scores`] on AVX2 for `RQ` query rows: `KEYS` keys at a time (8 for one
+    /// row; 4 for two or three, so the `RQ · KEYS` accumulators fit AVX2's 16
+    /// registers), each key loaded (and widened) once for all rows. A short batch
+    /// computes `q · k₀` in its empty lanes and drops them; each key's lanes are summed
+    /// in [`sum8`]'s order, so a row's sums are the same whatever `RQ` is.
     ///
     /// # Safety
-    /// The CPU must support `avx2`, `fma` and `f16c`; `k` holds `out.len()` rows of
-    /// `q.len()` elements, `stride` apart.
+    /// The CPU must support `avx2`, `fma` and `f16c`; the slices as `super::scores`
+    /// checks, `qs.len() == RQ`, and `KEYS` is 4 or 8.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn scores<T: KvElement>(q: &[f32], k: &[T], stride: usize, out: &mut [f32]) {
-        let (d, n) = (q.len(), out.len());
+    pub(super) unsafe fn scores<T: KvElement, const RQ: usize, const KEYS: usize>(
+        qs: &[&[f32]],
+        k: &[T],
+        stride: usize,
+        n: usize,
+        out: &mut [f32],
+        out_stride: usize,
+    ) {
+        let d = qs[0].len();
         let d8 = d / 8 * 8;
-        for j in (0..n).step_by(8) {
-            let m = (n - j).min(8);
-            let mut rows = [k.as_ptr(); 8];
+        let q: [*const f32; RQ] = std::array::from_fn(|i| qs[i].as_ptr());
+        for j in (0..n).step_by(KEYS) {
+            let m = (n - j).min(KEYS);
+            let mut rows = [k.as_ptr(); KEYS];
             for (t, row) in rows.iter_mut().enumerate().take(m) {
                 *row = k.as_ptr().add((j + t) * stride);
             }
-            let mut acc = [_mm256_setzero_ps(); 8];
+            let mut acc = [[_mm256_setzero_ps(); KEYS]; RQ];
             for c in (0..d8).step_by(8) {
-                let qc = _mm256_loadu_ps(q.as_ptr().add(c));
-                for t in 0..8 {
-                    acc[t] = _mm256_fmadd_ps(qc, load8(rows[t].add(c)), acc[t]);
+                let qc: [__m256; RQ] = std::array::from_fn(|i| _mm256_loadu_ps(q[i].add(c)));
+                for t in 0..KEYS {
+                    let kv = load8(rows[t].add(c));
+                    for i in 0..RQ {
+                        acc[i][t] = _mm256_fmadd_ps(qc[i], kv, acc[i][t]);
+                    }
                 }
             }
-            let mut lanes = [0f32; 8];
-            _mm256_storeu_ps(lanes.as_mut_ptr(), sum8(acc));
-            for t in 0..m {
-                out[j + t] = (d8..d).fold(lanes[t], |s, c| q[c].mul_add((*rows[t].add(c)).f32(), s));
+            for (i, acc) in acc.iter().enumerate() {
+                let mut lanes = [0f32; 8];
+                if KEYS == 8 {
+                    _mm256_storeu_ps(lanes.as_mut_ptr(), sum8(std::array::from_fn(|t| acc[t])));
+                } else {
+                    _mm_storeu_ps(lanes.as_mut_ptr(), sum4(std::array::from_fn(|t| acc[t])));
+                }
+                let row = &mut out[i * out_stride + j..i * out_stride + j + m];
+                for (t, o) in row.iter_mut().enumerate() {
+                    *o = (d8..d).fold(lanes[t], |s, c| qs[i][c].mul_add((*rows[t].add(c)).f32(), s));
+                }
             }
         }
     }

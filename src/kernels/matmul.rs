@@ -550,12 +550,14 @@ fn with_line_scratch(key: &'static std::thread::LocalKey<Cell<Vec<f32>>>, len: u
     })
 }
 
-/// `y`'s base pointer, shared with the pool's tasks, each of which writes a disjoint
-/// set of columns (its own weight rows).
+/// An output buffer's base pointer, shared with the pool's tasks, each of which writes
+/// a disjoint set of its elements: `y`'s columns of its own weight rows in the
+/// products, and its own row groups in [`pack_panel_rows`].
 #[derive(Clone, Copy)]
 struct Columns(*mut f32);
-// SAFETY: tasks write disjoint elements (see `run`), and `run` does not return before
-// every task has finished.
+// SAFETY: tasks write disjoint elements (see `run` and `pack_panel_rows`), and the
+// pool's calls that run them return only after every task has finished, while the
+// buffer is still mutably borrowed by the caller.
 unsafe impl Send for Columns {}
 unsafe impl Sync for Columns {}
 
