@@ -596,7 +596,10 @@ mod avx2 {
     }
 
     /// [`super::values`] on AVX2 for `R` rows: 32 outputs of each row in registers
-    /// across the keys, then 8, then one at a time.
+    /// across the keys for one or two rows, 16 for three or four (so the `R · W`
+    /// accumulators, the `W` value vectors and the weight fit AVX2's 16 registers:
+    /// four rows × 32 outputs spilled accumulators to the stack at every key), then 8,
+    /// then one at a time. Each output adds its terms in key order either way.
     ///
     /// # Safety
     /// The CPU must support `avx2`, `fma` and `f16c`; the slices as `super::values`
@@ -612,45 +615,19 @@ mod avx2 {
         dv: usize,
     ) {
         let (pp, vp, op) = (p.as_ptr(), v.as_ptr(), o.as_mut_ptr());
+        let block = Block { pp, p_stride, n, vp, v_stride, op, dv };
+        let wide = if R <= 2 { 32 } else { 16 };
         let mut c = 0;
-        while c + 32 <= dv {
-            let mut acc = [[_mm256_setzero_ps(); 4]; R];
-            for (r, a) in acc.iter_mut().enumerate() {
-                for (x, a) in a.iter_mut().enumerate() {
-                    *a = _mm256_loadu_ps(op.add(r * dv + c + 8 * x));
-                }
+        while c + wide <= dv {
+            if R <= 2 {
+                block.run::<R, 4>(c);
+            } else {
+                block.run::<R, 2>(c);
             }
-            for j in 0..n {
-                let row = vp.add(j * v_stride + c);
-                let vv = [0, 8, 16, 24].map(|x| load8(row.add(x)));
-                for (r, a) in acc.iter_mut().enumerate() {
-                    let w = _mm256_broadcast_ss(&*pp.add(r * p_stride + j));
-                    for x in 0..4 {
-                        a[x] = _mm256_fmadd_ps(w, vv[x], a[x]);
-                    }
-                }
-            }
-            for (r, a) in acc.iter().enumerate() {
-                for (x, a) in a.iter().enumerate() {
-                    _mm256_storeu_ps(op.add(r * dv + c + 8 * x), *a);
-                }
-            }
-            c += 32;
+            c += wide;
         }
         while c + 8 <= dv {
-            let mut acc = [_mm256_setzero_ps(); R];
-            for (r, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_loadu_ps(op.add(r * dv + c));
-            }
-            for j in 0..n {
-                let vv = load8(vp.add(j * v_stride + c));
-                for (r, a) in acc.iter_mut().enumerate() {
-                    *a = _mm256_fmadd_ps(_mm256_broadcast_ss(&*pp.add(r * p_stride + j)), vv, *a);
-                }
-            }
-            for (r, a) in acc.iter().enumerate() {
-                _mm256_storeu_ps(op.add(r * dv + c), *a);
-            }
+            block.run::<R, 1>(c);
             c += 8;
         }
         for c in c..dv {
@@ -658,6 +635,51 @@ mod avx2 {
                 let o = &mut *op.add(r * dv + c);
                 for j in 0..n {
                     *o = (*pp.add(r * p_stride + j)).mul_add((*vp.add(j * v_stride + c)).f32(), *o);
+                }
+            }
+        }
+    }
+
+    /// The operands of [`values`]: `n` weights per row at `pp` (`p_stride` apart), `n`
+    /// value rows at `vp` (`v_stride` apart), rows of `dv` outputs at `op`.
+    struct Block<T> {
+        pp: *const f32,
+        p_stride: usize,
+        n: usize,
+        vp: *const T,
+        v_stride: usize,
+        op: *mut f32,
+        dv: usize,
+    }
+
+    impl<T: KvElement> Block<T> {
+        /// Outputs `c..c + 8W` of each of `R` rows, in `R · W` registers across the keys.
+        ///
+        /// # Safety
+        /// As [`values`], and `c + 8W <= dv`.
+        #[target_feature(enable = "avx2,fma,f16c")]
+        #[inline]
+        unsafe fn run<const R: usize, const W: usize>(&self, c: usize) {
+            let Self { pp, p_stride, n, vp, v_stride, op, dv } = *self;
+            let mut acc = [[_mm256_setzero_ps(); W]; R];
+            for (r, a) in acc.iter_mut().enumerate() {
+                for (x, a) in a.iter_mut().enumerate() {
+                    *a = _mm256_loadu_ps(op.add(r * dv + c + 8 * x));
+                }
+            }
+            for j in 0..n {
+                let row = vp.add(j * v_stride + c);
+                let vv: [__m256; W] = std::array::from_fn(|x| load8(row.add(8 * x)));
+                for (r, a) in acc.iter_mut().enumerate() {
+                    let w = _mm256_broadcast_ss(&*pp.add(r * p_stride + j));
+                    for x in 0..W {
+                        a[x] = _mm256_fmadd_ps(w, vv[x], a[x]);
+                    }
+                }
+            }
+            for (r, a) in acc.iter().enumerate() {
+                for (x, a) in a.iter().enumerate() {
+                    _mm256_storeu_ps(op.add(r * dv + c + 8 * x), *a);
                 }
             }
         }
