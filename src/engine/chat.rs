@@ -102,7 +102,9 @@ fn secs<S: serde::Serializer>(d: &std::time::Duration, s: S) -> std::result::Res
 enum TurnConstraint {
     Free,
     Lazy(LazyConstraint),
-    Full(Arc<Grammar>, Arc<TokenVocab>),
+    /// The grammar from the first token; the bytes the prompt already wrote into it
+    /// (a layout whose prompt opens the first call: its marker).
+    Full(Arc<Grammar>, Arc<TokenVocab>, Vec<u8>),
 }
 
 /// A turn rendered, tokenized and checked against the context window, with its
@@ -253,6 +255,10 @@ fn prepare_tools(
         tools::check_vocabulary(fmt, tok)?;
     }
     let opened = opened_reasoning(setup, &text);
+    // A layout whose prompt opens the first call, and a prompt that does end with its
+    // marker: the output is read, and constrained, as if the marker came first.
+    let opened_call = fmt.as_ref().filter(|f| f.prompt_opens_call && text.trim_end().ends_with(f.trigger()));
+    let call_prefix = opened_call.map(|f| tools::marker_bytes(f.trigger(), tok)).unwrap_or_default();
     let constraint = match (&fmt, mode, choice, answer) {
         (None, ..) | (_, ToolMode::Native, ..) => TurnConstraint::Free,
         (Some(fmt), ToolMode::Constrained, ToolChoice::Auto, None) => {
@@ -274,6 +280,8 @@ fn prepare_tools(
                 reasoning: setup.reasoning.map(|(start, end)| {
                     (tools::marker_bytes(start, tok), tools::marker_bytes(end, tok), opened.is_some())
                 }),
+                opened: opened_call.is_some(),
+                text_start: tools::marker_bytes(&fmt.text_start, tok),
             })
         }
         (Some(_), ToolMode::Constrained, _, _) if prefilled => return Err(prefill_conflict()),
@@ -287,11 +295,17 @@ fn prepare_tools(
             if let Some((_, end)) = opened {
                 calls = tools::after_reasoning(end, calls, tok);
             }
-            TurnConstraint::Full(engine.grammar(&calls)?, engine.token_vocab())
+            // Where the prompt opened the call, the grammar starts after its marker (an
+            // answer then follows the layout's text start: `tools::calls_or_answer`).
+            TurnConstraint::Full(engine.grammar(&calls)?, engine.token_vocab(), call_prefix)
         }
     };
     let incremental = mode == ToolMode::Constrained;
-    let parser = with_reasoning(StreamParser::new(fmt, incremental, id_seed(&prompt)).with_tools(tools), setup, &text);
+    let mut parser = StreamParser::new(fmt.clone(), incremental, id_seed(&prompt)).with_tools(tools);
+    if opened_call.is_some() {
+        parser = parser.opened_by_prompt();
+    }
+    let parser = with_reasoning(parser, setup, &text);
     // Near-miss calls are read in `auto` only: a forced call is in the layout already.
     let recovery = (setup.call_recovery && calls_possible && *choice == ToolChoice::Auto)
         .then(|| Recovery::new(tools, mode == ToolMode::Constrained));
@@ -318,9 +332,11 @@ fn prefill_conflict() -> Error {
 /// did not reach.
 fn shortest_output(constraint: &TurnConstraint) -> Option<usize> {
     match constraint {
-        TurnConstraint::Full(grammar, vocab) => {
-            grammar.matcher(vocab.clone()).completion_plan(super::CLOSE_MAX_BYTES).map(|p| p.len())
-        }
+        TurnConstraint::Full(grammar, vocab, prefix) => grammar
+            .matcher_with_prefix(vocab.clone(), prefix)
+            .ok()?
+            .completion_plan(super::CLOSE_MAX_BYTES)
+            .map(|p| p.len()),
         _ => None,
     }
 }
@@ -355,7 +371,7 @@ pub fn prepare_text_turn(
                 Some((_, end)) => tools::after_reasoning(end, answer, tok),
                 None => answer,
             };
-            TurnConstraint::Full(engine.grammar(&answer)?, engine.token_vocab())
+            TurnConstraint::Full(engine.grammar(&answer)?, engine.token_vocab(), Vec::new())
         }
         None => TurnConstraint::Free,
     };
@@ -464,8 +480,8 @@ impl PreparedTurn {
             TurnConstraint::Lazy(lazy) => {
                 engine.generate_with(&prompt, &params, Constraint::lazy(lazy), &mut feed, &mut on_logprob)?
             }
-            TurnConstraint::Full(grammar, vocab) => {
-                let mut m = grammar.matcher(vocab);
+            TurnConstraint::Full(grammar, vocab, prefix) => {
+                let mut m = grammar.matcher_with_prefix(vocab, &prefix)?;
                 engine.generate_with(&prompt, &params, Constraint::Always(&mut m), &mut feed, &mut on_logprob)?
             }
         };

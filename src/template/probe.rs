@@ -139,11 +139,21 @@ pub fn read_output(setup: &super::ChatSetup, tools: &[crate::tools::Tool], outpu
             reason: format!("no tool-call layout for this template: {} (try --tool-format)", setup.layout.round_trip),
         });
     };
+    // A layout whose prompt opens the first call: the output starts after its marker
+    // (unless it is text that writes the marker again, as a rendered turn may).
+    let opened = format.prompt_opens_call && !output.trim_start().starts_with(format.trigger());
     let mut parser = StreamParser::new(Some(format.clone()), false, 1).with_tools(tools);
+    if opened {
+        parser = parser.opened_by_prompt();
+    }
+    let output = &match opened {
+        true => format!("{}{output}", format.trigger()),
+        false => output.to_string(),
+    };
     if let Some((start, end)) = setup.reasoning {
         parser = parser.with_reasoning(start, end, false);
     }
-    parser.push(output);
+    parser.push(&output[if opened { format.trigger().len() } else { 0 }..]);
     parser.finish();
     let out = parser.into_output();
     let (grammar, accepted) = match conformance::check_calls(&format, tools, output, &setup.layout.turn_end) {

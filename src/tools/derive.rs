@@ -131,6 +131,8 @@ struct Renders {
     key_order: KeyOrder,
     /// Where the one-call turn ends in `one`: see [`turn_end`].
     turn_end: usize,
+    /// The probe question with the generation prompt (`None`: it did not render).
+    prompt: Option<String>,
 }
 
 fn render(
@@ -139,17 +141,23 @@ fn render(
     assistant: Option<Value>,
     object_arguments: bool,
 ) -> Result<String, String> {
-    render_turns(t, tools, assistant.into_iter().collect(), object_arguments)
+    render_turns(t, tools, assistant.into_iter().collect(), object_arguments, false)
 }
 
 /// The probe question, then `turns`, rendered as [`render`] does.
-fn render_turns(t: &ChatTemplate, tools: &[Tool], turns: Vec<Value>, object_arguments: bool) -> Result<String, String> {
+fn render_turns(
+    t: &ChatTemplate,
+    tools: &[Tool],
+    turns: Vec<Value>,
+    object_arguments: bool,
+    generation_prompt: bool,
+) -> Result<String, String> {
     let mut messages = vec![json!({"role": "user", "content": "Probe question?"})];
     messages.extend(turns);
     let messages = shape_fields(messages, object_arguments, false);
     let mut req = RenderRequest::new(messages);
     req.tools = Some(tools.iter().map(|t| serde_json::to_value(t).unwrap_or(Value::Null)).collect());
-    req.add_generation_prompt = false;
+    req.add_generation_prompt = generation_prompt;
     req.bos_token = "<s>".into();
     req.eos_token = PROBE_EOS.into();
     t.render(&req).map_err(|e| e.to_string())
@@ -163,7 +171,7 @@ const PROBE_EOS: &str = "</s>";
 /// when the template renders nothing after the turn or refuses a user message there.
 fn turn_end(t: &ChatTemplate, tools: &[Tool], one: &str, turn: Value, object_arguments: bool) -> usize {
     let Ok(follow) =
-        render_turns(t, tools, vec![turn, json!({"role": "user", "content": "zfollowz"})], object_arguments)
+        render_turns(t, tools, vec![turn, json!({"role": "user", "content": "zfollowz"})], object_arguments, false)
     else {
         return one.len();
     };
@@ -214,6 +222,7 @@ fn renders(t: &ChatTemplate, object_arguments: bool) -> Result<Renders, Underiva
                     let key_order =
                         if object_arguments { key_order(t, &ids, content.clone()) } else { KeyOrder::Schema };
                     let turn_end = turn_end(t, &tools, &one, assistant_with_calls(1, &ids, content), object_arguments);
+                    let prompt = render_turns(t, &tools, Vec::new(), object_arguments, true).ok();
                     return Ok(Renders {
                         reasoning,
                         text,
@@ -223,6 +232,7 @@ fn renders(t: &ChatTemplate, object_arguments: bool) -> Result<Renders, Underiva
                         object_arguments,
                         key_order,
                         turn_end,
+                        prompt,
                     });
                 }
                 Ok(_) => last_error = "the template renders an assistant turn with a tool call without the call".into(),
@@ -574,19 +584,66 @@ fn inner_newline(s: &str, at_end: bool) -> (String, bool) {
 pub fn derive(template: &ChatTemplate, object_arguments: bool) -> Result<Derivation, Underivable> {
     let r = renders(template, object_arguments)?;
     let one = without_reasoning(output_part(&r.one, &r.text), r.reasoning);
-    read_layout(&r, one).map_err(|reason| Underivable {
+    let two = r.two.as_deref().map(|t| without_reasoning(output_part(t, &r.text), r.reasoning));
+    let (one, two, opened_text) = with_hidden_opener(&r, one, two);
+    read_layout(&r, one, two, opened_text).map_err(|reason| Underivable {
         reason,
         sample: Some(one.to_string()),
         turn_end: after_calls(&r.one, r.turn_end, one),
     })
 }
 
+/// Byte offset of `part` (a slice of `whole`) in `whole`.
+fn offset_in(whole: &str, part: &str) -> usize {
+    part.as_ptr() as usize - whole.as_ptr() as usize
+}
+
+/// `one` and `two` (the output parts of `r.one` and `r.two`) from the calls' opening
+/// marker on, where the text the call turns share with the text turn ends inside it:
+/// Functionary v3.2's `>>>` opens calls and text alike (`>>>NAME\n{…}` against
+/// `>>>all\nText`), so the output parts start at the name. The marker is then the
+/// end of the text between two calls that both renders hold just before their first
+/// call. Unchanged where the first call has text before it, or no two calls render.
+/// Also returns where the text turn goes on after that marker (see [`Opened`]).
+fn with_hidden_opener<'a>(r: &'a Renders, one: &'a str, two: Option<&'a str>) -> Opened<'a> {
+    let unchanged = (one, two, None);
+    let ids = probe_ids(r);
+    let (Some(two_part), Some(render2)) = (two, r.two.as_deref()) else { return unchanged };
+    let (Ok(c1), Ok(a)) = (find_call(one, 0, 0, &ids), find_call(two_part, 0, 0, &ids)) else { return unchanged };
+    let Ok(b) = find_call(two_part, a.end, 1, &ids) else { return unchanged };
+    if c1.start > 0 || a.start > 0 {
+        return unchanged;
+    }
+    let mid = &two_part[a.end..b.start];
+    let (o1, o2) = (offset_in(&r.one, one), offset_in(render2, two_part));
+    let (before1, before2) = (&r.one[..o1], &render2[..o2]);
+    // The longest such end of `mid` that starts at a marker edge.
+    let opener = (0..mid.len())
+        .filter(|&j| mid.is_char_boundary(j) && edge(mid, j))
+        .map(|j| &mid[j..])
+        .find(|m| !m.trim().is_empty() && before1.ends_with(m) && before2.ends_with(m));
+    match opener {
+        Some(m) => (&r.one[o1 - m.len()..o1 + one.len()], Some(&render2[o2 - m.len()..o2 + two_part.len()]), Some(o1)),
+        None => unchanged,
+    }
+}
+
+/// The output parts of the one- and two-call turns, and where a text turn's own text
+/// starts after a marker that opens it as well ([`with_hidden_opener`]), as a byte
+/// offset into both `Renders::one` and `Renders::text` (which share everything before).
+type Opened<'a> = (&'a str, Option<&'a str>, Option<usize>);
+
+/// The ids the probe calls were rendered with.
+fn probe_ids(r: &Renders) -> [&'static str; 2] {
+    IDS.iter().find(|(k, _)| *k == r.ids).map(|(_, ids)| *ids).unwrap_or(IDS[0].1)
+}
+
 /// The layout of the calls in `one` (the one-call turn's output part) and, for the
-/// separator and section, in `r.two`.
-fn read_layout(r: &Renders, one: &str) -> Result<Derivation, String> {
-    let ids = IDS.iter().find(|(k, _)| *k == r.ids).map(|(_, ids)| *ids).unwrap_or(IDS[0].1);
+/// separator and section, in `two` (the two-call turn's); `opened_text` as
+/// [`with_hidden_opener`] gives it.
+fn read_layout(r: &Renders, one: &str, two: Option<&str>, opened_text: Option<usize>) -> Result<Derivation, String> {
+    let ids = probe_ids(r);
     let c1 = find_call(one, 0, 0, &ids)?;
-    let two = r.two.as_deref().map(|t| without_reasoning(output_part(t, &r.text), r.reasoning));
     let pair = match two {
         Some(two) => {
             let a = find_call(two, 0, 0, &ids)?;
@@ -736,6 +793,16 @@ fn read_layout(r: &Renders, one: &str) -> Result<Derivation, String> {
     if f.section_start.is_empty() && f.call_start.is_empty() && f.body_trigger.is_empty() {
         return Err(format!("the calls have no marker to recognise them by in free text: {:?}", shorten(one)));
     }
+    // A generation prompt that ends with the calls' marker: the model starts inside the
+    // first call.
+    f.prompt_opens_call =
+        !f.trigger_in_body() && r.prompt.as_deref().is_some_and(|p| p.trim_end().ends_with(f.trigger()));
+    // A marker that opens the text turn too (`with_hidden_opener`): what the text turn
+    // writes after it, before its text, starts text instead of a call.
+    if let Some(at) = opened_text {
+        let content = text_turn()["content"].as_str().unwrap_or_default().to_string();
+        f.text_start = r.text.get(at..).and_then(|t| t.find(&content).map(|e| t[..e].to_string())).unwrap_or_default();
+    }
     let sample = pair.as_ref().map_or(one, |p| p.0);
     let sample = sample[..sample.len() - sample_cut].trim_end();
     let turn_end = after_calls(&r.one, r.turn_end, one[..one.len() - sample_cut].trim_end());
@@ -767,6 +834,7 @@ pub fn summary(f: &ToolFormat) -> String {
     put("name_again", &f.name_again);
     put("separator", &f.separator);
     put("body_trigger", &f.body_trigger);
+    put("text_start", &f.text_start);
     if let Some(p) = &f.params {
         put("key_start", &p.key_start);
         put("key_end", &p.key_end);
@@ -797,7 +865,13 @@ pub fn summary(f: &ToolFormat) -> String {
         IdSlot::AfterName => format!(", a call id {} after the name", f.id_pattern),
         IdSlot::BeforeName => format!(", a call id {} before the name", f.id_pattern),
     };
-    format!("{:?} body, {:?} arguments{spacing}{quote}{quirks}{keys}, {}{id}", f.body, f.dialect, parts.join(", "))
+    let opened = if f.prompt_opens_call { " (the prompt opens the first call)" } else { "" };
+    format!(
+        "{:?} body, {:?} arguments{spacing}{quote}{quirks}{keys}, {}{id}{opened}",
+        f.body,
+        f.dialect,
+        parts.join(", ")
+    )
 }
 
 /// `(separator, rest)` when two name ends hold the two calls' ids, `ids`, between the

@@ -370,6 +370,20 @@ pub struct ToolFormat {
     /// was trained on. Every order is read back.
     #[serde(default)]
     pub key_order: KeyOrder,
+    /// The generation prompt ends with the calls' opening marker ([`Self::trigger`]),
+    /// so the model's output starts after it, inside the first call: Functionary
+    /// v3.2's prompt ends with `>>>`, and the model writes `NAME\n{…}` or
+    /// [`Self::text_start`] and its text. The engine (where its prompt does end with
+    /// the marker) and [`crate::template::probe::read_output`] read the output as if the marker
+    /// came first; a constraint starts with the marker already read.
+    #[serde(default)]
+    pub prompt_opens_call: bool,
+    /// What follows the trigger where the model writes text instead of a call
+    /// (Functionary v3.2's `all\n`, as in `>>>all\nSure.`): the trigger and this are
+    /// dropped from the content wherever they appear, and a lazy constraint stays off
+    /// for them. `""`: the trigger always opens calls.
+    #[serde(default)]
+    pub text_start: String,
     /// How the [`ArgsDialect::XmlParameters`] dialect spells a parameter (`None`:
     /// Qwen3-Coder's `<parameter=KEY>`…`</parameter>`, then `</function>`).
     #[serde(default)]
@@ -423,6 +437,8 @@ impl ToolFormat {
             string_quote: String::new(),
             spacing: Spacing::Optional,
             key_order: KeyOrder::Schema,
+            prompt_opens_call: false,
+            text_start: String::new(),
             nested_function: false,
             params: None,
         }
@@ -517,6 +533,12 @@ impl ToolFormat {
         }
         if !self.name_again.is_empty() && (self.body != BodyKind::NameThenArguments || self.name_end.is_empty()) {
             return Err("`name_again` needs a name_then_arguments body and a `name_end`".into());
+        }
+        if self.prompt_opens_call && self.trigger_in_body() {
+            return Err("`prompt_opens_call` needs a section_start or call_start for the prompt to end with".into());
+        }
+        if !self.text_start.is_empty() && self.trigger_in_body() {
+            return Err("`text_start` needs a section_start or call_start to follow".into());
         }
         if self.nested_function && self.body != BodyKind::JsonNameArguments {
             return Err("`nested_function` belongs to a json_name_arguments body".into());

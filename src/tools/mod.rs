@@ -315,7 +315,13 @@ pub fn calls_or_answer(
         let bare = Recovery::grammar_format();
         alternatives.push(calls_into(&bare, tools, &ToolChoice::Auto, parallel, &marker, &mut rules)?);
     }
-    alternatives.push(answer_into(schema, &mut rules)?);
+    let answer = answer_into(schema, &mut rules)?;
+    // A layout whose prompt opens the first call writes text after the call marker and
+    // its text start (Functionary v3.2's `>>>all\n`): so does the answer.
+    alternatives.push(match f.prompt_opens_call && !f.text_start.is_empty() {
+        true => Built::cat(vec![marker(f.trigger()), marker(&f.text_start), answer]),
+        false => answer,
+    });
     let spec = Spec::new(Built::bar(alternatives.into_iter().map(Built::group).collect()), rules);
     check_grammar_size(spec.text_len()).map_err(in_format)?;
     Ok(spec)

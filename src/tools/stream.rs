@@ -123,6 +123,9 @@ pub struct StreamParser {
     /// A call outside any section has just ended: the layout's separator may follow,
     /// before the next call's trigger, and is not content then.
     after_call: bool,
+    /// The first call was opened by the prompt ([`Self::opened_by_prompt`]) and has
+    /// not ended yet.
+    opened_call: bool,
 }
 
 /// Where the parser is in the turn.
@@ -216,7 +219,51 @@ impl StreamParser {
             string_params: Default::default(),
             cut: false,
             after_call: false,
+            opened_call: false,
         }
+    }
+
+    /// The prompt ended with the layout's trigger
+    /// ([`super::format::ToolFormat::prompt_opens_call`]): read the output as if it
+    /// began with it. A first call that names no declared tool was text the model
+    /// wrote without the layout's `text_start`: it is content (without the trigger,
+    /// which the model did not write), not a failed call.
+    ///
+    /// ```
+    /// use toolgate::tools::format::{BodyKind, ToolFormat};
+    /// use toolgate::tools::stream::StreamParser;
+    /// let f = ToolFormat {
+    ///     call_start: ">>>".into(),
+    ///     body: BodyKind::NameThenArguments,
+    ///     name_end: "\n".into(),
+    ///     prompt_opens_call: true,
+    ///     text_start: "all\n".into(),
+    ///     ..ToolFormat::json_body("functionary-like", "an example")
+    /// };
+    /// let read = |text: &str| {
+    ///     let mut p = StreamParser::new(Some(f.clone()), true, 0).opened_by_prompt();
+    ///     p.push(text);
+    ///     p.finish();
+    ///     let out = p.into_output();
+    ///     (out.content, out.calls.len(), out.failures)
+    /// };
+    /// assert_eq!(read("get_time\n{}"), (String::new(), 1, 0));
+    /// assert_eq!(read("all\nIt is noon."), ("It is noon.".to_string(), 0, 0));
+    /// assert_eq!(read("It is noon."), ("It is noon.".to_string(), 0, 0));
+    /// ```
+    ///
+    /// Cost: none beyond reading the trigger.
+    pub fn opened_by_prompt(mut self) -> Self {
+        if let Some(trigger) = self.fmt.as_ref().map(|f| f.trigger().to_string()).filter(|t| !t.is_empty()) {
+            self.opened_call = true;
+            self.push(&trigger);
+        }
+        self
+    }
+
+    /// Whether `name` is a declared tool's (any name where no tools were given).
+    fn declared(&self, name: &str) -> bool {
+        self.string_params.is_empty() || self.string_params.contains_key(name)
     }
 
     /// Tell the parser, before [`Self::finish`], that the generation was cut by its
@@ -399,6 +446,10 @@ impl StreamParser {
                         }
                     } else if call.broken.is_some() {
                         self.fail(&fmt, &call, call.body.len(), &mut ev);
+                    } else if self.opened_call && !call.name.as_ref().is_some_and(|(n, _)| self.declared(n)) {
+                        // The prompt's call never named a tool: the model's text.
+                        let text = std::mem::take(&mut call.body);
+                        self.content(&text, &mut ev);
                     } else if fmt.trigger_in_body() && call.streamed.is_none() {
                         // Without a marker, an unfinished object is as likely text
                         // that happens to start like a call: the client sees it.
@@ -476,6 +527,19 @@ impl StreamParser {
             }
         }
         if let Some(s) = self.pending.find(trigger) {
+            // The trigger, then the layout's text start (Functionary v3.2's `>>>all\n`):
+            // text goes on, and neither is content.
+            let (ts, rest) = (fmt.text_start.as_str(), &self.pending[s + trigger.len()..]);
+            if !ts.is_empty() && (rest.starts_with(ts) || ts.starts_with(rest)) {
+                let before: String = self.pending.drain(..s).collect();
+                self.content(&before, ev);
+                if self.pending[trigger.len()..].starts_with(ts) {
+                    self.pending.drain(..trigger.len() + ts.len());
+                    self.opened_call = false;
+                    return false;
+                }
+                return true; // held until the text start is whole, or is not
+            }
             let before = self.pending[..s].to_string();
             self.content(&before, ev);
             // A body trigger is the start of the call's own text: keep it.
@@ -580,6 +644,7 @@ impl StreamParser {
                 true
             }
             CallStep::Done(used) => {
+                self.opened_call = false;
                 self.pending = call.body.split_off(used);
                 self.after_call = call.section.is_none();
                 self.at = call.section.take().map(Place::Section).unwrap_or_default();
@@ -598,7 +663,8 @@ impl StreamParser {
                 None => return CallStep::More,
                 Some(Err(())) => return self.break_at(fmt, call, 0, ev),
                 Some(Ok(found)) => {
-                    if self.incremental {
+                    // A name no tool has is read whole: no call is announced for it.
+                    if self.incremental && self.declared(&found.0) {
                         let index = self.announce(found.0.clone(), ev);
                         let fragments = fmt.dialect.syntax().streams_as_written();
                         call.streamed = Some(Streamed { index, args: None, inner: None, fragments });
@@ -632,6 +698,7 @@ impl StreamParser {
         if self.incremental && !name_then && call.streamed.is_none() && !call.no_header {
             match read_header(fmt, &call.body[v0..]) {
                 HeaderRead::More => {}
+                HeaderRead::Found { name, .. } if !self.declared(&name) => call.no_header = true,
                 HeaderRead::Other => call.no_header = true,
                 HeaderRead::Found { name, args_start } => {
                     let index = self.announce(name, ev);
@@ -758,6 +825,12 @@ impl StreamParser {
 
     /// A call that did not parse: its text goes to the content and counts as a failure.
     fn fail(&mut self, fmt: &ToolFormat, call: &OpenCall, used: usize, ev: &mut Vec<StreamEvent>) {
+        // The prompt's call, naming no declared tool: text, as the model wrote it.
+        if std::mem::take(&mut self.opened_call) && !call.name.as_ref().is_some_and(|(n, _)| self.declared(n)) {
+            let text = call.body[..used].to_string();
+            self.content(&text, ev);
+            return;
+        }
         self.out.failures += 1;
         let text = format!("{}{}{}", call.prefix, fmt.call_start, &call.body[..used]);
         self.content(&text, ev);

@@ -327,6 +327,9 @@ fn smollm2_writes_valid_calls_in_derived_layouts_under_the_constraint() {
         vllm.join("tool_chat_template_llama3.2_pythonic.jinja"),
         // Quoted numbers admitted beside Python's.
         vllm.join("tool_chat_template_llama4_pythonic.jinja"),
+        // The generation prompt ends with the call marker `>>>`: the grammar starts
+        // after it.
+        templates_dir().join("meetkai-functionary-medium-v3.2.jinja"),
     ] {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         let setup = gate("smollm2", &templates, Some("llama"), Some(&path), ToolFallback::None).unwrap();
@@ -1083,4 +1086,116 @@ fn a_vendor_token_before_every_tag_and_closing_tags_that_repeat_the_key_are_deri
         1,
     );
     assert!(g.matches(json.as_bytes()), "{json}");
+}
+
+/// A layout of this test's own whose generation prompt ends with the call marker, as
+/// Functionary v3.2's does: every assistant message opens with `>>>`, then `all` and
+/// text, or a tool's name and its JSON arguments.
+const PROMPT_OPENS_CALL_STYLE: &str = r#"{%- if tools -%}<|hdr|>system<|/hdr|>Tools: {{ tools | tojson }}<|end|>{%- endif -%}
+{%- for m in messages -%}<|hdr|>{{ m.role }}<|/hdr|>
+{%- if m.role == 'assistant' -%}
+{%- if m.content -%}{{ '>>>all\n' + m.content }}{%- endif -%}
+{%- for c in m.tool_calls or [] -%}{{ '>>>' + c.function.name + '\n' + (c.function.arguments if c.function.arguments is string else c.function.arguments | tojson) }}{%- endfor -%}
+{%- else -%}{{ m.content }}{%- endif -%}<|end|>
+{%- endfor -%}
+{%- if add_generation_prompt -%}<|hdr|>assistant<|/hdr|>>>>{%- endif -%}"#;
+
+/// A generation prompt that ends with the calls' marker (Functionary v3.2's `>>>`):
+/// the layout says the prompt opens the first call, and that `all\n` after the marker
+/// starts text. Output that begins after the marker reads back, as a call or as text,
+/// at every split point; the constraint starts after the marker.
+#[test]
+fn a_prompt_that_opens_the_first_call_is_read_from_inside_it() {
+    let setup =
+        inspect(&GgufTemplates { default: Some(PROMPT_OPENS_CALL_STYLE.into()), tool_use: None }, None, None).unwrap();
+    let l = &setup.layout;
+    let f = l.format.as_ref().unwrap_or_else(|| panic!("no layout: {}", l.round_trip));
+    assert_eq!((l.origin, l.round_trip.as_str()), (Origin::Derived, "passed"), "{l:?}");
+    assert_eq!(
+        (f.call_start.as_str(), f.name_end.as_str(), f.prompt_opens_call, f.text_start.as_str()),
+        (">>>", "\n", true, "all\n"),
+        "{f:?}"
+    );
+    let tools = weather_tool();
+    let read = |text: &str| toolgate::template::probe::read_output(&setup, &tools, text).unwrap();
+    let (one, two) = (
+        r#"get_weather
+{"city": "Oslo", "days": 3}"#,
+        r#">>>get_weather
+{"city": "Lima", "days": 2}"#,
+    );
+    let oslo = ("get_weather".to_string(), json!({"city": "Oslo", "days": 3}));
+    let lima = ("get_weather".to_string(), json!({"city": "Lima", "days": 2}));
+    // The model's output starts after the prompt's `>>>`.
+    let report = read(one);
+    assert!(report.ok && report.tool_calls.len() == 1 && report.content.is_empty(), "{report:?}");
+    let report = read(&format!("{one}{two}"));
+    assert!(report.ok && report.tool_calls.len() == 2, "{report:?}");
+    assert_eq!(read_every_way(f, &tools, &format!(">>>{one}{two}")), vec![oslo.clone(), lima.clone()]);
+    // Text: `all\n`, then the answer; then, maybe, calls.
+    let report = read("all\nIt is sunny in Oslo.");
+    assert_eq!(
+        (report.content.as_str(), report.tool_calls.len(), report.unparsed_calls),
+        ("It is sunny in Oslo.", 0, 0)
+    );
+    let text = format!(">>>all\nLet me look.{two}");
+    assert_eq!(read_every_way(f, &tools, &text), vec![lima]);
+    for incremental in [false, true] {
+        for i in (0..=text.len()).filter(|&i| text.is_char_boundary(i)) {
+            let mut p = StreamParser::new(Some(f.clone()), incremental, 7).with_tools(&tools);
+            p.push(&text[..i]);
+            p.push(&text[i..]);
+            p.finish();
+            assert_eq!(p.output().content, "Let me look.", "split at {i}");
+        }
+    }
+    // The grammar holds the marker: a constraint starts with it read.
+    let g = calls_grammar_plain(f, &tools, &ToolChoice::Required, true).unwrap().compile().unwrap();
+    assert!(g.matches(format!(">>>{one}").as_bytes()) && g.matches(format!(">>>{one}{two}").as_bytes()));
+    assert!(!g.matches(format!(">>>all\n{one}").as_bytes()));
+    // A template whose prompt stops before the marker is not opened.
+    let closed = PROMPT_OPENS_CALL_STYLE.replace("<|/hdr|>>>>{%- endif", "<|/hdr|>{%- endif");
+    let setup = inspect(&GgufTemplates { default: Some(closed), tool_use: None }, None, None).unwrap();
+    let f = setup.layout.format.as_ref().unwrap();
+    assert_eq!((f.call_start.as_str(), f.prompt_opens_call, f.text_start.as_str()), (">>>", false, "all\n"));
+    let report = toolgate::template::probe::read_output(&setup, &tools, ">>>all\nSunny.").unwrap();
+    assert_eq!((report.content.as_str(), report.tool_calls.len(), report.unparsed_calls), ("Sunny.", 0, 0));
+    let report = toolgate::template::probe::read_output(&setup, &tools, &format!(">>>{one}")).unwrap();
+    assert!(report.ok && report.tool_calls.len() == 1, "{report:?}");
+}
+
+/// Qwen2.5-Coder-0.5B under Functionary v3.2's template, whose generation prompt ends
+/// with the call marker `>>>`: a required call starts with the tool's name (the grammar
+/// has read the marker), and in `auto` the model — never trained on this layout — writes
+/// `${recipient}` after the marker, copied from the system prompt: that names no tool,
+/// so it is the turn's text as written, not a call and not a failure.
+#[test]
+fn qwen_under_functionary_v3_2_calls_from_inside_the_prompts_marker() {
+    use toolgate::engine::chat::{tool_turn, ToolMode};
+    use toolgate::engine::{Engine, GenerateParams};
+    use toolgate::model::DeviceChoice;
+    use toolgate::template::{gate, ToolFallback};
+    let mut engine = Engine::load(crate::common::model(crate::common::QWEN_CODER), DeviceChoice::Cpu).unwrap();
+    let templates = GgufTemplates::from_gguf(engine.gguf()).unwrap();
+    let path = templates_dir().join("meetkai-functionary-medium-v3.2.jinja");
+    let setup = gate("qwen", &templates, Some("qwen2"), Some(&path), ToolFallback::None).unwrap();
+    let f = setup.layout.format.clone().unwrap();
+    assert!(f.prompt_opens_call && f.text_start == "all\n", "{f:?}");
+    let tools = weather_tool();
+    let msgs = vec![json!({"role": "user", "content": "What is the weather in Oslo for the next 3 days?"})];
+    let params = GenerateParams { max_tokens: 40, ..GenerateParams::default() };
+    let mut turn = |choice: ToolChoice| {
+        tool_turn(&mut engine, &setup, msgs.clone(), &tools, &choice, false, ToolMode::Constrained, &params).unwrap()
+    };
+    let forced = turn(ToolChoice::Required);
+    assert_eq!(
+        (forced.tool_calls.len(), forced.parse_failures, forced.finish_reason),
+        (1, 0, "tool_calls"),
+        "{forced:?}"
+    );
+    let args: Value = serde_json::from_str(&forced.tool_calls[0].function.arguments).unwrap();
+    assert!(jsonschema::validator_for(&tools[0].function.parameters).unwrap().is_valid(&args), "{args}");
+    let auto = turn(ToolChoice::Auto);
+    assert_eq!((auto.tool_calls.len(), auto.parse_failures), (0, 0), "{auto:?}");
+    assert!(auto.content.starts_with("${recipient}") && !auto.content.contains(">>>${recipient}"), "{auto:?}");
 }

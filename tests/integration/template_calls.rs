@@ -28,9 +28,6 @@ const KNOWN_GAPS: &[(&str, &str)] = &[
     // templates that quote strings only read back: `format_derivation::
     // a_string_quote_token_is_read_off_the_template`).
     ("/tool_chat_template_functiongemma.jinja", "no layout"),
-    // The first call's marker (`>>>`) ends the generation prompt: the call text starts
-    // with the bare name.
-    ("/meetkai-functionary-medium-v3.2.jinja", "no marker to recognise them by"),
     // Arguments given as objects print as a Python dict inside the JSON call (the
     // layout is derived from the JSON that string arguments render).
     ("/tool_chat_template_phi4_mini.jinja", "cannot continue there"),
