@@ -127,7 +127,8 @@ fn as_generated(f: &ToolFormat, text: &str) -> Vec<u8> {
 
 /// Whether the constrained grammar for `tools` (one or more calls, `tool_choice:
 /// required`) accepts the calls in model output `text`: from the layout's trigger
-/// (the section or call start) to the end, trailing whitespace aside — or to where
+/// (the section or call start; not one followed by [`ToolFormat::text_start`]) to the
+/// end, trailing whitespace aside — or to where
 /// `turn_end` (what the template writes after the calls:
 /// [`super::layout::CallLayout::turn_end`]) or a prefix of it begins, since generation
 /// ends there (what follows a whole turn end, such as the next turn's header, is not
@@ -145,7 +146,11 @@ fn as_generated(f: &ToolFormat, text: &str) -> Vec<u8> {
 /// `text`), or the grammar's compile error.
 pub fn check_calls(f: &ToolFormat, tools: &[Tool], text: &str, turn_end: &str) -> Result<String, String> {
     let trigger = f.trigger();
-    let Some(at) = text.find(trigger) else { return Err(format!("no call in the text (no {trigger:?})")) };
+    // The first trigger that opens calls: one followed by the layout's text start
+    // (Functionary v3.2's `>>>all\n`) opens text.
+    let opens_text = |at: usize| !f.text_start.is_empty() && text[at + trigger.len()..].starts_with(&f.text_start);
+    let at = text.match_indices(trigger).map(|(at, _)| at).find(|&at| !opens_text(at));
+    let Some(at) = at else { return Err(format!("no call in the text (no {trigger:?})")) };
     let calls = text[at..].trim_end();
     let grammar = super::calls_grammar_plain(f, tools, &ToolChoice::Required, true)
         .and_then(|c| c.compile())

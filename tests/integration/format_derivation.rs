@@ -1140,6 +1140,9 @@ fn a_prompt_that_opens_the_first_call_is_read_from_inside_it() {
     );
     let text = format!(">>>all\nLet me look.{two}");
     assert_eq!(read_every_way(f, &tools, &text), vec![lima]);
+    // The grammar is checked from the first call on, after the text.
+    let report = read(&text[3..]);
+    assert!(report.ok && report.tool_calls.len() == 1 && report.content == "Let me look.", "{report:?}");
     for incremental in [false, true] {
         for i in (0..=text.len()).filter(|&i| text.is_char_boundary(i)) {
             let mut p = StreamParser::new(Some(f.clone()), incremental, 7).with_tools(&tools);
