@@ -573,8 +573,9 @@ fn inner_newline(s: &str, at_end: bool) -> (String, bool) {
 /// `object_arguments`: the template reads call arguments as JSON objects (the
 /// prober's `supports_object_arguments`), so they are passed as the engine passes them.
 ///
-/// Cost: five to nine renders of a two- or three-message conversation (one with a user
-/// message after the call turn, for its end), and a search quadratic in the length of
+/// Cost: six to ten renders of a one- to three-message conversation (one with a user
+/// message after the call turn, for its end; one of the question with the generation
+/// prompt, for `prompt_opens_call`), and a search quadratic in the length of
 /// the text between two calls (tens of bytes): about a millisecond.
 ///
 /// # Errors
