@@ -146,17 +146,18 @@ pub fn read_output(setup: &super::ChatSetup, tools: &[crate::tools::Tool], outpu
     if opened {
         parser = parser.opened_by_prompt();
     }
-    let output = &match opened {
-        true => format!("{}{output}", format.trigger()),
-        false => output.to_string(),
-    };
     if let Some((start, end)) = setup.reasoning {
         parser = parser.with_reasoning(start, end, false);
     }
-    parser.push(&output[if opened { format.trigger().len() } else { 0 }..]);
+    parser.push(output);
     parser.finish();
     let out = parser.into_output();
-    let (grammar, accepted) = match conformance::check_calls(&format, tools, output, &setup.layout.turn_end) {
+    // The grammar reads the marker the prompt wrote, then the output.
+    let checked = match opened {
+        true => std::borrow::Cow::Owned(format!("{}{output}", format.trigger())),
+        false => std::borrow::Cow::Borrowed(output),
+    };
+    let (grammar, accepted) = match conformance::check_calls(&format, tools, &checked, &setup.layout.turn_end) {
         Ok(verdict) => (verdict, true),
         Err(e) => (e, false),
     };

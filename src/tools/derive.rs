@@ -243,9 +243,12 @@ fn renders(t: &ChatTemplate, object_arguments: bool) -> Result<Renders, Underiva
     Err(Underivable::new(last_error))
 }
 
+/// The text answer of [`text_turn`].
+const TEXT_CONTENT: &str = "zcontentz";
+
 /// The assistant turn with text content, whose render tells a call turn's output part.
 fn text_turn() -> Value {
-    json!({"role": "assistant", "content": "zcontentz"})
+    json!({"role": "assistant", "content": TEXT_CONTENT})
 }
 
 /// The order `t` prints a call's argument keys in (arguments passed as objects): one
@@ -801,8 +804,8 @@ fn read_layout(r: &Renders, one: &str, two: Option<&str>, opened_text: Option<us
     // A marker that opens the text turn too (`with_hidden_opener`): what the text turn
     // writes after it, before its text, starts text instead of a call.
     if let Some(at) = opened_text {
-        let content = text_turn()["content"].as_str().unwrap_or_default().to_string();
-        f.text_start = r.text.get(at..).and_then(|t| t.find(&content).map(|e| t[..e].to_string())).unwrap_or_default();
+        f.text_start =
+            r.text.get(at..).and_then(|t| t.find(TEXT_CONTENT).map(|e| t[..e].to_string())).unwrap_or_default();
     }
     let sample = pair.as_ref().map_or(one, |p| p.0);
     let sample = sample[..sample.len() - sample_cut].trim_end();

@@ -266,6 +266,12 @@ impl StreamParser {
         self.string_params.is_empty() || self.string_params.contains_key(name)
     }
 
+    /// Whether `call` is the one the prompt opened ([`Self::opened_by_prompt`]) and has
+    /// named no declared tool: the model's text, not a call.
+    fn opened_text(&self, call: &OpenCall) -> bool {
+        self.opened_call && !call.name.as_ref().is_some_and(|(n, _)| self.declared(n))
+    }
+
     /// Tell the parser, before [`Self::finish`], that the generation was cut by its
     /// token budget inside a call the constraint had opened
     /// ([`crate::engine::Generation::unfinished`]): at `finish` the open call is dropped
@@ -446,7 +452,7 @@ impl StreamParser {
                         }
                     } else if call.broken.is_some() {
                         self.fail(&fmt, &call, call.body.len(), &mut ev);
-                    } else if self.opened_call && !call.name.as_ref().is_some_and(|(n, _)| self.declared(n)) {
+                    } else if self.opened_text(&call) {
                         // The prompt's call never named a tool: the model's text.
                         let text = std::mem::take(&mut call.body);
                         self.content(&text, &mut ev);
@@ -826,7 +832,8 @@ impl StreamParser {
     /// A call that did not parse: its text goes to the content and counts as a failure.
     fn fail(&mut self, fmt: &ToolFormat, call: &OpenCall, used: usize, ev: &mut Vec<StreamEvent>) {
         // The prompt's call, naming no declared tool: text, as the model wrote it.
-        if std::mem::take(&mut self.opened_call) && !call.name.as_ref().is_some_and(|(n, _)| self.declared(n)) {
+        if self.opened_text(call) {
+            self.opened_call = false;
             let text = call.body[..used].to_string();
             self.content(&text, ev);
             return;
