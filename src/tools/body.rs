@@ -191,8 +191,28 @@ pub(super) fn json_string_len(s: &str) -> Option<usize> {
 
 /// Parse a whole JSON call body: `(name, arguments)`; arguments are the value's own
 /// text (or the decoded string if the model wrote them as a JSON string), `{}` if
-/// absent. Other keys (an `id`) are ignored.
+/// absent. Other keys (an `id`) are ignored. Arguments in the layout's dialect where
+/// that is not JSON ([`super::format::ArgsDialect::PythonDict`]) are converted to JSON
+/// in place first, after a `{"<name_key>": "NAME", "<arguments_key>": ` header.
 pub(super) fn parse_body(f: &ToolFormat, body: &str) -> Option<(String, String)> {
+    match serde_json::from_str::<std::collections::HashMap<String, &RawValue>>(body) {
+        Ok(_) => parse_json_body(f, body),
+        Err(_) if f.dialect != super::format::ArgsDialect::Json => {
+            let HeaderRead::Found { args_start, .. } = read_header(f, body) else { return None };
+            let syntax = f.dialect.syntax();
+            let rest = &body[args_start..];
+            let super::dialect::Extent::End(len) = syntax.extent(rest, f, &mut Default::default()) else {
+                return None;
+            };
+            let args = syntax.to_json(&rest[..len], f, None)?;
+            parse_json_body(f, &format!("{}{args}{}", &body[..args_start], &rest[len..]))
+        }
+        Err(_) => None,
+    }
+}
+
+/// [`parse_body`] of a body that is JSON throughout.
+fn parse_json_body(f: &ToolFormat, body: &str) -> Option<(String, String)> {
     let mut map: std::collections::HashMap<String, &RawValue> = serde_json::from_str(body).ok()?;
     // OpenAI's shape: the name and arguments inside a `function` object.
     if !map.contains_key(&f.name_key) {

@@ -59,6 +59,7 @@
 use serde_json::{json, Value};
 
 use super::conformance::{conformance, probe_arguments, probe_tools, shorten, PROBE_NAMES};
+use super::dialect::python::python_repr_single;
 use super::dialect::{gemma4, python, tagged};
 use super::format::{
     ArgsDialect, BodyKind, CallIds, IdSlot, KeyOrder, ParamTags, PythonQuirks, ToolFormat, KEY_SLOT, TYPE_SLOT,
@@ -332,7 +333,17 @@ struct Found {
 enum Body {
     /// `id_value`: the id member's value in this call; `ours`: it is the id the call
     /// was rendered with (else the template made it, such as an index).
-    Json { name_key: String, arguments_key: String, id_key: String, id_value: String, id_first: bool, ours: bool },
+    /// `dialect`: the arguments' ([`ArgsDialect::PythonDict`] where they print as
+    /// Python's `repr`).
+    Json {
+        name_key: String,
+        arguments_key: String,
+        id_key: String,
+        id_value: String,
+        id_first: bool,
+        ours: bool,
+        dialect: ArgsDialect,
+    },
     /// `name_at`: where the name starts; `name_end`: the text between the name and the
     /// arguments.
     NameThen { name_at: usize, name_end: String, dialect: ArgsDialect },
@@ -344,11 +355,27 @@ fn find_call(out: &str, from: usize, i: usize, ids: &[&str; 2]) -> Result<Found,
     let args = probe_arguments(i);
     let n = out[from..].find(name).map(|n| from + n).ok_or_else(|| format!("the call text lacks the name {name}"))?;
     // A JSON object around the name holding it and the arguments: a JSON body.
+    // Its arguments may be printed as Python's `repr` of a dict (`{'xa_q': 'vq_alpha',
+    // …}`: Jinja's `{{ arguments }}`), read as their JSON in that place.
+    let repr = python_repr_single(&args);
+    let (json_args, dict_at) = (args.to_string(), out[n..].find(&repr).map(|k| n + k));
     for (p, _) in out[from..n].char_indices().rev().filter(|(_, c)| *c == '{') {
         let p = from + p;
         let mut stream = serde_json::Deserializer::from_str(&out[p..]).into_iter::<Value>();
-        let Some(Ok(Value::Object(obj))) = stream.next() else { continue };
-        let end = p + stream.byte_offset();
+        let (obj, end, dialect) = match stream.next() {
+            Some(Ok(Value::Object(obj))) => (obj, p + stream.byte_offset(), ArgsDialect::Json),
+            _ => {
+                let Some(k) = dict_at else { continue };
+                let text = format!("{}{json_args}{}", &out[p..k], &out[k + repr.len()..]);
+                let mut stream = serde_json::Deserializer::from_str(&text).into_iter::<Value>();
+                let Some(Ok(Value::Object(obj))) = stream.next() else { continue };
+                let end = p + stream.byte_offset();
+                if end < k + json_args.len() {
+                    continue;
+                }
+                (obj, end + repr.len() - json_args.len(), ArgsDialect::PythonDict)
+            }
+        };
         if end <= n {
             continue;
         }
@@ -376,7 +403,7 @@ fn find_call(out: &str, from: usize, i: usize, ids: &[&str; 2]) -> Result<Found,
             let ours = id_value == ids[i];
             let key_at = |k: &str| out[p..end].find(&format!("\"{k}\"")).unwrap_or(usize::MAX);
             let id_first = !id_key.is_empty() && key_at(&id_key) < key_at(&name_key);
-            let body = Body::Json { name_key, arguments_key, id_key, id_value, id_first, ours };
+            let body = Body::Json { name_key, arguments_key, id_key, id_value, id_first, ours, dialect };
             return Ok(Found {
                 start: p,
                 end,
@@ -388,6 +415,7 @@ fn find_call(out: &str, from: usize, i: usize, ids: &[&str; 2]) -> Result<Found,
         }
     }
     // The name, then the arguments in one of the dialects.
+    let strings: std::collections::HashSet<String> = ["xa_q".to_string()].into();
     let after = n + name.len();
     let rest = &out[after..];
     let same = |json: Option<String>| json.and_then(|j| serde_json::from_str::<Value>(&j).ok()).as_ref() == Some(&args);
@@ -402,20 +430,26 @@ fn find_call(out: &str, from: usize, i: usize, ids: &[&str; 2]) -> Result<Found,
                 return Ok(name_then(out, n, after, after + open, end, ArgsDialect::Json));
             }
         }
+        // Gemma's values, or every value printed between the quotes (`xb_n:<escape>4711<escape>`).
         if let Some(quote) = gemma_quote(&rest[open..], i) {
-            let read = |c: usize| gemma4::to_json(&rest[open..c], quote);
-            if let Some(close) = closers(open, '}').find(|&c| same(read(c))) {
-                let mut found = name_then(out, n, after, after + open, after + close, ArgsDialect::Gemma4);
-                if quote != gemma4::QUOTE {
-                    found.quote = quote.to_string();
+            for quoted_scalars in [false, true] {
+                let mut f = ToolFormat::json_body("gemma", "");
+                (f.dialect, f.string_quote) = (ArgsDialect::Gemma4, quote.to_string());
+                f.python_quirks.quoted_scalars = quoted_scalars;
+                let read = |c: usize| ArgsDialect::Gemma4.syntax().to_json(&rest[open..c], &f, Some(&strings));
+                if let Some(close) = closers(open, '}').find(|&c| same(read(c))) {
+                    let mut found = name_then(out, n, after, after + open, after + close, ArgsDialect::Gemma4);
+                    if quote != gemma4::QUOTE {
+                        found.quote = quote.to_string();
+                    }
+                    found.python = f.python_quirks;
+                    return Ok(found);
                 }
-                return Ok(found);
             }
         }
     }
     // Python keyword arguments, as Python spells them or, failing that, with the
     // fewest quirks a template's `{{ value }}` prints them with (`xa_q=vq_alpha`).
-    let strings: std::collections::HashSet<String> = ["xa_q".to_string()].into();
     if let Some(open) = rest.find('(') {
         for quirks in PythonQuirks::all() {
             let read = |c: usize| python::to_json(&rest[open..c], quirks, Some(&strings));
@@ -693,7 +727,8 @@ fn read_layout(r: &Renders, one: &str, two: Option<&str>, opened_text: Option<us
     f.call_start = cs;
     f.call_end = ce;
     match &c1.body {
-        Body::Json { name_key, arguments_key, id_key, id_value, id_first, ours } => {
+        Body::Json { name_key, arguments_key, id_key, id_value, id_first, ours, dialect } => {
+            f.dialect = *dialect;
             f.name_key = name_key.clone();
             f.arguments_key = arguments_key.clone();
             if !id_key.is_empty() {

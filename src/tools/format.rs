@@ -163,6 +163,13 @@ pub enum ArgsDialect {
     /// Python keyword arguments (`(city="Paris", n=2, ok=True)`), as pythonic calls
     /// write them (LFM2); converted to a JSON object for the client.
     Python,
+    /// The arguments of a JSON body as Jinja prints a mapping: Python's `repr`
+    /// (`{'city': 'Paris', 'n': 2, 'ok': True}`), what a template that writes
+    /// `{{ call.function.arguments }}` renders for arguments passed as objects (vLLM's
+    /// Phi-4-mini example); JSON is admitted beside it (what the same template renders
+    /// for arguments passed as a string). Converted to JSON for the client
+    /// (`tools::dialect::python_dict`).
+    PythonDict,
 }
 
 /// Spellings of [`ArgsDialect::Python`] keyword arguments that are not Python, which
@@ -188,7 +195,11 @@ pub struct PythonQuirks {
     #[serde(default)]
     pub bare_strings: bool,
     /// A number's, boolean's or null's value in quotes (`days="3"`, `ok="True"`:
-    /// `"{{ value }}"`).
+    /// `"{{ value }}"`). The one quirk the [`ArgsDialect::Gemma4`] dialect has too: a
+    /// template that prints every value between its string quotes
+    /// (`days:<escape>3<escape>`, `ok:<escape>True<escape>`, a list as Python's
+    /// `repr`: vLLM's FunctionGemma example) has a declared parameter's non-string
+    /// value admitted so beside Gemma's own spelling.
     #[serde(default)]
     pub quoted_scalars: bool,
     /// No comma between arguments (`city="Paris"days=3`).
@@ -549,8 +560,14 @@ impl ToolFormat {
         if self.single_quotes && self.dialect != ArgsDialect::Python {
             return Err("`single_quotes` belongs to the python dialect".into());
         }
-        if self.python_quirks != PythonQuirks::default() && self.dialect != ArgsDialect::Python {
-            return Err("`python_quirks` belong to the python dialect".into());
+        let gemma_quirks = PythonQuirks { quoted_scalars: self.python_quirks.quoted_scalars, ..Default::default() };
+        let quirks_fit = match self.dialect {
+            ArgsDialect::Python => true,
+            ArgsDialect::Gemma4 => self.python_quirks == gemma_quirks,
+            _ => self.python_quirks == PythonQuirks::default(),
+        };
+        if !quirks_fit {
+            return Err("`python_quirks` belong to the python dialect (`quoted_scalars` to gemma4 too)".into());
         }
         if !self.string_quote.is_empty() && self.dialect != ArgsDialect::Gemma4 {
             return Err("`string_quote` belongs to the gemma4 dialect".into());
@@ -566,8 +583,13 @@ impl ToolFormat {
                 return Err("`params` needs a key_start, a key_end and a value_end".into());
             }
         }
-        if self.body == BodyKind::JsonNameArguments && self.dialect != ArgsDialect::Json {
-            return Err("a json_name_arguments body has JSON arguments".into());
+        let json_args = matches!(self.dialect, ArgsDialect::Json | ArgsDialect::PythonDict);
+        if json_args != (self.body == BodyKind::JsonNameArguments) && self.dialect != ArgsDialect::Json {
+            return Err(match json_args {
+                true => "the python_dict dialect belongs to a json_name_arguments body",
+                false => "a json_name_arguments body has JSON (or python_dict) arguments",
+            }
+            .into());
         }
         Ok(())
     }

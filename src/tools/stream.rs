@@ -708,11 +708,13 @@ impl StreamParser {
                 HeaderRead::Other => call.no_header = true,
                 HeaderRead::Found { name, args_start } => {
                     let index = self.announce(name, ev);
+                    // Arguments that are not JSON as written go out converted, whole.
+                    let fragments = fmt.dialect.syntax().streams_as_written();
                     call.streamed = Some(Streamed {
                         index,
                         args: Some(v0 + args_start),
-                        inner: Some(ValueScan::default()),
-                        fragments: true,
+                        inner: fragments.then(ValueScan::default),
+                        fragments,
                     });
                 }
             }

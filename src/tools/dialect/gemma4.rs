@@ -9,11 +9,12 @@ use serde_json::Value;
 
 use super::literals::LiteralReader;
 pub use super::literals::QUOTE;
+use super::python::{string_node, whole_literal, PythonSingle};
 use super::scan::Brackets;
 use super::{ArgsSyntax, Extent, ValueScan};
 use crate::grammar::ir::Node;
 use crate::grammar::part::Built;
-use crate::grammar::regex::{key_except, to_rules_part, Dialect};
+use crate::grammar::regex::{key_except, members, to_rules, to_rules_part, Dialect};
 use crate::grammar::rules::Rules;
 use crate::tokenizer::SPECIAL_PREFIX;
 use crate::tools::format::ToolFormat;
@@ -26,7 +27,33 @@ pub struct Gemma4;
 
 impl ArgsSyntax for Gemma4 {
     fn grammar(&self, node: &Node, f: &ToolFormat, rules: &mut Rules, _: &dyn Fn(&str) -> Built) -> Built {
-        to_rules_part(node, &GemmaValues::new(f.gemma_quote()), rules)
+        let values = GemmaValues::new(f.gemma_quote());
+        match node {
+            Node::Object { properties, additional, patterns, extra_keys, dependencies, non_empty }
+                if f.python_quirks.quoted_scalars && patterns.is_empty() && dependencies.is_empty() =>
+            {
+                // Each declared parameter's value as Gemma spells it, or (not a string)
+                // as Jinja prints it between the quotes: Python's `str`.
+                let q = values.quote();
+                let elems: Vec<(String, bool)> = properties
+                    .iter()
+                    .filter(|p| p.1 != Node::Never)
+                    .map(|(name, n, req)| {
+                        let native = to_rules(n, &values, rules);
+                        let value = match string_node(n) {
+                            true => native,
+                            false => format!("(?:{native}|{q}{}{q})", to_rules(n, &PythonSingle, rules)),
+                        };
+                        (format!("{}:{value}", escape(name)), *req)
+                    })
+                    .collect();
+                let names: Vec<&str> = properties.iter().map(|(n, _, _)| n.as_str()).collect();
+                let additional = additional.as_ref().filter(|_| extra_keys.is_none());
+                let extra = additional.map(|n| format!("{}:{}", values.any_key(&names), to_rules(n, &values, rules)));
+                Built::read(format!(r"\{{{}\}}", members(&elems, extra.as_deref(), ",", *non_empty, rules)))
+            }
+            _ => to_rules_part(node, &values, rules),
+        }
     }
     fn opener(&self) -> Option<u8> {
         Some(b'{')
@@ -34,8 +61,19 @@ impl ArgsSyntax for Gemma4 {
     fn extent(&self, text: &str, f: &ToolFormat, scan: &mut ValueScan) -> Extent {
         scan.extent(text, Brackets::Gemma, f.gemma_quote())
     }
-    fn to_json(&self, text: &str, f: &ToolFormat, _: Option<&HashSet<String>>) -> Option<String> {
-        to_json(text, f.gemma_quote())
+    /// With [`PythonQuirks::quoted_scalars`](crate::tools::format::PythonQuirks), a
+    /// quoted value of a parameter `strings` does not name is the Python literal it
+    /// holds, if it holds one (`days:<escape>3<escape>` → `3`).
+    fn to_json(&self, text: &str, f: &ToolFormat, strings: Option<&HashSet<String>>) -> Option<String> {
+        let mut v = read(text, f.gemma_quote())?;
+        if let (true, Value::Object(map), Some(strings)) = (f.python_quirks.quoted_scalars, &mut v, strings) {
+            for (_, value) in map.iter_mut().filter(|(k, _)| !strings.contains(*k)) {
+                if let Some(printed) = value.as_str().and_then(whole_literal).filter(|v| !v.is_string()) {
+                    *value = printed;
+                }
+            }
+        }
+        serde_json::to_string(&v).ok()
     }
     fn control_tokens<'f>(&self, f: &'f ToolFormat) -> Vec<&'f str> {
         vec![f.gemma_quote()]
@@ -121,11 +159,11 @@ impl Dialect for GemmaValues {
 /// `s` is not one value in that syntax.
 ///
 /// Cost: linear in `s`; nesting is bounded (128 levels).
-pub fn to_json(s: &str, quote: &str) -> Option<String> {
+fn read(s: &str, quote: &str) -> Option<Value> {
     let mut r = LiteralReader::gemma(s, quote);
     let v = r.value()?;
     r.ws();
-    (r.i == s.len()).then(|| serde_json::to_string(&v).ok()).flatten()
+    (r.i == s.len()).then_some(v)
 }
 
 #[cfg(test)]
@@ -150,17 +188,52 @@ mod tests {
 
     #[test]
     fn to_json_example() {
-        use crate::tools::dialect::gemma4::{to_json, QUOTE};
-        assert_eq!(
-            to_json(r#"{city:<|"|>Paris<|"|>,n:[1,true]}"#, QUOTE).as_deref(),
-            Some(r#"{"city":"Paris","n":[1,true]}"#)
-        );
-        assert_eq!(to_json("{city:Paris}", QUOTE), None);
+        use crate::tools::dialect::ArgsSyntax;
+        use crate::tools::format::for_family;
+        let mut f = for_family("gemma4").unwrap().unwrap();
+        let to_json = |s: &str, f: &crate::tools::format::ToolFormat| super::Gemma4.to_json(s, f, None);
+        assert_eq!(to_json(r#"{city:<|"|>Paris<|"|>,n:[1,true]}"#, &f).as_deref(), Some(r#"{"city":"Paris","n":[1,true]}"#));
+        assert_eq!(to_json("{city:Paris}", &f), None);
         // FunctionGemma's quote.
+        f.string_quote = "<escape>".into();
+        assert_eq!(to_json("{city:<escape>Paris <|\"|><escape>}", &f).as_deref(), Some(r#"{"city":"Paris <|\"|>"}"#));
+    }
+
+    /// A template that prints every value between the quotes (`{{ value }}`: vLLM's
+    /// FunctionGemma example): the grammar admits a declared non-string parameter so,
+    /// as Python prints it, beside Gemma's own spelling, and the reader converts it back.
+    #[test]
+    fn values_printed_between_the_quotes() -> Result<(), Box<dyn std::error::Error>> {
+        use crate::grammar::rules::Rules;
+        use crate::tools::dialect::ArgsSyntax;
+        use crate::tools::format::for_family;
+        let mut f = for_family("gemma4")?.unwrap();
+        f.string_quote = "<escape>".into();
+        f.python_quirks.quoted_scalars = true;
+        let schema = json!({"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+            "ok": {"type": "boolean"}, "tags": {"type": "array", "items": {"type": "string"}}}, "required": ["city"]});
+        let node = crate::grammar::schema::compile(&schema, Mode::Strict)?;
+        let g = Grammar::from_regex(&super::Gemma4.grammar(&node, &f, &mut Rules::none(), &|_| unreachable!()).text)?;
+        let q = |s: &str| -> Vec<u8> {
+            let mut quote = vec![crate::tokenizer::SPECIAL_PREFIX];
+            quote.extend_from_slice(b"<escape>");
+            s.split('|').collect::<Vec<_>>().join("\u{0}").bytes().flat_map(|b| if b == 0 { quote.clone() } else { vec![b] }).collect()
+        };
+        for ok in ["{city:|Paris|,days:3,ok:true}", "{city:|Paris|,days:|3|,ok:|True|,tags:|['a', 'b']|}", "{city:||}"] {
+            assert!(g.matches(&q(ok)), "{ok}");
+        }
+        for bad in ["{city:|Paris|,days:|three|}", "{city:|Paris|,ok:|true|}", "{days:3}", "{city:Paris}"] {
+            assert!(!g.matches(&q(bad)), "{bad}");
+        }
+        let strings = ["city".to_string()].into();
+        let text = "{city:<escape>3<escape>,days:<escape>3<escape>,ok:<escape>True<escape>,tags:<escape>['a']<escape>}";
         assert_eq!(
-            to_json("{city:<escape>Paris <|\"|><escape>}", "<escape>").as_deref(),
-            Some(r#"{"city":"Paris <|\"|>"}"#)
+            super::Gemma4.to_json(text, &f, Some(&strings)).as_deref(),
+            Some(r#"{"city":"3","days":3,"ok":true,"tags":["a"]}"#)
         );
+        // Types unknown: quoted values stay strings.
+        assert_eq!(super::Gemma4.to_json("{days:<escape>3<escape>}", &f, None).as_deref(), Some(r#"{"days":"3"}"#));
+        Ok(())
     }
 
     #[test]

@@ -17,6 +17,7 @@
 //! | [`ArgsDialect::Gemma4`] | [`gemma4`] | `{city:<\|"\|>Oslo<\|"\|>,days:3}` (FunctionGemma: `<escape>` for `<\|"\|>`) |
 //! | [`ArgsDialect::XmlParameters`] | [`tagged`] | `<parameter=city>Oslo</parameter>…`, GLM's `<arg_key>`, MiniMax's `<parameter name=…>`, DSML's typed tags |
 //! | [`ArgsDialect::Python`] | [`python`] | `(city="Oslo", days=3)` |
+//! | [`ArgsDialect::PythonDict`] | [`python_dict`] | `{'city': 'Oslo', 'days': 3}` in a JSON body (or JSON) |
 //!
 //! Adding a dialect is a file here, a variant of [`ArgsDialect`] and its arm in
 //! [`ArgsDialect::syntax`]; the grammar ([`super::calls_grammar`]), the parser
@@ -27,6 +28,7 @@ pub mod gemma4;
 pub mod json;
 mod literals;
 pub mod python;
+pub mod python_dict;
 mod scan;
 pub mod tagged;
 
@@ -106,6 +108,7 @@ impl ArgsDialect {
             ArgsDialect::Gemma4 => &gemma4::Gemma4,
             ArgsDialect::XmlParameters => &tagged::Tagged,
             ArgsDialect::Python => &python::Python,
+            ArgsDialect::PythonDict => &python_dict::PythonDict,
         }
     }
 }

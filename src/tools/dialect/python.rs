@@ -80,11 +80,7 @@ pub fn grammar(node: &Node, values: &dyn Dialect, quirks: PythonQuirks, rules: &
 /// A declared parameter's value: a Python literal, or as `quirks` also spell it.
 fn argument(n: &Node, py: &dyn Dialect, quirks: PythonQuirks, rules: &mut Rules) -> String {
     let literal = to_rules(n, py, rules);
-    let strings = |n: &Node| match n {
-        Node::String { .. } | Node::Machine { kind: MachineKind::String, .. } => true,
-        Node::Literals(vs) => vs.iter().all(Value::is_string),
-        _ => false,
-    };
+    let strings = string_node;
     let scalar = |n: &Node| match n {
         Node::Integer { .. } | Node::Number { .. } | Node::Boolean | Node::Null => true,
         Node::Machine { kind, .. } => *kind != MachineKind::String,
@@ -98,6 +94,15 @@ fn argument(n: &Node, py: &dyn Dialect, quirks: PythonQuirks, rules: &mut Rules)
         format!("(?:{literal}|{q}{literal}{q})")
     } else {
         literal
+    }
+}
+
+/// Whether every value `n` admits is a string.
+pub(super) fn string_node(n: &Node) -> bool {
+    match n {
+        Node::String { .. } | Node::Machine { kind: MachineKind::String, .. } => true,
+        Node::Literals(vs) => vs.iter().all(Value::is_string),
+        _ => false,
     }
 }
 
@@ -203,7 +208,7 @@ fn read_argument(r: &mut LiteralReader, quirks: PythonQuirks, string: Option<boo
 }
 
 /// `text` as one Python literal, or `None` if it is not exactly one.
-fn whole_literal(text: &str) -> Option<Value> {
+pub(super) fn whole_literal(text: &str) -> Option<Value> {
     let mut r = LiteralReader::new(text, Literals::Python);
     let v = r.value()?;
     r.ws();
