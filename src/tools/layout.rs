@@ -5,7 +5,7 @@
 
 use super::conformance::conformance;
 use super::derive::{derive, probe_sample};
-use super::format::{ArgsDialect, ToolFormat};
+use super::format::{ArgsDialect, BodyKind, ToolFormat};
 use crate::template::ChatTemplate;
 
 /// How a model's call layout was chosen.
@@ -142,6 +142,10 @@ pub fn from_metadata(template: &ChatTemplate, object_arguments: bool, format: To
 /// retry).
 pub fn resolve(template: &ChatTemplate, object_arguments: bool, marker_family: &str) -> CallLayout {
     let layout = resolve_with(template, object_arguments, marker_family);
+    let python_dict = layout.format.as_ref().is_some_and(|f| f.dialect == ArgsDialect::PythonDict);
+    if python_dict && object_arguments {
+        return json_history(template, marker_family, layout);
+    }
     if layout.format.is_some() || !object_arguments {
         return layout;
     }
@@ -157,6 +161,33 @@ pub fn resolve(template: &ChatTemplate, object_arguments: bool, marker_family: &
             string_arguments: true,
             ..retry
         },
+        _ => layout,
+    }
+}
+
+/// A template that prints arguments passed as objects as Python's `repr` of a dict
+/// (`{{ arguments }}`; `layout` read them so) prints arguments passed as a JSON string
+/// as that JSON: the prompt gives it strings, so the model's earlier calls show as the
+/// JSON such templates ask for, while the grammar and parser keep `layout`'s dialect,
+/// which admits the `repr` too (what Hugging Face and vLLM, passing objects, show the
+/// model). `layout` as it is where the strings' calls do not read back as JSON.
+fn json_history(template: &ChatTemplate, marker_family: &str, layout: CallLayout) -> CallLayout {
+    let retry = resolve_with(template, false, marker_family);
+    match retry.format {
+        Some(f)
+            if retry.round_trip == "passed"
+                && f.dialect == ArgsDialect::Json
+                && f.body == BodyKind::JsonNameArguments =>
+        {
+            CallLayout {
+                format: Some(ToolFormat { dialect: ArgsDialect::PythonDict, ..f }),
+                round_trip: "passed, with arguments passed as JSON strings (as objects they print as Python's repr \
+                             of a dict, which the grammar admits too)"
+                    .into(),
+                string_arguments: true,
+                ..retry
+            }
+        }
         _ => layout,
     }
 }

@@ -1202,3 +1202,111 @@ fn qwen_under_functionary_v3_2_calls_from_inside_the_prompts_marker() {
     assert_eq!((auto.tool_calls.len(), auto.parse_failures), (0, 0), "{auto:?}");
     assert!(auto.content.starts_with("${recipient}") && !auto.content.contains(">>>${recipient}"), "{auto:?}");
 }
+
+/// `t` rendered with one call of `get_weather` with arguments `args` (passed as an
+/// object); the text from the first `from` to the end of the next `to`, each control
+/// token of `control` as the model generates it (the special prefix before it).
+fn printed_call(t: &ChatTemplate, args: Value, from: &str, to: &str, control: &[&str]) -> (String, Vec<u8>) {
+    let tools: Vec<Value> = weather_tool().iter().map(|t| serde_json::to_value(t).unwrap()).collect();
+    let messages = vec![
+        json!({"role": "user", "content": "Weather?"}),
+        json!({"role": "assistant", "content": "", "tool_calls": [{"id": "call_0a1b2c3d4e5f", "type": "function",
+            "function": {"name": "get_weather", "arguments": args}}]}),
+    ];
+    let mut req = toolgate::template::RenderRequest::new(messages);
+    req.tools = Some(tools);
+    let out = t.render(&req).unwrap();
+    let start = out.find(from).unwrap();
+    let text = out[start..start + out[start..].find(to).unwrap() + to.len()].to_string();
+    let mut generated = text.clone();
+    for c in control {
+        generated = generated.replace(c, &format!("\u{0}{c}"));
+    }
+    let bytes = generated.bytes().map(|b| if b == 0 { toolgate::tokenizer::SPECIAL_PREFIX } else { b }).collect();
+    (text, bytes)
+}
+
+/// A template that prints every argument with `{{ value }}` between its string quote
+/// tokens (`days:<escape>3<escape>`, `metric:<escape>True<escape>`: vLLM's
+/// FunctionGemma example; `templates/printed-values.jinja`, a look-alike of ours):
+/// the layout is Gemma's dialect with quoted scalars, the parser reads those values
+/// back as the declared types, and the grammar admits them beside Gemma's own spelling
+/// (`days:3`), but no other word in a number's place.
+#[test]
+fn values_the_template_prints_between_its_quotes_are_admitted_and_read_back() {
+    use toolgate::tools::format::ArgsDialect;
+    let source = crate::common::fixture_text("templates/printed-values.jinja");
+    let t = ChatTemplate::new("printed-values", source.clone()).unwrap();
+    let setup = inspect(&GgufTemplates { default: Some(source), tool_use: None }, None, None).unwrap();
+    assert_eq!((setup.layout.origin, setup.layout.round_trip.as_str()), (Origin::Derived, "passed"));
+    let f = setup.layout.format.as_ref().unwrap();
+    assert_eq!((f.dialect, f.gemma_quote(), f.python_quirks.quoted_scalars), (ArgsDialect::Gemma4, "<escape>", true));
+    let tools = weather_tool();
+    let (from, to) = ("<start_function_call>", "<end_function_call>");
+    let (text, generated) =
+        printed_call(&t, json!({"city": "Oslo", "days": 3, "metric": true}), from, to, &["<escape>"]);
+    assert_eq!(
+        text,
+        "<start_function_call>call:get_weather{city:<escape>Oslo<escape>,days:<escape>3<escape>,\
+         metric:<escape>True<escape>}<end_function_call>"
+    );
+    let want = json!({"city": "Oslo", "days": 3, "metric": true});
+    assert_eq!(read_every_way(f, &tools, &text), vec![("get_weather".to_string(), want.clone())]);
+    let g = calls_grammar_plain(f, &tools, &ToolChoice::Required, true).unwrap().compile().unwrap();
+    assert!(g.matches(&generated), "{text}");
+    // Gemma's own spelling too, read back the same; a word where a number goes is not.
+    let call = |args: &str, special: bool| -> Vec<u8> {
+        let quote = if special { "\u{0}<escape>" } else { "<escape>" };
+        let s = format!("{from}call:get_weather{{{}}}{to}", args.replace('|', quote));
+        s.bytes().map(|b| if b == 0 { toolgate::tokenizer::SPECIAL_PREFIX } else { b }).collect()
+    };
+    let own = "city:|Oslo|,days:3,metric:true";
+    assert!(g.matches(&call(own, true)));
+    let own = String::from_utf8(call(own, false)).unwrap();
+    assert_eq!(read_every_way(f, &tools, &own), vec![("get_weather".to_string(), want)]);
+    for bad in ["city:|Oslo|,days:|three|", "city:|Oslo|,days:3,metric:|true|", "city:Oslo,days:3"] {
+        assert!(!g.matches(&call(bad, true)), "{bad}");
+    }
+}
+
+/// A template that prints a call's arguments with `{{ arguments }}` inside its JSON
+/// body, so arguments passed as an object print as Python's `repr` of a dict (vLLM's
+/// Phi-4-mini example; `templates/printed-mapping.jinja`, a look-alike of ours): the
+/// layout's arguments are the python_dict dialect, read back from that spelling and
+/// from JSON, and the grammar admits either spelling whole, not a mix. The prompt
+/// gives the template arguments as JSON strings, so earlier calls show as JSON.
+#[test]
+fn arguments_printed_as_a_python_dict_are_admitted_beside_json() {
+    use toolgate::tools::format::{ArgsDialect, BodyKind};
+    let source = crate::common::fixture_text("templates/printed-mapping.jinja");
+    let t = ChatTemplate::new("printed-mapping", source.clone()).unwrap();
+    let setup = inspect(&GgufTemplates { default: Some(source), tool_use: None }, None, None).unwrap();
+    // The prompt passes arguments as JSON strings, which the template prints as that
+    // JSON; the layout, read with objects, admits the dict too.
+    assert_eq!(setup.layout.origin, Origin::Derived);
+    assert!(setup.layout.round_trip.starts_with("passed, with arguments passed as JSON strings"));
+    assert!(setup.layout.string_arguments);
+    let f = setup.layout.format.as_ref().unwrap();
+    assert_eq!(
+        (f.body, f.dialect, f.section_start.as_str()),
+        (BodyKind::JsonNameArguments, ArgsDialect::PythonDict, "[calls]")
+    );
+    let tools = weather_tool();
+    let args = json!({"city": "Oslo", "days": 3, "metric": true});
+    let (text, generated) = printed_call(&t, args.clone(), "[calls]", "[/calls]", &[]);
+    assert_eq!(
+        text,
+        r#"[calls]{"name": "get_weather", "arguments": {'city': 'Oslo', 'days': 3, 'metric': True}}[/calls]"#
+    );
+    let g = calls_grammar_plain(f, &tools, &ToolChoice::Required, true).unwrap().compile().unwrap();
+    assert!(g.matches(&generated), "{text}");
+    assert_eq!(read_every_way(f, &tools, &text), vec![("get_weather".to_string(), args.clone())]);
+    let json_text =
+        r#"[calls]{"name": "get_weather", "arguments": {"city": "Oslo", "days": 3, "metric": true}}[/calls]"#;
+    assert!(g.matches(json_text.as_bytes()));
+    assert_eq!(read_every_way(f, &tools, json_text), vec![("get_weather".to_string(), args)]);
+    for mixed in [r#"{'city': "Oslo", 'days': 3}"#, r#"{"city": "Oslo", "days": 3, "metric": True}"#] {
+        let text = format!(r#"[calls]{{"name": "get_weather", "arguments": {mixed}}}[/calls]"#);
+        assert!(!g.matches(text.as_bytes()), "{text}");
+    }
+}

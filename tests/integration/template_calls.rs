@@ -21,17 +21,7 @@ use crate::common::{fixture_text, templates_dir, vllm_templates_dir};
 /// Templates whose rendered calls toolgate does not read back yet, and what the report
 /// says (a part of it). A listed template that starts passing fails the test: take it
 /// off the list.
-const KNOWN_GAPS: &[(&str, &str)] = &[
-    // vLLM's FunctionGemma example prints every value between `<escape>`s as Jinja
-    // prints it (`days:<escape>3<escape>`, `True`, a dict's Python repr): a number
-    // quoted like a string. The quote token itself is derived (FunctionGemma-style
-    // templates that quote strings only read back: `format_derivation::
-    // a_string_quote_token_is_read_off_the_template`).
-    ("/tool_chat_template_functiongemma.jinja", "no layout"),
-    // Arguments given as objects print as a Python dict inside the JSON call (the
-    // layout is derived from the JSON that string arguments render).
-    ("/tool_chat_template_phi4_mini.jinja", "cannot continue there"),
-];
+const KNOWN_GAPS: &[(&str, &str)] = &[];
 
 /// Templates jinja2 renders no call turn for (the template raised, or renders none),
 /// which toolgate's gate nonetheless passes, and why that is right.

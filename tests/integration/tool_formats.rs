@@ -152,7 +152,9 @@ fn smollm2_tokenizer() -> Tokenizer {
 /// control tokens, so they stay text).
 fn constraint_bytes(fmt: &ToolFormat, text: &str) -> Vec<u8> {
     match fmt.dialect {
-        ArgsDialect::Json | ArgsDialect::XmlParameters | ArgsDialect::Python => text.as_bytes().to_vec(),
+        ArgsDialect::Json | ArgsDialect::XmlParameters | ArgsDialect::Python | ArgsDialect::PythonDict => {
+            text.as_bytes().to_vec()
+        }
         ArgsDialect::Gemma4 => {
             let quote = fmt.gemma_quote();
             text.replace(quote, &format!("\u{0}{quote}")).bytes().map(|b| if b == 0 { 0xFF } else { b }).collect()
@@ -355,6 +357,41 @@ fn a_derived_quote_token_is_generated_as_the_vocabularys_control_token() {
     // The city's two quotes, each the one `<escape>` token.
     let escape = engine.tokenizer().token_id("<escape>").unwrap();
     assert_eq!(turn.logprobs.iter().filter(|l| l.token == escape).count(), 2, "{:?}", turn.logprobs);
+}
+
+/// Gemma 3 270M with FunctionGemma's control tokens and a template that prints every
+/// argument between `<escape>` tokens (`templates/printed-values.jinja`, a look-alike
+/// of vLLM's FunctionGemma example): the layout admits a number either bare or
+/// quoted, and a constrained call on real weights reads back as arguments that
+/// validate, its quotes each the one `<escape>` token.
+#[test]
+fn values_printed_between_quote_tokens_read_back_on_real_weights() {
+    let mut engine = Engine::load(common::model(common::GEMMA3_FG), DeviceChoice::Cpu).unwrap();
+    let source = common::fixture_text("templates/printed-values.jinja");
+    let templates = GgufTemplates { default: Some(source), tool_use: None };
+    let setup = gate("printed-values", &templates, Some("gemma3"), None, ToolFallback::None).unwrap();
+    let f = setup.layout.format.clone().unwrap();
+    assert_eq!((f.dialect, f.gemma_quote(), f.python_quirks.quoted_scalars), (ArgsDialect::Gemma4, "<escape>", true));
+    let turn = one_weather_call(&mut engine, &setup, 64);
+    let escape = engine.tokenizer().token_id("<escape>").unwrap();
+    let quotes = turn.logprobs.iter().filter(|l| l.token == escape).count();
+    // The city's two, and two more if the model quoted the number.
+    assert!(quotes == 2 || quotes == 4, "{quotes} quotes: {:?}", turn.logprobs);
+}
+
+/// Qwen2.5-Coder 0.5B with a template that prints a call's arguments as Python's
+/// `repr` of a dict inside a JSON body (`templates/printed-mapping.jinja`, a
+/// look-alike of vLLM's Phi-4-mini example): a constrained call reads back as
+/// arguments that validate, in whichever of the two spellings the model chose.
+#[test]
+fn arguments_printed_as_a_python_dict_read_back_on_real_weights() {
+    let mut engine = Engine::load(common::model(common::QWEN_CODER), DeviceChoice::Cpu).unwrap();
+    let source = common::fixture_text("templates/printed-mapping.jinja");
+    let templates = GgufTemplates { default: Some(source), tool_use: None };
+    let setup = gate("printed-mapping", &templates, Some("qwen2"), None, ToolFallback::None).unwrap();
+    let f = setup.layout.format.clone().unwrap();
+    assert_eq!((f.dialect, f.section_start.as_str()), (ArgsDialect::PythonDict, "[calls]"));
+    one_weather_call(&mut engine, &setup, 64);
 }
 
 /// A vendor token before every tag (MiniMax M3's layout, on Gemma 3 270M's real

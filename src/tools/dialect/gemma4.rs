@@ -192,7 +192,10 @@ mod tests {
         use crate::tools::format::for_family;
         let mut f = for_family("gemma4").unwrap().unwrap();
         let to_json = |s: &str, f: &crate::tools::format::ToolFormat| super::Gemma4.to_json(s, f, None);
-        assert_eq!(to_json(r#"{city:<|"|>Paris<|"|>,n:[1,true]}"#, &f).as_deref(), Some(r#"{"city":"Paris","n":[1,true]}"#));
+        assert_eq!(
+            to_json(r#"{city:<|"|>Paris<|"|>,n:[1,true]}"#, &f).as_deref(),
+            Some(r#"{"city":"Paris","n":[1,true]}"#)
+        );
         assert_eq!(to_json("{city:Paris}", &f), None);
         // FunctionGemma's quote.
         f.string_quote = "<escape>".into();
@@ -217,9 +220,15 @@ mod tests {
         let q = |s: &str| -> Vec<u8> {
             let mut quote = vec![crate::tokenizer::SPECIAL_PREFIX];
             quote.extend_from_slice(b"<escape>");
-            s.split('|').collect::<Vec<_>>().join("\u{0}").bytes().flat_map(|b| if b == 0 { quote.clone() } else { vec![b] }).collect()
+            s.split('|')
+                .collect::<Vec<_>>()
+                .join("\u{0}")
+                .bytes()
+                .flat_map(|b| if b == 0 { quote.clone() } else { vec![b] })
+                .collect()
         };
-        for ok in ["{city:|Paris|,days:3,ok:true}", "{city:|Paris|,days:|3|,ok:|True|,tags:|['a', 'b']|}", "{city:||}"] {
+        for ok in ["{city:|Paris|,days:3,ok:true}", "{city:|Paris|,days:|3|,ok:|True|,tags:|['a', 'b']|}", "{city:||}"]
+        {
             assert!(g.matches(&q(ok)), "{ok}");
         }
         for bad in ["{city:|Paris|,days:|three|}", "{city:|Paris|,ok:|true|}", "{days:3}", "{city:Paris}"] {
