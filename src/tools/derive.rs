@@ -10,12 +10,15 @@
 //! 2. **Where each call's body is.** The probe calls use names and argument values no
 //!    template contains (`tg_probe_alpha`, `vq_alpha`, 4711). A JSON object around the
 //!    name that holds the name and the arguments is a JSON body (its keys are the
-//!    name and arguments keys); otherwise the name is followed by the arguments in one
+//!    name and arguments keys; arguments printed in it as Python's `repr` of a dict are
+//!    [`ArgsDialect::PythonDict`]); otherwise the name is followed by the arguments in one
 //!    of the argument dialects (JSON, Gemma 4, Python keyword arguments, XML-style
 //!    parameters), recognised by reading the text after the name back into the probe's
 //!    arguments. Python arguments a template prints unlike Python (`xa_q=vq_alpha`,
 //!    `xb_n="4711"`, no comma between them) are read with the fewest
-//!    [`PythonQuirks`] that read them back, and the grammar admits those spellings.
+//!    [`PythonQuirks`] that read them back, and the grammar admits those spellings;
+//!    Gemma-style arguments with every value between the string quotes
+//!    (`xb_n:<escape>4711<escape>`) get [`PythonQuirks::quoted_scalars`].
 //! 3. **Section, call markers, separator.** The turn with two calls gives the text
 //!    between the calls: it is the call's end marker, a separator, and the next call's
 //!    start marker. The start marker is what the text before the first call and the

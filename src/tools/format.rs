@@ -12,8 +12,8 @@
 //!    arguments (`{"name": …, "arguments": {…}}`), or the name as text followed by
 //!    `name_end` and the arguments value (`<function=NAME>{…}</function>`);
 //! 4. the arguments' **dialect** ([`ArgsDialect`]): JSON, Gemma 4's native syntax,
-//!    tagged parameters or Python keyword arguments, one file each in
-//!    `tools::dialect`.
+//!    tagged parameters, Python keyword arguments or (in a JSON body) a Python dict,
+//!    one file each in `tools::dialect`.
 //!
 //! The same description drives the constrained grammar ([`super::calls_grammar`]) and
 //! the parser ([`super::stream::StreamParser`]). Adding a family is adding a file (and
