@@ -453,6 +453,14 @@ fn scores<T: KvElement>(
     }
 }
 
+/// Pointers to the key rows `j..j + KEYS` of `k` (`stride` apart) that exist (below
+/// `n`), and how many do (`m`); the others point at row 0: a short batch computes
+/// products there and drops them. The SIMD [`scores`] take a batch of keys so.
+fn key_rows<T, const KEYS: usize>(k: &[T], stride: usize, j: usize, n: usize) -> ([*const T; KEYS], usize) {
+    let m = (n - j).min(KEYS);
+    (std::array::from_fn(|t| if t < m { k[(j + t) * stride..].as_ptr() } else { k.as_ptr() }), m)
+}
+
 /// `o_r += Σ_j p_r[j] · v_j` for `rows` (1 to 4) rows: `p_r` is `p[r · p_stride..]`
 /// (`n` weights), `v_j` the `n` value rows of `v` (`v_stride` apart), `o_r` the `r`-th
 /// `o.len() / rows`-wide row of `o`. Each output adds its terms in key order, whatever
@@ -565,11 +573,7 @@ mod avx2 {
         let d8 = d / 8 * 8;
         let q: [*const f32; RQ] = std::array::from_fn(|i| qs[i].as_ptr());
         for j in (0..n).step_by(KEYS) {
-            let m = (n - j).min(KEYS);
-            let mut rows = [k.as_ptr(); KEYS];
-            for (t, row) in rows.iter_mut().enumerate().take(m) {
-                *row = k.as_ptr().add((j + t) * stride);
-            }
+            let (rows, m) = super::key_rows::<T, KEYS>(k, stride, j, n);
             let mut acc = [[_mm256_setzero_ps(); KEYS]; RQ];
             for c in (0..d8).step_by(8) {
                 let qc: [__m256; RQ] = std::array::from_fn(|i| _mm256_loadu_ps(q[i].add(c)));
@@ -727,11 +731,7 @@ mod avx512 {
         let mask: __mmask16 = ((1u32 << tail) - 1) as u16;
         let d16 = d - tail as usize;
         for j in (0..n).step_by(8) {
-            let m = (n - j).min(8);
-            let mut rows = [k.as_ptr(); 8];
-            for (t, row) in rows.iter_mut().enumerate().take(m) {
-                *row = k.as_ptr().add((j + t) * stride);
-            }
+            let (rows, m) = super::key_rows::<T, 8>(k, stride, j, n);
             let mut acc = [[_mm512_setzero_ps(); 8]; RQ];
             for c in (0..d16).step_by(16) {
                 let qc: [__m512; RQ] = std::array::from_fn(|i| _mm512_loadu_ps(q[i].add(c)));

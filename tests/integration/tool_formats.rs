@@ -366,10 +366,7 @@ fn a_derived_quote_token_is_generated_as_the_vocabularys_control_token() {
 /// validate, its quotes each the one `<escape>` token.
 #[test]
 fn values_printed_between_quote_tokens_read_back_on_real_weights() {
-    let mut engine = Engine::load(common::model(common::GEMMA3_FG), DeviceChoice::Cpu).unwrap();
-    let source = common::fixture_text("templates/printed-values.jinja");
-    let templates = GgufTemplates { default: Some(source), tool_use: None };
-    let setup = gate("printed-values", &templates, Some("gemma3"), None, ToolFallback::None).unwrap();
+    let (mut engine, setup) = with_fixture_template(common::GEMMA3_FG, "printed-values", "gemma3");
     let f = setup.layout.format.clone().unwrap();
     assert_eq!((f.dialect, f.gemma_quote(), f.python_quirks.quoted_scalars), (ArgsDialect::Gemma4, "<escape>", true));
     let turn = one_weather_call(&mut engine, &setup, 64);
@@ -385,10 +382,7 @@ fn values_printed_between_quote_tokens_read_back_on_real_weights() {
 /// arguments that validate, in whichever of the two spellings the model chose.
 #[test]
 fn arguments_printed_as_a_python_dict_read_back_on_real_weights() {
-    let mut engine = Engine::load(common::model(common::QWEN_CODER), DeviceChoice::Cpu).unwrap();
-    let source = common::fixture_text("templates/printed-mapping.jinja");
-    let templates = GgufTemplates { default: Some(source), tool_use: None };
-    let setup = gate("printed-mapping", &templates, Some("qwen2"), None, ToolFallback::None).unwrap();
+    let (mut engine, setup) = with_fixture_template(common::QWEN_CODER, "printed-mapping", "qwen2");
     let f = setup.layout.format.clone().unwrap();
     assert_eq!((f.dialect, f.section_start.as_str()), (ArgsDialect::PythonDict, "[calls]"));
     one_weather_call(&mut engine, &setup, 64);
@@ -401,10 +395,7 @@ fn arguments_printed_as_a_python_dict_read_back_on_real_weights() {
 /// as arguments that validate, each closed by its own key's tag.
 #[test]
 fn a_vendor_token_before_every_tag_is_generated_as_the_control_token() {
-    let mut engine = Engine::load(common::model(common::GEMMA3), DeviceChoice::Cpu).unwrap();
-    let source = common::fixture_text("templates/vendor-token-tags.jinja");
-    let templates = GgufTemplates { default: Some(source), tool_use: None };
-    let setup = gate("vendor-token-tags", &templates, Some("gemma3"), None, ToolFallback::None).unwrap();
+    let (mut engine, setup) = with_fixture_template(common::GEMMA3, "vendor-token-tags", "gemma3");
     let f = setup.layout.format.clone().unwrap();
     assert_eq!(f.dialect, ArgsDialect::XmlParameters);
     let turn = one_weather_call(&mut engine, &setup, 128);
@@ -412,6 +403,15 @@ fn a_vendor_token_before_every_tag_is_generated_as_the_control_token() {
     // after the one `<unused9>` token.
     let token = engine.tokenizer().token_id("<unused9>").unwrap();
     assert_eq!(turn.logprobs.iter().filter(|l| l.token == token).count(), 8, "{:?}", turn.logprobs);
+}
+
+/// `model` loaded on the CPU, and its setup under `tests/fixtures/templates/NAME.jinja`
+/// (a template of ours) in place of its own, the architecture `arch` as its GGUF says.
+fn with_fixture_template(model: &str, name: &str, arch: &str) -> (Engine, toolgate::template::ChatSetup) {
+    let engine = Engine::load(common::model(model), DeviceChoice::Cpu).unwrap();
+    let source = common::fixture_text(&format!("templates/{name}.jinja"));
+    let templates = GgufTemplates { default: Some(source), tool_use: None };
+    (engine, gate(name, &templates, Some(arch), None, ToolFallback::None).unwrap())
 }
 
 /// A constrained `required` turn with one `get_weather` tool (an enum city, bounded
