@@ -6,6 +6,7 @@
 //! constraint engine costs in production.
 
 use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use prometheus_client::encoding::text::{encode_eof, encode_registry};
@@ -48,6 +49,8 @@ pub struct Metrics {
     kv_cache_usage: Gauge<f64, AtomicU64>,
     /// The vLLM-compatible names, unprefixed.
     compat: Registry,
+    /// Held while a scrape sets the load gauges and writes the text out.
+    scrape: Mutex<()>,
     /// Client connections held.
     pub connections_open: Gauge,
     /// Connections closed at accept because [`super::ConnLimits::max_connections`] were held.
@@ -204,6 +207,7 @@ impl Metrics {
             requests_running,
             kv_cache_usage,
             compat,
+            scrape: Mutex::new(()),
             connections_open,
             connections_refused,
             prompt_tokens,
@@ -244,22 +248,24 @@ impl Metrics {
         self.decode_rows.inc_by(stats.rows().saturating_sub(self.decode_rows.get()));
     }
 
-    /// The load: `queued` requests admitted (waiting or running), `running` of them
-    /// holding an engine.
-    pub fn set_load(&self, queued: usize, running: usize) {
-        self.queue_depth.set(queued as i64);
-        self.requests_running.set(running as i64);
-        self.requests_waiting.set(queued.saturating_sub(running) as i64);
-    }
-
     /// The KV caches hold `held` tokens of their `capacity` (all slots together).
     pub fn set_kv_usage(&self, held: usize, capacity: usize) {
         self.kv_cache_usage.set(if capacity == 0 { 0.0 } else { (held as f64 / capacity as f64).min(1.0) });
     }
 
     /// The exposition text (OpenMetrics): toolgate's metrics, then the vLLM-compatible
-    /// names.
-    pub fn render(&self) -> String {
+    /// names, with the load as of this scrape: `queued` requests admitted (waiting or
+    /// running), `running` of them holding an engine.
+    ///
+    /// The load gauges are set and written out under one lock, so a scrape reads one
+    /// load under every name (`toolgate_queue_depth` = running + waiting, the vLLM names
+    /// equal to toolgate's) even while requests come and go; the gauges were once set
+    /// from each request's thread, and a scrape could land between two of them.
+    pub fn render(&self, queued: usize, running: usize) -> String {
+        let _scrape = self.scrape.lock().unwrap_or_else(|p| p.into_inner());
+        self.queue_depth.set(queued as i64);
+        self.requests_running.set(running as i64);
+        self.requests_waiting.set(queued.saturating_sub(running) as i64);
         let mut out = String::new();
         let _ = encode_registry(&mut out, &self.registry);
         let _ = encode_registry(&mut out, &self.compat);

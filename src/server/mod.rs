@@ -256,9 +256,13 @@ async fn metrics_text(State(s): State<Arc<AppState>>) -> Response {
     if let Some(b) = &s.batch {
         s.metrics.sync_batch(b);
     }
+    // Running first: a request is queued before it runs, so queued read after it is
+    // at least as many.
+    let running = s.running.load(Ordering::SeqCst);
+    let queued = s.queued.load(Ordering::SeqCst);
     (
         [(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
-        s.metrics.render(),
+        s.metrics.render(queued, running),
     )
         .into_response()
 }

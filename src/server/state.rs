@@ -127,8 +127,7 @@ impl Drop for Lease<'_> {
             self.state.pool()[self.slot] = Some(e);
             self.state.engine_free.notify_one();
         }
-        let running = self.state.running.fetch_sub(1, Ordering::SeqCst) - 1;
-        self.state.metrics.set_load(self.state.queued.load(Ordering::SeqCst), running);
+        self.state.running.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -224,8 +223,7 @@ impl AppState {
         loop {
             if let Some(i) = pool.iter().position(Option::is_some) {
                 let engine = pool[i].take();
-                let running = self.running.fetch_add(1, Ordering::SeqCst) + 1;
-                self.metrics.set_load(self.queued.load(Ordering::SeqCst), running);
+                self.running.fetch_add(1, Ordering::SeqCst);
                 return Lease { state: self, slot: i, engine };
             }
             pool = self.engine_free.wait(pool).unwrap_or_else(|p| p.into_inner());
@@ -293,14 +291,12 @@ impl QueueSlot {
             s.queued.fetch_sub(1, Ordering::SeqCst);
             return None;
         }
-        s.metrics.set_load(depth, s.running.load(Ordering::SeqCst));
         Some(Self(s.clone()))
     }
 }
 
 impl Drop for QueueSlot {
     fn drop(&mut self) {
-        let depth = self.0.queued.fetch_sub(1, Ordering::SeqCst) - 1;
-        self.0.metrics.set_load(depth, self.0.running.load(Ordering::SeqCst));
+        self.0.queued.fetch_sub(1, Ordering::SeqCst);
     }
 }
