@@ -168,6 +168,38 @@ fn flags_out_of_range_are_refused_before_loading() {
     }
 }
 
+/// Output to a reader that stops early (`toolgate tools parse … | head -c 1`): the
+/// CLI ends quietly, as Unix tools do, not with a panic on the closed pipe.
+#[test]
+fn output_to_a_closed_pipe_ends_the_cli_quietly() {
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let (tools, template) = (dir.path().join("tools.json"), dir.path().join("t.jinja"));
+    let tool = json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]);
+    std::fs::write(&tools, tool.to_string()).unwrap();
+    std::fs::write(&template, crate::common::fixture_text("templates/printed-mapping.jinja")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["tools", "parse", "--chat-template"])
+        .arg(&template)
+        .arg("--tools")
+        .arg(&tools)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take()); // the reader is gone before anything is written
+    child.stdin.take().unwrap().write_all(br#"[calls]{"name": "f", "arguments": {}}[/calls]"#).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.is_empty(), "{err}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.status.signal(), Some(13), "ended by SIGPIPE's default action: {:?}", out.status);
+    }
+}
+
 #[test]
 fn a_huge_prompt_is_refused_for_the_context_without_being_tokenized_in_full() {
     // One tool with a 370k-value enum: a 4 MB body that renders to ~3 M tokens. It used

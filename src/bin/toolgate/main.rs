@@ -28,6 +28,9 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Serve(_)) {
+        quiet_on_closed_pipe();
+    }
     // Prefill's per-layer buffers of tens of MiB are reused, not mapped afresh each time.
     toolgate::kernels::reuse_large_buffers();
     tracing_subscriber::fmt()
@@ -53,6 +56,19 @@ fn main() -> ExitCode {
         eprintln!("Error: {e:#}");
         ExitCode::from(error_status)
     })
+}
+
+/// Output piped to a reader that stops early (`toolgate tools parse … | head`) ends
+/// the process quietly, as other Unix tools do, instead of a panic on the failed
+/// write: writing to a closed pipe raises `SIGPIPE` again, whose default action ends
+/// the process. Not for `serve`, whose writes to closed client sockets must stay
+/// errors it answers.
+fn quiet_on_closed_pipe() {
+    #[cfg(unix)]
+    // SAFETY: setting a signal's disposition to its default, before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
 }
 
 /// The config file named by `--config FILE` (or `TOOLGATE_CONFIG`): each key is a
