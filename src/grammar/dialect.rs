@@ -84,6 +84,12 @@ pub trait Dialect {
     fn null(&self) -> String {
         "null".into()
     }
+    /// The regex of a second spelling of a string that has no pattern, format or
+    /// length bounds (`None`: only [`Dialect::quote`] around [`Dialect::string_char`]s):
+    /// Python's `repr` writes a string that holds `'` in double quotes (`"it's"`).
+    fn other_string(&self) -> Option<String> {
+        None
+    }
 }
 
 /// RFC 8259 JSON.

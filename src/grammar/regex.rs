@@ -101,6 +101,11 @@ fn emit(node: &Node, d: &dyn Dialect, rules: &mut Rules) -> Built {
                 (None, None) => rules.leaf(d.string_char()).repeat(*min_len, *max_len),
             };
             let string = Built::cat(vec![q.clone(), body, q]);
+            let plain = format.is_none() && pattern.is_none() && *min_len == 0 && max_len.is_none();
+            let string = match d.other_string().filter(|_| plain) {
+                Some(other) => Built::alt(vec![string, rules.leaf(other)]),
+                None => string,
+            };
             // A long count or a pattern is thousands of NFA states: compiled once,
             // however many properties share it.
             if (long || pattern.is_some()) && rules.shares() {

@@ -233,11 +233,18 @@ impl Dialect for Python {
 /// Python literals with strings in single quotes, as Python's `repr` writes them
 /// (LFM2.5's pythonic calls: `(city='Oslo', tags=['a'])`): the escapes `\\`, `\'`,
 /// `\n`, `\r`, `\t` and `\uXXXX`, dict keys in single quotes, numbers as in JSON,
-/// `True`/`False`/`None`.
+/// `True`/`False`/`None`. A string that holds `'` may also be in double quotes, as
+/// `repr` writes it (`"it's"`), and a literal (`enum`, `const`) is exactly its `repr`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PythonSingle;
 
 const SINGLE_CHAR: &str = r"(?:[^'\\\x00-\x1F]|\\['\\nrt]|\\u[0-9a-fA-F]{4})";
+
+/// A string in double quotes that holds a `'` (how `repr` writes one), with
+/// [`SINGLE_CHAR`]'s escapes but `\\"` none (`repr` picks these quotes only for a
+/// string without `"`).
+const DOUBLE_WITH_APOSTROPHE: &str =
+    r#""(?:[^"'\\\x00-\x1F]|\\[\\nrt]|\\u[0-9a-fA-F]{4})*'(?:[^"\\\x00-\x1F]|\\[\\nrt]|\\u[0-9a-fA-F]{4})*""#;
 
 /// One character that stands in a single-quoted string as itself.
 const SINGLE_PLAIN: &str = r"[^'\\\x00-\x1F]";
@@ -250,7 +257,7 @@ impl Dialect for PythonSingle {
         SINGLE_CHAR.into()
     }
     fn key(&self, name: &str) -> String {
-        escape(&single_quoted(name))
+        escape(&repr_string(name))
     }
     /// Extra keys are written with plain characters only.
     fn any_key(&self, except: &[&str]) -> String {
@@ -288,6 +295,9 @@ impl Dialect for PythonSingle {
     fn null(&self) -> String {
         "None".into()
     }
+    fn other_string(&self) -> Option<String> {
+        Some(DOUBLE_WITH_APOSTROPHE.into())
+    }
 }
 
 impl PythonSingle {
@@ -296,13 +306,15 @@ impl PythonSingle {
     }
 }
 
-/// `s` as a single-quoted Python string literal.
-fn single_quoted(s: &str) -> String {
+/// `s` as Python's `repr` writes it: in single quotes, or in double quotes where it
+/// holds `'` and no `"`.
+fn repr_string(s: &str) -> String {
+    let quote = if s.contains('\'') && !s.contains('"') { '"' } else { '\'' };
     let mut out = String::with_capacity(s.len() + 2);
-    out.push('\'');
+    out.push(quote);
     for c in s.chars() {
         match c {
-            '\'' => out.push_str("\\'"),
+            c if c == quote => out.push_str(&format!("\\{c}")),
             '\\' => out.push_str("\\\\"),
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
@@ -311,20 +323,20 @@ fn single_quoted(s: &str) -> String {
             c => out.push(c),
         }
     }
-    out.push('\'');
+    out.push(quote);
     out
 }
 
-/// A JSON value as Python's `repr` writes it, strings in single quotes
-/// (`{"a": [true, "x"]}` → `{'a': [True, 'x']}`).
+/// A JSON value as Python's `repr` writes it, strings in single quotes (double where
+/// one holds `'` and no `"`): `{"a": [true, "x"]}` → `{'a': [True, 'x']}`.
 pub fn python_repr_single(v: &Value) -> String {
     match v {
-        Value::String(s) => single_quoted(s),
+        Value::String(s) => repr_string(s),
         Value::Array(a) => format!("[{}]", a.iter().map(python_repr_single).collect::<Vec<_>>().join(", ")),
         Value::Object(o) => format!(
             "{{{}}}",
             o.iter()
-                .map(|(k, x)| format!("{}: {}", single_quoted(k), python_repr_single(x)))
+                .map(|(k, x)| format!("{}: {}", repr_string(k), python_repr_single(x)))
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
@@ -440,8 +452,8 @@ mod tests {
     fn python_repr_single_example() {
         use crate::tools::dialect::python::python_repr_single;
         assert_eq!(
-            python_repr_single(&serde_json::json!({"a": [true, null, "it's"]})),
-            r"{'a': [True, None, 'it\'s']}"
+            python_repr_single(&serde_json::json!({"a": [true, null, "it's"], "b": "say \"it's\""})),
+            r#"{'a': [True, None, "it's"], 'b': 'say "it\'s"'}"#
         );
     }
 

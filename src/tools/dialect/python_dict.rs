@@ -70,10 +70,23 @@ mod tests {
         )?;
         let built = PythonDict.grammar(&node, &f, &mut Rules::none(), &|_| unreachable!());
         let g = Grammar::from_regex(&built.text)?;
-        for ok in [r#"{"city": "Oslo", "ok": true}"#, "{'city': 'Oslo', 'ok': True}", r"{'city': 'it\'s'}"] {
+        // A string holding `'` in double quotes, as `repr` writes it; other strings in
+        // double quotes are not `repr`'s.
+        for ok in [
+            r#"{"city": "Oslo", "ok": true}"#,
+            "{'city': 'Oslo', 'ok': True}",
+            r"{'city': 'it\'s'}",
+            r#"{'city': "it's"}"#,
+        ] {
             assert!(g.matches(ok.as_bytes()), "{ok}");
         }
-        for bad in [r#"{"city": 'Oslo'}"#, "{'city': 'Oslo', 'ok': true}", "{'ok': True}", "{city: 'Oslo'}"] {
+        for bad in [
+            r#"{"city": 'Oslo'}"#,
+            "{'city': 'Oslo', 'ok': true}",
+            "{'ok': True}",
+            "{city: 'Oslo'}",
+            r#"{'city': "Oslo"}"#,
+        ] {
             assert!(!g.matches(bad.as_bytes()), "{bad}");
         }
         assert_eq!(
@@ -86,6 +99,7 @@ mod tests {
             PythonDict.to_json(r"{'city': 'it\'s', 'x': None}", &f, None).as_deref(),
             Some(r#"{"city":"it's","x":null}"#)
         );
+        assert_eq!(PythonDict.to_json(r#"{'city': "it's"}"#, &f, None).as_deref(), Some(r#"{"city":"it's"}"#));
         assert_eq!(PythonDict.to_json("{'city': 'Oslo'} and more", &f, None), None);
         Ok(())
     }
