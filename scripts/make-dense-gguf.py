@@ -7,7 +7,8 @@ brought, e.g. on the GPU machine, which is reached through a 64 MiB transfer.
 
 SIZE: `0.5b` (Qwen2.5-0.5B's shapes), `1.5b` (Qwen2.5-1.5B's, the default), `3b`
 (Qwen2.5-3B's), `7b` (Qwen2.5-7B's) or `8b` (Llama-3.1-8B's); TYPE: `q4_0` (default) or `q8_0`, quantized by `gguf.quants` (numpy;
-no llama.cpp needed), the head and embeddings Q8_0. The tokenizer is byte-level gpt2
+no llama.cpp needed), the head and embeddings Q8_0; or `f16`/`bf16`, every matrix in
+that type, head and embeddings too (as `llama-quantize … F16` writes them). The tokenizer is byte-level gpt2
 with one merge (every byte a token) padded with unused tokens to the real vocabulary
 size, so the head costs what it costs in the real model. The text it writes is noise:
 this file measures speed only. Needs numpy and PyPI `gguf`; never a run-time or test
@@ -50,7 +51,8 @@ def main():
     size = sys.argv[2] if len(sys.argv) > 2 else "1.5b"
     kind = sys.argv[3] if len(sys.argv) > 3 else "q4_0"
     n_layer, n_embd, n_ff, n_head, n_kv, vocab = SIZES[size]
-    qt = {"q4_0": Q.Q4_0, "q8_0": Q.Q8_0}[kind]
+    qt = {"q4_0": Q.Q4_0, "q8_0": Q.Q8_0, "f16": Q.F16, "bf16": Q.BF16}[kind]
+    head = qt if kind in ("f16", "bf16") else Q.Q8_0
     hd = n_embd // n_head
     rng = np.random.default_rng(7)
     w = GGUFWriter(dst, "llama")
@@ -77,9 +79,9 @@ def main():
         x = rng.standard_normal((rows, cols), dtype=np.float32) * scale
         w.add_tensor(name, quantize(x, qtype), raw_dtype=qtype)
 
-    t("token_embd.weight", vocab, n_embd, Q.Q8_0, 1.0)
+    t("token_embd.weight", vocab, n_embd, head, 1.0)
     w.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
-    t("output.weight", vocab, n_embd, Q.Q8_0)
+    t("output.weight", vocab, n_embd, head)
     for i in range(n_layer):
         p = f"blk.{i}."
         w.add_tensor(p + "attn_norm.weight", np.ones(n_embd, dtype=np.float32))
