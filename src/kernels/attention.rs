@@ -456,6 +456,7 @@ fn scores<T: KvElement>(
 /// Pointers to the key rows `j..j + KEYS` of `k` (`stride` apart) that exist (below
 /// `n`), and how many do (`m`); the others point at row 0: a short batch computes
 /// products there and drops them. The SIMD [`scores`] take a batch of keys so.
+#[cfg(target_arch = "x86_64")]
 fn key_rows<T, const KEYS: usize>(k: &[T], stride: usize, j: usize, n: usize) -> ([*const T; KEYS], usize) {
     let m = (n - j).min(KEYS);
     (std::array::from_fn(|t| if t < m { k[(j + t) * stride..].as_ptr() } else { k.as_ptr() }), m)
