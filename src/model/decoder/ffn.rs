@@ -8,6 +8,7 @@ use super::cuda;
 use crate::kernels::glu::{glu_rows, OAI_ALPHA, OAI_LIMIT};
 use crate::model::arch::{Activation, Gating};
 use crate::model::qlinear::QLinear;
+use crate::model::rowwise;
 use crate::Result;
 
 #[derive(Debug)]
@@ -153,11 +154,7 @@ pub(super) fn ffn_forward(ffn: &Ffn, activation: Activation, h: &Tensor) -> Resu
             let gu = gate_up.forward(h)?;
             let half = gu.dim(D::Minus1)? / 2;
             if gu.device().is_cpu() {
-                let (b, t, _) = gu.dims3()?;
-                let gu: Vec<f32> = gu.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?;
-                let mut act = vec![0f32; b * t * half];
-                glu_rows(activation, &gu, half, &mut act)?;
-                down.forward(&Tensor::from_vec(act, (b, t, half), h.device())?.to_dtype(h.dtype())?)?
+                down.forward(&rowwise::glu_cpu(&gu, activation)?.to_dtype(h.dtype())?)?
             } else if cuda::fused(gu.device()) {
                 let (_, rows, _) = gu.dims3()?;
                 let gu = gu.contiguous()?;
