@@ -597,7 +597,7 @@ pub unsafe fn dot_floats_lanes(ty: WeightType, ws: &[&[u8]], x: &[f32], out: &mu
 /// AVX-512.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile_kernel<const TY: u8, const R: usize, const H: usize>(job: &TileJob, half0: usize) {
-    let TileJob { tile, acts, sums, blocks, out, ld, cols } = *job;
+    let TileJob { tile, acts, sums, blocks, out, ld, cols, .. } = *job;
     let super::tiles::BlockLayout { nibbles, fifth, has_m, scales_at, bytes: bb } = super::tiles::block_layout(TY);
     // Q8_0's codes go back to signed (the sign trick), so they take no offset here;
     // Q4_1/Q5_1 use `m`.

@@ -247,7 +247,7 @@ unsafe fn codes_at<A: Codes, const R: usize>(x: &[*const A; R], b: usize, at: us
 /// row, in block order: an output's sum is the same for any `R`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn tile_kernel<const TY: u8, const R: usize>(job: &TileJob) {
-    let TileJob { tile, acts, sums, blocks, out, ld, cols } = *job;
+    let TileJob { tile, acts, sums, blocks, out, ld, cols, .. } = *job;
     let super::tiles::BlockLayout { nibbles, fifth, has_m, scales_at, bytes: bb } = super::tiles::block_layout(TY);
     let offset = match TY {
         T_Q4_0 => 8,
@@ -548,9 +548,15 @@ unsafe fn q3k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
 /// minimum twice as i16, against the sub-block's two per-16 sums); both summed in
 /// integers over the block, then `y += (d ⊙ dₓ)·Σ − (dmin ⊙ dₓ)·Σm`, as ggml's kernels.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn q45k_tile_kernel<const Q5: bool, const R: usize>(job: &TileJob<Q8x256>) {
+///
+/// With `U` (Q4_K only) the codes come unpacked from `job.codes` ([`unpack_q4k`]):
+/// two loads per code vector pair in place of a shift and two masks, the unpacking
+/// paid once per tile and [`ROW_TILE`](super::tiles) activation rows instead of once
+/// per 8.
+unsafe fn q45k_tile_kernel<const Q5: bool, const U: bool, const R: usize>(job: &TileJob<Q8x256>) {
     use super::tiles::Q45K_MASKS_AT;
-    let TileJob { tile, acts, blocks, out, ld, cols, .. } = *job;
+    let TileJob { tile, acts, blocks, out, ld, cols, codes, .. } = *job;
+    let unpacked = if U { codes.expect("unpacked codes").as_ptr() } else { std::ptr::null() };
     let scales_at = Q45K_MASKS_AT + if Q5 { 512 } else { 0 };
     let bb = scales_at + 256 + 64;
     let (m4, sixteen) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x10));
@@ -563,6 +569,12 @@ unsafe fn q45k_tile_kernel<const Q5: bool, const R: usize>(job: &TileJob<Q8x256>
         for i in 0..4 {
             let (mut lo, mut hi) = ([_mm512_setzero_si512(); 8], [_mm512_setzero_si512(); 8]);
             for v in 0..8 {
+                if U {
+                    let at = unpacked.add(Q4K_UNPACKED_BLOCK * b + 1024 * i + 64 * v);
+                    lo[v] = _mm512_load_si512(at as *const _);
+                    hi[v] = _mm512_load_si512(at.add(512) as *const _);
+                    continue;
+                }
                 super::prefetch_part(R, blk, bb, 8 * i + v, 32);
                 let z = _mm512_loadu_si512(blk.add(512 * i + 64 * v) as *const _);
                 lo[v] = _mm512_and_si512(z, m4);
@@ -592,6 +604,46 @@ unsafe fn q45k_tile_kernel<const Q5: bool, const R: usize>(job: &TileJob<Q8x256>
         add_block(&mut y, blk.add(scales_at + 256), &x, b, &total, Some(&mins));
     }
     store_tile(&y, out, ld, cols);
+}
+
+/// Bytes of one Q4_K block of a tile unpacked by [`unpack_q4k`]: per pair of
+/// 32-weight sub-blocks (4), its 8 low-nibble code vectors then its 8 high ones, one
+/// byte per code, 64 bytes per vector.
+pub(super) const Q4K_UNPACKED_BLOCK: usize = 4 * 16 * 64;
+
+/// The codes of a Q4_K tile of `blocks` blocks (layout in [`super::tiles`]) one byte
+/// each, in the order [`q45k_tile_kernel`] reads them with `U`: block `b`'s at
+/// `out[Q4K_UNPACKED_BLOCK · b ..]` (`out` 64-byte aligned). A prefill multiplies a
+/// tile by many activation rows 8 at a time; unpacked once for all of them, each
+/// pass over the tile loads its codes instead of making them. Cost: a shift, two masks
+/// and two stores per 64 bytes of the tile.
+///
+/// # Safety
+/// The CPU has AVX-512 F and BW.
+///
+/// # Panics
+/// If `tile` is not `blocks` Q4_K tile blocks, or `out` is shorter than
+/// `blocks · Q4K_UNPACKED_BLOCK` or not 64-byte aligned.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(super) unsafe fn unpack_q4k(tile: &[u8], blocks: usize, out: &mut [u8]) {
+    let bb = super::tiles::block_bytes(WeightType::Q4K).expect("Q4_K has a tiled layout");
+    assert!(tile.len() == blocks * bb, "a tile of {blocks} Q4_K blocks");
+    assert!(
+        out.len() >= blocks * Q4K_UNPACKED_BLOCK && (out.as_ptr() as usize).is_multiple_of(64),
+        "64-byte aligned room"
+    );
+    let m4 = _mm512_set1_epi8(0x0F);
+    for b in 0..blocks {
+        let (blk, dst) = (tile.as_ptr().add(b * bb), out.as_mut_ptr().add(b * Q4K_UNPACKED_BLOCK));
+        for i in 0..4 {
+            for v in 0..8 {
+                let z = _mm512_loadu_si512(blk.add(512 * i + 64 * v) as *const _);
+                let at = dst.add(1024 * i + 64 * v);
+                _mm512_store_si512(at as *mut _, _mm512_and_si512(z, m4));
+                _mm512_store_si512(at.add(512) as *mut _, _mm512_and_si512(_mm512_srli_epi16::<4>(z), m4));
+            }
+        }
+    }
 }
 
 /// One Q6_K tile (16 weight rows, layout in [`super::tiles`]) against `R` activation
@@ -648,16 +700,16 @@ unsafe fn q6k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
 pub unsafe fn tile_rows_256(ty: WeightType, job: &TileJob<Q8x256>) {
     let rows = job.check(ty);
     macro_rules! rows {
-        ($k:ident $(, $q5:expr)?) => {
+        ($k:ident $(, $c:expr)*) => {
             match rows {
-                1 => $k::<$($q5,)? 1>(job),
-                2 => $k::<$($q5,)? 2>(job),
-                3 => $k::<$($q5,)? 3>(job),
-                4 => $k::<$($q5,)? 4>(job),
-                5 => $k::<$($q5,)? 5>(job),
-                6 => $k::<$($q5,)? 6>(job),
-                7 => $k::<$($q5,)? 7>(job),
-                _ => $k::<$($q5,)? 8>(job),
+                1 => $k::<$($c,)* 1>(job),
+                2 => $k::<$($c,)* 2>(job),
+                3 => $k::<$($c,)* 3>(job),
+                4 => $k::<$($c,)* 4>(job),
+                5 => $k::<$($c,)* 5>(job),
+                6 => $k::<$($c,)* 6>(job),
+                7 => $k::<$($c,)* 7>(job),
+                _ => $k::<$($c,)* 8>(job),
             }
         };
     }
@@ -665,8 +717,9 @@ pub unsafe fn tile_rows_256(ty: WeightType, job: &TileJob<Q8x256>) {
         WeightType::IQ4XS => rows!(iq4xs_tile_kernel),
         WeightType::Q2K => rows!(q2k_tile_kernel),
         WeightType::Q3K => rows!(q3k_tile_kernel),
-        WeightType::Q4K => rows!(q45k_tile_kernel, false),
-        WeightType::Q5K => rows!(q45k_tile_kernel, true),
+        WeightType::Q4K if job.codes.is_some() => rows!(q45k_tile_kernel, false, true),
+        WeightType::Q4K => rows!(q45k_tile_kernel, false, false),
+        WeightType::Q5K => rows!(q45k_tile_kernel, true, false),
         WeightType::Q6K => rows!(q6k_tile_kernel),
         _ => panic!("{} has no 256-weight tile kernel", ty.name()),
     }

@@ -433,6 +433,9 @@ pub struct TileJob<'a, A = Q8x32> {
     pub ld: usize,
     /// Outputs per row (the tile's real weight rows, ≤ 16).
     pub cols: usize,
+    /// The tile's codes unpacked one per byte (Q4_K on AVX-512 in a prefill,
+    /// `super::avx512::unpack_q4k`), or `None`: the kernel unpacks them itself.
+    pub codes: Option<&'a [u8]>,
 }
 
 impl<A> TileJob<'_, A> {
@@ -537,30 +540,60 @@ pub(super) unsafe fn run_tiles<A: TileActs>(
     assert_eq!(acts.len(), m * blocks, "{m} activation rows of {blocks} blocks");
     assert!(tiles.count == n.div_ceil(TILE_ROWS) && range.end <= tiles.count, "tiles {range:?} of an {n}-row weight");
     let kernel = A::kernel(isa);
-    for r0 in (0..m).step_by(ROW_TILE) {
-        let r1 = (r0 + ROW_TILE).min(m);
-        for t in range.clone() {
-            let cols = TILE_ROWS.min(n - t * TILE_ROWS);
-            for g0 in (r0..r1).step_by(TILE_ACT_ROWS) {
-                let g1 = (g0 + TILE_ACT_ROWS).min(r1);
-                let job = TileJob {
-                    tile: tiles.tile(t),
-                    acts: &acts[g0 * blocks..g1 * blocks],
-                    sums: &sums[g0 * blocks * per..g1 * blocks * per],
-                    blocks,
-                    out: out.wrapping_add(g0 * n + t * TILE_ROWS),
-                    ld: n,
-                    cols,
+    UNPACKED.with_borrow_mut(|scratch| {
+        for r0 in (0..m).step_by(ROW_TILE) {
+            let r1 = (r0 + ROW_TILE).min(m);
+            // Q4_K on AVX-512, more than one pass of rows over each tile: its codes
+            // unpacked once per tile for all of them (`avx512::unpack_q4k`).
+            let unpack = isa == Isa::Avx512 && tiles.ty == WeightType::Q4K && r1 - r0 > TILE_ACT_ROWS;
+            for t in range.clone() {
+                let cols = TILE_ROWS.min(n - t * TILE_ROWS);
+                let codes = if unpack {
+                    let len = blocks * super::avx512::Q4K_UNPACKED_BLOCK;
+                    if scratch.len() < len / 64 {
+                        scratch.resize(len / 64, Line([0; 64]));
+                    }
+                    // SAFETY: a `Line` is 64 plain bytes, 64-byte aligned.
+                    let bytes = unsafe { std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut u8, len) };
+                    // SAFETY: `isa` is AVX-512 (checked by `dispatch`), which has F and BW.
+                    unsafe { super::avx512::unpack_q4k(tiles.tile(t), blocks, bytes) };
+                    Some(&*bytes)
+                } else {
+                    None
                 };
-                // SAFETY: `isa` is supported (every `Isa` reaching the kernels was
-                // checked, see `dispatch`) and `kernel` is its tile kernel, which takes
-                // `tiles.ty` (asserted above); the output rows g0..g1, columns
-                // 16t..16t+cols lie inside the `m × n` output and are the caller's
-                // alone (its contract).
-                kernel(tiles.ty, &job);
+                for g0 in (r0..r1).step_by(TILE_ACT_ROWS) {
+                    let g1 = (g0 + TILE_ACT_ROWS).min(r1);
+                    let job = TileJob {
+                        tile: tiles.tile(t),
+                        acts: &acts[g0 * blocks..g1 * blocks],
+                        sums: &sums[g0 * blocks * per..g1 * blocks * per],
+                        blocks,
+                        out: out.wrapping_add(g0 * n + t * TILE_ROWS),
+                        ld: n,
+                        cols,
+                        codes,
+                    };
+                    // SAFETY: `isa` is supported (every `Isa` reaching the kernels was
+                    // checked, see `dispatch`) and `kernel` is its tile kernel, which takes
+                    // `tiles.ty` (asserted above); the output rows g0..g1, columns
+                    // 16t..16t+cols lie inside the `m × n` output and are the caller's
+                    // alone (its contract).
+                    kernel(tiles.ty, &job);
+                }
             }
         }
-    }
+    });
+}
+
+/// 64 bytes, 64-byte aligned: the unit of [`UNPACKED`].
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+thread_local! {
+    /// Each thread's room for one tile's unpacked codes ([`run_tiles`]), kept between
+    /// calls (the largest tile seen: 172 KiB for an 11,008-wide Q4_K input).
+    static UNPACKED: std::cell::RefCell<Vec<Line>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl Tiles {
