@@ -549,7 +549,7 @@ unsafe fn q3k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
 /// integers over the block, then `y += (d ⊙ dₓ)·Σ − (dmin ⊙ dₓ)·Σm`, as ggml's kernels.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 ///
-/// With `U` (Q4_K only) the codes come unpacked from `job.codes` ([`unpack_q4k`]):
+/// With `U` (Q4_K only) the codes come unpacked from `job.codes` ([`unpack_tile`]):
 /// two loads per code vector pair in place of a shift and two masks, the unpacking
 /// paid once per tile and [`ROW_TILE`](super::tiles) activation rows instead of once
 /// per 8.
@@ -570,7 +570,7 @@ unsafe fn q45k_tile_kernel<const Q5: bool, const U: bool, const R: usize>(job: &
             let (mut lo, mut hi) = ([_mm512_setzero_si512(); 8], [_mm512_setzero_si512(); 8]);
             for v in 0..8 {
                 if U {
-                    let at = unpacked.add(Q4K_UNPACKED_BLOCK * b + 1024 * i + 64 * v);
+                    let at = unpacked.add(UNPACKED_BLOCK * b + 1024 * i + 64 * v);
                     lo[v] = _mm512_load_si512(at as *const _);
                     hi[v] = _mm512_load_si512(at.add(512) as *const _);
                     continue;
@@ -606,41 +606,56 @@ unsafe fn q45k_tile_kernel<const Q5: bool, const U: bool, const R: usize>(job: &
     store_tile(&y, out, ld, cols);
 }
 
-/// Bytes of one Q4_K block of a tile unpacked by [`unpack_q4k`]: per pair of
-/// 32-weight sub-blocks (4), its 8 low-nibble code vectors then its 8 high ones, one
-/// byte per code, 64 bytes per vector.
-pub(super) const Q4K_UNPACKED_BLOCK: usize = 4 * 16 * 64;
+/// Bytes of one block of a Q4_K or Q6_K tile unpacked by [`unpack_tile`]: 256
+/// weights × 16 rows, one byte per code. Q4_K: per pair of 32-weight sub-blocks (4),
+/// its 8 low-nibble code vectors then its 8 high ones; Q6_K: per 16-weight group
+/// (16), its 4 code vectors (`q + 32`); 64 bytes per vector.
+pub(super) const UNPACKED_BLOCK: usize = 16 * 256;
 
-/// The codes of a Q4_K tile of `blocks` blocks (layout in [`super::tiles`]) one byte
-/// each, in the order [`q45k_tile_kernel`] reads them with `U`: block `b`'s at
-/// `out[Q4K_UNPACKED_BLOCK · b ..]` (`out` 64-byte aligned). A prefill multiplies a
-/// tile by many activation rows 8 at a time; unpacked once for all of them, each
-/// pass over the tile loads its codes instead of making them. Cost: a shift, two masks
-/// and two stores per 64 bytes of the tile.
+/// Whether [`unpack_tile`] takes `ty` (Q4_K and Q6_K, the types of a Q4_K_M file's
+/// matrices).
+pub(super) fn unpacks(ty: WeightType) -> bool {
+    matches!(ty, WeightType::Q4K | WeightType::Q6K)
+}
+
+/// The codes of a Q4_K or Q6_K tile of `blocks` blocks (layout in [`super::tiles`])
+/// one byte each, in the order [`q45k_tile_kernel`] and [`q6k_tile_kernel`] read them
+/// with `U`: block `b`'s at `out[UNPACKED_BLOCK · b ..]` (`out` 64-byte aligned). A
+/// prefill multiplies a tile by many activation rows, 8 at a time; unpacked once for
+/// all of them, each pass loads its codes instead of making them. Cost: what one
+/// pass's unpacking costs (Q4_K: a shift and two masks per 64 bytes; Q6_K: about 3
+/// operations per code vector), plus the stores.
 ///
 /// # Safety
-/// The CPU has AVX-512 F and BW.
+/// The CPU has [`super::Isa::Avx512`]'s features.
 ///
 /// # Panics
-/// If `tile` is not `blocks` Q4_K tile blocks, or `out` is shorter than
-/// `blocks · Q4K_UNPACKED_BLOCK` or not 64-byte aligned.
-#[target_feature(enable = "avx512f,avx512bw")]
-pub(super) unsafe fn unpack_q4k(tile: &[u8], blocks: usize, out: &mut [u8]) {
-    let bb = super::tiles::block_bytes(WeightType::Q4K).expect("Q4_K has a tiled layout");
-    assert!(tile.len() == blocks * bb, "a tile of {blocks} Q4_K blocks");
-    assert!(
-        out.len() >= blocks * Q4K_UNPACKED_BLOCK && (out.as_ptr() as usize).is_multiple_of(64),
-        "64-byte aligned room"
-    );
+/// If `ty` is not unpacked ([`unpacks`]), `tile` is not `blocks` tile blocks of it, or
+/// `out` is shorter than `blocks · UNPACKED_BLOCK` or not 64-byte aligned.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn unpack_tile(ty: WeightType, tile: &[u8], blocks: usize, out: &mut [u8]) {
+    assert!(unpacks(ty), "{} tiles are not unpacked", ty.name());
+    let bb = super::tiles::block_bytes(ty).expect("a tiled layout");
+    assert!(tile.len() == blocks * bb, "a tile of {blocks} {} blocks", ty.name());
+    assert!(out.len() >= blocks * UNPACKED_BLOCK && (out.as_ptr() as usize).is_multiple_of(64), "64-byte aligned room");
+    let store = |at: *mut u8, v: __m512i| _mm512_store_si512(at as *mut _, v);
     let m4 = _mm512_set1_epi8(0x0F);
     for b in 0..blocks {
-        let (blk, dst) = (tile.as_ptr().add(b * bb), out.as_mut_ptr().add(b * Q4K_UNPACKED_BLOCK));
+        let (blk, dst) = (tile.as_ptr().add(b * bb), out.as_mut_ptr().add(b * UNPACKED_BLOCK));
+        if ty == WeightType::Q6K {
+            for g in 0..16 {
+                for (c, v) in q6k_codes(blk, g).into_iter().enumerate() {
+                    store(dst.add(256 * g + 64 * c), v);
+                }
+            }
+            continue;
+        }
         for i in 0..4 {
             for v in 0..8 {
                 let z = _mm512_loadu_si512(blk.add(512 * i + 64 * v) as *const _);
                 let at = dst.add(1024 * i + 64 * v);
-                _mm512_store_si512(at as *mut _, _mm512_and_si512(z, m4));
-                _mm512_store_si512(at.add(512) as *mut _, _mm512_and_si512(_mm512_srli_epi16::<4>(z), m4));
+                store(at, _mm512_and_si512(z, m4));
+                store(at.add(512), _mm512_and_si512(_mm512_srli_epi16::<4>(z), m4));
             }
         }
     }
@@ -652,39 +667,50 @@ pub(super) unsafe fn unpack_q4k(tile: &[u8], blocks: usize, out: &mut [u8]) {
 /// integers over the block; `32·Σ sc·Σ qₓ` taken back at its end ([`take_offsets`]);
 /// one float step per block, as ggml's Q6_K kernel.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn q6k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
-    use super::tiles::{Q6K_HIGH_AT, Q6K_SCALES_AT};
-    let TileJob { tile, acts, blocks, out, ld, cols, .. } = *job;
+unsafe fn q6k_tile_kernel<const U: bool, const R: usize>(job: &TileJob<Q8x256>) {
+    use super::tiles::Q6K_SCALES_AT;
+    let TileJob { tile, acts, blocks, out, ld, cols, codes, .. } = *job;
+    let unpacked = if U { codes.expect("unpacked codes").as_ptr() } else { std::ptr::null() };
     let bb = Q6K_SCALES_AT + 256 + 32;
-    let (m4, m30) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
     let x: [*const Q8x256; R] = std::array::from_fn(|r| acts.as_ptr().add(r * blocks));
     let mut y = [_mm512_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
         let mut total = [_mm512_setzero_si512(); R];
-        for p in 0..8 {
-            // Two groups' low nibbles per run: group 2p low, 2p + 1 high.
-            let runs: [__m512i; 4] = std::array::from_fn(|c| _mm512_loadu_si512(blk.add(256 * p + 64 * c) as *const _));
-            for h in 0..2 {
-                super::prefetch_part(R, blk, bb, 2 * p + h, 16);
-                let g = 2 * p + h;
-                let high = _mm512_loadu_si512(blk.add(Q6K_HIGH_AT + 64 * g) as *const _);
-                // Code vector c's high bits (bits 2c, 2c + 1 of each byte) moved to 4, 5.
-                let up =
-                    [_mm512_slli_epi16::<4>(high), _mm512_slli_epi16::<2>(high), high, _mm512_srli_epi16::<2>(high)];
-                let codes: [__m512i; 4] = std::array::from_fn(|c| {
-                    let low = if h == 0 { runs[c] } else { _mm512_srli_epi16::<4>(runs[c]) };
-                    // (low & 0x0F) | (up & 0x30): bit select, C = 0x0F ? A = low : B = up & 0x30.
-                    _mm512_ternarylogic_epi32::<0xE4>(low, _mm512_and_si512(up[c], m30), m4)
-                });
-                let sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(Q6K_SCALES_AT + 16 * g) as *const __m128i));
-                add_scaled_group(&mut total, &codes, &x, b, g, sc);
-            }
+        for g in 0..16 {
+            let codes = if U {
+                let at = unpacked.add(UNPACKED_BLOCK * b + 256 * g);
+                std::array::from_fn(|c| _mm512_load_si512(at.add(64 * c) as *const _))
+            } else {
+                super::prefetch_part(R, blk, bb, g, 16);
+                q6k_codes(blk, g)
+            };
+            let sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(Q6K_SCALES_AT + 16 * g) as *const __m128i));
+            add_scaled_group(&mut total, &codes, &x, b, g, sc);
         }
         take_offsets(&mut total, blk.add(Q6K_SCALES_AT), &x, b, 32);
         add_block(&mut y, blk.add(Q6K_SCALES_AT + 256), &x, b, &total, None);
     }
     store_tile(&y, out, ld, cols);
+}
+
+/// Group `g`'s 4 code vectors of the Q6_K tile block at `blk` (unsigned `q + 32`): the
+/// low nibbles (two groups per run: group `2p` low, `2p + 1` high) joined to the high
+/// two bits.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+unsafe fn q6k_codes(blk: *const u8, g: usize) -> [__m512i; 4] {
+    use super::tiles::Q6K_HIGH_AT;
+    let (m4, m30) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
+    let high = _mm512_loadu_si512(blk.add(Q6K_HIGH_AT + 64 * g) as *const _);
+    // Code vector c's high bits (bits 2c, 2c + 1 of each byte) moved to 4, 5.
+    let up = [_mm512_slli_epi16::<4>(high), _mm512_slli_epi16::<2>(high), high, _mm512_srli_epi16::<2>(high)];
+    std::array::from_fn(|c| {
+        let run = _mm512_loadu_si512(blk.add(256 * (g / 2) + 64 * c) as *const _);
+        let low = if g.is_multiple_of(2) { run } else { _mm512_srli_epi16::<4>(run) };
+        // (low & 0x0F) | (up & 0x30): bit select, C = 0x0F ? A = low : B = up & 0x30.
+        _mm512_ternarylogic_epi32::<0xE4>(low, _mm512_and_si512(up[c], m30), m4)
+    })
 }
 
 /// The tile kernel of a 256-weight type (IQ4_XS: [`iq4xs_tile_kernel`], Q2_K:
@@ -720,7 +746,8 @@ pub unsafe fn tile_rows_256(ty: WeightType, job: &TileJob<Q8x256>) {
         WeightType::Q4K if job.codes.is_some() => rows!(q45k_tile_kernel, false, true),
         WeightType::Q4K => rows!(q45k_tile_kernel, false, false),
         WeightType::Q5K => rows!(q45k_tile_kernel, true, false),
-        WeightType::Q6K => rows!(q6k_tile_kernel),
+        WeightType::Q6K if job.codes.is_some() => rows!(q6k_tile_kernel, true),
+        WeightType::Q6K => rows!(q6k_tile_kernel, false),
         _ => panic!("{} has no 256-weight tile kernel", ty.name()),
     }
 }

@@ -433,8 +433,8 @@ pub struct TileJob<'a, A = Q8x32> {
     pub ld: usize,
     /// Outputs per row (the tile's real weight rows, ≤ 16).
     pub cols: usize,
-    /// The tile's codes unpacked one per byte (Q4_K on AVX-512 in a prefill,
-    /// `super::avx512::unpack_q4k`), or `None`: the kernel unpacks them itself.
+    /// The tile's codes unpacked one per byte (Q4_K and Q6_K on AVX-512 in a prefill,
+    /// `super::avx512::unpack_tile`), or `None`: the kernel unpacks them itself.
     pub codes: Option<&'a [u8]>,
 }
 
@@ -543,20 +543,21 @@ pub(super) unsafe fn run_tiles<A: TileActs>(
     UNPACKED.with_borrow_mut(|scratch| {
         for r0 in (0..m).step_by(ROW_TILE) {
             let r1 = (r0 + ROW_TILE).min(m);
-            // Q4_K on AVX-512, more than one pass of rows over each tile: its codes
-            // unpacked once per tile for all of them (`avx512::unpack_q4k`).
-            let unpack = isa == Isa::Avx512 && tiles.ty == WeightType::Q4K && r1 - r0 > TILE_ACT_ROWS;
+            // Q4_K and Q6_K on AVX-512, more than one pass of rows over each tile:
+            // its codes unpacked once per tile for all of them (`avx512::unpack_tile`).
+            let unpack = isa == Isa::Avx512 && super::avx512::unpacks(tiles.ty) && r1 - r0 > TILE_ACT_ROWS;
             for t in range.clone() {
                 let cols = TILE_ROWS.min(n - t * TILE_ROWS);
                 let codes = if unpack {
-                    let len = blocks * super::avx512::Q4K_UNPACKED_BLOCK;
+                    let len = blocks * super::avx512::UNPACKED_BLOCK;
                     if scratch.len() < len / 64 {
                         scratch.resize(len / 64, Line([0; 64]));
                     }
                     // SAFETY: a `Line` is 64 plain bytes, 64-byte aligned.
                     let bytes = unsafe { std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut u8, len) };
-                    // SAFETY: `isa` is AVX-512 (checked by `dispatch`), which has F and BW.
-                    unsafe { super::avx512::unpack_q4k(tiles.tile(t), blocks, bytes) };
+                    // SAFETY: `isa` is AVX-512 (checked by `dispatch`: every feature
+                    // `unpack_tile` enables).
+                    unsafe { super::avx512::unpack_tile(tiles.ty, tiles.tile(t), blocks, bytes) };
                     Some(&*bytes)
                 } else {
                     None
