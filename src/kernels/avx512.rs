@@ -399,19 +399,13 @@ unsafe fn q2k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
         let (mut sums, mut mins) = ([_mm512_setzero_si512(); R], [_mm512_setzero_si512(); R]);
-        // The minimums times the activations' per-16 sums: two groups per `vpdpwssd`
-        // (each lane the row's two minimums as i16, against the two sums broadcast).
-        for p in 0..8 {
-            let mn = |g: usize| {
-                let sm = _mm512_cvtepu8_epi32(_mm_loadu_si128(blk.add(Q2K_SCALES_AT + 16 * g) as *const __m128i));
-                _mm512_srli_epi32::<4>(sm)
-            };
-            let pair = _mm512_or_si512(mn(2 * p), _mm512_slli_epi32::<16>(mn(2 * p + 1)));
-            for r in 0..R {
-                let bsums = (*x[r].add(b)).bsums.as_ptr().add(2 * p) as *const i32;
-                mins[r] = _mm512_dpwssd_epi32(mins[r], pair, _mm512_set1_epi32(std::ptr::read_unaligned(bsums)));
-            }
-        }
+        // The minimums times the activations' per-16 sums: each lane the row's two
+        // minimums as i16.
+        let mn = |g: usize| {
+            let sm = _mm512_cvtepu8_epi32(_mm_loadu_si128(blk.add(Q2K_SCALES_AT + 16 * g) as *const __m128i));
+            _mm512_srli_epi32::<4>(sm)
+        };
+        add_pair_sums(&mut mins, &x, b, |p| _mm512_or_si512(mn(2 * p), _mm512_slli_epi32::<16>(mn(2 * p + 1))));
         for g in 0..16 {
             super::prefetch_part(R, blk, bb, g, 16);
             let z = _mm512_loadu_si512(blk.add(64 * g) as *const _);
@@ -498,12 +492,30 @@ unsafe fn take_offsets<const R: usize>(
 ) {
     let (low16, neg) = (_mm512_set1_epi32(0xFFFF), _mm512_set1_epi16(-offset));
     let sc = |g: usize| _mm512_cvtepi8_epi32(_mm_loadu_si128(scales.add(16 * g) as *const __m128i));
-    for p in 0..8 {
+    add_pair_sums(total, x, b, |p| {
         let pair = _mm512_or_si512(_mm512_and_si512(sc(2 * p), low16), _mm512_slli_epi32::<16>(sc(2 * p + 1)));
-        let pair = _mm512_mullo_epi16(pair, neg);
+        _mm512_mullo_epi16(pair, neg)
+    });
+}
+
+/// `acc[r] += pair(p) ⊙ (Σqₓ_{2p}, Σqₓ_{2p+1})` over the 8 pairs of 16-weight groups
+/// of block `b` of each activation row `x[r]`: `pair(p)` holds in each lane a weight
+/// row's values for groups `2p` and `2p + 1` as two i16 (Q2_K's minimums, Q3_K's and
+/// Q6_K's scales times their codes' −offset), met by the activations' two per-16 sums
+/// broadcast, one `vpdpwssd` per pair and row (AVX2's `group_sums`).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+unsafe fn add_pair_sums<const R: usize>(
+    acc: &mut [__m512i; R],
+    x: &[*const Q8x256; R],
+    b: usize,
+    pair: impl Fn(usize) -> __m512i,
+) {
+    for p in 0..8 {
+        let pair = pair(p);
         for r in 0..R {
             let sums = (*x[r].add(b)).bsums.as_ptr().add(2 * p) as *const i32;
-            total[r] = _mm512_dpwssd_epi32(total[r], pair, _mm512_set1_epi32(std::ptr::read_unaligned(sums)));
+            acc[r] = _mm512_dpwssd_epi32(acc[r], pair, _mm512_set1_epi32(std::ptr::read_unaligned(sums)));
         }
     }
 }
@@ -547,12 +559,12 @@ unsafe fn q3k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
 /// the minimums times the activations' per-32 sums by `vpdpwssd` (each lane the row's
 /// minimum twice as i16, against the sub-block's two per-16 sums); both summed in
 /// integers over the block, then `y += (d ⊙ dₓ)·Σ − (dmin ⊙ dₓ)·Σm`, as ggml's kernels.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 ///
 /// With `U` (Q4_K only) the codes come unpacked from `job.codes` ([`unpack_tile`]):
 /// two loads per code vector pair in place of a shift and two masks, the unpacking
 /// paid once per tile and [`ROW_TILE`](super::tiles) activation rows instead of once
 /// per 8.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn q45k_tile_kernel<const Q5: bool, const U: bool, const R: usize>(job: &TileJob<Q8x256>) {
     use super::tiles::Q45K_MASKS_AT;
     let TileJob { tile, acts, blocks, out, ld, cols, codes, .. } = *job;
