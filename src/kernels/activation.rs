@@ -38,6 +38,10 @@ pub struct Q8x256 {
     pub qs: [i8; 256],
     /// `Σ qs[16i..16i+16]`.
     pub bsums: [i16; 16],
+    /// `Σ qs[32i..32i+32]` (`bsums` in pairs): Q4_K's and Q5_K's minimums belong to
+    /// 32-weight sub-blocks, and the tile kernels take two of them per
+    /// multiply-add from one 32-bit read of this.
+    pub sums32: [i16; 8],
 }
 
 impl Q8x32 {
@@ -47,7 +51,7 @@ impl Q8x32 {
 
 impl Q8x256 {
     /// An all-zero block.
-    pub const ZERO: Q8x256 = Q8x256 { d: 0.0, qs: [0; 256], bsums: [0; 16] };
+    pub const ZERO: Q8x256 = Q8x256 { d: 0.0, qs: [0; 256], bsums: [0; 16], sums32: [0; 8] };
 }
 
 /// `(d, 1/d)` of a block as ggml's quantizers compute them: `127 / max|x|` for the
@@ -127,6 +131,9 @@ pub(super) fn quantize_256_portable(x: &[f32], out: &mut [Q8x256]) {
         }
         for (s, qs) in o.bsums.iter_mut().zip(o.qs.chunks_exact(16)) {
             *s = qs.iter().map(|&q| q as i16).sum();
+        }
+        for (s, pair) in o.sums32.iter_mut().zip(o.bsums.chunks_exact(2)) {
+            *s = pair[0] + pair[1];
         }
         // `block_q8_K` keeps `1 / id` in f32.
         o.d = if id > 0.0 { 1.0 / id } else { 0.0 };

@@ -847,9 +847,10 @@ unsafe fn bytes8(at: *const u8) -> __m128i {
 /// against `R` activation rows of [`Q8x256`]: per 32-weight sub-block, 8 `maddubs` of
 /// its codes (Q5_K: plus 16 where the fifth bit is set) with the row's codes
 /// (broadcast), summed in 16 bits (Q4: all 8, codes ≤ 15; Q5: 4 at a time, codes ≤ 31:
-/// no overflow), then `madd` with the rows' integer scales; the minimums against the
-/// activations' per-16 sums by `madd`; the integer sums over the block equal
-/// AVX-512's, and so does the float step.
+/// no overflow), then `madd` with the rows' integer scales; the minimums, two
+/// sub-blocks' per lane, against the activations' per-32 sums by `madd`; the block's
+/// sums are AVX-512's (which sums its scaled sub-blocks in floats, exactly below 2²⁴),
+/// and so is the float step.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q45k_tile_kernel<const Q5: bool, const R: usize, const H: usize>(job: &TileJob<Q8x256>, half0: usize) {
     use super::tiles::Q45K_MASKS_AT;
@@ -895,10 +896,13 @@ unsafe fn q45k_tile_kernel<const Q5: bool, const R: usize, const H: usize>(job: 
                     }
                 }
             }
-            for s in 0..8 {
-                let m = twice(bytes8(blk.add(scales_at + 128 + 16 * s + 8 * half)));
+            // Two sub-blocks' minimums per lane (i16 pairs) against the rows' two
+            // 32-code sums: one `madd` per pair of sub-blocks and row.
+            for p in 0..4 {
+                let at = |s: usize| bytes8(blk.add(scales_at + 128 + 16 * s + 8 * half));
+                let m = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(at(2 * p), at(2 * p + 1)));
                 for r in 0..R {
-                    let sums = (*x[r].add(b)).bsums.as_ptr().add(2 * s) as *const i32;
+                    let sums = (*x[r].add(b)).sums32.as_ptr().add(2 * p) as *const i32;
                     let pair = _mm256_set1_epi32(std::ptr::read_unaligned(sums));
                     mins[r] = _mm256_add_epi32(mins[r], _mm256_madd_epi16(m, pair));
                 }

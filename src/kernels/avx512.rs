@@ -377,7 +377,7 @@ unsafe fn iq4xs_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
                 total[r] = _mm512_add_epi32(total[r], _mm512_mullo_epi32(sub, ls));
             }
         }
-        add_block(&mut y, blk.add(IQ4XS_SCALES_AT + 128), &x, b, &total, None);
+        add_block(&mut y, blk.add(IQ4XS_SCALES_AT + 128), &x, b, &int_sums(&total), None);
     }
     store_tile(&y, out, ld, cols);
 }
@@ -422,7 +422,7 @@ unsafe fn q2k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
                 sums[r] = _mm512_add_epi32(sums[r], _mm512_mullo_epi32(accs[r], sc));
             }
         }
-        add_block(&mut y, blk.add(Q2K_SCALES_AT + 256), &x, b, &sums, Some(&mins));
+        add_block(&mut y, blk.add(Q2K_SCALES_AT + 256), &x, b, &int_sums(&sums), Some(&mins));
     }
     store_tile(&y, out, ld, cols);
 }
@@ -430,6 +430,8 @@ unsafe fn q2k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
 /// The one float step per block of the 256-weight tile kernels: `y[r] += (d ⊙ dₓ)·Σ[r]`
 /// for activation row `r`'s block `b`, `d` the 16 rows' f16 scales at `d_at`; with
 /// minimums first `y[r] −= (dmin ⊙ dₓ)·Σm[r]`, `dmin` the 16 f16 right after `d`.
+/// `total` is the block's integer sum as a float ([`int_sums`] of an integer one, or
+/// summed in floats from exact products, as [`q45k_tile_kernel`] does).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
 unsafe fn add_block<const R: usize>(
@@ -437,7 +439,7 @@ unsafe fn add_block<const R: usize>(
     d_at: *const u8,
     x: &[*const Q8x256; R],
     b: usize,
-    total: &[__m512i; R],
+    total: &[__m512; R],
     mins: Option<&[__m512i; R]>,
 ) {
     let d = _mm512_cvtph_ps(_mm256_loadu_si256(d_at as *const __m256i));
@@ -447,8 +449,15 @@ unsafe fn add_block<const R: usize>(
         if let (Some(mins), Some(dmin)) = (mins, dmin) {
             y[r] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(mins[r]), y[r]);
         }
-        y[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(total[r]), y[r]);
+        y[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), total[r], y[r]);
     }
+}
+
+/// Integer sums as floats, for [`add_block`] (exact below 2²⁴).
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn int_sums<const R: usize>(total: &[__m512i; R]) -> [__m512; R] {
+    total.map(|t| _mm512_cvtepi32_ps(t))
 }
 
 /// `total[r] += sc ⊙ Σ codes·qₓ` over 16-weight group `g` of block `b` of each
@@ -548,17 +557,20 @@ unsafe fn q3k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
             add_scaled_group(&mut total, &codes, &x, b, g, sc);
         }
         take_offsets(&mut total, blk.add(Q3K_SCALES_AT), &x, b, 4);
-        add_block(&mut y, blk.add(Q3K_SCALES_AT + 256), &x, b, &total, None);
+        add_block(&mut y, blk.add(Q3K_SCALES_AT + 256), &x, b, &int_sums(&total), None);
     }
     store_tile(&y, out, ld, cols);
 }
 
 /// One Q4_K or Q5_K tile (16 weight rows, layout in [`super::tiles`]) against `R`
 /// activation rows of [`Q8x256`]: per 32-weight sub-block, 8 `vpdpbusd` of its codes
-/// (Q5_K: plus 16 where the fifth bit is set) per row, times the rows' integer scales;
-/// the minimums times the activations' per-32 sums by `vpdpwssd` (each lane the row's
-/// minimum twice as i16, against the sub-block's two per-16 sums); both summed in
-/// integers over the block, then `y += (d ⊙ dₓ)·Σ − (dmin ⊙ dₓ)·Σm`, as ggml's kernels.
+/// (Q5_K: plus 16 where the fifth bit is set) per row, then times the rows' scales in
+/// floats (`vcvtdq2ps` and an FMA: each product is an integer below 2²⁴, exact, and so
+/// is their sum over the block below 2²⁴ — the integer sum AVX2 takes, the same bits;
+/// `vpmulld`, two µops on one port, was a fifth of the loop); the minimums, two
+/// sub-blocks' per lane as i16 pairs, times the activations' per-32 sums
+/// ([`Q8x256::sums32`]) by `vpdpwssd`, summed in integers; then `y += (d ⊙ dₓ)·Σ −
+/// (dmin ⊙ dₓ)·Σm`, as ggml's kernels.
 ///
 /// With `U` (Q4_K only) the codes come unpacked from `job.codes` ([`unpack_tile`]):
 /// two loads per code vector pair in place of a shift and two masks, the unpacking
@@ -576,7 +588,7 @@ unsafe fn q45k_tile_kernel<const Q5: bool, const U: bool, const R: usize>(job: &
     let mut y = [_mm512_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        let (mut total, mut mins) = ([_mm512_setzero_si512(); R], [_mm512_setzero_si512(); R]);
+        let (mut total, mut mins) = ([_mm512_setzero_ps(); R], [_mm512_setzero_si512(); R]);
         let bytes16 = |at: usize| _mm512_cvtepu8_epi32(_mm_loadu_si128(blk.add(at) as *const __m128i));
         for i in 0..4 {
             let (mut lo, mut hi) = ([_mm512_setzero_si512(); 8], [_mm512_setzero_si512(); 8]);
@@ -598,19 +610,22 @@ unsafe fn q45k_tile_kernel<const Q5: bool, const U: bool, const R: usize>(job: &
                     hi[v] = _mm512_mask_add_epi8(hi[v], mask(2 * i + 1), hi[v], sixteen);
                 }
             }
-            let (sc_lo, sc_hi) = (bytes16(scales_at + 32 * i), bytes16(scales_at + 32 * i + 16));
+            let scale = |at: usize| _mm512_cvtepi32_ps(bytes16(at));
+            let (sc_lo, sc_hi) = (scale(scales_at + 32 * i), scale(scales_at + 32 * i + 16));
             let (lo, hi) = (dot_rows(&lo, codes_at(&x, b, 64 * i)), dot_rows(&hi, codes_at(&x, b, 64 * i + 32)));
             for r in 0..R {
-                let (lo, hi) = (_mm512_mullo_epi32(lo[r], sc_lo), _mm512_mullo_epi32(hi[r], sc_hi));
-                total[r] = _mm512_add_epi32(total[r], _mm512_add_epi32(lo, hi));
+                total[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo[r]), sc_lo, total[r]);
+                total[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi[r]), sc_hi, total[r]);
             }
         }
-        for s in 0..8 {
-            let m = bytes16(scales_at + 128 + 16 * s);
-            let twice = _mm512_or_si512(m, _mm512_slli_epi32::<16>(m));
+        // Two sub-blocks' minimums per lane (i16 pairs) against the rows' two 32-code
+        // sums: one multiply-add per pair of sub-blocks and row.
+        for p in 0..4 {
+            let at = scales_at + 128 + 32 * p;
+            let pair = _mm512_or_si512(bytes16(at), _mm512_slli_epi32::<16>(bytes16(at + 16)));
             for r in 0..R {
-                let sums = (*x[r].add(b)).bsums.as_ptr().add(2 * s) as *const i32;
-                mins[r] = _mm512_dpwssd_epi32(mins[r], twice, _mm512_set1_epi32(std::ptr::read_unaligned(sums)));
+                let sums = (*x[r].add(b)).sums32.as_ptr().add(2 * p) as *const i32;
+                mins[r] = _mm512_dpwssd_epi32(mins[r], pair, _mm512_set1_epi32(std::ptr::read_unaligned(sums)));
             }
         }
         add_block(&mut y, blk.add(scales_at + 256), &x, b, &total, Some(&mins));
@@ -701,7 +716,7 @@ unsafe fn q6k_tile_kernel<const U: bool, const R: usize>(job: &TileJob<Q8x256>) 
             add_scaled_group(&mut total, &codes, &x, b, g, sc);
         }
         take_offsets(&mut total, blk.add(Q6K_SCALES_AT), &x, b, 32);
-        add_block(&mut y, blk.add(Q6K_SCALES_AT + 256), &x, b, &total, None);
+        add_block(&mut y, blk.add(Q6K_SCALES_AT + 256), &x, b, &int_sums(&total), None);
     }
     store_tile(&y, out, ld, cols);
 }

@@ -664,6 +664,9 @@ fn activation_quantization_is_ggml_s_with_ties_to_even() {
         for (s, q) in b.bsums.iter().zip(b.qs.chunks_exact(16)) {
             assert_eq!(*s, q.iter().map(|&q| q as i16).sum::<i16>());
         }
+        for (s, q) in b.sums32.iter().zip(b.qs.chunks_exact(32)) {
+            assert_eq!(*s, q.iter().map(|&q| q as i16).sum::<i16>());
+        }
     }
 }
 
