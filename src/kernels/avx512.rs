@@ -462,22 +462,33 @@ unsafe fn int_sums<const R: usize>(total: &[__m512i; R]) -> [__m512; R] {
 
 /// `total[r] += sc ⊙ Σ codes·qₓ` over 16-weight group `g` of block `b` of each
 /// activation row `x[r]`: one group of the Q3_K and Q6_K tiles (unsigned codes
-/// `q + offset`, integer scales `sc` per weight row), exact in 32-bit integers; the
-/// offset is taken back once per block by [`take_offsets`].
+/// `q + offset`, the signed scale bytes at `scales`, one per weight row), the scale
+/// applied in floats as [`q45k_tile_kernel`] does (each product an integer below 2²⁴:
+/// Q6_K's at most 16 · 63 · 127 · 128; their sum over the block exact below 2²⁴); the
+/// offset is taken back once per block by [`take_offsets`], in integers.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
 unsafe fn add_scaled_group<const R: usize>(
-    total: &mut [__m512i; R],
+    total: &mut [__m512; R],
     codes: &[__m512i; 4],
     x: &[*const Q8x256; R],
     b: usize,
     g: usize,
-    sc: __m512i,
+    scales: *const u8,
 ) {
+    let sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(scales as *const __m128i)));
     let accs = dot_rows(codes, codes_at(x, b, 16 * g));
     for r in 0..R {
-        total[r] = _mm512_add_epi32(total[r], _mm512_mullo_epi32(accs[r], sc));
+        total[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(accs[r]), sc, total[r]);
     }
+}
+
+/// A block's scaled sums ([`add_scaled_group`], floats) and its offsets
+/// ([`take_offsets`], integers) as one float sum for [`add_block`].
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn with_offsets<const R: usize>(total: &[__m512; R], offsets: &[__m512i; R]) -> [__m512; R] {
+    std::array::from_fn(|r| _mm512_add_ps(total[r], _mm512_cvtepi32_ps(offsets[r])))
 }
 
 /// `total[r] −= offset · Σ_g sc_g ⊙ Σqₓ_g` over the 16 groups of block `b`: what the
@@ -544,7 +555,7 @@ unsafe fn q3k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
     let mut y = [_mm512_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        let mut total = [_mm512_setzero_si512(); R];
+        let (mut total, mut offsets) = ([_mm512_setzero_ps(); R], [_mm512_setzero_si512(); R]);
         for g in 0..16 {
             super::prefetch_part(R, blk, bb, g, 16);
             let z = _mm512_loadu_si512(blk.add(64 * g) as *const _);
@@ -553,11 +564,10 @@ unsafe fn q3k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
                 let third = std::ptr::read_unaligned(blk.add(Q3K_MASKS_AT + 32 * g + 8 * c) as *const u64);
                 _mm512_mask_add_epi8(low, third, low, four)
             });
-            let sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(Q3K_SCALES_AT + 16 * g) as *const __m128i));
-            add_scaled_group(&mut total, &codes, &x, b, g, sc);
+            add_scaled_group(&mut total, &codes, &x, b, g, blk.add(Q3K_SCALES_AT + 16 * g));
         }
-        take_offsets(&mut total, blk.add(Q3K_SCALES_AT), &x, b, 4);
-        add_block(&mut y, blk.add(Q3K_SCALES_AT + 256), &x, b, &int_sums(&total), None);
+        take_offsets(&mut offsets, blk.add(Q3K_SCALES_AT), &x, b, 4);
+        add_block(&mut y, blk.add(Q3K_SCALES_AT + 256), &x, b, &with_offsets(&total, &offsets), None);
     }
     store_tile(&y, out, ld, cols);
 }
@@ -703,7 +713,7 @@ unsafe fn q6k_tile_kernel<const U: bool, const R: usize>(job: &TileJob<Q8x256>) 
     let mut y = [_mm512_setzero_ps(); R];
     for b in 0..blocks {
         let blk = tile.as_ptr().add(b * bb);
-        let mut total = [_mm512_setzero_si512(); R];
+        let (mut total, mut offsets) = ([_mm512_setzero_ps(); R], [_mm512_setzero_si512(); R]);
         for g in 0..16 {
             let codes = if U {
                 let at = unpacked.add(UNPACKED_BLOCK * b + 256 * g);
@@ -712,11 +722,10 @@ unsafe fn q6k_tile_kernel<const U: bool, const R: usize>(job: &TileJob<Q8x256>) 
                 super::prefetch_part(R, blk, bb, g, 16);
                 q6k_codes(blk, g)
             };
-            let sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(Q6K_SCALES_AT + 16 * g) as *const __m128i));
-            add_scaled_group(&mut total, &codes, &x, b, g, sc);
+            add_scaled_group(&mut total, &codes, &x, b, g, blk.add(Q6K_SCALES_AT + 16 * g));
         }
-        take_offsets(&mut total, blk.add(Q6K_SCALES_AT), &x, b, 32);
-        add_block(&mut y, blk.add(Q6K_SCALES_AT + 256), &x, b, &int_sums(&total), None);
+        take_offsets(&mut offsets, blk.add(Q6K_SCALES_AT), &x, b, 32);
+        add_block(&mut y, blk.add(Q6K_SCALES_AT + 256), &x, b, &with_offsets(&total, &offsets), None);
     }
     store_tile(&y, out, ld, cols);
 }
