@@ -865,7 +865,7 @@ unsafe fn q45k_tile_kernel<const Q5: bool, const R: usize, const H: usize>(job: 
         let blk = tile.as_ptr().add(b * bb);
         for (h, y) in y.iter_mut().enumerate() {
             let half = half0 + h;
-            let (mut total, mut mins) = ([_mm256_setzero_si256(); R], [_mm256_setzero_si256(); R]);
+            let mut total = [_mm256_setzero_si256(); R];
             for s in 0..8 {
                 if h == 0 {
                     super::prefetch_part(R, blk, bb, s, 8);
@@ -896,17 +896,8 @@ unsafe fn q45k_tile_kernel<const Q5: bool, const R: usize, const H: usize>(job: 
                     }
                 }
             }
-            // Two sub-blocks' minimums per lane (i16 pairs) against the rows' two
-            // 32-code sums: one `madd` per pair of sub-blocks and row.
-            for p in 0..4 {
-                let at = |s: usize| bytes8(blk.add(scales_at + 128 + 16 * s + 8 * half));
-                let m = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(at(2 * p), at(2 * p + 1)));
-                for r in 0..R {
-                    let sums = (*x[r].add(b)).sums32.as_ptr().add(2 * p) as *const i32;
-                    let pair = _mm256_set1_epi32(std::ptr::read_unaligned(sums));
-                    mins[r] = _mm256_add_epi32(mins[r], _mm256_madd_epi16(m, pair));
-                }
-            }
+            // Two sub-blocks' minimums per `madd`, against the rows' per-32 sums.
+            let mins = group_sums(&x, b, |a| &a.sums32, |s| bytes8(blk.add(scales_at + 128 + 16 * s + 8 * half)));
             add_block(y, blk.add(scales_at + 256 + 16 * half), &x, b, &total, Some(&mins));
         }
     }
@@ -942,23 +933,25 @@ unsafe fn add_scaled_group<const R: usize, const PER: usize>(
     }
 }
 
-/// `Σ_g s_g · Σ qₓ(g)` over the 16 groups of block `b`, per activation row: the
-/// rows' per-group values `group(g)` (8 signed bytes: Q3_K's and Q6_K's scales, for
-/// the offset of their unsigned codes; Q2_K's minimums) against the activations'
-/// per-16 sums, two groups per `madd`.
+/// `Σ_g s_g · Σ qₓ(g)` over the `N` groups of block `b`, per activation row: the
+/// rows' per-group values `group(g)` (8 signed bytes, or unsigned below 128: Q3_K's
+/// and Q6_K's scales, for the offset of their unsigned codes; Q2_K's minimums, with
+/// the per-16 sums `|a| &a.bsums`; Q4_K's and Q5_K's minimums, with the per-32 sums
+/// `|a| &a.sums32`) against the activations' sums, two groups per `madd`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn group_sums<const R: usize>(
+unsafe fn group_sums<const R: usize, const N: usize>(
     x: &[*const Q8x256; R],
     b: usize,
+    sums: impl Fn(&Q8x256) -> &[i16; N],
     group: impl Fn(usize) -> __m128i,
 ) -> [__m256i; R] {
     let mut out = [_mm256_setzero_si256(); R];
-    for g in (0..16).step_by(2) {
+    for g in (0..N).step_by(2) {
         // Lane j: (row j's value of group g, of group g + 1), against the two sums.
         let pair = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(group(g), group(g + 1)));
         for r in 0..R {
-            let sums = (*x[r].add(b)).bsums.as_ptr().add(g) as *const i32;
+            let sums = sums(&*x[r].add(b)).as_ptr().add(g) as *const i32;
             out[r] =
                 _mm256_add_epi32(out[r], _mm256_madd_epi16(pair, _mm256_set1_epi32(std::ptr::read_unaligned(sums))));
         }
@@ -977,7 +970,7 @@ unsafe fn take_offsets<const R: usize>(
     scales: impl Fn(usize) -> __m128i,
     offset: u32,
 ) {
-    let offsets = group_sums(x, b, scales);
+    let offsets = group_sums(x, b, |a| &a.bsums, scales);
     let shift = _mm_cvtsi32_si128(offset.trailing_zeros() as i32);
     for r in 0..R {
         total[r] = _mm256_sub_epi32(total[r], _mm256_sll_epi32(offsets[r], shift));
@@ -1018,7 +1011,7 @@ unsafe fn q2k_tile_kernel<const R: usize, const H: usize>(job: &TileJob<Q8x256>,
                 ];
                 add_scaled_group::<R, 4>(&mut total, &codes, &x, b, g, _mm_and_si128(bytes(g), low4));
             }
-            let mins = group_sums(&x, b, |g| _mm_and_si128(_mm_srli_epi16::<4>(bytes(g)), low4));
+            let mins = group_sums(&x, b, |a| &a.bsums, |g| _mm_and_si128(_mm_srli_epi16::<4>(bytes(g)), low4));
             add_block(y, blk.add(Q2K_SCALES_AT + 256 + 16 * half), &x, b, &total, Some(&mins));
         }
     }

@@ -405,7 +405,13 @@ unsafe fn q2k_tile_kernel<const R: usize>(job: &TileJob<Q8x256>) {
             let sm = _mm512_cvtepu8_epi32(_mm_loadu_si128(blk.add(Q2K_SCALES_AT + 16 * g) as *const __m128i));
             _mm512_srli_epi32::<4>(sm)
         };
-        add_pair_sums(&mut mins, &x, b, |p| _mm512_or_si512(mn(2 * p), _mm512_slli_epi32::<16>(mn(2 * p + 1))));
+        add_pair_sums(
+            &mut mins,
+            &x,
+            b,
+            |a| &a.bsums,
+            |p| _mm512_or_si512(mn(2 * p), _mm512_slli_epi32::<16>(mn(2 * p + 1))),
+        );
         for g in 0..16 {
             super::prefetch_part(R, blk, bb, g, 16);
             let z = _mm512_loadu_si512(blk.add(64 * g) as *const _);
@@ -512,29 +518,38 @@ unsafe fn take_offsets<const R: usize>(
 ) {
     let (low16, neg) = (_mm512_set1_epi32(0xFFFF), _mm512_set1_epi16(-offset));
     let sc = |g: usize| _mm512_cvtepi8_epi32(_mm_loadu_si128(scales.add(16 * g) as *const __m128i));
-    add_pair_sums(total, x, b, |p| {
-        let pair = _mm512_or_si512(_mm512_and_si512(sc(2 * p), low16), _mm512_slli_epi32::<16>(sc(2 * p + 1)));
-        _mm512_mullo_epi16(pair, neg)
-    });
+    add_pair_sums(
+        total,
+        x,
+        b,
+        |a| &a.bsums,
+        |p| {
+            let pair = _mm512_or_si512(_mm512_and_si512(sc(2 * p), low16), _mm512_slli_epi32::<16>(sc(2 * p + 1)));
+            _mm512_mullo_epi16(pair, neg)
+        },
+    );
 }
 
-/// `acc[r] += pair(p) ⊙ (Σqₓ_{2p}, Σqₓ_{2p+1})` over the 8 pairs of 16-weight groups
-/// of block `b` of each activation row `x[r]`: `pair(p)` holds in each lane a weight
+/// `acc[r] += pair(p) ⊙ (Σqₓ_{2p}, Σqₓ_{2p+1})` over the `N / 2` pairs of groups of
+/// block `b` of each activation row `x[r]`: `pair(p)` holds in each lane a weight
 /// row's values for groups `2p` and `2p + 1` as two i16 (Q2_K's minimums, Q3_K's and
-/// Q6_K's scales times their codes' −offset), met by the activations' two per-16 sums
-/// broadcast, one `vpdpwssd` per pair and row (AVX2's `group_sums`).
+/// Q6_K's scales times their codes' −offset, with the per-16 sums `|a| &a.bsums`;
+/// Q4_K's and Q5_K's minimums, with the per-32 sums `|a| &a.sums32`), met by the
+/// activations' two sums broadcast, one `vpdpwssd` per pair and row (AVX2's
+/// `group_sums`).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
-unsafe fn add_pair_sums<const R: usize>(
+unsafe fn add_pair_sums<const R: usize, const N: usize>(
     acc: &mut [__m512i; R],
     x: &[*const Q8x256; R],
     b: usize,
+    sums: impl Fn(&Q8x256) -> &[i16; N],
     pair: impl Fn(usize) -> __m512i,
 ) {
-    for p in 0..8 {
+    for p in 0..N / 2 {
         let pair = pair(p);
         for r in 0..R {
-            let sums = (*x[r].add(b)).bsums.as_ptr().add(2 * p) as *const i32;
+            let sums = sums(&*x[r].add(b)).as_ptr().add(2 * p) as *const i32;
             acc[r] = _mm512_dpwssd_epi32(acc[r], pair, _mm512_set1_epi32(std::ptr::read_unaligned(sums)));
         }
     }
@@ -628,16 +643,17 @@ unsafe fn q45k_tile_kernel<const Q5: bool, const U: bool, const R: usize>(job: &
                 total[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi[r]), sc_hi, total[r]);
             }
         }
-        // Two sub-blocks' minimums per lane (i16 pairs) against the rows' two 32-code
-        // sums: one multiply-add per pair of sub-blocks and row.
-        for p in 0..4 {
-            let at = scales_at + 128 + 32 * p;
-            let pair = _mm512_or_si512(bytes16(at), _mm512_slli_epi32::<16>(bytes16(at + 16)));
-            for r in 0..R {
-                let sums = (*x[r].add(b)).sums32.as_ptr().add(2 * p) as *const i32;
-                mins[r] = _mm512_dpwssd_epi32(mins[r], pair, _mm512_set1_epi32(std::ptr::read_unaligned(sums)));
-            }
-        }
+        // Two sub-blocks' minimums per multiply-add, against the rows' per-32 sums.
+        add_pair_sums(
+            &mut mins,
+            &x,
+            b,
+            |a| &a.sums32,
+            |p| {
+                let at = scales_at + 128 + 32 * p;
+                _mm512_or_si512(bytes16(at), _mm512_slli_epi32::<16>(bytes16(at + 16)))
+            },
+        );
         add_block(&mut y, blk.add(scales_at + 256), &x, b, &total, Some(&mins));
     }
     store_tile(&y, out, ld, cols);
