@@ -218,13 +218,19 @@ impl Tiles {
 /// Write row `j`'s GGUF block `src` into its lanes of the tiled block `dst`.
 fn pack_block(ty: WeightType, src: &[u8], j: usize, dst: &mut [u8]) {
     if ty == WeightType::Q6K {
-        for g in 0..16 {
-            for l in 0..16 {
-                let code = q6k_code(src, 16 * g + l);
-                let (c, b) = (l / 4, l % 4);
-                dst[256 * (g / 2) + 64 * c + 4 * j + b] |= (code & 0xF) << (4 * (g % 2));
-                dst[Q6K_HIGH_AT + 64 * g + 4 * j + b] |= (code >> 4) << (2 * c);
+        let codes = q6k_codes(src);
+        // Runs of low nibbles: group pair `gp`'s first group in the low nibbles, its
+        // second in the high ones; then each group's run of high two bits (code vector
+        // `c` at bits `2c`). Row `j` owns bytes `4j..4j + 4` of every run.
+        for gp in 0..8 {
+            for c in 0..4 {
+                let (first, second) = (word(&codes, 32 * gp + 4 * c), word(&codes, 32 * gp + 16 + 4 * c));
+                put_word(dst, 256 * gp + 64 * c + 4 * j, first & 0x0F0F_0F0F | (second & 0x0F0F_0F0F) << 4);
             }
+        }
+        for g in 0..16 {
+            let high = (0..4).fold(0, |acc, c| acc | (word(&codes, 16 * g + 4 * c) >> 4 & 0x0303_0303) << (2 * c));
+            put_word(dst, Q6K_HIGH_AT + 64 * g + 4 * j, high);
             dst[Q6K_SCALES_AT + 16 * g + j] = src[192 + g];
         }
         dst[Q6K_SCALES_AT + 256 + 2 * j..Q6K_SCALES_AT + 258 + 2 * j].copy_from_slice(&src[208..210]);
@@ -261,34 +267,38 @@ fn pack_block(ty: WeightType, src: &[u8], j: usize, dst: &mut [u8]) {
         dst[scales_at + 288 + 2 * j..scales_at + 290 + 2 * j].copy_from_slice(&src[2..4]);
         return;
     }
-    if ty == WeightType::Q3K {
-        let scales = super::formats::q3k_scales(&src[96..108]);
+    if matches!(ty, WeightType::Q2K | WeightType::Q3K) {
+        let q3 = ty == WeightType::Q3K;
+        let codes = q23k_codes(ty, src);
         for g in 0..16 {
-            for l in 0..16 {
-                let code = (super::formats::q23k_code(ty, src, g, l) + 4) as u8;
-                let (c, b) = (l / 4, l % 4);
-                dst[64 * g + 4 * j + b] |= (code & 3) << (2 * c);
-                if code & 4 != 0 {
+            // Group g's run: code vector `c` at bits `2c` of each byte; Q3_K's third
+            // bits, one 4-bit field of row j per code vector's mask.
+            let run = (0..4).fold(0, |acc, c| acc | (word(&codes, 16 * g + 4 * c) & 0x0303_0303) << (2 * c));
+            put_word(dst, 64 * g + 4 * j, run);
+            if q3 {
+                for c in 0..4 {
+                    let third = word(&codes, 16 * g + 4 * c) >> 2 & 0x0101_0101;
+                    let bits = third & 1 | third >> 7 & 2 | third >> 14 & 4 | third >> 21 & 8;
                     let at = Q3K_MASKS_AT + 32 * g + 8 * c;
-                    let mask = u64::from_le_bytes(dst[at..at + 8].try_into().expect("8 bytes")) | 1 << (4 * j + b);
+                    let mask =
+                        u64::from_le_bytes(dst[at..at + 8].try_into().expect("8 bytes")) | u64::from(bits) << (4 * j);
                     dst[at..at + 8].copy_from_slice(&mask.to_le_bytes());
                 }
             }
-            dst[Q3K_SCALES_AT + 16 * g + j] = scales[g] as i8 as u8;
         }
-        dst[Q3K_SCALES_AT + 256 + 2 * j..Q3K_SCALES_AT + 258 + 2 * j].copy_from_slice(&src[108..110]);
-        return;
-    }
-    if ty == WeightType::Q2K {
-        for g in 0..16 {
-            for l in 0..16 {
-                let code = super::formats::q23k_code(ty, src, g, l) as u8;
-                dst[64 * g + 4 * j + l % 4] |= code << (2 * (l / 4));
+        if q3 {
+            let scales = super::formats::q3k_scales(&src[96..108]);
+            for (g, &sc) in scales.iter().enumerate() {
+                dst[Q3K_SCALES_AT + 16 * g + j] = sc as i8 as u8;
             }
-            dst[Q2K_SCALES_AT + 16 * g + j] = src[g];
+            dst[Q3K_SCALES_AT + 256 + 2 * j..Q3K_SCALES_AT + 258 + 2 * j].copy_from_slice(&src[108..110]);
+        } else {
+            for g in 0..16 {
+                dst[Q2K_SCALES_AT + 16 * g + j] = src[g];
+            }
+            dst[Q2K_SCALES_AT + 256 + 2 * j..Q2K_SCALES_AT + 258 + 2 * j].copy_from_slice(&src[80..82]);
+            dst[Q2K_SCALES_AT + 288 + 2 * j..Q2K_SCALES_AT + 290 + 2 * j].copy_from_slice(&src[82..84]);
         }
-        dst[Q2K_SCALES_AT + 256 + 2 * j..Q2K_SCALES_AT + 258 + 2 * j].copy_from_slice(&src[80..82]);
-        dst[Q2K_SCALES_AT + 288 + 2 * j..Q2K_SCALES_AT + 290 + 2 * j].copy_from_slice(&src[82..84]);
         return;
     }
     if ty == WeightType::IQ4XS {
@@ -352,14 +362,51 @@ fn pack_block(ty: WeightType, src: &[u8], j: usize, dst: &mut [u8]) {
     }
 }
 
-/// The unsigned 6-bit code (`q + 32`, 0..64) of weight `i` of a GGUF Q6_K block:
-/// weights `128h + 32k + l` (`k` 0..4, `l` 0..32) take nibble `k / 2` of
-/// `ql[64h + l + 32·(k % 2)]` and bits `2k..2k+2` of `qh[32h + l]`.
-fn q6k_code(src: &[u8], i: usize) -> u8 {
-    let (h, k, l) = (i / 128, i % 128 / 32, i % 32);
-    let low = src[64 * h + l + 32 * (k % 2)] >> (4 * (k / 2)) & 0xF;
-    let high = src[128 + 32 * h + l] >> (2 * k) & 3;
-    low | high << 4
+/// The unsigned 6-bit codes (`q + 32`, 0..64) of a GGUF Q6_K block's 256 weights, in
+/// weight order: weights `128h + 32k + l` (`k` 0..4, `l` 0..32) take nibble `k / 2` of
+/// `ql[64h + l + 32·(k % 2)]` and bits `2k..2k+2` of `qh[32h + l]`. (Runs of 32 over
+/// `l`: the compiler does them 32 bytes at a time.)
+fn q6k_codes(src: &[u8]) -> [u8; 256] {
+    let (ql, qh) = (&src[..128], &src[128..192]);
+    let mut codes = [0u8; 256];
+    for h in 0..2 {
+        for k in 0..4 {
+            let (low, high) = (&ql[64 * h + 32 * (k % 2)..][..32], &qh[32 * h..][..32]);
+            for (l, code) in codes[128 * h + 32 * k..][..32].iter_mut().enumerate() {
+                *code = low[l] >> (4 * (k / 2)) & 0xF | (high[l] >> (2 * k) & 3) << 4;
+            }
+        }
+    }
+    codes
+}
+
+/// The unsigned codes of a GGUF Q2_K (`q`, 0..4) or Q3_K (`q + 4`, 0..8) block's 256
+/// weights, group by group (weight `16g + l`), as [`super::formats::q23k_code`] reads
+/// them one at a time: runs of 16 over `l`, which the compiler does whole.
+fn q23k_codes(ty: WeightType, src: &[u8]) -> [u8; 256] {
+    let q3 = ty == WeightType::Q3K;
+    let codes_at = if q3 { 32 } else { 16 };
+    let mut codes = [0u8; 256];
+    for g in 0..16 {
+        let (shift, low) = (2 * ((g % 8) / 2), &src[codes_at + 32 * (g / 8) + 16 * (g % 2)..][..16]);
+        let high = &src[16 * (g % 2)..][..16];
+        for (l, code) in codes[16 * g..][..16].iter_mut().enumerate() {
+            *code = low[l] >> shift & 3 | if q3 { (high[l] >> (g / 2) & 1) << 2 } else { 0 };
+        }
+    }
+    codes
+}
+
+/// The four bytes of `codes` from `at`, as a little-endian word (byte `b` in bits `8b..`).
+#[inline(always)]
+fn word(codes: &[u8; 256], at: usize) -> u32 {
+    u32::from_le_bytes(codes[at..at + 4].try_into().expect("4 bytes"))
+}
+
+/// Store `w` little-endian at `dst[at..at + 4]`.
+#[inline(always)]
+fn put_word(dst: &mut [u8], at: usize, w: u32) {
+    dst[at..at + 4].copy_from_slice(&w.to_le_bytes());
 }
 
 // The kernels' type tags: a const generic of the tile and row kernels of
