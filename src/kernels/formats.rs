@@ -287,20 +287,45 @@ pub(crate) fn q3k_scale_bytes(s: &[u8]) -> [u8; 16] {
     (low | high << 4).to_le_bytes()
 }
 
-/// Group `g` (0..16, 16 weights each) of a Q2_K/Q3_K block reads its 2-bit codes from
-/// byte `32·(g / 8) + 16·(g % 2) + l` of the code bytes at bit `2·((g % 8) / 2)`, and
-/// (Q3_K) its high bit from byte `16·(g % 2) + l` of the high-bit bytes at bit `g / 2`.
+/// The unsigned 6-bit codes (`q + 32`, 0..64) of a Q6_K block's 256 weights, in
+/// weight order: weights `128h + 32k + l` (`k` 0..4, `l` 0..32) take nibble `k / 2` of
+/// `ql[64h + l + 32·(k % 2)]` and bits `2k..2k+2` of `qh[32h + l]`. Runs of 32 over
+/// `l`, which the compiler does a vector at a time.
 #[inline]
-pub(crate) fn q23k_code(ty: WeightType, b: &[u8], g: usize, l: usize) -> i32 {
-    let byte = 32 * (g / 8) + 16 * (g % 2) + l;
-    let shift = 2 * ((g % 8) / 2);
-    match ty {
-        WeightType::Q2K => i32::from((b[16 + byte] >> shift) & 3),
-        _ => {
-            let high = (b[16 * (g % 2) + l] >> (g / 2)) & 1;
-            i32::from((b[32 + byte] >> shift) & 3) - if high == 1 { 0 } else { 4 }
+pub(crate) fn q6k_codes(b: &[u8]) -> [u8; 256] {
+    let (ql, qh) = (&b[..128], &b[128..192]);
+    let mut codes = [0u8; 256];
+    for h in 0..2 {
+        for k in 0..4 {
+            let (low, high) = (&ql[64 * h + 32 * (k % 2)..][..32], &qh[32 * h..][..32]);
+            for (l, code) in codes[128 * h + 32 * k..][..32].iter_mut().enumerate() {
+                *code = low[l] >> (4 * (k / 2)) & 0xF | (high[l] >> (2 * k) & 3) << 4;
+            }
         }
     }
+    codes
+}
+
+/// The signed codes of a Q2_K (0..4) or Q3_K (−4..4) block's 256 weights, group by
+/// group (weight `16g + l`): group `g` (0..16, 16 weights each) reads its 2-bit codes
+/// from byte `32·(g / 8) + 16·(g % 2) + l` of the code bytes at bit `2·((g % 8) / 2)`,
+/// and (Q3_K) its high bit from byte `16·(g % 2) + l` of the high-bit bytes at bit
+/// `g / 2` (a clear bit subtracts 4). Runs of 16 over `l`, which the compiler does a
+/// vector at a time.
+#[inline]
+pub(crate) fn q23k_codes(ty: WeightType, b: &[u8]) -> [i8; 256] {
+    let q3 = ty == WeightType::Q3K;
+    let codes_at = if q3 { 32 } else { 16 };
+    let mut codes = [0i8; 256];
+    for g in 0..16 {
+        let (shift, low) = (2 * ((g % 8) / 2), &b[codes_at + 32 * (g / 8) + 16 * (g % 2)..][..16]);
+        let high = &b[16 * (g % 2)..][..16];
+        for (l, code) in codes[16 * g..][..16].iter_mut().enumerate() {
+            let q = (low[l] >> shift & 3) as i8;
+            *code = if q3 { q - 4 + 4 * ((high[l] >> (g / 2) & 1) as i8) } else { q };
+        }
+    }
+    codes
 }
 
 /// The 6-bit scale and min of sub-block `j` (0..8) of a Q4_K/Q5_K block's 12 packed bytes.
@@ -359,20 +384,22 @@ pub fn dequantize_block(ty: WeightType, b: &[u8], out: &mut [f32]) {
         }
         WeightType::Q2K => {
             let (d, dmin) = (f16_at(b, 80), f16_at(b, 82));
+            let codes = q23k_codes(ty, b);
             for g in 0..16 {
                 let (sc, m) = q2k_scale_min(b, g);
                 for l in 0..16 {
-                    out[16 * g + l] = d * sc as f32 * q23k_code(ty, b, g, l) as f32 - dmin * m as f32;
+                    out[16 * g + l] = d * sc as f32 * codes[16 * g + l] as f32 - dmin * m as f32;
                 }
             }
         }
         WeightType::Q3K => {
             let d = f16_at(b, 108);
             let scales = q3k_scales(&b[96..108]);
+            let codes = q23k_codes(ty, b);
             for g in 0..16 {
                 let dl = d * scales[g] as f32;
                 for l in 0..16 {
-                    out[16 * g + l] = dl * q23k_code(ty, b, g, l) as f32;
+                    out[16 * g + l] = dl * codes[16 * g + l] as f32;
                 }
             }
         }
@@ -399,22 +426,8 @@ pub fn dequantize_block(ty: WeightType, b: &[u8], out: &mut [f32]) {
         }
         WeightType::Q6K => {
             let d = f16_at(b, 208);
-            for half in 0..2 {
-                let ql = &b[64 * half..64 * half + 64];
-                let qh = &b[128 + 32 * half..128 + 32 * half + 32];
-                let sc = &b[192 + 8 * half..192 + 8 * half + 8];
-                let o = &mut out[128 * half..128 * half + 128];
-                for l in 0..32 {
-                    let is = l / 16;
-                    let q1 = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i32 - 32;
-                    let q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i32 - 32;
-                    let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32 - 32;
-                    let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32 - 32;
-                    o[l] = d * (sc[is] as i8 as f32) * q1 as f32;
-                    o[l + 32] = d * (sc[is + 2] as i8 as f32) * q2 as f32;
-                    o[l + 64] = d * (sc[is + 4] as i8 as f32) * q3 as f32;
-                    o[l + 96] = d * (sc[is + 6] as i8 as f32) * q4 as f32;
-                }
+            for (i, (o, q)) in out.iter_mut().zip(q6k_codes(b)).enumerate() {
+                *o = d * (b[192 + i / 16] as i8 as f32) * (i32::from(q) - 32) as f32;
             }
         }
         WeightType::IQ4NL | WeightType::MXFP4 => {

@@ -5,8 +5,8 @@
 
 use super::activation::{Q8x256, Q8x32};
 use super::formats::{
-    f16_at, float_at, iq4xs_scale, q23k_code, q2k_scale_min, q3k_scales, scale_min_k4, table_block, WeightType,
-    IQ4_VALUES,
+    f16_at, float_at, iq4xs_scale, q23k_codes, q2k_scale_min, q3k_scales, q6k_codes, scale_min_k4, table_block,
+    WeightType, IQ4_VALUES,
 };
 
 /// A 32-weight block as `w = d·code + m`.
@@ -89,16 +89,8 @@ pub(super) fn decode256(
             (f16_at(b, 0), f16_at(b, 2))
         }
         WeightType::Q6K => {
-            for half in 0..2 {
-                let ql = &b[64 * half..64 * half + 64];
-                let qh = &b[128 + 32 * half..128 + 32 * half + 32];
-                let c = &mut codes[128 * half..128 * half + 128];
-                for l in 0..32 {
-                    c[l] = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i32;
-                    c[l + 32] = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i32;
-                    c[l + 64] = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32;
-                    c[l + 96] = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32;
-                }
+            for (code, q) in codes.iter_mut().zip(q6k_codes(b)) {
+                *code = i32::from(q);
             }
             for g in 0..16 {
                 sc[g] = b[192 + g] as i8 as i32;
@@ -108,10 +100,8 @@ pub(super) fn decode256(
             (d, d)
         }
         WeightType::Q2K | WeightType::Q3K => {
-            for g in 0..16 {
-                for l in 0..16 {
-                    codes[16 * g + l] = q23k_code(ty, b, g, l);
-                }
+            for (code, q) in codes.iter_mut().zip(q23k_codes(ty, b)) {
+                *code = i32::from(q);
             }
             if ty == WeightType::Q2K {
                 for g in 0..16 {

@@ -218,7 +218,7 @@ impl Tiles {
 /// Write row `j`'s GGUF block `src` into its lanes of the tiled block `dst`.
 fn pack_block(ty: WeightType, src: &[u8], j: usize, dst: &mut [u8]) {
     if ty == WeightType::Q6K {
-        let codes = q6k_codes(src);
+        let codes = super::formats::q6k_codes(src);
         // Runs of low nibbles: group pair `gp`'s first group in the low nibbles, its
         // second in the high ones; then each group's run of high two bits (code vector
         // `c` at bits `2c`). Row `j` owns bytes `4j..4j + 4` of every run.
@@ -269,7 +269,8 @@ fn pack_block(ty: WeightType, src: &[u8], j: usize, dst: &mut [u8]) {
     }
     if matches!(ty, WeightType::Q2K | WeightType::Q3K) {
         let q3 = ty == WeightType::Q3K;
-        let codes = q23k_codes(ty, src);
+        // Unsigned: Q3_K's `q + 4` (0..8).
+        let codes = super::formats::q23k_codes(ty, src).map(|q| (q + if q3 { 4 } else { 0 }) as u8);
         for g in 0..16 {
             // Group g's run: code vector `c` at bits `2c` of each byte; Q3_K's third
             // bits, one 4-bit field of row j per code vector's mask.
@@ -360,41 +361,6 @@ fn pack_block(ty: WeightType, src: &[u8], j: usize, dst: &mut [u8]) {
     if let Some(m_at) = m_at {
         dst[at + 32 + 2 * j..at + 32 + 2 * j + 2].copy_from_slice(&src[m_at..m_at + 2]);
     }
-}
-
-/// The unsigned 6-bit codes (`q + 32`, 0..64) of a GGUF Q6_K block's 256 weights, in
-/// weight order: weights `128h + 32k + l` (`k` 0..4, `l` 0..32) take nibble `k / 2` of
-/// `ql[64h + l + 32·(k % 2)]` and bits `2k..2k+2` of `qh[32h + l]`. (Runs of 32 over
-/// `l`: the compiler does them 32 bytes at a time.)
-fn q6k_codes(src: &[u8]) -> [u8; 256] {
-    let (ql, qh) = (&src[..128], &src[128..192]);
-    let mut codes = [0u8; 256];
-    for h in 0..2 {
-        for k in 0..4 {
-            let (low, high) = (&ql[64 * h + 32 * (k % 2)..][..32], &qh[32 * h..][..32]);
-            for (l, code) in codes[128 * h + 32 * k..][..32].iter_mut().enumerate() {
-                *code = low[l] >> (4 * (k / 2)) & 0xF | (high[l] >> (2 * k) & 3) << 4;
-            }
-        }
-    }
-    codes
-}
-
-/// The unsigned codes of a GGUF Q2_K (`q`, 0..4) or Q3_K (`q + 4`, 0..8) block's 256
-/// weights, group by group (weight `16g + l`), as [`super::formats::q23k_code`] reads
-/// them one at a time: runs of 16 over `l`, which the compiler does whole.
-fn q23k_codes(ty: WeightType, src: &[u8]) -> [u8; 256] {
-    let q3 = ty == WeightType::Q3K;
-    let codes_at = if q3 { 32 } else { 16 };
-    let mut codes = [0u8; 256];
-    for g in 0..16 {
-        let (shift, low) = (2 * ((g % 8) / 2), &src[codes_at + 32 * (g / 8) + 16 * (g % 2)..][..16]);
-        let high = &src[16 * (g % 2)..][..16];
-        for (l, code) in codes[16 * g..][..16].iter_mut().enumerate() {
-            *code = low[l] >> shift & 3 | if q3 { (high[l] >> (g / 2) & 1) << 2 } else { 0 };
-        }
-    }
-    codes
 }
 
 /// The four bytes of `codes` from `at`, as a little-endian word (byte `b` in bits `8b..`).
