@@ -249,12 +249,8 @@ fn pack_block(ty: WeightType, src: &[u8], j: usize, dst: &mut [u8]) {
             // Sub-block s's code vector v: row j's fifth bits of weights 4v..4v+4.
             for s in 0..8 {
                 for v in 0..8 {
-                    let at = Q45K_MASKS_AT + 64 * s + 8 * v;
-                    let mut mask = u64::from_le_bytes(dst[at..at + 8].try_into().expect("8 bytes"));
-                    for b in 0..4 {
-                        mask |= u64::from(qh[4 * v + b] >> s & 1) << (4 * j + b);
-                    }
-                    dst[at..at + 8].copy_from_slice(&mask.to_le_bytes());
+                    let bits = (0..4).fold(0, |acc, b| acc | (qh[4 * v + b] >> s & 1) << b);
+                    or_row_bits(dst, Q45K_MASKS_AT + 64 * s + 8 * v, j, bits);
                 }
             }
         }
@@ -280,10 +276,7 @@ fn pack_block(ty: WeightType, src: &[u8], j: usize, dst: &mut [u8]) {
                 for c in 0..4 {
                     let third = word(&codes, 16 * g + 4 * c) >> 2 & 0x0101_0101;
                     let bits = third & 1 | third >> 7 & 2 | third >> 14 & 4 | third >> 21 & 8;
-                    let at = Q3K_MASKS_AT + 32 * g + 8 * c;
-                    let mask =
-                        u64::from_le_bytes(dst[at..at + 8].try_into().expect("8 bytes")) | u64::from(bits) << (4 * j);
-                    dst[at..at + 8].copy_from_slice(&mask.to_le_bytes());
+                    or_row_bits(dst, Q3K_MASKS_AT + 32 * g + 8 * c, j, bits as u8);
                 }
             }
         }
@@ -346,14 +339,7 @@ fn pack_block(ty: WeightType, src: &[u8], j: usize, dst: &mut [u8]) {
         for c in 0..8 {
             // Vector c < 4: weights 4c..4c+4 (low nibbles); c ≥ 4: 16 + 4(c − 4)..
             let first = if c < 4 { 4 * c } else { 16 + 4 * (c - 4) };
-            let mask_at = at + 8 * c;
-            let mut mask = u64::from_le_bytes(dst[mask_at..mask_at + 8].try_into().expect("8 bytes"));
-            for b in 0..4 {
-                if qh >> (first + b) & 1 == 1 {
-                    mask |= 1 << (4 * j + b);
-                }
-            }
-            dst[mask_at..mask_at + 8].copy_from_slice(&mask.to_le_bytes());
+            or_row_bits(dst, at + 8 * c, j, (qh >> first & 0xF) as u8);
         }
         at += 64;
     }
@@ -367,6 +353,14 @@ fn pack_block(ty: WeightType, src: &[u8], j: usize, dst: &mut [u8]) {
 #[inline(always)]
 fn word(codes: &[u8; 256], at: usize) -> u32 {
     u32::from_le_bytes(codes[at..at + 4].try_into().expect("4 bytes"))
+}
+
+/// Set row `j`'s four bits (`bits`, 0..16; bit `b` for the vector's weight `b`) in
+/// the 64-bit mask at `dst[at..at + 8]`: bits `4j..4j + 4`, little-endian.
+#[inline(always)]
+fn or_row_bits(dst: &mut [u8], at: usize, j: usize, bits: u8) {
+    let mask = u64::from_le_bytes(dst[at..at + 8].try_into().expect("8 bytes")) | u64::from(bits) << (4 * j);
+    dst[at..at + 8].copy_from_slice(&mask.to_le_bytes());
 }
 
 /// Store `w` little-endian at `dst[at..at + 4]`.
